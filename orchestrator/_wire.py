@@ -1,0 +1,65 @@
+"""The wire contract between the orchestrator and whoever executes a call (in-process or a worker).
+
+Plain JSON models, versioned: no pickles, no class paths. Errors that reach the model travel as a
+``ToolCallError`` (closed set of kinds + message); errors fatal to the sample travel as a
+``FatalError`` envelope and are re-raised by the orchestrator as ``ToolExecutionFatal``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+from pydantic import BaseModel, Field, PrivateAttr
+
+from orchestrator.tool._content import ContentImage, ContentText
+from orchestrator.tool._registry import TimeoutBehavior, ToolRef
+from orchestrator.tool._tool_call import ToolCallError
+
+WIRE_VERSION = 1
+
+WireResult = Union[str, int, float, bool, ContentText, ContentImage, list[Union[ContentText, ContentImage, str]], None]
+
+
+class CallRequest(BaseModel):
+    """One tool call to execute: the unit of work sent to a worker."""
+
+    v: int = WIRE_VERSION
+    call_id: str  # unique per call; also the Celery task id, so redelivery is detectable
+    function: str  # the name the model called
+    tool: ToolRef | None  # how the executing side rebuilds the tool (None: in-process only)
+    arguments: dict[str, Any] = Field(default_factory=dict)  # validated and approved JSON arguments
+    sample_id: str | None = None
+    sandbox: str | None = None  # sandbox handle on the executing host
+    timeout: float | None = None
+    timeout_behavior: TimeoutBehavior = "error_as_result"
+    max_result_bytes: int = 16 * 1024 * 1024  # payload cap on the way back
+
+
+class FatalError(BaseModel):
+    """An exception that is fatal to the sample, as data."""
+
+    type: str
+    message: str
+    traceback: str | None = None
+
+
+class CallOutcome(BaseModel):
+    v: int = WIRE_VERSION
+    call_id: str
+    result: WireResult = None  # untruncated (the orchestrator truncates; reviewers see this)
+    error: ToolCallError | None = None
+    fatal: FatalError | None = None
+    started: float = 0.0
+    completed: float = 0.0
+    host: str | None = None  # which host executed it
+    replayed: bool = False  # a redelivered call answered from the executing side's memory
+    _exception: BaseException | None = PrivateAttr(default=None)  # in-process only: the original
+
+
+class ToolExecutionFatal(Exception):
+    """Raised by the orchestrator when an executed call failed in a way fatal to the sample."""
+
+    def __init__(self, fatal: FatalError, function: str) -> None:
+        super().__init__(f"Tool '{function}' raised {fatal.type}: {fatal.message}")
+        self.fatal = fatal
+        self.function = function

@@ -1,0 +1,108 @@
+"""Transcript events: what happened in a sample, in order, each tagged with its span."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, Field
+
+from orchestrator.tool._tool_call import ToolCall, ToolCallError
+
+
+def _uid() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+class BaseEvent(BaseModel):
+    uuid: str = Field(default_factory=_uid)
+    timestamp: float = Field(default_factory=time.time)
+    span_id: str | None = None
+
+
+class ToolEvent(BaseEvent):
+    event: Literal["tool"] = "tool"
+    id: str
+    function: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    result: Any = None
+    error: ToolCallError | None = None
+    truncated: tuple[int, int] | None = None  # (original_bytes, limit)
+    started: float | None = None
+    completed: float | None = None
+    working_time: float | None = None
+    host: str | None = None
+    agent: str | None = None  # set when the call was a handoff/agent tool
+    failed: bool = False  # fatal to the sample
+
+
+class ApprovalEvent(BaseEvent):
+    event: Literal["approval"] = "approval"
+    call: ToolCall
+    approver: str | None = None
+    decision: Literal["approve", "modify", "reject", "terminate", "escalate"]
+    modified: ToolCall | None = None
+    explanation: str | None = None
+
+
+class ReviewEvent(BaseEvent):
+    event: Literal["review"] = "review"
+    call: ToolCall
+    reviewer: str | None = None
+    decision: Literal["continue", "terminate", "escalate"]
+    explanation: str | None = None
+
+
+class ModelEvent(BaseEvent):
+    event: Literal["model"] = "model"
+    model: str
+    input_messages: int = 0
+    tools: list[str] = Field(default_factory=list)
+    tool_choice: Any = None
+    output: Any = None
+    usage: Any = None
+    error: str | None = None
+    time: float | None = None
+    retries: int = 0
+
+
+class SpanBeginEvent(BaseEvent):
+    event: Literal["span_begin"] = "span_begin"
+    id: str
+    parent_id: str | None = None
+    type: str | None = None  # agent | tool | handoff | model | ...
+    name: str
+
+
+class SpanEndEvent(BaseEvent):
+    event: Literal["span_end"] = "span_end"
+    id: str
+
+
+class InfoEvent(BaseEvent):
+    event: Literal["info"] = "info"
+    source: str | None = None
+    data: Any = None
+
+
+class ErrorEvent(BaseEvent):
+    event: Literal["error"] = "error"
+    message: str
+    traceback: str | None = None
+
+
+class SampleLimitEvent(BaseEvent):
+    event: Literal["sample_limit"] = "sample_limit"
+    type: str
+    message: str
+    limit: float | int | None = None
+
+
+Event = Annotated[
+    Union[
+        ToolEvent, ApprovalEvent, ReviewEvent, ModelEvent, SpanBeginEvent, SpanEndEvent,
+        InfoEvent, ErrorEvent, SampleLimitEvent,
+    ],
+    Field(discriminator="event"),
+]

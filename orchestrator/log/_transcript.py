@@ -1,0 +1,76 @@
+"""The per-sample transcript and the span tree.
+
+A ``Transcript`` is bound to the running sample by a context variable; every event recorded gets the
+current span id, so agent, tool, handoff and model spans nest into a tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from typing import Any
+
+from ._events import BaseEvent, InfoEvent, SpanBeginEvent, SpanEndEvent
+
+
+class Transcript:
+    def __init__(self) -> None:
+        self.events: list[BaseEvent] = []
+        self._listeners: list[Callable[[BaseEvent], None]] = []
+
+    def record(self, event: BaseEvent) -> BaseEvent:
+        if event.span_id is None:
+            event.span_id = _current_span.get()
+        self.events.append(event)
+        for listener in self._listeners:
+            listener(event)
+        return event
+
+    def info(self, data: Any, source: str | None = None) -> None:
+        self.record(InfoEvent(data=data, source=source))
+
+    def subscribe(self, listener: Callable[[BaseEvent], None]) -> None:
+        self._listeners.append(listener)
+
+    def find(self, kind: type[BaseEvent]) -> list[Any]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+
+_transcript: ContextVar[Transcript | None] = ContextVar("toolfleet_transcript", default=None)
+_current_span: ContextVar[str | None] = ContextVar("toolfleet_span", default=None)
+_fallback = Transcript()
+
+
+def transcript() -> Transcript:
+    """The current sample's transcript (a process-wide fallback outside samples)."""
+    return _transcript.get() or _fallback
+
+
+def current_span_id() -> str | None:
+    return _current_span.get()
+
+
+@contextlib.contextmanager
+def bind_transcript(t: Transcript) -> Iterator[Transcript]:
+    token = _transcript.set(t)
+    try:
+        yield t
+    finally:
+        _transcript.reset(token)
+
+
+@contextlib.contextmanager
+def span(name: str, type: str | None = None) -> Iterator[str]:
+    """Open a span; events recorded inside carry its id; nested spans become its children."""
+    span_id = uuid.uuid4().hex[:16]
+    parent = _current_span.get()
+    t = transcript()
+    t.record(SpanBeginEvent(id=span_id, parent_id=parent, type=type, name=name, span_id=parent))
+    token = _current_span.set(span_id)
+    try:
+        yield span_id
+    finally:
+        _current_span.reset(token)
+        t.record(SpanEndEvent(id=span_id, span_id=parent))

@@ -1,0 +1,38 @@
+"""Generation settings (mirrors ``inspect_ai.model.GenerateConfig``)."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+
+from pydantic import BaseModel, ConfigDict
+
+DEFAULT_MAX_TOOL_OUTPUT = 16 * 1024
+
+
+class GenerateConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop_seqs: list[str] | None = None
+    max_retries: int | None = None
+    timeout: float | None = None
+    parallel_tool_calls: bool | None = None
+    max_tool_output: int | None = None  # bytes; 0 disables truncation
+
+    def merge(self, other: "GenerateConfig") -> "GenerateConfig":
+        """``other``'s set values win."""
+        return GenerateConfig(**{**self.model_dump(exclude_none=True), **other.model_dump(exclude_none=True)})
+
+
+_active_config: ContextVar[GenerateConfig] = ContextVar("toolfleet_generate_config", default=GenerateConfig())
+
+
+def active_generate_config() -> GenerateConfig:
+    return _active_config.get()
+
+
+def set_active_generate_config(config: GenerateConfig) -> None:
+    _active_config.set(config)

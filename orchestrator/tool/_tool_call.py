@@ -1,0 +1,54 @@
+"""The model's request to call a tool, and the error envelope that goes back to it."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+ToolCallErrorType = Literal[
+    "parsing",
+    "timeout",
+    "unicode_decode",
+    "permission",
+    "file_not_found",
+    "is_a_directory",
+    "limit",
+    "approval",
+    "sandbox_unavailable",
+    "cancelled",
+    "unknown",
+]
+
+
+class ToolCallContent(BaseModel):
+    """A rendering of a call for humans (approval prompts, transcripts)."""
+
+    title: str | None = None
+    format: Literal["text", "markdown"] = "markdown"
+    content: str
+
+
+class ToolCall(BaseModel):
+    id: str
+    function: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    parse_error: str | None = None
+    type: Literal["function"] = "function"
+    view: ToolCallContent | None = None
+
+
+class ToolCallError(BaseModel):
+    """What the model sees when a call failed: a closed set of kinds plus a message."""
+
+    type: ToolCallErrorType
+    message: str
+
+
+class ToolFunction(BaseModel):
+    """Force the model to call one named tool."""
+
+    name: str
+
+
+ToolChoice = Literal["auto", "any", "none"] | ToolFunction

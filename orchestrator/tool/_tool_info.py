@@ -1,0 +1,153 @@
+"""Tool specifications sent to providers, and their extraction from signatures and docstrings.
+
+Extraction is pure and cached per function code object: closures made by the same factory share
+one schema, so per-call work never re-reflects a function.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, get_type_hints
+
+import docstring_parser
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+class ToolParam(BaseModel):
+    """JSON Schema of one parameter (any JSON Schema keyword is allowed)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str | list[str] | None = None
+    description: str | None = None
+
+
+class ToolParams(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    type: str = "object"
+    properties: dict[str, ToolParam] = Field(default_factory=dict)
+    required: list[str] = Field(default_factory=list)
+    additionalProperties: bool = False
+    defs: dict[str, Any] | None = Field(default=None, alias="$defs")
+
+    def json_schema(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True, by_alias=True)
+
+
+class ToolInfo(BaseModel):
+    """What a provider receives: name, description and a JSON Schema for the parameters."""
+
+    name: str
+    description: str
+    parameters: ToolParams = Field(default_factory=ToolParams)
+
+
+@dataclass(frozen=True)
+class ParsedFunction:
+    """What reflection yields for one function, before any override."""
+
+    description: str | None
+    params: ToolParams
+    param_descriptions: dict[str, str]
+    hints: dict[str, Any]  # annotated type per parameter (for deserialisation)
+    accepts_kwargs: bool
+    defaults: dict[str, Any]
+
+
+_CACHE: dict[Any, ParsedFunction] = {}
+
+
+def _cache_key(func: Callable[..., Any]) -> Any:
+    code = getattr(func, "__code__", None)
+    return code if code is not None else type(func)
+
+
+def _strip_titles(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _strip_titles(v) for k, v in schema.items() if k != "title" or not isinstance(v, str)}
+    if isinstance(schema, list):
+        return [_strip_titles(v) for v in schema]
+    return schema
+
+
+def _docstring_type_schema(type_name: str | None) -> dict[str, Any]:
+    mapping = {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "list": "array", "dict": "object"}
+    if type_name and type_name.strip() in mapping:
+        return {"type": mapping[type_name.strip()]}
+    return {}
+
+
+def parse_function(func: Callable[..., Any]) -> ParsedFunction:
+    """Reflect a tool function's signature and docstring (cached per code object)."""
+    key = _cache_key(func)
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return cached
+
+    target = func if inspect.isfunction(func) or inspect.ismethod(func) else type(func).__call__
+    signature = inspect.signature(func)
+    try:
+        hints = get_type_hints(target, include_extras=True)
+    except Exception:  # unresolvable forward refs: fall back to raw annotations
+        hints = dict(getattr(target, "__annotations__", {}))
+    hints.pop("return", None)
+
+    doc = docstring_parser.parse(inspect.getdoc(func) or "")
+    doc_params = {p.arg_name: p for p in doc.params}
+    description = "\n\n".join(part for part in (doc.short_description, doc.long_description) if part) or None
+
+    properties: dict[str, ToolParam] = {}
+    required: list[str] = []
+    defs: dict[str, Any] = {}
+    param_descriptions: dict[str, str] = {}
+    defaults: dict[str, Any] = {}
+    accepts_kwargs = False
+    param_hints: dict[str, Any] = {}
+    for pname, param in signature.parameters.items():
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            accepts_kwargs = True
+            continue
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            continue
+        hint = hints.get(pname, param.annotation)
+        schema: dict[str, Any]
+        if hint is inspect.Parameter.empty:
+            hint = Any
+            schema = _docstring_type_schema(doc_params[pname].type_name if pname in doc_params else None)
+        else:
+            schema = _strip_titles(TypeAdapter(hint).json_schema())
+            defs.update(schema.pop("$defs", {}))
+        param_hints[pname] = hint
+        doc_param = doc_params.get(pname)
+        if doc_param is not None and doc_param.description:
+            param_descriptions[pname] = doc_param.description
+            schema["description"] = doc_param.description
+        if param.default is inspect.Parameter.empty:
+            required.append(pname)
+        else:
+            defaults[pname] = param.default
+            try:
+                schema["default"] = TypeAdapter(Any).dump_python(param.default, mode="json")
+            except Exception:
+                pass
+        properties[pname] = ToolParam(**schema)
+
+    parsed = ParsedFunction(
+        description=description,
+        params=ToolParams(properties=properties, required=required, defs=defs or None),
+        param_descriptions=param_descriptions,
+        hints=param_hints,
+        accepts_kwargs=accepts_kwargs,
+        defaults=defaults,
+    )
+    _CACHE[key] = parsed
+    return parsed
+
+
+def is_optional(hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    return origin in (typing.Union, getattr(__import__("types"), "UnionType", None)) and type(None) in typing.get_args(hint)

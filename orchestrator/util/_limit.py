@@ -1,0 +1,37 @@
+"""Limit errors shared by tools, agents and the eval runner."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+LimitType = Literal["message", "token", "turn", "time", "working", "operator", "custom", "output"]
+
+
+class LimitExceededError(Exception):
+    """A limit was reached. Inside a tool it becomes a ``limit`` error the model sees."""
+
+    def __init__(self, type: LimitType, value: float | int | None = None, limit: float | int | None = None,
+                 message: str | None = None, source: object | None = None) -> None:
+        self.type = type
+        self.value = value
+        self.limit = limit
+        self.limit_str = _fmt(limit)
+        self.message = message or f"The tool exceeded its {type} limit of {self.limit_str}."
+        self.source = source
+        super().__init__(self.message)
+
+
+class TerminateSampleError(Exception):
+    """An operator decision (approval or review ``terminate``) ends the sample as an operator limit."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _fmt(value: float | int | None) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)

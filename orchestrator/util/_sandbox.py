@@ -1,0 +1,115 @@
+"""The sandbox seam: what a tool sees of the sample's sandbox, whichever driver made it.
+
+Drivers (``workers.sandbox.local``, ``workers.sandbox.docker``) implement ``SandboxEnvironment``;
+the executor binds the current sample's environment to a context variable around each tool call
+so a tool reaches it with ``sandbox()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextvars import ContextVar
+from typing import Literal, overload
+
+from pydantic import BaseModel
+
+
+class ExecResult(BaseModel):
+    """The outcome of one command: exit code, both streams kept apart, and whether either was capped."""
+
+    returncode: int
+    stdout: str = ""
+    stderr: str = ""
+    truncated: bool = False  # output exceeded the per-stream cap and was cut at the source
+
+    @property
+    def success(self) -> bool:
+        return self.returncode == 0
+
+
+class SandboxTimeoutError(TimeoutError):
+    """A command outlived its timeout; its process group was killed. Partial output is kept."""
+
+    def __init__(self, message: str = "Command timed out before completing.", stdout: str = "", stderr: str = "") -> None:
+        super().__init__(message)
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+class OutputLimitExceededError(Exception):
+    """More output than a tool may return (e.g. reading a file larger than the limit)."""
+
+    def __init__(self, limit_str: str, truncated_output: str | None = None) -> None:
+        super().__init__(f"The tool exceeded its output limit of {limit_str}.")
+        self.limit_str = limit_str
+        self.truncated_output = truncated_output
+
+
+class SandboxUnavailableError(Exception):
+    """The sandbox (or the worker host holding it) is gone; the sentence says what was lost."""
+
+
+class SandboxEnvironment(ABC):
+    """One sample's sandbox."""
+
+    @abstractmethod
+    async def exec(
+        self,
+        cmd: list[str],
+        input: str | bytes | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        timeout: float | None = None,
+    ) -> ExecResult:
+        """Run ``cmd`` (argv, no shell). Stdin is closed unless ``input`` is given.
+
+        Raises ``SandboxTimeoutError`` (a ``TimeoutError``) after killing the whole process group.
+        """
+
+    @overload
+    async def read_file(self, file: str, text: Literal[True] = True) -> str: ...
+    @overload
+    async def read_file(self, file: str, text: Literal[False]) -> bytes: ...
+
+    @abstractmethod
+    async def read_file(self, file: str, text: bool = True) -> str | bytes:
+        """Read a file. Raises FileNotFoundError, PermissionError, IsADirectoryError,
+        UnicodeDecodeError (text=True and not UTF-8) or OutputLimitExceededError."""
+
+    @abstractmethod
+    async def write_file(self, file: str, contents: str | bytes) -> None:
+        """Write a file, creating parent directories."""
+
+
+_current: ContextVar[SandboxEnvironment | None] = ContextVar("toolfleet_sandbox", default=None)
+_named: ContextVar[dict[str, SandboxEnvironment] | None] = ContextVar("toolfleet_sandboxes", default=None)
+
+
+def sandbox(name: str | None = None) -> SandboxEnvironment:
+    """The current sample's sandbox (inside a tool call)."""
+    if name is not None:
+        envs = _named.get() or {}
+        if name not in envs:
+            raise ValueError(f"No sandbox named '{name}' for this sample.")
+        return envs[name]
+    env = _current.get()
+    if env is None:
+        raise RuntimeError(
+            "No sandbox is bound to this tool call: give the task a sandbox (e.g. sandbox='local' or 'docker')."
+        )
+    return env
+
+
+@contextlib.contextmanager
+def bind_sandbox(env: SandboxEnvironment | None, named: dict[str, SandboxEnvironment] | None = None) -> Iterator[None]:
+    """Bind a sandbox to the current context (the executor does this around each call)."""
+    token = _current.set(env)
+    named_token = _named.set(named)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+        _named.reset(named_token)

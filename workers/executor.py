@@ -1,0 +1,115 @@
+"""Execute one ``CallRequest`` next to the sandbox: rebuild, deserialise, call, classify.
+
+This is the whole execution engine. Embedded mode runs it in-process; a Celery task body runs the
+same function on a worker — so the two modes cannot drift.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from orchestrator._wire import CallOutcome, CallRequest, FatalError
+from orchestrator.tool._content import ContentImage, ContentText
+from orchestrator.tool._registry import ToolNotRegisteredError, rebuild_tool
+from orchestrator.tool._tool_def import tool_def
+from orchestrator.util._sandbox import SandboxEnvironment, SandboxTimeoutError, bind_sandbox
+
+from ._classify import classify_exception
+
+HOST = socket.gethostname()
+
+
+def _timeout_partial(exc: BaseException) -> str | None:
+    if isinstance(exc, SandboxTimeoutError):
+        partial = "".join(part for part in (exc.stderr, exc.stdout) if part)
+        return partial or None
+    return None
+
+
+def _wire_result(value: Any) -> Any:
+    """Coerce a tool's return value into the wire's result union (JSON-safe)."""
+    if value is None or isinstance(value, (str, int, float, bool, ContentText, ContentImage)):
+        return value
+    if isinstance(value, list):
+        return [v if isinstance(v, (str, ContentText, ContentImage)) else str(v) for v in value]
+    return str(value)
+
+
+async def execute_call(
+    request: CallRequest,
+    tool: Callable[..., Any] | None = None,
+    env: SandboxEnvironment | None = None,
+    bind: bool = True,
+) -> CallOutcome:
+    """Run one call. Never raises for tool errors: they come back in the outcome.
+
+    ``tool`` is the live instance when executing in-process; otherwise it is rebuilt from the
+    registry by name. ``env`` is bound as the current sandbox when ``bind`` (in-process callers
+    that already carry the sample's context pass ``bind=False``).
+    """
+    started = time.time()
+    outcome = CallOutcome(call_id=request.call_id, started=started, host=HOST)
+    try:
+        if tool is None:
+            if request.tool is None:
+                raise ToolNotRegisteredError(f"Tool '{request.function}' can only run in the orchestrator process.")
+            tool = rebuild_tool(request.tool)
+        definition = tool_def(tool)
+        kwargs = definition.deserialize(request.arguments)
+        if bind:
+            with bind_sandbox(env):
+                result = await _call_with_timeout(definition.tool, kwargs, request)
+        else:
+            result = await _call_with_timeout(definition.tool, kwargs, request)
+        outcome.result = _wire_result(result)
+    except ToolNotRegisteredError as exc:
+        outcome.fatal = FatalError(type="ToolNotRegisteredError", message=str(exc))
+    except _ToolTimedOut as exc:
+        outcome.error = classify_exception(TimeoutError(), request.function)
+        outcome.error.message = exc.message  # type: ignore[union-attr]
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - classified below; anything unknown is fatal
+        error = None if isinstance(exc, ToolTimeoutError) else classify_exception(exc, request.function)
+        if error is None:
+            outcome.fatal = FatalError(type=type(exc).__name__, message=str(exc), traceback=traceback.format_exc())
+            outcome._exception = exc  # in-process: keep the original for the traceback
+        else:
+            outcome.error = error
+            partial = _timeout_partial(exc)
+            if partial is not None:
+                outcome.result = partial
+    outcome.completed = time.time()
+    return outcome
+
+
+class _ToolTimedOut(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ToolTimeoutError(TimeoutError):
+    """Raised out of the sample when a tool with ``timeout_behavior="raise"`` times out."""
+
+
+async def _call_with_timeout(func: Callable[..., Any], kwargs: dict[str, Any], request: CallRequest) -> Any:
+    if request.timeout is None:
+        return await func(**kwargs)
+    try:
+        async with asyncio.timeout(request.timeout) as scope:
+            return await func(**kwargs)
+    except TimeoutError:
+        if not scope.expired():
+            raise  # the tool's own timeout (e.g. a sandbox command), not the per-tool one
+        t = request.timeout
+        shown = int(t) if float(t).is_integer() else t
+        message = f"Tool '{request.function}' timed out after {shown} seconds."
+        if request.timeout_behavior == "raise":
+            raise ToolTimeoutError(message) from None
+        raise _ToolTimedOut(message) from None
