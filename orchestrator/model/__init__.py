@@ -9,7 +9,20 @@ from ._chat_message import (
     ChatMessageUser,
 )
 from ._generate_config import GenerateConfig
+from ._model import (
+    Model,
+    ModelAPI,
+    ModelError,
+    active_model,
+    get_model,
+    init_active_model,
+    model_context,
+    model_providers,
+    modelapi,
+)
 from ._model_output import ChatCompletionChoice, ModelOutput, ModelUsage, StopReason
+from ._providers._retry import RetryPolicy
+from ._usage import UsageCounter, current_usage, record_model_usage, usage_scope
 
 __all__ = [
     "ChatCompletionChoice",
@@ -20,7 +33,21 @@ __all__ = [
     "ChatMessageTool",
     "ChatMessageUser",
     "GenerateConfig",
+    "Model",
+    "ModelAPI",
+    "ModelError",
     "ModelOutput",
     "ModelUsage",
+    "RetryPolicy",
     "StopReason",
+    "UsageCounter",
+    "active_model",
+    "current_usage",
+    "get_model",
+    "init_active_model",
+    "model_context",
+    "model_providers",
+    "modelapi",
+    "record_model_usage",
+    "usage_scope",
 ]

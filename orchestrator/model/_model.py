@@ -1,0 +1,284 @@
+"""``Model``, the ``ModelAPI`` provider seam, the provider registry and ``get_model``.
+
+A ``ModelAPI`` does one thing: turn messages + tool specs into a ``ModelOutput`` (one request, no
+retries). ``Model`` wraps it with what every provider needs: config merging, bounded retries with
+backoff, a model span + ``ModelEvent`` in the transcript, and usage accounting.
+
+Errors: ``ModelError`` is the root of what ``Model.generate`` raises; provider exceptions are
+chained onto it (``raise ModelError(...) from exc``) once retries are exhausted or not allowed.
+A context-window overflow is not an error: providers return an output with ``model_length``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import os
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar, Token
+from typing import Any, ClassVar, TypeVar
+
+from orchestrator.log import ModelEvent, span, transcript
+from orchestrator.tool._tool_call import ToolChoice, ToolFunction
+from orchestrator.tool._tool_def import ToolDef, tool_def
+from orchestrator.tool._tool_info import ToolInfo
+
+from ._chat_message import ChatMessage, ChatMessageUser
+from ._generate_config import GenerateConfig, active_generate_config
+from ._model_output import ModelOutput
+from ._providers._retry import RetryPolicy, backoff_delay
+from ._usage import record_model_usage
+
+MODEL_ENV = "TOOLFLEET_MODEL"  # fallback for get_model() when no model is active
+
+
+class ModelError(Exception):
+    """A model call failed for good (non-retryable, or retries exhausted)."""
+
+    def __init__(self, model: str, message: str, retries: int = 0, retryable: bool = False) -> None:
+        super().__init__(f"{model}: {message}")
+        self.model = model
+        self.retries = retries
+        self.retryable = retryable
+
+
+class ModelAPI(ABC):
+    """One provider backend. Implementations live in ``_providers/<backend>.py``."""
+
+    #: Whether ``get_model`` may hand the same instance to callers asking with equal arguments.
+    #: Stateful backends (the scripted model replays a queue) must say False.
+    memoize: ClassVar[bool] = True
+
+    def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
+                 config: GenerateConfig | None = None) -> None:
+        self.model_name = model_name
+        self.base_url = base_url
+        self.api_key = api_key
+        self.config = config or GenerateConfig()
+        self.provider = "unknown"  # set by get_model from the registry name
+
+    @abstractmethod
+    async def generate(self, input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice | None,
+                       config: GenerateConfig) -> ModelOutput:
+        """Make exactly one request. Raise on failure; ``Model`` decides whether to retry."""
+
+    def should_retry(self, ex: BaseException) -> bool:
+        """Whether ``ex`` is transient (rate limit, 5xx, connection). Default: never."""
+        return False
+
+    def retry_after(self, ex: BaseException) -> float | None:
+        """Seconds the server asked us to wait (Retry-After), if it said."""
+        return None
+
+    def connection_limit(self) -> int | None:
+        """At most this many requests in flight through one ``Model`` (None: unbounded)."""
+        return None
+
+    async def aclose(self) -> None:
+        """Release clients and connections."""
+
+
+ModelAPIType = TypeVar("ModelAPIType", bound=type[ModelAPI])
+
+# Built-in providers are imported on first use, so importing orchestrator.model stays cheap
+# (the openai SDK takes a noticeable fraction of a second to import).
+_PROVIDERS: dict[str, type[ModelAPI] | str] = {
+    "openai": "orchestrator.model._providers.openai:OpenAIAPI",
+    "scripted": "orchestrator.model._providers.scripted:ScriptedModelAPI",
+    "mockllm": "orchestrator.model._providers.scripted:ScriptedModelAPI",
+}
+
+
+def modelapi(name: str) -> Callable[[ModelAPIType], ModelAPIType]:
+    """Register a ``ModelAPI`` class as provider ``name`` (used as ``get_model("name/model")``)."""
+
+    def register(cls: ModelAPIType) -> ModelAPIType:
+        _PROVIDERS[name] = cls
+        return cls
+
+    return register
+
+
+def model_providers() -> list[str]:
+    return sorted(_PROVIDERS)
+
+
+def _provider_class(name: str) -> type[ModelAPI]:
+    entry = _PROVIDERS.get(name)
+    if entry is None:
+        raise ValueError(f"Unknown model provider '{name}' (known: {', '.join(model_providers())})")
+    if isinstance(entry, str):
+        module, _, attr = entry.partition(":")
+        entry = getattr(importlib.import_module(module), attr)
+        _PROVIDERS[name] = entry
+    return entry
+
+
+def _as_tool_info(tool: Any) -> ToolInfo:
+    if isinstance(tool, ToolInfo):
+        return tool
+    if isinstance(tool, ToolDef):
+        return tool.info
+    return tool_def(tool).info
+
+
+class Model:
+    """A provider plus its default config and retry policy. ``str(model)`` is ``provider/name``."""
+
+    def __init__(self, api: ModelAPI, config: GenerateConfig | None = None, retry: RetryPolicy | None = None) -> None:
+        self.api = api
+        self.config = config or GenerateConfig()
+        self.retry = retry or RetryPolicy()
+        limit = api.connection_limit()
+        self._slots = asyncio.Semaphore(limit) if limit else None
+
+    @property
+    def name(self) -> str:
+        return self.api.model_name
+
+    def __str__(self) -> str:
+        return f"{self.api.provider}/{self.api.model_name}"
+
+    def __repr__(self) -> str:
+        return f"Model({str(self)!r})"
+
+    async def generate(self, input: str | list[ChatMessage], tools: Sequence[Any] = (),
+                       tool_choice: ToolChoice | None = None, config: GenerateConfig | None = None) -> ModelOutput:
+        """Generate one output; records a ``ModelEvent`` in a model span and counts usage."""
+        messages: list[ChatMessage] = [ChatMessageUser(content=input)] if isinstance(input, str) else list(input)
+        infos = [_as_tool_info(t) for t in tools]
+        # Only meaningful with tools; providers reject tool_choice without them.
+        choice = (tool_choice or "auto") if infos else None
+        # Ambient (eval/agent) settings < this model's own < this call's.
+        cfg = active_generate_config().merge(self.config).merge(config or GenerateConfig())
+        policy = self.retry if cfg.max_retries is None else self.retry.model_copy(update={"max_retries": cfg.max_retries})
+        name = str(self)
+
+        with span(name=name, type="model"):
+            event = ModelEvent(model=name, input_messages=len(messages), tools=[i.name for i in infos],
+                               tool_choice=_choice_json(choice))
+            start = time.monotonic()
+            try:
+                output, event.retries = await self._generate_with_retries(messages, infos, choice, cfg, policy)
+            except ModelError as ex:
+                event.retries, event.error, event.time = ex.retries, str(ex), time.monotonic() - start
+                transcript().record(event)
+                raise
+            output.time = time.monotonic() - start
+            output.model = output.model or self.name
+            for choice_ in output.choices:
+                choice_.message.source = "generate"
+                choice_.message.model = choice_.message.model or self.name
+            if output.usage is not None:
+                record_model_usage(name, output.usage)
+            event.output, event.usage, event.time = output, output.usage, output.time
+            transcript().record(event)
+        return output
+
+    async def _generate_with_retries(self, messages: list[ChatMessage], infos: list[ToolInfo],
+                                     choice: ToolChoice | None, cfg: GenerateConfig,
+                                     policy: RetryPolicy) -> tuple[ModelOutput, int]:
+        start = time.monotonic()
+        retries = 0
+        while True:
+            try:
+                return await self._attempt(messages, infos, choice, cfg), retries
+            except ModelError:
+                raise
+            except Exception as ex:
+                # Our own per-attempt timeout is transient by nature; anything else the provider judges.
+                retryable = isinstance(ex, TimeoutError) or self.api.should_retry(ex)
+                if not retryable:
+                    raise ModelError(str(self), _describe(ex), retries, False) from ex
+                delay = backoff_delay(policy, retries, self.api.retry_after(ex))
+                if retries >= policy.max_retries or time.monotonic() - start + delay > policy.max_elapsed:
+                    raise ModelError(str(self), f"giving up after {retries} retries: {_describe(ex)}",
+                                     retries, True) from ex
+                retries += 1
+                await asyncio.sleep(delay)
+
+    async def _attempt(self, messages: list[ChatMessage], infos: list[ToolInfo], choice: ToolChoice | None,
+                       cfg: GenerateConfig) -> ModelOutput:
+        async with self._slots or contextlib.nullcontext():
+            # Bound every wait: providers also get cfg.timeout, this covers ones that ignore it.
+            async with asyncio.timeout(cfg.timeout):
+                return await self.api.generate(messages, infos, choice, cfg)
+
+    async def aclose(self) -> None:
+        await self.api.aclose()
+
+
+def _choice_json(choice: ToolChoice | None) -> Any:
+    return choice.model_dump() if isinstance(choice, ToolFunction) else choice
+
+
+def _describe(ex: BaseException) -> str:
+    return f"{type(ex).__name__}: {ex}" if str(ex) else type(ex).__name__
+
+
+# -- the active model (set by whoever runs a sample or an agent; nested runs inherit it) -----------
+
+_active_model: ContextVar[Model | None] = ContextVar("toolfleet_model", default=None)
+
+
+def active_model() -> Model | None:
+    return _active_model.get()
+
+
+def init_active_model(model: Model) -> Token[Model | None]:
+    """Make ``model`` what ``get_model()`` returns in this context (and tasks started from it)."""
+    return _active_model.set(model)
+
+
+@contextlib.contextmanager
+def model_context(model: Model) -> Iterator[Model]:
+    token = _active_model.set(model)
+    try:
+        yield model
+    finally:
+        _active_model.reset(token)
+
+
+# -- get_model -------------------------------------------------------------------------------------
+
+_MEMO: dict[str, Model] = {}
+
+
+def get_model(model: str | Model | None = None, *, config: GenerateConfig | None = None,
+              base_url: str | None = None, api_key: str | None = None, retry: RetryPolicy | None = None,
+              memoize: bool = True, **model_args: Any) -> Model:
+    """Resolve ``provider/model`` (or ``scripted``), a ``Model``, or the active model when ``None``.
+
+    ``model_args`` go to the provider's constructor (e.g. ``outputs=`` / ``policy=`` for scripted).
+    """
+    if model is None:
+        active = _active_model.get()
+        if active is not None:
+            return _with_config(active, config)
+        model = os.environ.get(MODEL_ENV)
+        if not model:
+            raise ValueError(f"No model given, none active, and ${MODEL_ENV} is not set")
+    if isinstance(model, Model):
+        return _with_config(model, config)
+
+    provider, _, model_name = model.partition("/")
+    cls = _provider_class(provider)
+    model_name = model_name or provider
+    key = repr((provider, model_name, base_url, api_key, config, retry, sorted(model_args.items())))
+    if memoize and cls.memoize and key in _MEMO:
+        return _MEMO[key]
+    api = cls(model_name, base_url=base_url, api_key=api_key, config=config, **model_args)  # type: ignore[call-arg]
+    api.provider = provider
+    resolved = Model(api, config, retry)
+    if memoize and cls.memoize:
+        _MEMO[key] = resolved
+    return resolved
+
+
+def _with_config(model: Model, config: GenerateConfig | None) -> Model:
+    if config is None or not config.model_dump(exclude_none=True):
+        return model
+    return Model(model.api, model.config.merge(config), model.retry)

@@ -1,0 +1,1 @@
+"""Model provider backends (``ModelAPI`` implementations), one module per backend."""

@@ -1,0 +1,92 @@
+"""``openai/<model>``: any OpenAI-compatible chat-completions server through the official SDK.
+
+``base_url`` / ``api_key`` come from arguments or ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``. The SDK's
+own retries are off (``max_retries=0``): ``Model`` retries, so retries are bounded in time and show
+up in the ``ModelEvent``. A context-window overflow answers a ``model_length`` output, not an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import openai
+from openai import AsyncOpenAI
+
+from orchestrator.tool._tool_call import ToolChoice
+from orchestrator.tool._tool_info import ToolInfo
+
+from .._chat_message import ChatMessage
+from .._generate_config import GenerateConfig
+from .._model import ModelAPI
+from .._model_output import ModelOutput
+from ._openai_wire import build_request, is_context_length_error, parse_completion
+from ._retry import parse_retry_after
+
+DEFAULT_TIMEOUT = 600.0  # seconds per request when GenerateConfig.timeout is unset (the SDK's default)
+LOCAL_API_KEY = "EMPTY"  # placeholder for self-hosted servers that check no key (vLLM, Ollama)
+_RETRY_STATUS = {408, 409, 429}
+
+
+class OpenAIAPI(ModelAPI):
+    def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
+                 config: GenerateConfig | None = None, max_connections: int | None = None,
+                 extra_body: dict[str, Any] | None = None, **client_args: Any) -> None:
+        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
+        if api_key is None:
+            if base_url is None:
+                raise ValueError("openai models need an API key: pass api_key= or set OPENAI_API_KEY "
+                                 "(or point base_url/OPENAI_BASE_URL at a self-hosted server)")
+            api_key = LOCAL_API_KEY
+        super().__init__(model_name, base_url, api_key, config)
+        self._max_connections = max_connections
+        self._extra_body = extra_body
+        self._client_args = client_args
+        self._client: AsyncOpenAI | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    def _client_for_loop(self) -> AsyncOpenAI:
+        # httpx pools are bound to the loop that opened them; a memoized model used from a new loop
+        # (a new eval, a new test) needs a new client.
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            self._client = AsyncOpenAI(api_key=self.api_key, base_url=self.base_url, max_retries=0,
+                                       timeout=self.config.timeout or DEFAULT_TIMEOUT, **self._client_args)
+            self._client_loop = loop
+        return self._client
+
+    async def generate(self, input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice | None,
+                       config: GenerateConfig) -> ModelOutput:
+        request = build_request(self.model_name, input, tools, tool_choice, config)
+        if self._extra_body:
+            request["extra_body"] = self._extra_body
+        try:
+            completion = await self._client_for_loop().chat.completions.create(
+                **request, timeout=config.timeout or DEFAULT_TIMEOUT)
+        except openai.BadRequestError as ex:
+            if is_context_length_error(ex.code, ex.message):
+                return ModelOutput.from_content(self.model_name, ex.message, stop_reason="model_length")
+            raise
+        return parse_completion(self.model_name, completion)
+
+    def should_retry(self, ex: BaseException) -> bool:
+        if isinstance(ex, openai.APIConnectionError):  # includes APITimeoutError
+            return True
+        if isinstance(ex, openai.APIStatusError):
+            return ex.status_code in _RETRY_STATUS or ex.status_code >= 500
+        return False
+
+    def retry_after(self, ex: BaseException) -> float | None:
+        if isinstance(ex, openai.APIStatusError):
+            return parse_retry_after(ex.response.headers)
+        return None
+
+    def connection_limit(self) -> int | None:
+        return self._max_connections
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None

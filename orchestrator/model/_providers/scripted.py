@@ -1,0 +1,64 @@
+"""The ``scripted`` model: replays given outputs or asks a Python policy — for tests, demos, benchmarks.
+
+``get_model("scripted", outputs=[...])`` replays outputs in order (strings become plain assistant
+text); ``get_model("scripted", policy=fn)`` calls ``fn(messages, tools)`` (sync or async) each turn.
+Given nothing, or once the outputs run out, it answers the default output, as ``mockllm/model`` does.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Any, Union
+
+from orchestrator.tool._tool_call import ToolChoice
+from orchestrator.tool._tool_info import ToolInfo
+
+from .._chat_message import ChatMessage
+from .._generate_config import GenerateConfig
+from .._model import ModelAPI
+from .._model_output import ModelOutput
+
+DEFAULT_OUTPUT = "Default output from mockllm/model"
+
+ScriptedOutput = Union[ModelOutput, str]
+ScriptedPolicy = Callable[[list[ChatMessage], list[ToolInfo]], Union[ScriptedOutput, Awaitable[ScriptedOutput]]]
+
+
+class ScriptedModelAPI(ModelAPI):
+    # Each get_model("scripted", ...) call must get its own replay queue.
+    memoize = False
+
+    def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
+                 config: GenerateConfig | None = None, outputs: Iterable[ScriptedOutput] | ScriptedOutput | None = None,
+                 policy: ScriptedPolicy | None = None, default_output: str = DEFAULT_OUTPUT) -> None:
+        super().__init__(model_name, base_url, api_key, config)
+        if outputs is not None and policy is not None:
+            raise ValueError("Give the scripted model either outputs or a policy, not both")
+        if isinstance(outputs, (str, ModelOutput)):
+            outputs = [outputs]
+        # An iterator, not a list: a generator of outputs may be endless.
+        self._outputs: Iterator[ScriptedOutput] | None = iter(outputs) if outputs is not None else None
+        self._policy = policy
+        self.default_output = default_output
+        self.calls = 0  # how many times generate ran (handy in tests)
+
+    async def generate(self, input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice | None,
+                       config: GenerateConfig) -> ModelOutput:
+        self.calls += 1
+        result: Any = None
+        if self._policy is not None:
+            result = self._policy(input, tools)
+            if inspect.isawaitable(result):
+                result = await result
+        elif self._outputs is not None:
+            result = next(self._outputs, None)
+        if result is None:
+            return ModelOutput.from_content(self.model_name, self.default_output)
+        if isinstance(result, str):
+            return ModelOutput.from_content(self.model_name, result)
+        if not isinstance(result, ModelOutput):
+            raise TypeError(f"Scripted model outputs must be ModelOutput or str, not {type(result).__name__}")
+        # Callers mutate outputs (react appends to the message text); a replayed or shared object
+        # must not carry one sample's edits into another.
+        return result.model_copy(deep=True)
