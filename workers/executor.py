@@ -17,7 +17,7 @@ from orchestrator._wire import CallOutcome, CallRequest, FatalError
 from orchestrator.tool._content import ContentImage, ContentText
 from orchestrator.tool._registry import ToolNotRegisteredError, rebuild_tool
 from orchestrator.tool._tool_def import tool_def
-from orchestrator.util._sandbox import SandboxEnvironment, SandboxTimeoutError, bind_sandbox
+from orchestrator.util._sandbox import SandboxEnvironment, SandboxTimeoutError, SandboxUnavailableError, bind_sandbox
 
 from ._classify import classify_exception
 
@@ -86,6 +86,31 @@ async def execute_call(
                 outcome.result = partial
     outcome.completed = time.time()
     return outcome
+
+
+async def execute_request(request: CallRequest, tool: Callable[..., Any] | None = None) -> CallOutcome:
+    """Execute a request whose sandbox is named by handle (resolved in this process's registry)."""
+    if request.sandbox is None:
+        return await execute_call(request, tool=tool, env=None)
+    try:
+        env = lookup_sandbox(request.sandbox)
+    except SandboxUnavailableError as exc:
+        now = time.time()
+        return CallOutcome(call_id=request.call_id, error=classify_exception(exc, request.function), started=now, completed=now, host=HOST)
+    return await execute_call(request, tool=tool, env=env)
+
+
+def lookup_sandbox(handle: str) -> SandboxEnvironment:
+    try:
+        from workers.sandbox._registry import get_sandbox
+    except ImportError as exc:  # the sandbox package is missing from this install
+        raise SandboxUnavailableError(f"Sandbox '{handle}' is not available in this process.") from exc
+    env = get_sandbox(handle)
+    if env is None:
+        raise SandboxUnavailableError(
+            f"Sandbox '{handle}' is not available on host '{HOST}' (it was destroyed, or lives on another host)."
+        )
+    return env
 
 
 class _ToolTimedOut(Exception):

@@ -8,6 +8,7 @@ from ._chat_message import (
     ChatMessageTool,
     ChatMessageUser,
 )
+from ._call_tools import ExecuteToolsResult, execute_tools
 from ._generate_config import GenerateConfig
 from ._model import (
     Model,
@@ -32,6 +33,7 @@ __all__ = [
     "ChatMessageSystem",
     "ChatMessageTool",
     "ChatMessageUser",
+    "ExecuteToolsResult",
     "GenerateConfig",
     "Model",
     "ModelAPI",
@@ -40,6 +42,7 @@ __all__ = [
     "ModelUsage",
     "RetryPolicy",
     "StopReason",
+    "execute_tools",
     "UsageCounter",
     "active_model",
     "current_usage",

@@ -12,7 +12,7 @@ from ._errors import ToolApprovalError, ToolError, ToolParsingError
 from ._guardrails import GuardrailResult, ToolGuardrailTripwire
 from ._registry import ToolRef, registered_tool_names
 from ._tool import Tool, ToolResult, set_tool_description, tool, tool_with
-from ._tool_call import ToolCall, ToolCallContent, ToolCallError, ToolChoice, ToolFunction
+from ._tool_call import ToolCall, ToolCallContent, ToolCallError, ToolCallView, ToolChoice, ToolFunction
 from ._tool_def import ToolDef
 from ._tool_info import ToolInfo, ToolParam, ToolParams
 
@@ -26,6 +26,7 @@ __all__ = [
     "ToolCall",
     "ToolCallContent",
     "ToolCallError",
+    "ToolCallView",
     "ToolChoice",
     "ToolDef",
     "ToolError",

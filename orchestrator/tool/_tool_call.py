@@ -52,3 +52,16 @@ class ToolFunction(BaseModel):
 
 
 ToolChoice = Literal["auto", "any", "none"] | ToolFunction
+
+
+class ToolCallView(BaseModel):
+    """How a call is shown to a human approver/reviewer: optional context plus the call itself."""
+
+    context: ToolCallContent | None = None
+    call: ToolCallContent | None = None
+
+
+def render_call(call: ToolCall) -> str:
+    """``fn(arg='value', n=3)``: the rendering approval/review globs match against."""
+    args = ", ".join(f"{k}={v!r}" for k, v in call.arguments.items())
+    return f"{call.function}({args})"

@@ -1,0 +1,92 @@
+"""The dispatcher seam: how a planned stage of calls reaches whoever executes them.
+
+``execute_tools`` plans stages and hands each to the active ``Dispatcher``. Implementations:
+``InProcessDispatcher`` (asyncio tasks in this process; the embedded default) and
+``CeleryDispatcher`` (a Celery group per parallel stage, a single task per serial call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator._wire import CallOutcome, CallRequest
+
+
+@dataclass
+class Dispatch:
+    """One call of a stage: the wire request, plus the live tool for in-process execution."""
+
+    request: CallRequest
+    tool: Callable[..., Any]
+    local: bool = False  # must run in this process (submit, handoff, runs_on="orchestrator", no registry ref)
+
+
+class Dispatcher(ABC):
+    """Starts a stage's calls; each future resolves to the call's outcome, in any order.
+
+    Cancelling a future must stop the call (kill its process group in the sandbox) as far as the
+    backend allows.
+    """
+
+    name: str = "dispatcher"
+
+    @abstractmethod
+    def dispatch(self, stage: Sequence[Dispatch]) -> list["asyncio.Future[CallOutcome]"]:
+        """Start every call of ``stage`` concurrently and return one future per call, in order."""
+
+    async def aclose(self) -> None:
+        """Release connections and listeners."""
+
+
+@dataclass(frozen=True)
+class SampleRoute:
+    """Where the running sample's calls go: its id and its sandbox handle on the executing host.
+
+    ``sandbox=None`` means "the sandbox bound in this context" (embedded mode).
+    """
+
+    sample_id: str | None = None
+    sandbox: str | None = None
+    queue: str | None = None  # the worker host's own queue (sandbox affinity)
+
+
+_NO_ROUTE = SampleRoute()
+_route: ContextVar[SampleRoute] = ContextVar("toolfleet_route", default=_NO_ROUTE)
+
+
+def current_route() -> SampleRoute:
+    return _route.get()
+
+
+def set_route(route: SampleRoute) -> Any:
+    return _route.set(route)
+
+
+def reset_route(token: Any) -> None:
+    _route.reset(token)
+
+
+_active: ContextVar[Dispatcher | None] = ContextVar("toolfleet_dispatcher", default=None)
+
+
+def active_dispatcher() -> Dispatcher:
+    dispatcher = _active.get()
+    if dispatcher is None:
+        from .inprocess import InProcessDispatcher
+
+        dispatcher = InProcessDispatcher.default()
+    return dispatcher
+
+
+def set_active_dispatcher(dispatcher: Dispatcher | None) -> Any:
+    """Bind a dispatcher for the current context (returns a token for ``reset_active_dispatcher``)."""
+    return _active.set(dispatcher)
+
+
+def reset_active_dispatcher(token: Any) -> None:
+    _active.reset(token)

@@ -1,0 +1,38 @@
+"""In-process dispatcher: each call is an asyncio task running the executor in this process.
+
+This is embedded mode: the worker without the queue. Calls inherit the caller's context, so a
+sandbox bound by the sample runner is the current sandbox inside the tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import ClassVar
+
+from orchestrator._wire import CallOutcome
+from workers.executor import execute_call, execute_request
+
+from ._dispatcher import Dispatch, Dispatcher
+
+
+class InProcessDispatcher(Dispatcher):
+    name = "inprocess"
+    _default: ClassVar["InProcessDispatcher | None"] = None
+
+    @classmethod
+    def default(cls) -> "InProcessDispatcher":
+        if cls._default is None:
+            cls._default = cls()
+        return cls._default
+
+    def dispatch(self, stage: Sequence[Dispatch]) -> list["asyncio.Future[CallOutcome]"]:
+        return [asyncio.ensure_future(self._run(item)) for item in stage]
+
+    @staticmethod
+    async def _run(item: Dispatch) -> CallOutcome:
+        request = item.request
+        if request.sandbox is None:
+            # The caller's context already carries the sample's sandbox (if any).
+            return await execute_call(request, tool=item.tool, bind=False)
+        return await execute_request(request, tool=item.tool)

@@ -1,0 +1,125 @@
+"""After a call: output guardrails, truncation, the ``ToolEvent``, then review.
+
+The ``ToolEvent`` is recorded before review so each ``ReviewEvent`` follows its call's event.
+Reviewers see the untruncated output; the model sees the truncated message.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator._wire import CallOutcome, ToolExecutionFatal
+from orchestrator.log._events import ToolEvent
+from orchestrator.log._transcript import transcript
+from orchestrator.tool._content import ContentImage, ContentText
+from orchestrator.tool._guardrails import ToolGuardrailTripwire
+from orchestrator.tool._tool_call import ToolCallError
+
+from ._call_prepare import Prepared, tool_view
+from ._chat_message import ChatMessage, ChatMessageAssistant, ChatMessageTool
+from ._generate_config import active_generate_config
+from ._truncate import effective_limit, truncate_output
+
+
+
+@dataclass
+class FinishContext:
+    message: ChatMessageAssistant
+    history: list[ChatMessage]
+    max_output: int | None
+    review: list[Any] | None
+
+    async def review_executed(self, p: Prepared, result: ChatMessageTool, output: Any) -> None:
+        if not self.review:
+            return
+        from orchestrator.review._policy import review_call
+
+        await review_call(self.review, self.message.text, p.call, result, output, tool_view(p.tool, p.call), self.history)  # type: ignore[arg-type]
+
+
+def _content(result: Any) -> str | list[Any]:
+    if result is None:
+        return ""
+    if isinstance(result, str):
+        return result
+    if isinstance(result, (ContentText, ContentImage)):
+        return [result]
+    if isinstance(result, list):
+        return [ContentText(text=r) if isinstance(r, str) else r for r in result]
+    return str(result)
+
+
+def _truncate(content: str | list[Any], tool: str, limit: int) -> tuple[str | list[Any], tuple[int, int] | None]:
+    if isinstance(content, str):
+        cut = truncate_output(content, tool, limit)
+        return (cut.text, (cut.original_bytes, cut.limit)) if cut else (content, None)
+    truncated: tuple[int, int] | None = None
+    parts: list[Any] = []
+    for part in content:
+        if isinstance(part, ContentText):
+            cut = truncate_output(part.text, tool, limit)
+            if cut:
+                part = ContentText(text=cut.text)
+                truncated = (cut.original_bytes, cut.limit)
+        parts.append(part)
+    return parts, truncated
+
+
+def _record(p: Prepared, result: Any, error: ToolCallError | None, outcome: CallOutcome | None = None,
+            truncated: tuple[int, int] | None = None, failed: bool = False) -> None:
+    started = outcome.started if outcome else None
+    completed = outcome.completed if outcome else None
+    transcript().record(ToolEvent(
+        id=p.call.id,
+        function=p.call.function,
+        arguments=p.call.arguments,
+        result=result,
+        error=error,
+        truncated=truncated,
+        started=started,
+        completed=completed,
+        working_time=(completed - started) if started and completed else None,
+        host=outcome.host if outcome else None,
+        failed=failed,
+    ))
+
+
+def finish_unexecuted(p: Prepared) -> ChatMessageTool:
+    """A call that ended before execution (parse/lookup/approval/validation, or a guardrail reject)."""
+    if p.replacement is not None:
+        _record(p, p.replacement, None)
+        return ChatMessageTool(content=p.replacement, tool_call_id=p.call.id, function=p.call.function)
+    from workers._classify import classify_exception
+
+    error = classify_exception(p.error, p.call.function)  # type: ignore[arg-type]
+    _record(p, "", error)
+    return ChatMessageTool(content="", tool_call_id=p.call.id, function=p.call.function, error=error)
+
+
+async def finish_call(p: Prepared, outcome: CallOutcome, ctx: FinishContext) -> ChatMessageTool:
+    """Turn an executed call's outcome into the message the model sees (raises if fatal)."""
+    if outcome.fatal is not None:
+        _record(p, outcome.fatal.message, None, outcome, failed=True)
+        raise ToolExecutionFatal(outcome.fatal, p.call.function) from outcome._exception
+    output = outcome.result
+    for guardrail in p.tool.output_guardrails:  # type: ignore[union-attr]
+        verdict = guardrail(p.call, output)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        if verdict.behavior == "reject":
+            output = verdict.message or ""
+        elif verdict.behavior == "raise":
+            raise ToolGuardrailTripwire(getattr(guardrail, "__name__", "output_guardrail"), verdict.message)
+    limit = effective_limit(p.tool.max_output, ctx.max_output, active_generate_config().max_tool_output)  # type: ignore[union-attr]
+    content, truncated = _truncate(_content(output), p.call.function, limit)
+    message = ChatMessageTool(content=content, tool_call_id=p.call.id, function=p.call.function, error=outcome.error)
+    _record(p, content, outcome.error, outcome, truncated)
+    await ctx.review_executed(p, message, output)
+    return message
+
+
+def cancelled_event(p: Prepared, cause: BaseException) -> None:
+    reason = type(cause).__name__ if not str(cause) else f"{type(cause).__name__}: {cause}"
+    _record(p, "", ToolCallError(type="cancelled", message=f"Tool call cancelled before completing ({reason})."))

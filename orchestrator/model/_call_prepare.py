@@ -1,0 +1,142 @@
+"""Steps 1–4 of a call, on the orchestrator: parse errors, lookup, approval, validation (+ input guardrails).
+
+``prepare_call`` returns either a ready-to-dispatch call or the error the model should see.
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator._wire import CallRequest
+from orchestrator.tool._errors import ToolApprovalError, ToolError, ToolParsingError
+from orchestrator.tool._guardrails import GuardrailResult, ToolGuardrailTripwire
+from orchestrator.tool._tool_call import ToolCall, ToolCallView
+from orchestrator.tool._tool_def import ToolDef
+from orchestrator.util._limit import TerminateSampleError
+
+from ._chat_message import ChatMessage, ChatMessageAssistant
+
+MAX_ARGUMENT_DEPTH = 100
+HANDOFF_ATTR = "__toolfleet_handoff__"
+
+
+@dataclass
+class Prepared:
+    call: ToolCall  # possibly modified by an approver
+    tool: ToolDef | None = None
+    request: CallRequest | None = None
+    error: ToolError | None = None  # the call ends here with this error (not executed)
+    replacement: str | None = None  # an input guardrail rejected the call: this is its result
+
+    @property
+    def runnable(self) -> bool:
+        return self.error is None and self.replacement is None
+
+
+def argument_depth(value: Any) -> int:
+    """Nesting depth of a JSON value (iterative, so hostile input cannot blow the stack)."""
+    depth = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            depth = max(depth, level)
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list):
+            depth = max(depth, level)
+            stack.extend((v, level + 1) for v in item)
+    return depth
+
+
+def tool_view(tool: ToolDef, call: ToolCall) -> ToolCallView:
+    if tool.viewer is not None:
+        try:
+            return tool.viewer(call)
+        except Exception:  # a broken viewer must not break approval; fall back to the plain call
+            pass
+    return ToolCallView()
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+async def needs_approval(tool: ToolDef, call: ToolCall) -> bool:
+    flag = tool.needs_approval
+    if callable(flag):
+        return bool(await _maybe_await(flag(call.arguments)))
+    return bool(flag)
+
+
+async def prepare_call(
+    call: ToolCall,
+    tools: dict[str, ToolDef],
+    message: ChatMessageAssistant,
+    history: list[ChatMessage],
+    approval: list[Any] | None,
+    sample_id: str | None,
+    sandbox: str | None,
+) -> Prepared:
+    # 1. parse errors
+    if call.parse_error:
+        return Prepared(call, error=ToolParsingError(call.parse_error))
+    if argument_depth(call.arguments) > MAX_ARGUMENT_DEPTH:
+        return Prepared(call, error=ToolParsingError(
+            f"Arguments to tool '{call.function}' are nested more than {MAX_ARGUMENT_DEPTH} levels deep."))
+    # 2. lookup (disabled tools are hidden, so a call to one is a miss)
+    tool = tools.get(call.function)
+    if tool is None:
+        return Prepared(call, error=ToolParsingError(f"Tool {call.function} not found"))
+    # 3. approval
+    if approval is not None:
+        from orchestrator.approval._policy import decide
+
+        decision = await decide(approval, message.text, call, tool_view(tool, call), history)
+        if decision.decision == "terminate":
+            raise TerminateSampleError(decision.explanation or f"Tool call {call.function} terminated the sample.")
+        if decision.decision == "reject":
+            return Prepared(call, tool, error=ToolApprovalError(decision.explanation or "Tool call not approved."))
+        if decision.decision == "modify" and decision.modified is not None:
+            if decision.modified.function != call.function:
+                raise RuntimeError(
+                    f"Approver modified the function of call '{call.id}' ({call.function} -> "
+                    f"{decision.modified.function}); an approver may only modify arguments."
+                )
+            call = call.model_copy(update={"arguments": decision.modified.arguments})
+    elif await needs_approval(tool, call):
+        return Prepared(call, tool, error=ToolApprovalError(
+            f"Tool {call.function} needs approval and no approval policy is active."))
+    # 4. validation
+    errors = tool.validation_errors(call.arguments)
+    if errors:
+        listed = "\n- ".join(errors)
+        return Prepared(call, tool, error=ToolParsingError(
+            f"Found {len(errors)} validation errors parsing tool input arguments:\n- {listed}"))
+    for guardrail in tool.input_guardrails:
+        verdict: GuardrailResult = await _maybe_await(guardrail(call, tool))
+        if verdict.behavior == "reject":
+            return Prepared(call, tool, replacement=verdict.message or f"Tool call {call.function} was rejected by a guardrail.")
+        if verdict.behavior == "raise":
+            raise ToolGuardrailTripwire(getattr(guardrail, "__name__", "input_guardrail"), verdict.message)
+
+    request = CallRequest.model_construct(
+        v=1,
+        call_id=uuid.uuid4().hex,
+        function=call.function,
+        tool=tool.ref,
+        arguments=call.arguments,
+        sample_id=sample_id,
+        sandbox=sandbox,
+        timeout=tool.timeout,
+        timeout_behavior=tool.timeout_behavior,
+        max_result_bytes=16 * 1024 * 1024,
+    )
+    return Prepared(call, tool, request=request)
+
+
+def runs_locally(tool: ToolDef) -> bool:
+    """Tools that steer the conversation run in the orchestrator even in distributed mode."""
+    return tool.runs_on == "orchestrator" or tool.ref is None or hasattr(tool.tool, HANDOFF_ATTR)

@@ -1,0 +1,144 @@
+"""``execute_tools``: run the last assistant message's tool calls, stage by stage.
+
+Per call, in order: parse errors → lookup → approval → validation (``_call_prepare``), then the
+call itself through the active ``Dispatcher`` (deserialisation and execution happen on the
+executing side), then truncation and review (``_call_finish``). Results are spliced back in the
+order the model declared the calls, whatever order they complete in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator._wire import CallOutcome
+from orchestrator.approval._policy import active_approval_policy
+from orchestrator.dispatch._dispatcher import Dispatch, active_dispatcher, current_route
+from orchestrator.dispatch.inprocess import InProcessDispatcher
+from orchestrator.review._policy import active_review_policy, review_policy_scope
+from orchestrator.tool._tool_def import ToolDef, tool_def
+
+from ._call_finish import FinishContext, cancelled_event, finish_call, finish_unexecuted
+from ._call_prepare import HANDOFF_ATTR, Prepared, prepare_call, runs_locally
+from ._chat_message import ChatMessage, ChatMessageAssistant, ChatMessageTool
+from ._model_output import ModelOutput
+from ._planner import plan_stages
+
+
+@dataclass
+class ExecuteToolsResult:
+    messages: list[ChatMessage] = field(default_factory=list)
+    output: ModelOutput | None = None  # set when a handoff's agent produced one
+
+
+async def execute_tools(
+    messages: Sequence[ChatMessage],
+    tools: Sequence[Any],
+    max_output: int | None = None,
+    approval: list[Any] | None = None,
+    review: list[Any] | None = None,
+) -> ExecuteToolsResult:
+    """Execute the tool calls of the last assistant message and return the messages to append.
+
+    ``approval`` / ``review`` replace the active policies for the duration of this call.
+    """
+    if not messages or not isinstance(messages[-1], ChatMessageAssistant) or not messages[-1].tool_calls:
+        return ExecuteToolsResult()
+    message: ChatMessageAssistant = messages[-1]
+    definitions = [tool_def(t) for t in tools]
+    enabled = {d.name: d for d in definitions if d.is_enabled_now()}
+    review_policy = review if review is not None else active_review_policy()
+    with review_policy_scope(review_policy):
+        return await _execute(message, list(messages), enabled, max_output,
+                              approval if approval is not None else active_approval_policy(), review_policy)
+
+
+async def _execute(
+    message: ChatMessageAssistant,
+    history: list[ChatMessage],
+    enabled: dict[str, ToolDef],
+    max_output: int | None,
+    approval: list[Any] | None,
+    review: list[Any] | None,
+) -> ExecuteToolsResult:
+    calls = list(message.tool_calls or [])
+    stages = plan_stages(calls, lambda c: (d := enabled.get(c.function)) is not None and d.parallel)
+    ctx = FinishContext(message=message, history=history, max_output=max_output, review=review)
+    route = current_route()
+    results: dict[str, ChatMessageTool] = {}
+    extra: list[ChatMessage] = []
+    output: ModelOutput | None = None
+
+    for stage in stages:
+        if len(stage) == 1:
+            prepared = [await prepare_call(stage[0], enabled, message, history, approval, route.sample_id, route.sandbox)]
+        else:
+            prepared = list(await asyncio.gather(
+                *(prepare_call(c, enabled, message, history, approval, route.sample_id, route.sandbox) for c in stage)))
+        runnable: list[Prepared] = []
+        for p in prepared:
+            if p.runnable:
+                runnable.append(p)
+            else:
+                results[p.call.id] = finish_unexecuted(p)
+        handoff = next((p for p in runnable if hasattr(p.tool.tool, HANDOFF_ATTR)), None)  # type: ignore[union-attr]
+        if handoff is not None:
+            # A handoff is serial, so it is alone in its stage. It may strip sibling calls.
+            tool_message, extra, output = await _run_handoff(handoff, message, history, ctx)
+            results[handoff.call.id] = tool_message
+            break
+        if runnable:
+            for p, tool_message in await _run_stage(runnable, ctx):
+                results[p.call.id] = tool_message
+
+    # Splice in declared order (handoffs may have removed calls from the assistant message).
+    ordered: list[ChatMessage] = [results[c.id] for c in (message.tool_calls or []) if c.id in results]
+    return ExecuteToolsResult(messages=ordered + extra, output=output)
+
+
+async def _run_stage(stage: list[Prepared], ctx: FinishContext) -> list[tuple[Prepared, ChatMessageTool]]:
+    local = [p for p in stage if runs_locally(p.tool)]  # type: ignore[arg-type]
+    remote = [p for p in stage if not runs_locally(p.tool)]  # type: ignore[arg-type]
+    futures: dict[asyncio.Future[CallOutcome], Prepared] = {}
+    if local:
+        in_process = InProcessDispatcher.default()
+        for p, fut in zip(local, in_process.dispatch([Dispatch(p.request, p.tool.tool, local=True) for p in local])):  # type: ignore[arg-type,union-attr]
+            futures[fut] = p
+    if remote:
+        dispatcher = active_dispatcher()
+        for p, fut in zip(remote, dispatcher.dispatch([Dispatch(p.request, p.tool.tool) for p in remote])):  # type: ignore[arg-type,union-attr]
+            futures[fut] = p
+
+    done_messages: list[tuple[Prepared, ChatMessageTool]] = []
+    pending = set(futures)
+    try:
+        while pending:
+            if len(pending) == 1:
+                finished, _ = await asyncio.wait(pending)
+            else:
+                finished, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for fut in finished:
+                pending.discard(fut)
+                p = futures[fut]
+                done_messages.append((p, await finish_call(p, fut.result(), ctx)))
+    except BaseException as exc:
+        # Fatal error, terminate, or cancellation: stop siblings still running, and say so.
+        for fut in pending:
+            fut.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+            for fut in pending:
+                cancelled_event(futures[fut], exc)
+        raise
+    return done_messages
+
+
+async def _run_handoff(
+    p: Prepared, message: ChatMessageAssistant, history: list[ChatMessage], ctx: FinishContext
+) -> tuple[ChatMessageTool, list[ChatMessage], ModelOutput | None]:
+    handler = getattr(p.tool.tool, HANDOFF_ATTR)  # type: ignore[union-attr]
+    tool_message, new_messages, output = await handler(p.call, message, history)
+    await ctx.review_executed(p, tool_message, tool_message.text)
+    return tool_message, new_messages, output

@@ -1,0 +1,94 @@
+"""Review policies: ordered (reviewer, tool globs); no match → continue; all escalate → continue."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from orchestrator._glob import validate_pattern
+from orchestrator._policy_chain import entries_from_config, first_decision
+from orchestrator.log._events import ReviewEvent
+from orchestrator.log._transcript import transcript
+from orchestrator.model._chat_message import ChatMessage, ChatMessageTool
+from orchestrator.tool._tool_call import ToolCall, ToolCallView
+from orchestrator.util._limit import TerminateSampleError
+
+from ._review import Review, Reviewer, reviewer_factory, reviewer_name
+
+
+@dataclass
+class ReviewPolicy:
+    reviewer: Reviewer
+    tools: str | list[str] = "*"
+
+    def __post_init__(self) -> None:
+        for pattern in [self.tools] if isinstance(self.tools, str) else self.tools:
+            validate_pattern(pattern)
+
+
+_policy: ContextVar[list[ReviewPolicy] | None] = ContextVar("toolfleet_review_policy", default=None)
+
+
+def active_review_policy() -> list[ReviewPolicy] | None:
+    return _policy.get()
+
+
+@contextlib.contextmanager
+def review_policy_scope(policy: list[ReviewPolicy] | None) -> Iterator[None]:
+    """Replace the active review policy while the block runs, restoring it after."""
+    token = _policy.set(policy)
+    try:
+        yield
+    finally:
+        _policy.reset(token)
+
+
+async def review_call(
+    policy: Sequence[ReviewPolicy],
+    message: str,
+    call: ToolCall,
+    result: ChatMessageTool,
+    output: Any,
+    view: ToolCallView,
+    history: list[ChatMessage],
+) -> Review:
+    """Run the policy for one executed call; ``terminate`` raises ``TerminateSampleError``."""
+
+    async def ask(entry: ReviewPolicy) -> Review:
+        review = await entry.reviewer(message, call, result, output, view, history)
+        transcript().record(ReviewEvent(call=call, reviewer=reviewer_name(entry.reviewer),
+                                        decision=review.decision, explanation=review.explanation))
+        return review
+
+    review, matched = await first_decision(policy, call, ask, lambda r: r.decision == "escalate")
+    if review is None:
+        explanation = "All reviewers escalated." if matched else "No reviewer matched."
+        review = Review(decision="continue", explanation=explanation)
+    if review.decision == "terminate":
+        raise TerminateSampleError(review.explanation or f"Review of {call.function} terminated the sample.")
+    return review
+
+
+def review_policy_from_config(config: dict[str, Any] | list[dict[str, Any]]) -> list[ReviewPolicy]:
+    """Build a policy from ``{"reviewers": [{"name": ..., "tools": ..., **params}]}``."""
+    return entries_from_config(config, "reviewers", "review", reviewer_factory, ReviewPolicy)
+
+
+def review_policy_from_file(path: str | Path) -> list[ReviewPolicy]:
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"Review policy file '{path}' does not exist.")
+    try:
+        config = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ValueError(f"Review policy file '{path}' is not valid YAML: {exc}".splitlines()[0]) from exc
+    try:
+        return review_policy_from_config(config or {})
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"Review policy file '{path}': {exc}") from exc
