@@ -35,6 +35,17 @@ class CallRequest(BaseModel):
     max_result_bytes: int = 16 * 1024 * 1024  # payload cap on the way back
 
 
+class SandboxSpec(BaseModel):
+    """Ask the executing side to create a sample's sandbox."""
+
+    v: int = WIRE_VERSION
+    eval_id: str | None = None
+    sample_id: str | None = None
+    config: dict[str, Any] = Field(default_factory=lambda: {"type": "local"})  # a SandboxConfig, as JSON
+    files: dict[str, str] = Field(default_factory=dict)  # path in the sandbox -> contents
+    setup: str | None = None  # a shell script run once after the files are written
+
+
 class FatalError(BaseModel):
     """An exception that is fatal to the sample, as data."""
 

@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator._wire import CallOutcome, CallRequest
+from orchestrator._wire import CallOutcome, CallRequest, SandboxSpec
 
 
 @dataclass
@@ -38,6 +38,14 @@ class Dispatcher(ABC):
     @abstractmethod
     def dispatch(self, stage: Sequence[Dispatch]) -> list["asyncio.Future[CallOutcome]"]:
         """Start every call of ``stage`` concurrently and return one future per call, in order."""
+
+    @abstractmethod
+    async def open_sandbox(self, spec: SandboxSpec) -> "SampleRoute":
+        """Create the sample's sandbox where its calls will run; return the route to it."""
+
+    @abstractmethod
+    async def close_sandbox(self, route: "SampleRoute") -> None:
+        """Destroy the sample's sandbox (idempotent; never raises for an already-gone sandbox)."""
 
     async def aclose(self) -> None:
         """Release connections and listeners."""

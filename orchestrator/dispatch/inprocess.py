@@ -10,10 +10,10 @@ import asyncio
 from collections.abc import Sequence
 from typing import ClassVar
 
-from orchestrator._wire import CallOutcome
+from orchestrator._wire import CallOutcome, SandboxSpec
 from workers.executor import execute_call, execute_request
 
-from ._dispatcher import Dispatch, Dispatcher
+from ._dispatcher import Dispatch, Dispatcher, SampleRoute
 
 
 class InProcessDispatcher(Dispatcher):
@@ -36,3 +36,14 @@ class InProcessDispatcher(Dispatcher):
             # The caller's context already carries the sample's sandbox (if any).
             return await execute_call(request, tool=item.tool, bind=False)
         return await execute_request(request, tool=item.tool)
+
+    async def open_sandbox(self, spec: SandboxSpec) -> SampleRoute:
+        from workers._sandbox_service import open_sandbox
+
+        return SampleRoute(sample_id=spec.sample_id, sandbox=await open_sandbox(spec))
+
+    async def close_sandbox(self, route: SampleRoute) -> None:
+        from workers._sandbox_service import close_sandbox
+
+        if route.sandbox is not None:
+            await close_sandbox(route.sandbox)
