@@ -261,3 +261,37 @@ async def test_model_event_is_inside_a_model_span(openai_server: OpenAIServer) -
     assert event.span_id == begin.id
     assert event.model == "openai/test-model" and event.tools == ["model_test_add"] and event.tool_choice == "auto"
     assert event.usage.total_tokens == 15 and event.output.stop_reason == "tool_calls"
+
+
+async def test_concurrent_requests_share_one_client(openai_server: OpenAIServer) -> None:
+    import asyncio
+
+    openai_server.enqueue(*[completion(f"answer {i}") for i in range(20)])
+    model = model_for(openai_server, max_connections=4)
+    outputs = await asyncio.gather(*(model.generate(f"q{i}") for i in range(20)))
+    assert sorted(o.completion for o in outputs) == sorted(f"answer {i}" for i in range(20))
+    assert len(openai_server.requests) == 20
+
+
+def test_memoized_model_works_from_successive_event_loops(openai_server: OpenAIServer) -> None:
+    import asyncio
+
+    openai_server.enqueue(completion("loop 1"), completion("loop 2"))
+    kwargs = {"base_url": openai_server.base_url, "api_key": "memo-key"}
+    first = get_model("openai/memo-model", **kwargs)
+    assert get_model("openai/memo-model", **kwargs) is first
+    # Each asyncio.run() is a new loop; a client bound to the first loop must not be reused.
+    assert asyncio.run(first.generate("a")).completion == "loop 1"
+    assert asyncio.run(first.generate("b")).completion == "loop 2"
+
+
+async def test_model_event_serialises_to_json(openai_server: OpenAIServer) -> None:
+    import json
+
+    openai_server.enqueue(completion(tool_calls=[tool_call("model_test_add", "{oops")]))
+    t = Transcript()
+    with bind_transcript(t):
+        await model_for(openai_server).generate("hi", tools=[add()], tool_choice=ToolFunction(name="model_test_add"))
+    data = json.loads(t.find(ModelEvent)[0].model_dump_json())
+    assert data["tool_choice"] == {"name": "model_test_add"}
+    assert "{oops" in data["output"]["choices"][0]["message"]["tool_calls"][0]["parse_error"]
