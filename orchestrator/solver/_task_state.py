@@ -1,0 +1,90 @@
+"""``TaskState``: what a solver works on — the sample's conversation, tools, output and scratch store.
+
+Mirrors ``inspect_ai.solver.TaskState``. The sample runner binds the running sample's state to a context
+variable so code deep inside a sample (scripted policies, tools running in the orchestrator) can reach it
+with ``sample_state()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+from typing import Any
+
+from orchestrator.model._chat_message import ChatMessage, ChatMessageUser
+from orchestrator.model._model_output import ModelOutput
+from orchestrator.scorer._target import Target
+from orchestrator.tool._tool_call import ToolChoice
+
+
+class TaskState:
+    def __init__(
+        self,
+        model: str,
+        sample_id: int | str,
+        epoch: int,
+        input: str | list[ChatMessage],
+        messages: list[ChatMessage],
+        target: Target | None = None,
+        choices: list[str] | None = None,
+        output: ModelOutput | None = None,
+        metadata: dict[str, Any] | None = None,
+        message_limit: int | None = None,
+        token_limit: int | None = None,
+    ) -> None:
+        self.model = model
+        self.sample_id = sample_id
+        self.epoch = epoch
+        self.input = input
+        self.messages = messages
+        self.target = target or Target("")
+        self.choices = choices
+        self.output = output or ModelOutput(model=model)
+        self.metadata = metadata or {}
+        self.message_limit = message_limit
+        self.token_limit = token_limit
+        self.tools: list[Any] = []
+        self.tool_choice: ToolChoice | None = None
+        self.store: dict[str, Any] = {}
+        self.scores: dict[str, Any] | None = None
+        self.completed = False  # a solver sets this to stop the chain early
+
+    @property
+    def input_text(self) -> str:
+        if isinstance(self.input, str):
+            return self.input
+        return next((m.text for m in self.input if isinstance(m, ChatMessageUser)), "")
+
+    @property
+    def user_prompt(self) -> ChatMessageUser:
+        for message in self.messages:
+            if isinstance(message, ChatMessageUser):
+                return message
+        raise ValueError("This sample's messages have no user prompt.")
+
+    def __repr__(self) -> str:
+        return f"TaskState(sample_id={self.sample_id!r}, epoch={self.epoch}, messages={len(self.messages)})"
+
+
+def initial_messages(input: str | Sequence[ChatMessage]) -> list[ChatMessage]:
+    if isinstance(input, str):
+        return [ChatMessageUser(content=input, source="input")]
+    return [m.model_copy(deep=True) for m in input]
+
+
+_state: ContextVar[TaskState | None] = ContextVar("toolfleet_sample_state", default=None)
+
+
+def sample_state() -> TaskState | None:
+    """The running sample's state (None outside a sample)."""
+    return _state.get()
+
+
+@contextlib.contextmanager
+def bind_sample_state(state: TaskState) -> Iterator[TaskState]:
+    token = _state.set(state)
+    try:
+        yield state
+    finally:
+        _state.reset(token)
