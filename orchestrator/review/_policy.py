@@ -1,4 +1,11 @@
-"""Review policies: ordered (reviewer, tool globs); no match → continue; all escalate → continue."""
+"""Review policies: ordered (reviewer, tool globs); no match → continue; all escalate → continue.
+
+Each reviewer decision is a ``ReviewEvent``; when every matching reviewer escalated, a final
+``ReviewEvent`` (no reviewer, ``continue``) records that the result went through unreviewed. A
+reviewer runs in its own span and in a usage scope that does not count toward the sample's limits
+(its model calls are reported, not charged). Its exceptions propagate: they end the sample with an
+error, as an approver's do.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +21,9 @@ import yaml
 from orchestrator._glob import validate_pattern
 from orchestrator._policy_chain import entries_from_config, first_decision
 from orchestrator.log._events import ReviewEvent
-from orchestrator.log._transcript import transcript
+from orchestrator.log._transcript import span, transcript
 from orchestrator.model._chat_message import ChatMessage, ChatMessageTool
+from orchestrator.model._usage import usage_scope
 from orchestrator.tool._tool_call import ToolCall, ToolCallView
 from orchestrator.util._limit import TerminateSampleError
 
@@ -61,15 +69,23 @@ async def review_call(
     """Run the policy for one executed call; ``terminate`` raises ``TerminateSampleError``."""
 
     async def ask(entry: ReviewPolicy) -> Review:
-        review = await entry.reviewer(message, call, result, output, view, history)
-        transcript().record(ReviewEvent(call=call, reviewer=reviewer_name(entry.reviewer),
-                                        decision=review.decision, explanation=review.explanation))
+        name = reviewer_name(entry.reviewer)
+        # The reviewer's own model calls are reported but never charged to the sample's limits.
+        with span(name, type="review"), usage_scope(f"reviewer:{name}", count_toward_limits=False):
+            review = await entry.reviewer(message, call, result, output, view, history)
+        if not isinstance(review, Review):
+            raise TypeError(f"Reviewer '{name}' returned {type(review).__name__}, not a Review.")
+        transcript().record(ReviewEvent(call=call, reviewer=name, decision=review.decision,
+                                        explanation=review.explanation))
         return review
 
     review, matched = await first_decision(policy, call, ask, lambda r: r.decision == "escalate")
     if review is None:
-        explanation = "All reviewers escalated." if matched else "No reviewer matched."
-        review = Review(decision="continue", explanation=explanation)
+        if not matched:
+            return Review(decision="continue", explanation="No reviewer matched.")
+        # An escalation nobody picked up continues; record the outcome, not just the escalations.
+        review = Review(decision="continue", explanation="All reviewers escalated.")
+        transcript().record(ReviewEvent(call=call, reviewer=None, decision="continue", explanation=review.explanation))
     if review.decision == "terminate":
         raise TerminateSampleError(review.explanation or f"Review of {call.function} terminated the sample.")
     return review
@@ -92,3 +108,14 @@ def review_policy_from_file(path: str | Path) -> list[ReviewPolicy]:
         return review_policy_from_config(config or {})
     except (TypeError, ValueError) as exc:
         raise ValueError(f"Review policy file '{path}': {exc}") from exc
+
+
+def resolve_review(spec: str | Path | list[ReviewPolicy] | None) -> list[ReviewPolicy] | None:
+    """``"human"``, a registered reviewer name, a YAML path, or a policy list (``--review`` / ``review=``)."""
+    if spec is None or isinstance(spec, list):
+        return spec
+    text = str(spec)
+    if not text.endswith((".yaml", ".yml")) and not Path(text).exists():
+        # A bare name: a registered reviewer covering every tool ("human" -> human_reviewer()).
+        return [ReviewPolicy(reviewer=reviewer_factory(text)(), tools="*")]
+    return review_policy_from_file(spec)

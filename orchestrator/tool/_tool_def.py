@@ -20,7 +20,7 @@ from pydantic import TypeAdapter, ValidationError
 from ._errors import ToolParsingError
 from ._registry import TOOL_META_ATTR, RunsOn, TimeoutBehavior, ToolMeta, ToolRef, tool_meta
 from ._tool import Tool
-from ._tool_info import ParsedFunction, ToolInfo, ToolParam, ToolParams, is_optional, parse_function
+from ._tool_info import ParsedFunction, ToolInfo, ToolParam, ToolParams, adaptable_hint, is_optional, parse_function
 
 _UNSET: Any = object()
 
@@ -32,7 +32,7 @@ def _validator_for(schema_json: str) -> jsonschema.Draft7Validator:
 
 @lru_cache(maxsize=4096)
 def _adapter_for(hint: Any) -> TypeAdapter[Any]:
-    return TypeAdapter(hint)
+    return TypeAdapter(adaptable_hint(hint))
 
 
 class ToolDef:

@@ -10,9 +10,11 @@ import inspect
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, get_type_hints
 
 import docstring_parser
+import typing_extensions
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 
@@ -81,6 +83,29 @@ def _docstring_type_schema(type_name: str | None) -> dict[str, Any]:
     return {}
 
 
+@lru_cache(maxsize=512)
+def _typeddict_clone(hint: Any) -> Any:
+    fields = {k: adaptable_hint(v) for k, v in get_type_hints(hint).items()}
+    clone = typing_extensions.TypedDict(hint.__name__, fields, total=hint.__total__)  # type: ignore[operator]
+    clone.__module__ = hint.__module__
+    return clone
+
+
+def adaptable_hint(hint: Any) -> Any:
+    """Pydantic on Python < 3.12 refuses ``typing.TypedDict``; rebuild such hints on typing_extensions."""
+    if typing_extensions.is_typeddict(hint) and type(hint).__module__ == "typing":
+        return _typeddict_clone(hint)
+    args = typing.get_args(hint)
+    if args and typing.get_origin(hint) is not typing.Annotated:
+        new_args = tuple(adaptable_hint(a) for a in args)
+        if new_args != args:
+            try:
+                return hint.copy_with(new_args)
+            except AttributeError:
+                return typing.get_origin(hint)[new_args]
+    return hint
+
+
 def parse_function(func: Callable[..., Any]) -> ParsedFunction:
     """Reflect a tool function's signature and docstring (cached per code object)."""
     key = _cache_key(func)
@@ -119,7 +144,7 @@ def parse_function(func: Callable[..., Any]) -> ParsedFunction:
             hint = Any
             schema = _docstring_type_schema(doc_params[pname].type_name if pname in doc_params else None)
         else:
-            schema = _strip_titles(TypeAdapter(hint).json_schema())
+            schema = _strip_titles(TypeAdapter(adaptable_hint(hint)).json_schema())
             defs.update(schema.pop("$defs", {}))
         param_hints[pname] = hint
         doc_param = doc_params.get(pname)
