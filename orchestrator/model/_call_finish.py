@@ -32,11 +32,15 @@ class FinishContext:
     review: list[Any] | None
 
     async def review_executed(self, p: Prepared, result: ChatMessageTool, output: Any) -> None:
+        """Review an executed call (its ``ToolEvent`` is already recorded) as a cancellable pending review."""
         if not self.review:
             return
+        from orchestrator.review._pending import run_pending
         from orchestrator.review._policy import review_call
 
-        await review_call(self.review, self.message.text, p.call, result, output, tool_view(p.tool, p.call), self.history)  # type: ignore[arg-type]
+        sample_id = p.request.sample_id if p.request is not None else None
+        await run_pending(p.call, sample_id, review_call(
+            self.review, self.message.text, p.call, result, output, tool_view(p.tool, p.call), self.history))  # type: ignore[arg-type]
 
 
 def _content(result: Any) -> str | list[Any]:
@@ -99,7 +103,15 @@ def finish_unexecuted(p: Prepared) -> ChatMessageTool:
 
 
 async def finish_call(p: Prepared, outcome: CallOutcome, ctx: FinishContext) -> ChatMessageTool:
-    """Turn an executed call's outcome into the message the model sees (raises if fatal)."""
+    """Turn an executed call's outcome into the message the model sees (raises if fatal), then review it."""
+    message = await complete_call(p, outcome, ctx)
+    # Reviewers see the tool's own return value: untruncated, and from before any output guardrail.
+    await ctx.review_executed(p, message, outcome.result)
+    return message
+
+
+async def complete_call(p: Prepared, outcome: CallOutcome, ctx: FinishContext) -> ChatMessageTool:
+    """Guardrails, truncation and the ``ToolEvent`` for an executed call (raises if fatal); no review."""
     if outcome.fatal is not None:
         _record(p, outcome.fatal.message, None, outcome, failed=True)
         raise ToolExecutionFatal(outcome.fatal, p.call.function) from outcome._exception
@@ -116,8 +128,15 @@ async def finish_call(p: Prepared, outcome: CallOutcome, ctx: FinishContext) -> 
     content, truncated = _truncate(_content(output), p.call.function, limit)
     message = ChatMessageTool(content=content, tool_call_id=p.call.id, function=p.call.function, error=outcome.error)
     _record(p, content, outcome.error, outcome, truncated)
-    await ctx.review_executed(p, message, output)
     return message
+
+
+def keep_result(p: Prepared, outcome: CallOutcome) -> None:
+    """The call executed but the sample stopped before its result was processed: keep it on record."""
+    if outcome.fatal is not None:
+        _record(p, outcome.fatal.message, None, outcome, failed=True)
+    else:
+        _record(p, _content(outcome.result), outcome.error, outcome)
 
 
 def cancelled_event(p: Prepared, cause: BaseException) -> None:

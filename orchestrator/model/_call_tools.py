@@ -20,7 +20,7 @@ from orchestrator.dispatch.inprocess import InProcessDispatcher
 from orchestrator.review._policy import active_review_policy, review_policy_scope
 from orchestrator.tool._tool_def import ToolDef, tool_def
 
-from ._call_finish import FinishContext, cancelled_event, finish_call, finish_unexecuted
+from ._call_finish import FinishContext, cancelled_event, complete_call, finish_unexecuted, keep_result
 from ._call_prepare import HANDOFF_ATTR, Prepared, prepare_call, runs_locally
 from ._chat_message import ChatMessage, ChatMessageAssistant, ChatMessageTool
 from ._model_output import ModelOutput
@@ -98,41 +98,82 @@ async def _execute(
     return ExecuteToolsResult(messages=ordered + extra, output=output)
 
 
+@dataclass(eq=False)
+class _Track:
+    """One dispatched call of a stage: its outcome future, and how far its finishing got."""
+
+    p: Prepared
+    future: asyncio.Future[CallOutcome]
+    outcome: CallOutcome | None = None
+    message: ChatMessageTool | None = None  # set once its ToolEvent is recorded (review may follow)
+    settled: bool = False  # finishing raised (a fatal outcome is recorded before it raises)
+
+
+# Bound on waiting for cancelled calls to wind down once the stage is being abandoned.
+_CANCEL_GRACE_SECONDS = 30.0
+
+
+async def _finish(track: _Track, ctx: FinishContext) -> ChatMessageTool:
+    track.outcome = await track.future
+    try:
+        track.message = await complete_call(track.p, track.outcome, ctx)
+    except asyncio.CancelledError:
+        raise
+    except BaseException:
+        track.settled = True
+        raise
+    await ctx.review_executed(track.p, track.message, track.outcome.result)
+    return track.message
+
+
 async def _run_stage(stage: list[Prepared], ctx: FinishContext) -> list[tuple[Prepared, ChatMessageTool]]:
     local = [p for p in stage if runs_locally(p.tool)]  # type: ignore[arg-type]
     remote = [p for p in stage if not runs_locally(p.tool)]  # type: ignore[arg-type]
-    futures: dict[asyncio.Future[CallOutcome], Prepared] = {}
+    tracks: list[_Track] = []
     if local:
         in_process = InProcessDispatcher.default()
         for p, fut in zip(local, in_process.dispatch([Dispatch(p.request, p.tool.tool, local=True) for p in local])):  # type: ignore[arg-type,union-attr]
-            futures[fut] = p
+            tracks.append(_Track(p, fut))
     if remote:
         dispatcher = active_dispatcher()
         for p, fut in zip(remote, dispatcher.dispatch([Dispatch(p.request, p.tool.tool) for p in remote])):  # type: ignore[arg-type,union-attr]
-            futures[fut] = p
+            tracks.append(_Track(p, fut))
 
-    done_messages: list[tuple[Prepared, ChatMessageTool]] = []
-    pending = set(futures)
+    # Each call is finished (ToolEvent, then review) as soon as it completes, independently of its
+    # siblings: reviews of parallel calls run concurrently, and a sibling's fatal error or a
+    # ``terminate`` does not wait behind another call's pending review.
+    tasks = [asyncio.ensure_future(_finish(t, ctx)) for t in tracks]
     try:
-        while pending:
-            if len(pending) == 1:
-                finished, _ = await asyncio.wait(pending)
-            else:
-                finished, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for fut in finished:
-                pending.discard(fut)
-                p = futures[fut]
-                done_messages.append((p, await finish_call(p, fut.result(), ctx)))
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        failed = [t for t in tasks if t in done and not t.cancelled() and t.exception() is not None]
+        if failed:
+            raise failed[0].exception()  # type: ignore[misc]
     except BaseException as exc:
-        # Fatal error, terminate, or cancellation: stop siblings still running, and say so.
-        for fut in pending:
-            fut.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
-            for fut in pending:
-                cancelled_event(futures[fut], exc)
+        # Fatal error, terminate, or cancellation: stop calls still running and reviews still pending.
+        await _abandon(tracks, tasks, exc)
         raise
-    return done_messages
+    return [(t.p, task.result()) for t, task in zip(tracks, tasks)]
+
+
+async def _abandon(tracks: list[_Track], tasks: list[asyncio.Future[ChatMessageTool]], cause: BaseException) -> None:
+    """Cancel unfinished calls and reviews; executed results stay on record, the rest become ``cancelled``."""
+    for task, track in zip(tasks, tracks):
+        task.cancel()
+        track.future.cancel()
+    await asyncio.wait([*tasks, *(t.future for t in tracks)], timeout=_CANCEL_GRACE_SECONDS)
+    for task in tasks:  # siblings' own errors are superseded by ``cause``; retrieve them so none is "unretrieved"
+        if task.done() and not task.cancelled():
+            task.exception()
+    for track in tracks:
+        if track.message is not None or track.settled:
+            continue  # ToolEvent recorded; a pending review was cancelled (and said so)
+        outcome = track.outcome
+        if outcome is None and track.future.done() and not track.future.cancelled() and track.future.exception() is None:
+            outcome = track.future.result()
+        if outcome is not None:
+            keep_result(track.p, outcome)  # executed, but the sample stopped before it was processed
+        else:
+            cancelled_event(track.p, cause)
 
 
 async def _run_handoff(

@@ -1,8 +1,22 @@
-"""Tool-result review (mirrors ``inspect_ai``'s reviewer API, seed 002)."""
+"""Tool-result review (mirrors ``inspect_ai.review``, seed 002).
 
+A reviewer runs after a tool call executed and before its result reaches the model, and decides
+whether the sample may go on: ``continue``, ``terminate`` (an operator limit, like approval's), or
+``escalate`` (ask the next matching reviewer). No matching reviewer, or every match escalating,
+continues. ``pending_reviews`` / ``cancel_review`` let an operator cancel a call whose review is
+pending (the sample stops as an operator limit and the result is kept).
+"""
+
+# ``orchestrator.model`` (execute_tools) imports this package's policy module; loading it first
+# makes the import order the same whichever package a user imports first (no import cycle).
+import orchestrator.model  # noqa: F401,E402  isort: skip
+
+from ._human import human_reviewer
+from ._pending import PendingReview, cancel_review, pending_reviews
 from ._policy import (
     ReviewPolicy,
     active_review_policy,
+    resolve_review,
     review_call,
     review_policy_from_config,
     review_policy_from_file,
@@ -11,11 +25,16 @@ from ._policy import (
 from ._review import Review, ReviewDecision, Reviewer, reviewer
 
 __all__ = [
+    "PendingReview",
     "Review",
     "ReviewDecision",
     "ReviewPolicy",
     "Reviewer",
     "active_review_policy",
+    "cancel_review",
+    "human_reviewer",
+    "pending_reviews",
+    "resolve_review",
     "review_call",
     "review_policy_from_config",
     "review_policy_from_file",
