@@ -66,8 +66,10 @@ else
     bootstrap_import "$BASE_TAG"
 fi
 
-if have_image "$SANDBOX_TAG"; then
-    log "$SANDBOX_TAG exists (cached)"
+# The sandbox image is also keyed by its recipe: editing sandbox/ rebuilds it (the base is not redone).
+RECIPE_HASH="$(cat "$HERE"/sandbox/* | sha256sum | cut -c1-16)"
+if have_image "$SANDBOX_TAG" && [[ "$(docker image inspect --format '{{ index .Config.Labels "toolfleet.recipe" }}' "$SANDBOX_TAG")" == "$RECIPE_HASH" ]]; then
+    log "$SANDBOX_TAG exists (cached, recipe $RECIPE_HASH)"
     exit 0
 fi
 
@@ -87,5 +89,6 @@ log "docker build -> $SANDBOX_TAG (FROM $FROM)"
 # container networking; a BASE_IMAGE that lacks packages needs the network (apt) and gets it.
 NET=(--network none)
 [[ -n "${BASE_IMAGE:-}" ]] && NET=()
-docker build "${NET[@]}" --build-arg BASE_IMAGE="$FROM" -t "$SANDBOX_TAG" "$HERE/sandbox" >&2
+docker build "${NET[@]}" --build-arg BASE_IMAGE="$FROM" --label "toolfleet.recipe=$RECIPE_HASH" \
+    -t "$SANDBOX_TAG" "$HERE/sandbox" >&2
 log "done: $BASE_TAG $SANDBOX_TAG"

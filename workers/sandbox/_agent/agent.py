@@ -41,6 +41,7 @@ _out_lock = threading.Lock()
 _procs = {}
 _killed = set()  # KILL frames that arrived before their command had started
 _procs_lock = threading.Lock()
+_oom_seen = None  # the cgroup's oom_kill counter when last read
 
 
 def send(req_id, kind, payload):
@@ -63,6 +64,17 @@ def oom_kills():
     return None
 
 
+def oom_happened():
+    """Did the cgroup's OOM-kill counter move since we last looked? (Only asked after a SIGKILL,
+    so the common path reads no files.)"""
+    global _oom_seen
+    with _procs_lock:
+        now = oom_kills()
+        moved = now is not None and _oom_seen is not None and now > _oom_seen
+        _oom_seen = now
+    return moved
+
+
 def kill_group(proc):
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -79,7 +91,6 @@ def run(req_id, spec, stdin_data):
         env.update(spec["env"])
     status = {"returncode": 0, "timed_out": False, "truncated": False, "oom": False}
     bufs = {1: bytearray(), 2: bytearray()}
-    oom_before = oom_kills()
     try:
         proc = subprocess.Popen(
             spec["argv"],
@@ -110,9 +121,8 @@ def run(req_id, spec, stdin_data):
             _procs.pop(req_id, None)
     code = proc.wait()
     status["returncode"] = 128 - code if code < 0 else code
-    if code == -signal.SIGKILL and not status["timed_out"] and oom_before is not None:
-        after = oom_kills()
-        status["oom"] = after is not None and after > oom_before
+    if code == -signal.SIGKILL and not status["timed_out"]:
+        status["oom"] = oom_happened()
     finish(req_id, status, bufs)
 
 
@@ -193,6 +203,8 @@ def read_exact(stream, n):
 
 
 def main():
+    global _oom_seen
+    _oom_seen = oom_kills()
     inp = sys.stdin.buffer
     while True:
         header = read_exact(inp, HEADER.size)

@@ -1,0 +1,40 @@
+"""Sandbox drivers: where tool calls run.
+
+``local`` (temp dir + subprocesses, no isolation) and ``docker`` (hardened containers reached
+through an in-container exec agent, pooled). Configure with a tagged config model::
+
+    driver = sandbox_config("docker").driver()
+    env = await driver.create(SandboxSpec(eval_id="e1", sample_id="s1"))
+    await env.exec(["bash", "-c", "echo hi"])
+    await driver.destroy(env)
+"""
+
+from . import _registry as registry
+from ._channel import ChannelClosed
+from ._driver import (
+    DEFAULT_IMAGE,
+    DockerSandboxConfig,
+    LocalSandboxConfig,
+    SandboxConfig,
+    SandboxDriver,
+    SandboxSpec,
+    sandbox_config,
+)
+from ._environment import AgentSandboxEnvironment
+from ._errors import SandboxCapacityError, SandboxImageError, SandboxOutOfMemoryError
+
+__all__ = [
+    "DEFAULT_IMAGE",
+    "AgentSandboxEnvironment",
+    "ChannelClosed",
+    "DockerSandboxConfig",
+    "LocalSandboxConfig",
+    "SandboxCapacityError",
+    "SandboxConfig",
+    "SandboxDriver",
+    "SandboxImageError",
+    "SandboxOutOfMemoryError",
+    "SandboxSpec",
+    "registry",
+    "sandbox_config",
+]

@@ -1,0 +1,210 @@
+"""Host side of the agent channel: length-prefixed frames multiplexed by request id.
+
+The same class talks to an agent in a container (over the hijacked ``docker exec`` socket, whose
+stdout/stderr are multiplexed with Docker's 8-byte headers: ``demux=True``) and to a local agent
+subprocess (plain pipes). Everything is asyncio: no thread per call, the loop is never blocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger("toolfleet.sandbox")
+
+AGENT_PATH = Path(__file__).parent / "_agent" / "agent.py"
+HEADER = struct.Struct(">IBI")
+U32 = struct.Struct(">I")
+RUN, KILL, PING, RESULT, PONG = 1, 2, 3, 4, 5
+DOCKER_HEADER = 8
+HELLO_TIMEOUT = 20.0  # python3 startup in a cold, CPU-limited container
+
+
+class ChannelClosed(ConnectionError):
+    """The agent (or its container) went away; pending calls fail with this."""
+
+
+@dataclass
+class RawResult:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    truncated: bool
+    timed_out: bool
+    oom: bool
+    error: dict[str, Any] | None = None
+
+
+class AgentChannel:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        demux: bool,
+        on_close: Callable[[], None] | None = None,
+        keep: Any = None,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._demux = demux
+        self._on_close = on_close
+        self._keep = keep  # objects whose lifetime must match the channel's (e.g. the SDK socket)
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[tuple[int, bytes]]] = {}
+        self._closed: BaseException | None = None
+        self._agent_stderr = bytearray()
+        self._task = asyncio.get_running_loop().create_task(self._read_loop())
+        self.info: dict[str, Any] = {}
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    async def hello(self, timeout: float = HELLO_TIMEOUT) -> dict[str, Any]:
+        """Ping the agent; fails with ChannelClosed if it never answers (e.g. no python3)."""
+        kind, payload = await self._request(PING, b"", timeout)
+        self.info = json.loads(payload)
+        return self.info
+
+    async def run(
+        self,
+        argv: list[str],
+        input: bytes | None,
+        cwd: str | None,
+        env: dict[str, str] | None,
+        timeout: float | None,
+        cap: int,
+    ) -> RawResult:
+        spec = json.dumps(
+            {"argv": argv, "cwd": cwd, "env": env, "timeout": timeout, "cap": cap, "input": input is not None}
+        ).encode()
+        payload = U32.pack(len(spec)) + spec + (input or b"")
+        # The agent enforces `timeout`; the host bound only guards against a wedged agent.
+        bound = None if timeout is None else timeout + 30.0
+        _, body = await self._request(RUN, payload, bound)
+        (jlen,) = U32.unpack_from(body)
+        status = json.loads(body[4 : 4 + jlen])
+        out_end = 4 + jlen + status["stdout_len"]
+        return RawResult(
+            returncode=status["returncode"],
+            stdout=body[4 + jlen : out_end],
+            stderr=body[out_end:],
+            truncated=status["truncated"],
+            timed_out=status["timed_out"],
+            oom=status.get("oom", False),
+            error=status.get("error"),
+        )
+
+    async def _request(self, kind: int, payload: bytes, bound: float | None) -> tuple[int, bytes]:
+        if self._closed is not None:
+            raise ChannelClosed(str(self._closed)) from self._closed
+        req_id = next(self._ids) & 0xFFFFFFFF
+        fut: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+        self._pending[req_id] = fut
+        try:
+            self._writer.write(HEADER.pack(req_id, kind, len(payload)) + payload)
+            if len(payload) > 65536:
+                await self._writer.drain()
+            return await asyncio.wait_for(fut, bound)
+        except (asyncio.CancelledError, TimeoutError):
+            # Stop the work, not just the waiting: the agent kills the command's process group.
+            if kind == RUN and self._closed is None:
+                try:
+                    self._writer.write(HEADER.pack(req_id, KILL, 0))
+                except (ConnectionError, RuntimeError):
+                    pass
+            raise
+        except (ConnectionError, RuntimeError) as exc:
+            raise ChannelClosed(f"agent channel write failed: {exc}") from exc
+        finally:
+            self._pending.pop(req_id, None)
+
+    async def _read_loop(self) -> None:
+        buf = bytearray()
+        try:
+            while True:
+                if self._demux:
+                    head = await self._reader.readexactly(DOCKER_HEADER)
+                    stream, size = head[0], int.from_bytes(head[4:8], "big")
+                    data = await self._reader.readexactly(size)
+                    if stream != 1:
+                        self._note_stderr(data)
+                        continue
+                else:
+                    data = await self._reader.read(1 << 20)
+                    if not data:
+                        raise asyncio.IncompleteReadError(b"", None)
+                buf += data
+                self._dispatch(buf)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            self._fail(ChannelClosed(f"agent channel closed{self._stderr_hint()}"), exc)
+        except asyncio.CancelledError:
+            self._fail(ChannelClosed("agent channel closed by the host"), None)
+            raise
+        except Exception as exc:  # noqa: BLE001 - a protocol error must not leave callers hanging
+            self._fail(ChannelClosed(f"agent protocol error: {exc!r}"), exc)
+
+    def _dispatch(self, buf: bytearray) -> None:
+        offset = 0
+        while len(buf) - offset >= HEADER.size:
+            req_id, kind, length = HEADER.unpack_from(buf, offset)
+            end = offset + HEADER.size + length
+            if len(buf) < end:
+                break
+            fut = self._pending.get(req_id)
+            if fut is not None and not fut.done():
+                fut.set_result((kind, bytes(buf[offset + HEADER.size : end])))
+            offset = end
+        if offset:
+            del buf[:offset]
+
+    def _note_stderr(self, data: bytes) -> None:
+        # The agent only writes to stderr when it crashes; keep a bounded tail for the error message.
+        self._agent_stderr += data
+        del self._agent_stderr[:-4096]
+
+    def _stderr_hint(self) -> str:
+        text = self._agent_stderr.decode("utf-8", "replace").strip()
+        return f": {text[-500:]}" if text else ""
+
+    def _fail(self, error: ChannelClosed, cause: BaseException | None) -> None:
+        if self._closed is not None:
+            return
+        if cause is not None:
+            error.__cause__ = cause
+        self._closed = error
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(error)
+        self._close_transport()
+        if self._on_close is not None:
+            self._on_close()
+
+    def _close_transport(self) -> None:
+        try:
+            self._writer.close()
+        except (RuntimeError, OSError):
+            pass
+        close = getattr(self._keep, "close", None)
+        if close is not None:
+            try:
+                close()
+            except OSError:
+                pass
+
+    async def aclose(self) -> None:
+        if self._closed is None:
+            self._fail(ChannelClosed("agent channel closed by the host"), None)
+        self._task.cancel()
+        try:
+            await asyncio.wait_for(self._task, 5.0)
+        except (asyncio.CancelledError, TimeoutError, Exception):  # noqa: BLE001 - closing anyway
+            pass

@@ -1,0 +1,67 @@
+"""The Docker SDK behind a bounded thread pool, plus the hijacked-stream helpers.
+
+Every SDK call blocks (HTTP over the Engine socket), so each runs on this pool via
+``run_in_executor``; the event loop never waits on Docker. Backend errors are translated at the
+boundary by the callers (``raise ... from exc``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, TypeVar
+
+import docker
+from docker.errors import DockerException
+
+T = TypeVar("T")
+
+
+class DockerAPI:
+    def __init__(self, base_url: str | None, threads: int) -> None:
+        self._base_url = base_url
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="toolfleet-docker")
+        self._threads = threads
+        self._client: docker.DockerClient | None = None
+
+    @property
+    def api(self) -> docker.APIClient:
+        assert self._client is not None, "DockerAPI.connect() first"
+        return self._client.api
+
+    async def connect(self) -> None:
+        def _connect() -> docker.DockerClient:
+            # Pool one HTTP connection per worker thread (hijacked exec sockets take their own).
+            kwargs: dict[str, Any] = {"max_pool_size": self._threads + 2, "timeout": 120}
+            client = docker.DockerClient(base_url=self._base_url, **kwargs) if self._base_url else docker.from_env(**kwargs)
+            client.ping()
+            return client
+
+        self._client = await self.call(_connect)
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+
+    async def open_exec_stream(self, exec_id: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Any]:
+        """Start an exec with its streams hijacked; returns asyncio streams over the raw socket."""
+        sock = await self.call(self.api.exec_start, exec_id, socket=True)
+        raw = getattr(sock, "_sock", sock)
+        raw.setblocking(False)
+        reader, writer = await asyncio.open_connection(sock=raw, limit=1 << 20)
+        return reader, writer, sock
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except DockerException:
+                pass
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+async def read_docker_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    """One frame of Docker's multiplexed stream (tty=False): 8-byte header, then the payload."""
+    head = await reader.readexactly(8)
+    return head[0], await reader.readexactly(int.from_bytes(head[4:8], "big"))

@@ -1,0 +1,116 @@
+"""Docker-specific exec plumbing: starting the in-container agent and the universal fallback path.
+
+Fast path: the agent source is passed to ``python3 -c`` in ONE ``exec_create``/``exec_start``
+(stdin attached, tty off), so it works on read-only root filesystems and needs no ``put_archive``.
+Universal path (images without python3): one ``docker exec`` per call through ``/bin/sh`` with the
+same semantics — GNU/busybox ``timeout -s KILL`` kills the whole process group (``timeout`` puts
+itself and the command in their own group), output is capped while reading (bytes beyond the cap
+are dropped as they arrive), stdin is attached only when input is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ._channel import AGENT_PATH, AgentChannel, ChannelClosed, RawResult
+from ._docker_api import DockerAPI, read_docker_frame
+
+_AGENT_SOURCE = AGENT_PATH.read_bytes()
+# The agent's source is the first thing written to its stdin (a short bootstrap reads exactly that
+# many bytes), so `ps` in the sandbox shows one short line. `exec` keeps the pid; exit 127 with a
+# message when the image has no python3.
+_BOOTSTRAP = "import sys;exec(compile(sys.stdin.buffer.read(int(sys.argv[1])),'toolfleet-agent','exec'))"
+_AGENT_LAUNCH = (
+    'command -v python3 >/dev/null 2>&1 || { echo "toolfleet: no python3 in this image" >&2; exit 127; }; '
+    'exec python3 -I -u -c "$0" "$1"'
+)
+FALLBACK_GRACE = 5.0  # host-side bound beyond a command's own timeout
+
+
+async def open_agent(api: DockerAPI, container_id: str, user: str | None) -> AgentChannel:
+    """Start the agent in the container (as ``user``) and wait for its hello."""
+    try:
+        exec_id = (
+            await api.call(
+                api.api.exec_create, container_id,
+                ["/bin/sh", "-c", _AGENT_LAUNCH, _BOOTSTRAP, str(len(_AGENT_SOURCE))],
+                stdin=True, stdout=True, stderr=True, tty=False, user=user or "",
+            )
+        )["Id"]
+        reader, writer, sock = await api.open_exec_stream(exec_id)
+        writer.write(_AGENT_SOURCE)
+    except Exception as exc:  # noqa: BLE001 - any SDK failure means "no channel"
+        raise ChannelClosed(f"could not start the exec agent: {exc}") from exc
+    channel = AgentChannel(reader, writer, demux=True, keep=sock)
+    try:
+        await channel.hello()
+    except (ChannelClosed, TimeoutError) as exc:
+        await channel.aclose()
+        raise ChannelClosed(f"exec agent did not start ({exc})") from exc
+    return channel
+
+
+async def universal_exec(
+    api: DockerAPI,
+    container_id: str,
+    argv: list[str],
+    input: bytes | None,
+    cwd: str | None,
+    env: dict[str, str] | None,
+    user: str | None,
+    timeout: float | None,
+    cap: int,
+    has_timeout: bool,
+) -> RawResult:
+    cmd = ["timeout", "-s", "KILL", f"{timeout:g}", *argv] if (timeout is not None and has_timeout) else argv
+    created = await api.call(
+        api.api.exec_create, container_id, cmd, stdin=input is not None, stdout=True, stderr=True, tty=False,
+        environment=env or None, workdir=cwd or None, user=user or "",
+    )
+    exec_id = created["Id"]
+    reader, writer, sock = await api.open_exec_stream(exec_id)
+    bufs = {1: bytearray(), 2: bytearray()}
+    truncated = False
+    host_timed_out = False
+    started = time.monotonic()
+    try:
+        if input is not None:
+            writer.write(input)
+            await writer.drain()
+            writer.write_eof()  # half-close: the command sees EOF on stdin
+        bound = None if timeout is None else timeout + FALLBACK_GRACE
+        try:
+            async with asyncio.timeout(bound):
+                while True:
+                    try:
+                        stream, data = await read_docker_frame(reader)
+                    except asyncio.IncompleteReadError:
+                        break
+                    buf = bufs.get(stream)
+                    if buf is None:
+                        continue
+                    room = cap - len(buf)
+                    if room > 0:
+                        buf += data[:room]
+                    if len(data) > room:
+                        truncated = True
+        except TimeoutError:
+            host_timed_out = True  # no `timeout` in the image: we stop waiting (documented gap)
+    finally:
+        writer.close()
+        sock.close()
+    info = await api.call(api.api.exec_inspect, exec_id)
+    code = info.get("ExitCode")
+    elapsed = time.monotonic() - started
+    timed_out = host_timed_out or (
+        timeout is not None and has_timeout and code in (124, 137) and elapsed >= timeout * 0.95
+    )
+    return RawResult(
+        returncode=-1 if code is None else int(code),
+        stdout=bytes(bufs[1]),
+        stderr=bytes(bufs[2]),
+        truncated=truncated,
+        timed_out=timed_out,
+        oom=False,
+    )

@@ -1,0 +1,76 @@
+"""Container labels and the reaper that removes expired or orphaned sandboxes.
+
+Every container carries ``toolfleet.*`` labels: eval id, sample id, owner host (+ the owning
+process's pid and start time), expiry. The reaper runs at driver start and periodically:
+
+- expired (``toolfleet.expiry`` in the past): removed whoever owns it;
+- orphaned: owned by this host but the owning process is gone (pid dead or reused);
+- exited (e.g. OOM-killed) containers owned by this host that no live driver holds.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import psutil
+
+PREFIX = "toolfleet."
+MANAGED = PREFIX + "managed"
+EVAL_ID = PREFIX + "eval_id"
+SAMPLE_ID = PREFIX + "sample_id"
+OWNER = PREFIX + "owner"
+OWNER_PID = PREFIX + "owner_pid"
+OWNER_STARTED = PREFIX + "owner_started"
+EXPIRY = PREFIX + "expiry"
+POOL = PREFIX + "pool"
+
+HOST = socket.gethostname()
+
+
+def _process_started(pid: int) -> int | None:
+    try:
+        return int(psutil.Process(pid).create_time())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def owner_labels() -> dict[str, str]:
+    pid = os.getpid()
+    return {OWNER: HOST, OWNER_PID: str(pid), OWNER_STARTED: str(_process_started(pid) or 0)}
+
+
+def container_labels(eval_id: str, sample_id: str, ttl: float, pool: str = "") -> dict[str, str]:
+    return {
+        MANAGED: "1",
+        EVAL_ID: eval_id,
+        SAMPLE_ID: sample_id,
+        EXPIRY: str(int(time.time() + ttl)),
+        POOL: pool,
+        **owner_labels(),
+    }
+
+
+def reap_reason(info: dict[str, Any], live: Iterable[str], now: float | None = None) -> str | None:
+    """Why a container (an Engine ``containers/json`` entry) should go, or None to keep it. Pure."""
+    now = time.time() if now is None else now
+    labels = info.get("Labels") or {}
+    if info.get("Id") in set(live):
+        return None
+    try:
+        if float(labels.get(EXPIRY, "inf")) < now:
+            return "expired"
+    except ValueError:
+        return "expired"  # a mangled label cannot protect a container forever
+    if labels.get(OWNER) != HOST:
+        return None  # another host's container: only its expiry concerns us
+    pid = int(labels.get(OWNER_PID) or 0)
+    started = _process_started(pid) if pid else None
+    if started is None or str(started) != labels.get(OWNER_STARTED):
+        return "orphaned"
+    if pid == os.getpid() and info.get("State") != "running":
+        return "exited"
+    return None

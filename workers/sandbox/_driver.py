@@ -1,0 +1,140 @@
+"""The sandbox lifecycle seam: one ``SandboxDriver`` per backend, configured by a tagged pydantic model.
+
+``SandboxConfig`` is a discriminated union on ``type``; ``config.driver()`` builds the backend lazily
+(the docker SDK is only imported when a docker sandbox is asked for). Drivers live in sibling
+modules named after the backend: ``local.py`` and ``docker.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from ._environment import AgentSandboxEnvironment
+
+DEFAULT_IMAGE = "toolfleet/sandbox:latest"
+DEFAULT_OUTPUT_CAP = 10 * 1024 * 1024  # bytes per stream per command
+
+
+class SandboxSpec(BaseModel):
+    """What a sample asks of its sandbox (limits come from the driver's config)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    eval_id: str = ""
+    sample_id: str = ""
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class SandboxDriver(ABC):
+    """Creates and destroys sandboxes for samples; owns whatever it created."""
+
+    @abstractmethod
+    async def create(self, spec: SandboxSpec | None = None) -> AgentSandboxEnvironment:
+        """A ready sandbox for one sample (registered in the process-local registry)."""
+
+    @abstractmethod
+    async def destroy(self, env: AgentSandboxEnvironment) -> None:
+        """Tear the sandbox down (idempotent) and release it from the registry."""
+
+    @abstractmethod
+    async def reap(self) -> int:
+        """Remove expired or orphaned sandboxes; returns how many were removed."""
+
+    async def aclose(self) -> None:
+        """Release everything the driver holds (pools, background tasks, clients)."""
+
+    async def __aenter__(self) -> SandboxDriver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class _BaseConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    output_cap: int = Field(DEFAULT_OUTPUT_CAP, gt=0, description="bytes kept per stream per command")
+
+    driver_module: ClassVar[str] = ""
+    driver_class_name: ClassVar[str] = ""
+
+    def driver_class(self) -> type[SandboxDriver]:
+        module = importlib.import_module(self.driver_module, __package__)
+        return getattr(module, self.driver_class_name)
+
+    def driver(self, **kwargs: Any) -> SandboxDriver:
+        """Build the backend (imports it on first use)."""
+        return self.driver_class()(self, **kwargs)
+
+
+class LocalSandboxConfig(_BaseConfig):
+    """A private temp dir and subprocesses on this host. NO isolation: for trying things out."""
+
+    type: Literal["local"] = "local"
+    root_dir: str | None = Field(None, description="parent of the per-sample temp dirs (default: system temp)")
+
+    driver_module: ClassVar[str] = ".local"
+    driver_class_name: ClassVar[str] = "LocalSandboxDriver"
+
+
+class DockerSandboxConfig(_BaseConfig):
+    """One hardened container per sample, reached through an in-container exec agent."""
+
+    type: Literal["docker"] = "docker"
+    image: str = DEFAULT_IMAGE
+    user: str | None = Field(None, description="container user; None keeps the image's USER (non-root in ours)")
+    working_dir: str | None = None
+    environment: dict[str, str] = Field(default_factory=dict)
+    # Hardening (all on by default, all configurable per task).
+    network_mode: str = "none"
+    cap_drop: list[str] = Field(default_factory=lambda: ["ALL"])
+    cap_add: list[str] = Field(default_factory=list)
+    security_opt: list[str] = Field(default_factory=lambda: ["no-new-privileges"])
+    pids_limit: int = 512
+    mem_limit: str = "1g"
+    memswap_limit: str | None = Field(None, description="None: same as mem_limit (no swap)")
+    cpus: float = 1.0
+    init: bool = True
+    read_only: bool = False
+    # Lifecycle.
+    pool_size: int = Field(2, ge=0, description="pre-started containers kept per (image, limits)")
+    max_sandboxes: int = Field(64, gt=0, description="per-host cap on containers this driver owns")
+    acquire_timeout: float = Field(120.0, gt=0, description="how long create() waits for capacity")
+    ttl: float = Field(24 * 3600.0, gt=0, description="seconds until a container's expiry label passes")
+    reap_interval: float = Field(60.0, gt=0)
+    fast_path: bool = Field(True, description="use the in-sandbox agent where the image has python3")
+    api_threads: int = Field(8, gt=0, description="bounded threads for blocking Docker SDK calls")
+    docker_host: str | None = Field(None, description="Engine API URL; None: from the environment")
+
+    driver_module: ClassVar[str] = ".docker"
+    driver_class_name: ClassVar[str] = "DockerSandboxDriver"
+
+    def limits_key(self) -> str:
+        """Containers are interchangeable (poolable) when these fields match."""
+        return self.model_dump_json(include=_POOL_KEY_FIELDS)
+
+
+_POOL_KEY_FIELDS = {
+    "image", "user", "working_dir", "environment", "network_mode", "cap_drop", "cap_add", "security_opt",
+    "pids_limit", "mem_limit", "memswap_limit", "cpus", "init", "read_only",
+}
+
+SandboxConfig = Annotated[Union[LocalSandboxConfig, DockerSandboxConfig], Field(discriminator="type")]
+
+
+def sandbox_config(value: str | dict[str, Any] | BaseModel) -> LocalSandboxConfig | DockerSandboxConfig:
+    """Parse ``"local"``, ``"docker"``, a dict with a ``type`` tag, or a config model."""
+    from pydantic import TypeAdapter
+
+    if isinstance(value, (LocalSandboxConfig, DockerSandboxConfig)):
+        return value
+    if isinstance(value, str):
+        value = {"type": value}
+    elif isinstance(value, BaseModel):
+        value = value.model_dump()
+    return TypeAdapter(SandboxConfig).validate_python(value)

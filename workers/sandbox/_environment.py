@@ -1,0 +1,185 @@
+"""``SandboxEnvironment`` on top of agent channels: the exec semantics both drivers share.
+
+A channel is opened lazily per user (the agent never switches users, so Docker capabilities stay
+dropped); a subclass says how to open one and may provide a slower universal path for images whose
+agent cannot start. File reads and writes are commands too, so both drivers treat paths, users and
+permissions identically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from abc import abstractmethod
+from typing import Any, Literal, overload
+
+import structlog
+
+from orchestrator.util._sandbox import (
+    ExecResult,
+    OutputLimitExceededError,
+    SandboxEnvironment,
+    SandboxTimeoutError,
+    SandboxUnavailableError,
+)
+
+from ._channel import AgentChannel, ChannelClosed, RawResult
+from ._errors import SandboxOutOfMemoryError
+
+log = structlog.get_logger("toolfleet.sandbox")
+
+READ_FILE_LIMIT = 100 * 1024 * 1024  # larger files are an OutputLimitExceededError, as in Inspect
+# Exit codes of the file scripts below, mapped to the exceptions tools expect.
+_READ_SCRIPT = (
+    'f="$1"; if [ -d "$f" ]; then exit 21; fi; if [ ! -e "$f" ]; then exit 2; fi; '
+    'if [ ! -r "$f" ]; then exit 13; fi; exec cat -- "$f"'
+)
+_WRITE_SCRIPT = (
+    'f="$1"; if [ -d "$f" ]; then exit 21; fi; d=$(dirname -- "$f"); '
+    '[ -d "$d" ] || mkdir -p -- "$d" 2>/dev/null || exit 13; (cat > "$f") 2>/dev/null || exit 13'
+)
+
+
+class AgentSandboxEnvironment(SandboxEnvironment):
+    """A sandbox reached through per-user agent channels. ``state`` is scratch space for tools."""
+
+    def __init__(self, sandbox_id: str, output_cap: int, default_env: dict[str, str] | None = None) -> None:
+        self.sandbox_id = sandbox_id
+        self.output_cap = output_cap
+        self.default_env = dict(default_env or {})  # the sample's env, under each call's own env
+        self.state: dict[str, Any] = {}  # e.g. text_editor undo history, bash_session sessions
+        self._channels: dict[str | None, AgentChannel] = {}
+        self._opening: dict[str | None, asyncio.Lock] = {}
+        self.fast_path = True  # False once the agent could not start: the universal path is used
+        self.closed = False
+
+    # --- subclass hooks -------------------------------------------------------------------------
+
+    @abstractmethod
+    async def _open_channel(self, user: str | None) -> AgentChannel:
+        """Start an agent running as ``user`` (None: the sandbox's default user)."""
+
+    async def _universal_exec(
+        self, argv: list[str], input: bytes | None, cwd: str | None, env: dict[str, str] | None,
+        user: str | None, timeout: float | None,
+    ) -> RawResult:
+        raise SandboxUnavailableError(f"Sandbox '{self.sandbox_id}': the exec agent could not start.")
+
+    async def _explain_failure(self, exc: BaseException) -> BaseException:
+        """Turn a dead channel into the error the tool should see (e.g. out of memory)."""
+        return SandboxUnavailableError(f"Sandbox '{self.sandbox_id}' is no longer available ({exc}).")
+
+    # --- SandboxEnvironment ----------------------------------------------------------------------
+
+    async def exec(
+        self,
+        cmd: list[str],
+        input: str | bytes | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        timeout: float | None = None,
+    ) -> ExecResult:
+        raw = await self.exec_raw(cmd, input=input, cwd=cwd, env=env, user=user, timeout=timeout)
+        stdout = raw.stdout.decode("utf-8", "replace")
+        stderr = raw.stderr.decode("utf-8", "replace")
+        if raw.timed_out:
+            raise SandboxTimeoutError(stdout=stdout, stderr=stderr)
+        return ExecResult(returncode=raw.returncode, stdout=stdout, stderr=stderr, truncated=raw.truncated)
+
+    async def exec_raw(
+        self,
+        cmd: list[str],
+        input: str | bytes | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        timeout: float | None = None,
+        cap: int | None = None,
+    ) -> RawResult:
+        """Like ``exec`` but bytes in and out, and timeouts reported in the result (not raised)."""
+        if self.closed:
+            raise SandboxUnavailableError(f"Sandbox '{self.sandbox_id}' has been destroyed.")
+        if not cmd:
+            raise ValueError("exec() needs a non-empty argv")
+        data = input.encode("utf-8") if isinstance(input, str) else input
+        cap = cap or self.output_cap
+        if self.default_env:
+            env = {**self.default_env, **(env or {})}
+        if self.fast_path:
+            channel = await self._channel(user)
+            if channel is not None:
+                try:
+                    raw = await channel.run(list(cmd), data, cwd, env, timeout, cap)
+                except ChannelClosed as exc:
+                    raise await self._explain_failure(exc) from exc
+                if raw.oom:
+                    raise await self._explain_failure(SandboxOutOfMemoryError(self._oom_message()))
+                return raw
+        return await self._universal_exec(list(cmd), data, cwd, env, user, timeout)
+
+    def _oom_message(self) -> str:
+        return f"The sandbox ran out of memory: the command in sandbox '{self.sandbox_id}' was killed by the OOM killer."
+
+    async def _channel(self, user: str | None) -> AgentChannel | None:
+        channel = self._channels.get(user)
+        if channel is not None and not channel.closed:
+            return channel
+        lock = self._opening.setdefault(user, asyncio.Lock())
+        async with lock:
+            channel = self._channels.get(user)
+            if channel is not None and not channel.closed:
+                return channel
+            if not self.fast_path:
+                return None
+            try:
+                channel = await self._open_channel(user)
+            except ChannelClosed as exc:
+                if user is not None:
+                    raise  # a bad user name, not a missing python3
+                self.fast_path = False
+                log.warning(
+                    "sandbox.fast_path_unavailable",
+                    sandbox=self.sandbox_id,
+                    reason=str(exc),
+                    detail="exec agent could not start (no python3?); using the slower universal exec path",
+                )
+                return None
+            self._channels[user] = channel
+            return channel
+
+    @overload
+    async def read_file(self, file: str, text: Literal[True] = True) -> str: ...
+    @overload
+    async def read_file(self, file: str, text: Literal[False]) -> bytes: ...
+
+    async def read_file(self, file: str, text: bool = True) -> str | bytes:
+        raw = await self.exec_raw(["/bin/sh", "-c", _READ_SCRIPT, "sh", file], cap=READ_FILE_LIMIT)
+        _raise_for_file(raw, file)
+        if raw.truncated:
+            raise OutputLimitExceededError(limit_str="100 MiB", truncated_output=None)
+        return raw.stdout.decode("utf-8") if text else raw.stdout  # strict: UnicodeDecodeError reaches the tool
+
+    async def write_file(self, file: str, contents: str | bytes) -> None:
+        data = contents.encode("utf-8") if isinstance(contents, str) else contents
+        raw = await self.exec_raw(["/bin/sh", "-c", _WRITE_SCRIPT, "sh", file], input=data)
+        _raise_for_file(raw, file)
+
+    async def aclose(self) -> None:
+        self.closed = True
+        channels = list(self._channels.values())
+        self._channels.clear()
+        await asyncio.gather(*(c.aclose() for c in channels), return_exceptions=True)
+
+
+def _raise_for_file(raw: RawResult, file: str) -> None:
+    if raw.returncode == 0:
+        return
+    if raw.returncode == 2:
+        raise FileNotFoundError(2, "No such file or directory", file)
+    if raw.returncode == 13:
+        raise PermissionError(13, "Permission denied", file)
+    if raw.returncode == 21:
+        raise IsADirectoryError(21, "Is a directory", file)
+    detail = raw.stderr.decode("utf-8", "replace").strip()
+    raise RuntimeError(f"file operation on {shlex.quote(file)} failed ({raw.returncode}): {detail}")

@@ -1,0 +1,270 @@
+"""The ``docker`` driver: one hardened container per sample, on the Docker Engine API (no CLI).
+
+- Exec goes through an in-container agent started once per (container, user) — see ``_docker_exec``;
+  images without python3 fall back to one ``docker exec`` per call (logged).
+- Hardening by default (``DockerSandboxConfig``): network none, cap-drop ALL, no-new-privileges,
+  pids/memory(+swap)/CPU limits, init, the image's non-root USER; the Docker socket is never mounted.
+- Labels and a reaper (``_docker_labels``); OOM kills reported as ``SandboxOutOfMemoryError``.
+- A pool of pre-started containers (agent already running) per (image, limits), refilled in the
+  background, so ``create()`` usually takes milliseconds; a per-host cap bounds what the driver owns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from typing import Any
+
+import structlog
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+
+from orchestrator.util._sandbox import SandboxUnavailableError
+
+from . import _registry
+from ._channel import AgentChannel, ChannelClosed, RawResult
+from ._docker_api import DockerAPI
+from ._docker_exec import open_agent, universal_exec
+from ._docker_labels import MANAGED, SAMPLE_ID, container_labels, reap_reason
+from ._docker_pool import Capacity, ContainerPool
+from ._driver import DockerSandboxConfig, SandboxDriver, SandboxSpec
+from ._environment import AgentSandboxEnvironment
+from ._errors import SandboxImageError, SandboxOutOfMemoryError
+
+log = structlog.get_logger("toolfleet.sandbox")
+
+# Containers held by any driver in this process: the reaper never touches them.
+_HELD: set[str] = set()
+_KEEPALIVE = ["/bin/sh", "-c", "exec sleep infinity 2>/dev/null || while :; do sleep 3600; done"]
+
+
+class DockerSandboxEnvironment(AgentSandboxEnvironment):
+    def __init__(self, driver: DockerSandboxDriver, container_id: str, sandbox_id: str) -> None:
+        super().__init__(sandbox_id, driver.config.output_cap)
+        self.driver = driver
+        self.container_id = container_id
+        self._has_timeout: bool | None = None
+
+    async def _open_channel(self, user: str | None) -> AgentChannel:
+        if not self.driver.config.fast_path:
+            raise ChannelClosed("fast path disabled by configuration")
+        return await open_agent(self.driver.api, self.container_id, user)
+
+    async def _universal_exec(
+        self, argv: list[str], input: bytes | None, cwd: str | None, env: dict[str, str] | None,
+        user: str | None, timeout: float | None,
+    ) -> RawResult:
+        api = self.driver.api
+        try:
+            if self._has_timeout is None:
+                probe = await universal_exec(api, self.container_id, ["/bin/sh", "-c", "command -v timeout"],
+                                             None, None, None, None, None, 4096, False)
+                self._has_timeout = probe.returncode == 0
+            return await universal_exec(api, self.container_id, argv, input, cwd, env, user, timeout,
+                                        self.output_cap, self._has_timeout)
+        except (APIError, DockerException, ConnectionError, OSError) as exc:
+            raise await self._explain_failure(exc) from exc
+
+    async def _explain_failure(self, exc: BaseException) -> BaseException:
+        limit = self.driver.config.mem_limit
+        try:
+            state = (await self.driver.api.call(self.driver.api.api.inspect_container, self.container_id))["State"]
+        except NotFound:
+            return SandboxUnavailableError(f"Sandbox '{self.sandbox_id}' is gone: its container was removed.")
+        except DockerException as inspect_exc:
+            return SandboxUnavailableError(f"Sandbox '{self.sandbox_id}' is unreachable: {inspect_exc}")
+        if state.get("OOMKilled"):
+            return SandboxOutOfMemoryError(
+                f"The sandbox ran out of memory (limit {limit}) and its container was stopped (OOMKilled)."
+            )
+        if isinstance(exc, SandboxOutOfMemoryError):
+            return SandboxOutOfMemoryError(
+                f"The sandbox ran out of memory (limit {limit}): the command was killed by the OOM killer."
+            )
+        if not state.get("Running"):
+            return SandboxUnavailableError(
+                f"Sandbox '{self.sandbox_id}' stopped (container exit code {state.get('ExitCode')})."
+            )
+        return SandboxUnavailableError(f"Sandbox '{self.sandbox_id}': lost the exec channel ({exc}).")
+
+
+class DockerSandboxDriver(SandboxDriver):
+    def __init__(self, config: DockerSandboxConfig | None = None, eval_id: str = "") -> None:
+        self.config = config or DockerSandboxConfig()
+        self.eval_id = eval_id
+        self.api = DockerAPI(self.config.docker_host, self.config.api_threads)
+        self.capacity = Capacity(self.config.max_sandboxes)
+        self.pool = ContainerPool(self.config.pool_size, self._pool_container, self._remove, self.capacity)
+        self._envs: dict[str, DockerSandboxEnvironment] = {}
+        self._started = False
+        self._start_lock = asyncio.Lock()
+        self._reaper: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, check the image, reap leftovers, start the periodic reaper and fill the pool."""
+        async with self._start_lock:
+            if self._started:
+                return
+            try:
+                await self.api.connect()
+                await self.api.call(self.api.api.inspect_image, self.config.image)
+            except ImageNotFound as exc:
+                raise SandboxImageError(
+                    f"Sandbox image '{self.config.image}' not found: build it with sandbox_images/build.sh"
+                ) from exc
+            except DockerException as exc:
+                raise SandboxUnavailableError(f"Docker is not reachable: {exc}") from exc
+            await self.reap()
+            self._reaper = asyncio.get_running_loop().create_task(self._reap_periodically())
+            self._started = True
+            self.pool.refill()
+
+    async def create(self, spec: SandboxSpec | None = None) -> DockerSandboxEnvironment:
+        spec = spec or SandboxSpec()
+        await self.start()
+        env = await self.pool.acquire()
+        if env is None:
+            await self.capacity.acquire(self.config.acquire_timeout)
+            try:
+                env = await self._new_container(spec.eval_id or self.eval_id, spec.sample_id)
+            except BaseException:
+                self.capacity.release()
+                raise
+        else:
+            self._tag_later(env, spec)
+        env.default_env = dict(spec.env)
+        self._envs[env.sandbox_id] = env
+        _registry.register(env.sandbox_id, env)
+        return env
+
+    async def destroy(self, env: AgentSandboxEnvironment) -> None:
+        assert isinstance(env, DockerSandboxEnvironment)
+        _registry.release(env.sandbox_id)
+        if self._envs.pop(env.sandbox_id, None) is None:
+            return  # already destroyed
+        await self._remove(env)
+        self.capacity.release()
+
+    async def reap(self) -> int:
+        try:
+            listed = await self.api.call(self.api.api.containers, all=True, filters={"label": f"{MANAGED}=1"})
+        except DockerException as exc:
+            log.warning("sandbox.reap_failed", error=str(exc))
+            return 0
+        removed = 0
+        for info in listed:
+            reason = reap_reason(info, _HELD)
+            if reason is None:
+                continue
+            try:
+                await self.api.call(self.api.api.remove_container, info["Id"], force=True)
+                removed += 1
+                log.info("sandbox.reaped", container=info["Id"][:12], reason=reason)
+            except NotFound:
+                pass
+            except DockerException as exc:
+                log.warning("sandbox.reap_failed", container=info["Id"][:12], error=str(exc))
+        return removed
+
+    async def aclose(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+        await self.pool.aclose()
+        for env in list(self._envs.values()):
+            await self.destroy(env)
+        for task in list(self._background):
+            task.cancel()
+        self.api.close()
+
+    # --- containers -----------------------------------------------------------------------------
+
+    def _container_kwargs(self, labels: dict[str, str]) -> dict[str, Any]:
+        c = self.config
+        host_config = self.api.api.create_host_config(
+            network_mode=c.network_mode,
+            cap_drop=c.cap_drop or None,
+            cap_add=c.cap_add or None,
+            security_opt=c.security_opt or None,
+            pids_limit=c.pids_limit,
+            mem_limit=c.mem_limit,
+            memswap_limit=c.memswap_limit or c.mem_limit,  # no swap beyond the memory limit
+            nano_cpus=int(c.cpus * 1e9),
+            init=c.init,
+            read_only=c.read_only,
+        )
+        return {
+            "image": c.image,
+            "command": _KEEPALIVE,
+            "entrypoint": [],
+            "user": c.user or "",
+            "working_dir": c.working_dir,
+            "environment": c.environment or None,
+            "labels": labels,
+            "host_config": host_config,
+            "detach": True,
+        }
+
+    async def _new_container(self, eval_id: str, sample_id: str, pool: str = "") -> DockerSandboxEnvironment:
+        labels = container_labels(eval_id, sample_id, self.config.ttl, pool)
+        name = _container_name(sample_id or "pool")
+        try:
+            created = await self.api.call(self.api.api.create_container, name=name, **self._container_kwargs(labels))
+            container_id = created["Id"]
+        except DockerException as exc:
+            raise SandboxUnavailableError(f"could not create a sandbox container: {exc}") from exc
+        _HELD.add(container_id)
+        env = DockerSandboxEnvironment(self, container_id, name)
+        try:
+            await self.api.call(self.api.api.start, container_id)
+            await env._channel(None)  # start the agent now (or learn that the fallback is needed)
+        except BaseException as exc:
+            await self._remove(env)
+            if isinstance(exc, DockerException):
+                raise SandboxUnavailableError(f"could not start a sandbox container: {exc}") from exc
+            raise
+        return env
+
+    async def _pool_container(self) -> DockerSandboxEnvironment:
+        return await self._new_container(self.eval_id, "", pool=self.config.limits_key()[:60])
+
+    async def _remove(self, env: DockerSandboxEnvironment) -> None:
+        await env.aclose()
+        try:
+            await self.api.call(self.api.api.remove_container, env.container_id, force=True)
+        except NotFound:
+            pass
+        except DockerException as exc:
+            log.warning("sandbox.remove_failed", container=env.container_id[:12], error=str(exc))
+        _HELD.discard(env.container_id)
+
+    def _tag_later(self, env: DockerSandboxEnvironment, spec: SandboxSpec) -> None:
+        """A pooled container learns its sample: labels are immutable, so the name carries it."""
+        if not spec.sample_id:
+            return
+        name = _container_name(spec.sample_id)
+
+        async def rename() -> None:
+            try:
+                await self.api.call(self.api.api.rename, env.container_id, name)
+            except DockerException as exc:
+                log.debug("sandbox.rename_failed", container=env.container_id[:12], error=str(exc))
+
+        task = asyncio.get_running_loop().create_task(rename())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _reap_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.reap_interval)
+            await self.reap()
+
+
+def _container_name(sample_id: str) -> str:
+    safe = re.sub(r"[^a-zA-Z0-9_.-]", "-", sample_id)[:40].strip("-.") or "sample"
+    return f"toolfleet-{safe}-{uuid.uuid4().hex[:8]}"
+
+
+__all__ = ["DockerSandboxDriver", "DockerSandboxEnvironment", "SAMPLE_ID"]

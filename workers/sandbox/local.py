@@ -1,0 +1,111 @@
+"""The ``local`` driver: a private temp directory and subprocesses on this host.
+
+NO ISOLATION: commands run with this process's privileges and see the whole filesystem and network.
+It exists so that embedded mode works with nothing installed (trying things out, tests, demos).
+Semantics match the docker driver because the same exec agent runs here as a local subprocess:
+process groups, timeouts that kill the group, output caps, closed stdin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pwd
+import shutil
+import sys
+import tempfile
+import uuid
+
+import structlog
+
+from orchestrator.util._sandbox import SandboxUnavailableError
+
+from . import _registry
+from ._channel import AGENT_PATH, AgentChannel, ChannelClosed
+from ._driver import LocalSandboxConfig, SandboxDriver, SandboxSpec
+from ._environment import AgentSandboxEnvironment
+
+log = structlog.get_logger("toolfleet.sandbox")
+
+
+class LocalSandboxEnvironment(AgentSandboxEnvironment):
+    def __init__(self, sandbox_id: str, root: str, output_cap: int, env: dict[str, str]) -> None:
+        super().__init__(sandbox_id, output_cap, env)
+        self.root = root
+        self._procs: list[asyncio.subprocess.Process] = []
+
+    async def _open_channel(self, user: str | None) -> AgentChannel:
+        kwargs: dict[str, object] = {}
+        if user is not None and user != pwd.getpwuid(os.getuid()).pw_name:
+            if os.geteuid() != 0:
+                raise PermissionError(1, f"local sandbox cannot run commands as '{user}' (not running as root)")
+            kwargs["user"] = user
+            # The sandbox dir belongs to us; let the other user work in it.
+            os.chmod(self.root, 0o777)
+        env = {**os.environ, "HOME": self.root, "PYTHONDONTWRITEBYTECODE": "1"}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-I", "-u", str(AGENT_PATH),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            cwd=self.root,
+            env=env,
+            start_new_session=True,  # a Ctrl-C to the orchestrator must not reach sandbox commands
+            limit=1 << 20,
+            **kwargs,  # type: ignore[arg-type]
+        )
+        self._procs.append(proc)
+        assert proc.stdin is not None and proc.stdout is not None
+        channel = AgentChannel(proc.stdout, proc.stdin, demux=False)  # type: ignore[arg-type]
+        try:
+            await channel.hello()
+        except (ChannelClosed, TimeoutError) as exc:
+            await channel.aclose()
+            raise ChannelClosed(f"local agent did not start: {exc}") from exc
+        return channel
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        for proc in self._procs:
+            if proc.returncode is None:
+                try:
+                    proc.kill()
+                except ProcessLookupError:
+                    pass
+                try:
+                    await asyncio.wait_for(proc.wait(), 5.0)
+                except TimeoutError:
+                    log.warning("sandbox.local_agent_stuck", sandbox=self.sandbox_id, pid=proc.pid)
+        await asyncio.to_thread(shutil.rmtree, self.root, True)
+
+
+class LocalSandboxDriver(SandboxDriver):
+    def __init__(self, config: LocalSandboxConfig | None = None) -> None:
+        self.config = config or LocalSandboxConfig()
+        self._envs: dict[str, LocalSandboxEnvironment] = {}
+
+    async def create(self, spec: SandboxSpec | None = None) -> LocalSandboxEnvironment:
+        spec = spec or SandboxSpec()
+        sandbox_id = f"local-{uuid.uuid4().hex[:12]}"
+        root = await asyncio.to_thread(tempfile.mkdtemp, prefix="toolfleet-", dir=self.config.root_dir)
+        env = LocalSandboxEnvironment(sandbox_id, root, self.config.output_cap, spec.env)
+        try:
+            await env._channel(None)  # start the agent now: fail at create, not at the first call
+        except (ChannelClosed, OSError) as exc:
+            await env.aclose()
+            raise SandboxUnavailableError(f"could not start a local sandbox: {exc}") from exc
+        self._envs[sandbox_id] = env
+        _registry.register(sandbox_id, env)
+        return env
+
+    async def destroy(self, env: AgentSandboxEnvironment) -> None:
+        self._envs.pop(env.sandbox_id, None)
+        _registry.release(env.sandbox_id)
+        await env.aclose()
+
+    async def reap(self) -> int:
+        return 0  # local sandboxes die with their process group and temp dir; nothing outlives us
+
+    async def aclose(self) -> None:
+        for env in list(self._envs.values()):
+            await self.destroy(env)
