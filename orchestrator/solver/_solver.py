@@ -14,8 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from orchestrator.model._chat_message import ChatMessageSystem
 from orchestrator.model._generate_config import GenerateConfig
 from orchestrator.model._model import Model
-from orchestrator.model._usage import current_usage
-from orchestrator.util._limit import LimitExceededError
+from orchestrator.util._limits import check_limits, check_message_limit, record_turn
 
 from ._task_state import TaskState
 
@@ -53,19 +52,6 @@ def solver_name(instance: Any) -> str:
     return getattr(instance, SOLVER_NAME_ATTR, None) or getattr(instance, "__name__", type(instance).__name__)
 
 
-def check_message_limit(state: TaskState) -> None:
-    if state.message_limit is not None and len(state.messages) >= state.message_limit:
-        raise LimitExceededError("message", len(state.messages), state.message_limit,
-                                 f"The sample exceeded its message limit of {state.message_limit}.")
-
-
-def check_token_limit(state: TaskState) -> None:
-    used = current_usage().limit_tokens
-    if state.token_limit is not None and used >= state.token_limit:
-        raise LimitExceededError("token", used, state.token_limit,
-                                 f"The sample exceeded its token limit of {state.token_limit}.")
-
-
 def make_generate(model: Model) -> Generate:
     """The ``generate`` the sample runner hands to solvers."""
     from orchestrator.model._call_tools import execute_tools
@@ -74,15 +60,18 @@ def make_generate(model: Model) -> Generate:
                        **kwargs: Any) -> TaskState:
         config = GenerateConfig(**kwargs) if kwargs else None
         while True:
-            check_message_limit(state)
-            check_token_limit(state)
+            # The sample's limits (entered by the sample runner) are checked at each turn.
+            check_message_limit(len(state.messages))
+            record_turn()
+            check_limits()
             state.output = await model.generate(state.messages, state.tools, state.tool_choice, config)
             state.messages.append(state.output.message)
             if tool_calls == "none" or not state.output.message.tool_calls:
                 return state
-            check_message_limit(state)
+            check_message_limit(len(state.messages))
             result = await execute_tools(state.messages, state.tools)
             state.messages.extend(result.messages)
+            check_message_limit(len(state.messages))
             if result.output is not None:
                 state.output = result.output
             if tool_calls == "single":

@@ -1,0 +1,398 @@
+"""``eval`` / ``eval_async`` / ``eval_retry``: run tasks' samples concurrently and write the durable log.
+
+Back-pressure: ``max_samples`` worker coroutines pull samples from a queue (so memory does not grow with
+the dataset), and ``max_sandboxes`` slots bound the sandboxes alive at once. Per-host sandbox caps are the
+executing side's (the docker driver's ``max_sandboxes``, a worker's ``--slots``).
+
+Resume: a sample whose last log line has no error is finished and never re-run. ``eval_retry(log)`` (or
+``eval`` with the same ``log_dir`` and an unfinished log of the same task/model/args) re-opens the log,
+appends a ``run`` line, and runs only the samples still missing or errored. Sandboxes left by a killed
+run carry the eval id and the dead process's pid in their labels; the docker driver's reaper removes
+them when the next run starts its driver (workers reap at start and periodically).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from orchestrator import __version__
+from orchestrator.dataset import Sample
+from orchestrator.dispatch import Dispatcher, InProcessDispatcher
+from orchestrator.model._model import Model
+from orchestrator.model._model_output import ModelUsage
+from orchestrator.scorer._score import scorer_info
+from orchestrator.solver._solver import solver_name
+
+from ._errors import BrokerUnreachableError, DockerUnreachableError, PolicyFileError
+from ._log import (
+    LOG_SUFFIX,
+    EvalConfig,
+    EvalDataset,
+    EvalError,
+    EvalLog,
+    EvalMetricValue,
+    EvalResults,
+    EvalSample,
+    EvalScore,
+    EvalSpec,
+    EvalStats,
+    LogFormatError,
+    LogWriter,
+    read_eval_log,
+    sample_key,
+)
+from ._policies import resolve_model
+from ._progress import EvalProgress
+from ._runner import SampleRunner
+from ._task import Task, TaskError, load_task
+
+DEFAULT_MAX_SAMPLES = 32
+DEFAULT_LOG_DIR = "logs"
+PREFLIGHT_TIMEOUT_S = 5.0
+
+DisplayKind = Literal["auto", "rich", "log", "none"]
+
+
+def eval(tasks: Task | str | Sequence[Task | str], model: str | Model | None = None, **kwargs: Any) -> list[EvalLog]:
+    """Run ``tasks`` and return their logs (a thin sync wrapper over ``eval_async``)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(eval_async(tasks, model, **kwargs))
+    raise RuntimeError("eval() cannot run inside an event loop: await eval_async(...) instead.")
+
+
+async def eval_async(
+    tasks: Task | str | Sequence[Task | str],
+    model: str | Model | None = None,
+    *,
+    limit: int | None = None,
+    max_samples: int | None = None,
+    max_sandboxes: int | None = None,
+    retry_on_error: int | bool = 0,
+    epochs: int | None = None,
+    log_dir: str | Path = DEFAULT_LOG_DIR,
+    sandbox: str | dict[str, Any] | Any | None = None,
+    broker: str | None = None,
+    approval: str | list[Any] | None = None,
+    review: str | list[Any] | None = None,
+    message_limit: int | None = None,
+    token_limit: int | None = None,
+    time_limit: float | None = None,
+    task_args: dict[str, Any] | None = None,
+    model_args: dict[str, Any] | None = None,
+    display: DisplayKind | Any = "none",
+    resume: bool = True,
+    log_file: str | Path | None = None,
+    dispatcher: Dispatcher | None = None,
+) -> list[EvalLog]:
+    """Run every task; see the module docstring for concurrency and resume semantics.
+
+    ``retry_on_error``: how many times an errored sample is retried from scratch (True = 1).
+    ``display``: "rich" (live progress), "log" (structlog lines), "none", "auto" (rich on a TTY) or a
+    display object. ``log_file`` resumes that log (what ``eval_retry`` uses). ``dispatcher`` overrides
+    the one ``broker`` would select.
+    """
+    task_list = [tasks] if isinstance(tasks, (Task, str)) else list(tasks)
+    if log_file is not None and len(task_list) != 1:
+        raise TaskError("log_file resumes one eval: give exactly one task.")
+    resolved = [load_task(t, task_args) if isinstance(t, str) else t for t in task_list]
+    # Model names can refer to policies a task file registers, so tasks load first.
+    resolved_model = resolve_model(model, **(model_args or {}))
+    own_dispatcher = dispatcher is None
+    if dispatcher is None:
+        dispatcher = await make_dispatcher(broker)
+    logs: list[EvalLog] = []
+    try:
+        for task in resolved:
+            options = _Options(limit, max_samples, max_sandboxes, int(retry_on_error), epochs, Path(log_dir), sandbox,
+                               broker, approval, review, message_limit, token_limit, time_limit, resume,
+                               Path(log_file) if log_file else None)
+            logs.append(await _eval_task(task, resolved_model, dispatcher, options, display))
+    finally:
+        if own_dispatcher:
+            await dispatcher.aclose()
+    return logs
+
+
+async def eval_retry_async(log: str | Path, **overrides: Any) -> EvalLog:
+    """Resume (or retry the errored samples of) the eval recorded in ``log``."""
+    header = read_eval_log(log, header_only=True)
+    spec = header.eval
+    if not spec.task_file:
+        raise LogFormatError(f"'{log}' was written for a task object, not a task file: it cannot be re-run by name.")
+    config = spec.config
+    options: dict[str, Any] = dict(
+        limit=config.limit, max_samples=config.max_samples, max_sandboxes=config.max_sandboxes,
+        retry_on_error=config.retry_on_error, epochs=config.epochs, sandbox=config.sandbox, broker=config.broker,
+        approval=config.approval, review=config.review, message_limit=config.message_limit,
+        token_limit=config.token_limit, time_limit=config.time_limit, task_args=spec.task_args,
+        log_dir=Path(log).parent,
+    )
+    options.update({k: v for k, v in overrides.items() if v is not None})
+    model = options.pop("model", None) or spec.model
+    [result] = await eval_async(f"{spec.task_file}@{spec.task}", model, log_file=log, **options)
+    return result
+
+
+def eval_retry(log: str | Path, **overrides: Any) -> EvalLog:
+    return asyncio.run(eval_retry_async(log, **overrides))
+
+
+# -- setup -----------------------------------------------------------------------------------------
+
+
+async def make_dispatcher(broker: str | None) -> Dispatcher:
+    """Embedded (in-process) without a broker; the Celery dispatcher with one (checked reachable first)."""
+    if broker is None:
+        return InProcessDispatcher()
+    await _check_broker(broker)
+    try:
+        from orchestrator.dispatch.celery import CeleryDispatcher  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise BrokerUnreachableError(f"Distributed mode is not available in this install: {exc}") from exc
+    return CeleryDispatcher(broker)
+
+
+async def _check_broker(url: str) -> None:
+    import redis.asyncio as aioredis
+    from redis.exceptions import RedisError
+
+    try:
+        client = aioredis.from_url(url, socket_connect_timeout=PREFLIGHT_TIMEOUT_S, socket_timeout=PREFLIGHT_TIMEOUT_S)
+    except ValueError as exc:
+        raise BrokerUnreachableError(f"Invalid broker URL '{redact(url)}': {exc}") from exc
+    try:
+        await asyncio.wait_for(client.ping(), PREFLIGHT_TIMEOUT_S)
+    except (RedisError, OSError, TimeoutError) as exc:
+        raise BrokerUnreachableError(f"Cannot reach the broker at {redact(url)}: {exc or type(exc).__name__}") from exc
+    finally:
+        await client.aclose()
+
+
+async def _check_docker() -> None:
+    def ping() -> None:
+        import docker
+
+        client = docker.from_env(timeout=int(PREFLIGHT_TIMEOUT_S))
+        try:
+            client.ping()
+        finally:
+            client.close()
+
+    try:
+        await asyncio.wait_for(asyncio.to_thread(ping), PREFLIGHT_TIMEOUT_S + 1)
+    except Exception as exc:  # noqa: BLE001 - docker raises many kinds; all mean "not reachable"
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DockerUnreachableError(f"Cannot reach the Docker daemon (needed for --sandbox docker): {reason}") from exc
+
+
+def redact(url: str | None) -> str | None:
+    """Hide a password in a URL before it is logged or shown."""
+    if not url or "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+
+
+def _resolve_policies(approval: Any, review: Any) -> tuple[list[Any] | None, list[Any] | None]:
+    from orchestrator.approval import resolve_approval
+    from orchestrator.review import ReviewPolicy, review_policy_from_file
+    from orchestrator.review._review import reviewer_factory
+
+    try:
+        approval_policy = resolve_approval(approval)
+        if review is None or isinstance(review, list):
+            review_policy = review
+        elif str(review) in ("human", "auto"):
+            review_policy = [ReviewPolicy(reviewer=reviewer_factory(str(review))(), tools="*")]
+        else:
+            review_policy = review_policy_from_file(review)
+    except (ValueError, TypeError) as exc:
+        raise PolicyFileError(str(exc).splitlines()[0]) from exc
+    return approval_policy, review_policy
+
+
+class _Options:
+    def __init__(self, limit: int | None, max_samples: int | None, max_sandboxes: int | None, retry_on_error: int,
+                 epochs: int | None, log_dir: Path, sandbox: Any, broker: str | None, approval: Any, review: Any,
+                 message_limit: int | None, token_limit: int | None, time_limit: float | None, resume: bool,
+                 log_file: Path | None) -> None:
+        self.__dict__.update(locals())
+        del self.__dict__["self"]
+
+
+def _sample_ids(samples: list[Sample]) -> list[Sample]:
+    seen: set[str] = set()
+    out = []
+    for i, sample in enumerate(samples):
+        if sample.id is None:
+            sample = sample.model_copy(update={"id": i + 1})
+        if str(sample.id) in seen:
+            raise TaskError(f"Duplicate sample id '{sample.id}' in the dataset.")
+        seen.add(str(sample.id))
+        out.append(sample)
+    return out
+
+
+def _build_spec(task: Task, model: Model, samples: list[Sample], o: _Options, sandbox: dict[str, Any] | None) -> EvalSpec:
+    def policy_name(value: Any) -> str | None:
+        return None if value is None else value if isinstance(value, str) else "<python>"
+
+    return EvalSpec(
+        eval_id=uuid.uuid4().hex[:22], created=time.time(), task=task.registry_name or task.name,
+        task_file=task.task_file, task_args=task.task_args, model=str(model),
+        dataset=EvalDataset(name=task.dataset.name, location=task.dataset.location, samples=len(samples),
+                            sample_ids=[s.id for s in samples if s.id is not None]),
+        solver=solver_name(task.solver) if task.solver is not None else "generate",
+        scorers=[scorer_info(s)[0] for s in task.scorer],
+        config=EvalConfig(limit=o.limit, epochs=o.epochs or task.epochs, max_samples=o.max_samples,
+                          max_sandboxes=o.max_sandboxes, retry_on_error=o.retry_on_error, sandbox=sandbox,
+                          broker=redact(o.broker), approval=policy_name(o.approval), review=policy_name(o.review),
+                          message_limit=task.message_limit, token_limit=task.token_limit, time_limit=task.time_limit),
+        toolfleet_version=__version__,
+    )
+
+
+def _find_resumable(log_dir: Path, task: Task, model: Model) -> Path | None:
+    if not log_dir.is_dir():
+        return None
+    for path in sorted(log_dir.glob(f"*{LOG_SUFFIX}"), reverse=True):
+        try:
+            spec = read_eval_log(path, header_only=True).eval
+            if not (spec.task == (task.registry_name or task.name) and spec.task_file == task.task_file):
+                continue
+            log = read_eval_log(path)
+        except (LogFormatError, ValueError, OSError):
+            continue
+        if (log.status != "success" and spec.task == (task.registry_name or task.name) and spec.task_file == task.task_file
+                and spec.model == str(model) and spec.task_args == task.task_args):
+            return path
+    return None
+
+
+# -- one task --------------------------------------------------------------------------------------
+
+
+async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Options, display: Any) -> EvalLog:
+    from workers.sandbox._driver import sandbox_config
+
+    # Eval-level settings override the task's.
+    for name in ("message_limit", "token_limit", "time_limit"):
+        if getattr(o, name) is not None:
+            setattr(task, name, getattr(o, name))
+    sandbox_spec = o.sandbox if o.sandbox is not None else task.sandbox
+    try:
+        sandbox = sandbox_config(sandbox_spec).model_dump(mode="json") if sandbox_spec is not None else None
+    except ValueError as exc:
+        raise TaskError(f"Invalid sandbox configuration {sandbox_spec!r}: {str(exc).splitlines()[0]}") from exc
+    if sandbox is not None and sandbox["type"] == "docker" and isinstance(dispatcher, InProcessDispatcher):
+        await _check_docker()
+    approval, review = _resolve_policies(o.approval if o.approval is not None else task.approval,
+                                         o.review if o.review is not None else task.review)
+
+    samples = _sample_ids(list(task.dataset))
+    if o.limit is not None:
+        samples = samples[: o.limit]
+    epochs = o.epochs or task.epochs
+    path = o.log_file or (_find_resumable(o.log_dir, task, model) if o.resume else None)
+    finished: dict[tuple[str, int], EvalSample] = {}
+    if path is not None:
+        existing = read_eval_log(path)
+        spec = existing.eval
+        finished = {s.key: s for s in existing.samples if s.error is None}
+        writer = await LogWriter.resume(path)
+    else:
+        spec = _build_spec(task, model, samples, o, sandbox)
+        stamp = time.strftime("%Y-%m-%dT%H-%M-%S", time.gmtime(spec.created))
+        path = o.log_dir / f"{stamp}_{_slug(spec.task)}_{spec.eval_id}{LOG_SUFFIX}"
+        writer = await LogWriter.create(path, spec)
+    run_id = uuid.uuid4().hex[:12]
+    await writer.run(run_id, resumed=bool(finished) or o.log_file is not None)
+
+    todo = [(s, e) for e in range(1, epochs + 1) for s in samples if sample_key(s.id, e) not in finished]  # type: ignore[arg-type]
+    progress = EvalProgress(task=spec.task, model=str(model), log=str(path), total=len(samples) * epochs,
+                            done=len(finished), resumed=len(finished))
+    runner = SampleRunner(
+        task=task, model=model, dispatcher=dispatcher, eval_id=spec.eval_id, run_id=run_id, sandbox_config=sandbox,
+        approval=approval, review=review, retry_on_error=o.retry_on_error,
+        sandbox_slots=asyncio.Semaphore(o.max_sandboxes) if o.max_sandboxes else None, progress=progress,
+        epochs=epochs)
+    results: dict[tuple[str, int], EvalSample] = dict(finished)
+    started_at = time.time()
+
+    from ._display import open_display
+
+    status: str = "success"
+    error: EvalError | None = None
+    async with open_display(display, progress):
+        queue: asyncio.Queue[tuple[Sample, int]] = asyncio.Queue()
+        for item in todo:
+            queue.put_nowait(item)
+
+        async def worker() -> None:
+            while True:
+                try:
+                    sample, epoch = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                result = await runner.run(sample, epoch)
+                # On disk first, then counted: a sample shown as done survives a crash.
+                await writer.sample(result)
+                results[result.key] = result
+                progress.done += 1
+                progress.errors += result.error is not None
+                progress.notify("sample")
+
+        workers = [asyncio.create_task(worker()) for _ in range(max(1, min(o.max_samples or DEFAULT_MAX_SAMPLES, len(todo) or 1)))]
+        try:
+            await asyncio.gather(*workers)
+        except BaseException as exc:
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            status = "cancelled" if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)) else "error"
+            error = EvalError(type=type(exc).__name__, message=str(exc) or type(exc).__name__)
+            await asyncio.shield(writer.footer(status, _results(task, results, progress.total),  # type: ignore[arg-type]
+                                               _stats(results, started_at), error))
+            raise
+    if any(s.error is not None for s in results.values()):
+        status = "error"
+        error = EvalError(type="SampleErrors", message=f"{sum(s.error is not None for s in results.values())} sample(s) failed; "
+                          "re-run them with `toolfleet eval-retry LOG`.")
+    await writer.footer(status, _results(task, results, progress.total), _stats(results, started_at), error)  # type: ignore[arg-type]
+    return read_eval_log(path)
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:40]
+
+
+def _results(task: Task, samples: dict[tuple[str, int], EvalSample], total: int) -> EvalResults:
+    scored = [s for s in samples.values() if s.error is None]
+    scores: list[EvalScore] = []
+    seen: dict[str, int] = {}
+    for instance in task.scorer:
+        name, metrics = scorer_info(instance)
+        seen[name] = seen.get(name, 0) + 1
+        key = name if seen[name] == 1 else f"{name}{seen[name]}"
+        values = [s.scores[key] for s in scored if key in s.scores]
+        scores.append(EvalScore(name=key, scored_samples=len(values), metrics={
+            m.__name__: EvalMetricValue(name=m.__name__, value=m(values)) for m in metrics}))
+    return EvalResults(total_samples=total, completed_samples=len(scored),
+                       error_samples=sum(s.error is not None for s in samples.values()), scores=scores)
+
+
+def _stats(samples: dict[tuple[str, int], EvalSample], started_at: float) -> EvalStats:
+    usage: dict[str, ModelUsage] = {}
+    for s in samples.values():
+        for name, u in s.model_usage.items():
+            usage[name] = usage.get(name, ModelUsage()) + u
+    return EvalStats(started_at=started_at, completed_at=time.time(), model_usage=usage)

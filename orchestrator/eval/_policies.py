@@ -1,0 +1,54 @@
+"""Named scripted-model policies, so ``--model scripted/<name>`` works from the CLI.
+
+A task file (or an example) registers policies with ``@scripted_policy("oracle")``; a policy is the
+scripted model's ``fn(messages, tools) -> ModelOutput | str`` (sync or async). It may look at the
+running sample with ``orchestrator.solver.sample_state()`` (e.g. an oracle reading the sample's target).
+``scripted`` alone (no name) replays the scripted model's default output.
+"""
+
+from __future__ import annotations
+
+from ._errors import EvalSetupError
+
+from collections.abc import Callable
+from typing import Any
+
+from orchestrator.model._model import Model, get_model
+
+_POLICIES: dict[str, Callable[..., Any]] = {}
+
+
+class UnknownModelError(EvalSetupError):
+    """The model name does not resolve (a user mistake, shown as one line)."""
+
+
+def scripted_policy(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        _POLICIES[name] = fn
+        return fn
+
+    return register
+
+
+def scripted_policies() -> list[str]:
+    return sorted(_POLICIES)
+
+
+def resolve_model(model: str | Model | None, **model_args: Any) -> Model:
+    """A ``Model`` from a name; ``scripted/<policy>`` looks the policy up in the registry."""
+    if isinstance(model, Model):
+        return model
+    if not model:
+        raise UnknownModelError("No model given (use --model, e.g. --model openai/gpt-4o-mini or scripted/<policy>).")
+    provider, _, name = model.partition("/")
+    if provider == "scripted" and name and "policy" not in model_args and "outputs" not in model_args:
+        if name not in _POLICIES:
+            known = ", ".join(scripted_policies()) or "none registered"
+            raise UnknownModelError(f"Unknown scripted policy '{name}' (the task defines: {known}).")
+        model_args["policy"] = _POLICIES[name]
+    try:
+        return get_model(model, **model_args)
+    except ValueError as exc:
+        raise UnknownModelError(f"Cannot use model '{model}': {exc}") from exc
+    except ImportError as exc:
+        raise UnknownModelError(f"Model '{model}' needs a package that is not installed: {exc}") from exc

@@ -1,0 +1,72 @@
+"""Live eval counters (what the progress display shows) fed by transcript events and finished samples."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from orchestrator.log._events import BaseEvent, ModelEvent, ToolEvent
+
+RATE_WINDOW_S = 10.0  # tool calls/s is measured over this sliding window
+
+
+@dataclass
+class EvalProgress:
+    task: str = ""
+    model: str = ""
+    log: str = ""
+    total: int = 0
+    done: int = 0  # finished samples whose log line is on disk (including resumed ones)
+    resumed: int = 0  # of ``done``, how many a previous run finished
+    running: int = 0
+    errors: int = 0  # samples that failed for good
+    retries: int = 0
+    tool_calls: int = 0
+    tokens: int = 0
+    started: float = field(default_factory=time.monotonic)
+    _recent_calls: deque[float] = field(default_factory=deque)
+    listeners: list[Callable[[str, "EvalProgress"], None]] = field(default_factory=list)
+
+    def on_event(self, event: BaseEvent) -> None:
+        if isinstance(event, ToolEvent):
+            self.tool_calls += 1
+            now = time.monotonic()
+            self._recent_calls.append(now)
+            while self._recent_calls and now - self._recent_calls[0] > RATE_WINDOW_S:
+                self._recent_calls.popleft()
+        elif isinstance(event, ModelEvent) and event.usage is not None:
+            self.tokens += getattr(event.usage, "total_tokens", 0) or 0
+
+    @property
+    def tool_calls_per_s(self) -> float:
+        now = time.monotonic()
+        while self._recent_calls and now - self._recent_calls[0] > RATE_WINDOW_S:
+            self._recent_calls.popleft()
+        window = min(RATE_WINDOW_S, max(now - self.started, 1e-6))
+        return len(self._recent_calls) / window
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def eta_s(self) -> float | None:
+        finished_here = self.done - self.resumed
+        remaining = self.total - self.done
+        if finished_here <= 0 or remaining <= 0:
+            return None if remaining > 0 else 0.0
+        return self.elapsed / finished_here * remaining
+
+    def notify(self, what: str) -> None:
+        for listener in self.listeners:
+            listener(what, self)
+
+    def snapshot(self) -> dict[str, float | int | str | None]:
+        eta = self.eta_s
+        return {"task": self.task, "model": self.model, "done": self.done, "total": self.total,
+                "running": self.running, "errors": self.errors, "retries": self.retries,
+                "tool_calls": self.tool_calls, "tool_calls_per_s": round(self.tool_calls_per_s, 2),
+                "tokens": self.tokens, "elapsed_s": round(self.elapsed, 1),
+                "eta_s": None if eta is None else round(eta, 1)}

@@ -1,0 +1,236 @@
+"""Run one sample: sandbox, context, limits, solver, scorers, retries — and turn it into an ``EvalSample``.
+
+Per attempt: open the sample's sandbox through the dispatcher (bounded by the eval's sandbox slots),
+bind the route, a fresh transcript, a usage scope, the model, the approval/review policies and the
+sample state; enter the sample's limits; run the solver; score; close the sandbox in ``finally``.
+
+Errors and retries: a limit breach (message/token/time) or an operator ``terminate`` ends the sample
+*normally* (it is still scored and recorded with its ``limit``). Anything else raised by the solver or a
+scorer is a sample error, retried from scratch up to ``retry_on_error`` times. A lost sandbox or worker
+host is an error too, even though the tool layer reports it to the model as a ``sandbox_unavailable``
+tool error: the sandbox will not come back, so the runner watches the transcript for such a tool event,
+stops the solver at once and retries the sample in a new sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator._wire import SandboxSpec
+from orchestrator.approval._policy import approval_policy_scope
+from orchestrator.dataset import Sample
+from orchestrator.dispatch import Dispatcher, SampleRoute, reset_active_dispatcher, set_active_dispatcher, set_route
+from orchestrator.dispatch._dispatcher import reset_route
+from orchestrator.log import ToolEvent, Transcript, bind_transcript
+from orchestrator.log._events import BaseEvent, ErrorEvent, SampleLimitEvent
+from orchestrator.model._model import Model, model_context
+from orchestrator.model._usage import usage_scope
+from orchestrator.review._policy import review_policy_scope
+from orchestrator.scorer._score import Score, scorer_info
+from orchestrator.scorer._target import Target
+from orchestrator.solver._solver import make_generate
+from orchestrator.solver._task_state import TaskState, bind_sample_state, initial_messages
+from orchestrator.util._limit import LimitExceededError, TerminateSampleError
+from orchestrator.util._limits import apply_limits, message_limit, time_limit, token_limit
+
+from ._log import EvalError, EvalSample, EvalSampleLimit
+from ._progress import EvalProgress
+from ._task import Task
+
+CLOSE_TIMEOUT_S = 60.0  # bound on tearing a sandbox down (a dead worker must not hang the eval)
+
+
+class SandboxLostError(RuntimeError):
+    """The sample's sandbox (or the host holding it) went away mid-sample."""
+
+
+class _SampleFailed(Exception):
+    def __init__(self, error: EvalError, partial: EvalSample) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.partial = partial
+
+
+@dataclass
+class SampleRunner:
+    task: Task
+    model: Model
+    dispatcher: Dispatcher
+    eval_id: str
+    run_id: str
+    sandbox_config: dict[str, Any] | None
+    approval: list[Any] | None
+    review: list[Any] | None
+    retry_on_error: int
+    sandbox_slots: asyncio.Semaphore | None
+    progress: EvalProgress
+    epochs: int = 1
+
+    async def run(self, sample: Sample, epoch: int) -> EvalSample:
+        """Run the sample (with retries); never raises for a sample error — it is in the result."""
+        errors: list[EvalError] = []
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                result = await self._attempt(sample, epoch)
+            except _SampleFailed as failed:
+                errors.append(failed.error)
+                if attempt <= self.retry_on_error and failed.error.retryable:
+                    self.progress.retries += 1
+                    self.progress.notify("retry")
+                    continue
+                result = failed.partial
+                result.error = failed.error
+                errors.pop()
+            result.error_retries = errors
+            result.attempts = attempt
+            return result
+
+    async def _attempt(self, sample: Sample, epoch: int) -> EvalSample:
+        assert sample.id is not None
+        state = TaskState(model=str(self.model), sample_id=sample.id, epoch=epoch, input=sample.input,
+                          messages=initial_messages(sample.input), target=Target(sample.target),
+                          choices=sample.choices, metadata=dict(sample.metadata or {}),
+                          message_limit=self.task.message_limit, token_limit=self.task.token_limit)
+        transcript = Transcript()
+        lost: list[str] = []
+        solver_task: list[asyncio.Task[Any]] = []
+
+        def watch(event: BaseEvent) -> None:
+            self.progress.on_event(event)
+            if (isinstance(event, ToolEvent) and event.error is not None
+                    and event.error.type == "sandbox_unavailable" and not lost):
+                lost.append(event.error.message)
+                if solver_task:
+                    solver_task[0].cancel("sandbox lost")
+
+        transcript.subscribe(watch)
+        started = time.time()
+        result = EvalSample(id=sample.id, epoch=epoch, input=sample.input, target=sample.target,
+                            metadata=dict(sample.metadata or {}), started_at=started, run_id=self.run_id)
+        route: SampleRoute | None = None
+        slot_held = False
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(bind_transcript(transcript))
+            stack.enter_context(model_context(self.model))
+            stack.enter_context(approval_policy_scope(self.approval))
+            stack.enter_context(review_policy_scope(self.review))
+            stack.enter_context(bind_sample_state(state))
+            usage = stack.enter_context(usage_scope("sample"))
+            token = set_active_dispatcher(self.dispatcher)
+            stack.callback(reset_active_dispatcher, token)
+            try:
+                config = sample.sandbox if sample.sandbox is not None else self.sandbox_config
+                if config is not None:
+                    if self.sandbox_slots is not None:
+                        await self.sandbox_slots.acquire()
+                        slot_held = True
+                    route = await self.dispatcher.open_sandbox(SandboxSpec(
+                        eval_id=self.eval_id, sample_id=self._sandbox_sample_id(sample.id, epoch),
+                        config=_config_json(config), files=sample.files or {}, setup=sample.setup))
+                    route_token = set_route(route)
+                    stack.callback(reset_route, route_token)
+                self.progress.running += 1
+                self.progress.notify("start")
+                try:
+                    task = asyncio.create_task(self._solve(state))
+                    solver_task.append(task)
+                    try:
+                        state, limit = await task
+                    except asyncio.CancelledError:
+                        if lost and not _cancelling():
+                            raise SandboxLostError(f"Sandbox lost: {lost[0]}") from None
+                        raise
+                    if lost:
+                        raise SandboxLostError(f"Sandbox lost: {lost[0]}")
+                    if limit is not None:
+                        result.limit = limit
+                        transcript.record(SampleLimitEvent(type=limit.type, message=limit.message or "",
+                                                           limit=limit.limit))
+                    result.scores = await self._score(state)
+                finally:
+                    self.progress.running -= 1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - every sample error is recorded, then maybe retried
+                error = EvalError(type=type(exc).__name__, message=str(exc) or type(exc).__name__,
+                                  traceback=traceback.format_exc())
+                transcript.record(ErrorEvent(message=error.message, traceback=error.traceback))
+                raise _SampleFailed(error, self._finish(result, state, transcript, usage)) from exc
+            finally:
+                if route is not None:
+                    await self._close(route)
+                if slot_held and self.sandbox_slots is not None:
+                    self.sandbox_slots.release()
+            return self._finish(result, state, transcript, usage)
+
+    async def _solve(self, state: TaskState) -> tuple[TaskState, EvalSampleLimit | None]:
+        limits = [message_limit(self.task.message_limit), token_limit(self.task.token_limit),
+                  time_limit(self.task.time_limit)]
+        solver = self.task.solver
+        if solver is None:
+            from orchestrator.solver import generate
+
+            solver = generate()
+        try:
+            with apply_limits(limits, catch_errors=True) as scope:
+                state = await solver(state, make_generate(self.model))
+        except TerminateSampleError as exc:
+            return state, EvalSampleLimit(type="operator", message=exc.reason)
+        except LimitExceededError as exc:
+            # A limit the solver (e.g. an agent's own) did not handle still ends the sample normally.
+            return state, EvalSampleLimit(type=exc.type, limit=exc.limit, message=exc.message)
+        error = scope.limit_error
+        if error is not None:
+            return state, EvalSampleLimit(type=error.type, limit=error.limit, message=error.message)
+        return state, None
+
+    async def _score(self, state: TaskState) -> dict[str, Score]:
+        scores: dict[str, Score] = {}
+        for instance in self.task.scorer:
+            name, _ = scorer_info(instance)
+            key, n = name, 1
+            while key in scores:
+                n += 1
+                key = f"{name}{n}"
+            scores[key] = await instance(state, state.target)
+        state.scores = scores
+        return scores
+
+    async def _close(self, route: SampleRoute) -> None:
+        # Shielded and bounded: cancellation (Ctrl-C) must still tear the sandbox down, but a lost
+        # worker must not hang the eval (its reaper removes what we could not).
+        close = asyncio.ensure_future(self.dispatcher.close_sandbox(route))
+        try:
+            await asyncio.wait_for(asyncio.shield(close), CLOSE_TIMEOUT_S)
+        except (Exception, asyncio.CancelledError):  # noqa: BLE001 - best effort
+            pass
+
+    def _sandbox_sample_id(self, sample_id: int | str, epoch: int) -> str:
+        return str(sample_id) if self.epochs == 1 else f"{sample_id}#{epoch}"
+
+    def _finish(self, result: EvalSample, state: TaskState, transcript: Transcript, usage: Any) -> EvalSample:
+        result.messages = list(state.messages)
+        result.output = state.output
+        result.events = list(transcript.events)  # type: ignore[arg-type]
+        result.model_usage = dict(usage.by_model)
+        result.completed_at = time.time()
+        result.total_time = result.completed_at - (result.started_at or result.completed_at)
+        return result
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return bool(task and task.cancelling())
+
+
+def _config_json(config: Any) -> dict[str, Any]:
+    from workers.sandbox._driver import sandbox_config
+
+    return sandbox_config(config).model_dump(mode="json")

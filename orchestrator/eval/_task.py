@@ -1,0 +1,157 @@
+"""``Task``, ``@task`` and loading tasks from a Python file (``path.py[@name]``)."""
+
+from __future__ import annotations
+
+from ._errors import EvalSetupError
+
+import functools
+import hashlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from orchestrator.dataset import Dataset, MemoryDataset, Sample
+from orchestrator.model._generate_config import GenerateConfig
+
+TASK_ATTR = "__toolfleet_task__"
+
+
+class TaskError(EvalSetupError):
+    """A task file or task reference is wrong (a user mistake, shown as one line)."""
+
+
+class Task:
+    """What to evaluate: a dataset, a solver, scorers, a sandbox, policies and per-sample limits."""
+
+    def __init__(
+        self,
+        dataset: Dataset | Sequence[Sample],
+        solver: Any = None,
+        scorer: Any = None,
+        sandbox: str | dict[str, Any] | BaseModel | None = None,
+        approval: str | list[Any] | None = None,
+        review: str | list[Any] | None = None,
+        message_limit: int | None = None,
+        token_limit: int | None = None,
+        time_limit: float | None = None,
+        epochs: int = 1,
+        config: GenerateConfig | None = None,
+        name: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        self.dataset = dataset if isinstance(dataset, Dataset) else MemoryDataset(list(dataset))
+        self.solver = _chain(solver)
+        self.scorer: list[Any] = [] if scorer is None else list(scorer) if isinstance(scorer, (list, tuple)) else [scorer]
+        self.sandbox = sandbox
+        self.approval = approval
+        self.review = review
+        self.message_limit = message_limit
+        self.token_limit = token_limit
+        self.time_limit = time_limit
+        self.epochs = epochs
+        self.config = config or GenerateConfig()
+        self._name = name
+        self.metadata = metadata or {}
+        # Set by @task: how to rebuild this task (for eval-retry).
+        self.registry_name: str | None = None
+        self.task_args: dict[str, Any] = {}
+        self.task_file: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self._name or self.registry_name or "task"
+
+    def __repr__(self) -> str:
+        return f"Task(name={self.name!r}, samples={len(self.dataset)})"
+
+
+def _chain(solver: Any) -> Any:
+    if isinstance(solver, (list, tuple)):
+        from orchestrator.solver import chain
+
+        return chain(*solver)
+    return solver
+
+
+def task(func: Callable[..., Task] | None = None, *, name: str | None = None) -> Any:
+    """Mark a function returning a ``Task`` so the CLI can find it (and ``-T k=v`` args reach it)."""
+
+    def decorate(factory: Callable[..., Task]) -> Callable[..., Task]:
+        task_name = name or factory.__name__
+
+        @functools.wraps(factory)
+        def wrapper(*args: Any, **kwargs: Any) -> Task:
+            instance = factory(*args, **kwargs)
+            if not isinstance(instance, Task):
+                raise TaskError(f"@task function '{task_name}' must return a Task, not {type(instance).__name__}")
+            bound = inspect.signature(factory).bind(*args, **kwargs)
+            instance.registry_name = task_name
+            instance.task_args = dict(bound.arguments)
+            return instance
+
+        setattr(wrapper, TASK_ATTR, task_name)
+        return wrapper
+
+    if func is not None:
+        return decorate(func)
+    return decorate
+
+
+def import_task_file(path: str | Path) -> Any:
+    """Import a task file as a module (once per path; its @task, @tool and scripted policies register)."""
+    file = Path(path).resolve()
+    if not file.is_file():
+        raise TaskError(f"Task file '{path}' does not exist.")
+    module_name = "toolfleet_task_" + hashlib.sha1(str(file).encode()).hexdigest()[:12]
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    if spec is None or spec.loader is None:
+        raise TaskError(f"Task file '{path}' is not a Python file.")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    # Let the task file import its siblings (helpers next to it).
+    sys.path.insert(0, str(file.parent))
+    try:
+        spec.loader.exec_module(module)
+    except Exception:
+        del sys.modules[module_name]
+        raise
+    finally:
+        sys.path.remove(str(file.parent))
+    return module
+
+
+def task_functions(module: Any) -> dict[str, Callable[..., Task]]:
+    return {getattr(obj, TASK_ATTR): obj for obj in vars(module).values() if callable(obj) and hasattr(obj, TASK_ATTR)}
+
+
+def load_task(spec: str, task_args: dict[str, Any] | None = None) -> Task:
+    """``path.py`` (its only @task) or ``path.py@name``; ``task_args`` go to the task function."""
+    path, _, name = spec.partition("@")
+    module = import_task_file(path)
+    found = task_functions(module)
+    if not found:
+        raise TaskError(f"Task file '{path}' defines no @task function.")
+    if name:
+        if name not in found:
+            raise TaskError(f"Task file '{path}' has no task '{name}' (it has: {', '.join(sorted(found))}).")
+        factory = found[name]
+    elif len(found) == 1:
+        factory = next(iter(found.values()))
+    else:
+        raise TaskError(f"Task file '{path}' has several tasks ({', '.join(sorted(found))}); pick one with {path}@NAME.")
+    params = inspect.signature(factory).parameters
+    args = dict(task_args or {})
+    unknown = [k for k in args if k not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values())]
+    if unknown:
+        raise TaskError(f"Task '{getattr(factory, TASK_ATTR)}' has no parameter {', '.join(repr(k) for k in unknown)} "
+                        f"(parameters: {', '.join(params) or 'none'}).")
+    instance = factory(**args)
+    instance.task_file = str(Path(path).resolve())
+    return instance
