@@ -33,6 +33,9 @@ from ._providers._retry import RetryPolicy, backoff_delay
 from ._usage import record_model_usage
 
 MODEL_ENV = "TOOLFLEET_MODEL"  # fallback for get_model() when no model is active
+# Per-attempt bound when GenerateConfig.timeout is unset; above the openai SDK's own 600 s default
+# so a provider's timeout error (retryable, with a clear message) normally fires first.
+ATTEMPT_TIMEOUT_CEILING = 900.0
 
 
 class ModelError(Exception):
@@ -153,7 +156,7 @@ class Model:
         # Only meaningful with tools; providers reject tool_choice without them.
         choice = (tool_choice or "auto") if infos else None
         # Ambient (eval/agent) settings < this model's own < this call's.
-        cfg = active_generate_config().merge(self.config).merge(config or GenerateConfig())
+        cfg = _merge(_merge(active_generate_config(), self.config), config)
         policy = self.retry if cfg.max_retries is None else self.retry.model_copy(update={"max_retries": cfg.max_retries})
         name = str(self)
 
@@ -203,12 +206,20 @@ class Model:
     async def _attempt(self, messages: list[ChatMessage], infos: list[ToolInfo], choice: ToolChoice | None,
                        cfg: GenerateConfig) -> ModelOutput:
         async with self._slots or contextlib.nullcontext():
-            # Bound every wait: providers also get cfg.timeout, this covers ones that ignore it.
-            async with asyncio.timeout(cfg.timeout):
+            # Bound every wait: providers also get cfg.timeout, this covers ones that ignore it
+            # (and a policy that never answers) even when no timeout was configured.
+            async with asyncio.timeout(cfg.timeout or ATTEMPT_TIMEOUT_CEILING):
                 return await self.api.generate(messages, infos, choice, cfg)
 
     async def aclose(self) -> None:
         await self.api.aclose()
+
+
+def _merge(base: GenerateConfig, override: GenerateConfig | None) -> GenerateConfig:
+    # Most calls pass no settings; skip the dump/rebuild that merge() costs on the hot path.
+    if override is None or not override.model_fields_set:
+        return base
+    return base.merge(override)
 
 
 def _choice_json(choice: ToolChoice | None) -> Any:

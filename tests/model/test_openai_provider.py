@@ -295,3 +295,10 @@ async def test_model_event_serialises_to_json(openai_server: OpenAIServer) -> No
     data = json.loads(t.find(ModelEvent)[0].model_dump_json())
     assert data["tool_choice"] == {"name": "model_test_add"}
     assert "{oops" in data["output"]["choices"][0]["message"]["tool_calls"][0]["parse_error"]
+
+
+async def test_tool_calls_reported_with_finish_reason_stop_are_tool_calls(openai_server: OpenAIServer) -> None:
+    # Some OpenAI-compatible servers say "stop" even when the message carries tool calls.
+    openai_server.enqueue(completion(tool_calls=[tool_call("model_test_add", {"x": 1})], finish_reason="stop"))
+    output = await model_for(openai_server).generate("x", tools=[add()])
+    assert output.stop_reason == "tool_calls"

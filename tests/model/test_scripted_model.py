@@ -262,3 +262,10 @@ async def test_connection_limit_bounds_requests_in_flight() -> None:
     model = get_model("model-test-limited/x", memoize=False)
     await asyncio.gather(*(model.generate("x") for _ in range(10)))
     assert peak == 2
+
+
+async def test_replayed_outputs_get_fresh_message_ids() -> None:
+    shared = ModelOutput.from_content("scripted", "same")
+    model = get_model("scripted", outputs=[shared, shared])
+    first, second = await model.generate("x"), await model.generate("x")
+    assert len({shared.message.id, first.message.id, second.message.id}) == 3
