@@ -70,8 +70,7 @@ async def review_call(
 
     async def ask(entry: ReviewPolicy) -> Review:
         name = reviewer_name(entry.reviewer)
-        # The reviewer's own model calls are reported but never charged to the sample's limits.
-        with span(name, type="review"), usage_scope(f"reviewer:{name}", count_toward_limits=False):
+        with span(name, type="review"), _uncharged(name):
             review = await entry.reviewer(message, call, result, output, view, history)
         if not isinstance(review, Review):
             raise TypeError(f"Reviewer '{name}' returned {type(review).__name__}, not a Review.")
@@ -89,6 +88,26 @@ async def review_call(
     if review.decision == "terminate":
         raise TerminateSampleError(review.explanation or f"Review of {call.function} terminated the sample.")
     return review
+
+
+@contextlib.contextmanager
+def _uncharged(name: str) -> Iterator[None]:
+    """Run a reviewer so its own model calls are not charged to the sample (seed 002).
+
+    Its tokens go to a usage scope excluded from every enclosing limit (still reported as a child
+    figure), and the sample's message/turn/token limits are hidden from it, so a reviewer that runs
+    an agent loop neither spends the sample's turns nor trips its limits. Time and working limits
+    stay: the sample's clock keeps running while a reviewer thinks.
+    """
+    from orchestrator.util import _limits  # the active-limits stack lives there
+
+    kept = tuple(lim for lim in _limits.active_limits() if isinstance(lim, (_limits.TimeLimit, _limits.WorkingLimit)))
+    token = _limits._active.set(kept)
+    try:
+        with usage_scope(f"reviewer:{name}", count_toward_limits=False):
+            yield
+    finally:
+        _limits._active.reset(token)
 
 
 def review_policy_from_config(config: dict[str, Any] | list[dict[str, Any]]) -> list[ReviewPolicy]:
