@@ -119,9 +119,12 @@ def import_task_file(path: str | Path) -> Any:
     sys.path.insert(0, str(file.parent))
     try:
         spec.loader.exec_module(module)
-    except Exception:
+    except Exception as exc:
         del sys.modules[module_name]
-        raise
+        where = ""
+        if isinstance(exc, SyntaxError) and exc.lineno:
+            where = f" (line {exc.lineno})"
+        raise TaskError(f"Task file '{path}' failed to import{where}: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
     finally:
         sys.path.remove(str(file.parent))
     return module

@@ -1,0 +1,69 @@
+"""``toolfleet bench <workload> [--json]``: discovers ``orchestrator/bench/<workload>.py`` modules.
+
+A workload module exposes ``add_arguments(parser)`` and ``async run(args) -> dict`` (the result object).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import pkgutil
+import sys
+from typing import Any
+
+from ._common import fail
+
+
+def workloads() -> list[str]:
+    import orchestrator.bench as bench
+
+    return sorted(m.name for m in pkgutil.iter_modules(bench.__path__) if not m.name.startswith("_"))
+
+
+def add_command(commands: Any) -> None:
+    p = commands.add_parser("bench", help="run a benchmark workload", add_help=False,
+                            description="Run a benchmark workload: toolfleet bench WORKLOAD [--json] [options].")
+    p.add_argument("argv", nargs=argparse.REMAINDER)
+    p.set_defaults(handler=run_bench)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    argv = list(args.argv)
+    names = workloads()
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: toolfleet bench WORKLOAD [--json] [options]\n\nworkloads: " + (", ".join(names) or "none"))
+        return 0 if argv else 1
+    name, rest = argv[0], argv[1:]
+    if name not in names:
+        return fail(f"Unknown bench workload '{name}' (available: {', '.join(names) or 'none'}).")
+    module = importlib.import_module(f"orchestrator.bench.{name}")
+    parser = argparse.ArgumentParser(prog=f"toolfleet bench {name}", description=(module.__doc__ or "").strip())
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    module.add_arguments(parser)
+    bench_args = parser.parse_args(rest)
+    result = asyncio.run(module.run(bench_args))
+    if bench_args.json:
+        sys.stdout.write(json.dumps(result) + "\n")
+    else:
+        _pretty(result)
+    return 0
+
+
+def _pretty(result: dict[str, Any]) -> None:
+    runs = result.get("runs")
+    if isinstance(runs, list) and runs and isinstance(runs[0], dict):
+        keys = list(dict.fromkeys(k for r in runs for k in r))
+        print("  ".join(f"{k:>12}" for k in keys))
+        for r in runs:
+            print("  ".join(f"{_cell(r.get(k)):>12}" for k in keys))
+        others = {k: v for k, v in result.items() if k != "runs"}
+        if others:
+            print(json.dumps(others, indent=2))
+    else:
+        print(json.dumps(result, indent=2))
+
+
+def _cell(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else str(value)

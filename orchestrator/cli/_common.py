@@ -1,0 +1,34 @@
+"""Shared CLI helpers: exit codes, one-line errors, ``k=v`` parsing."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import yaml
+
+EXIT_USER_ERROR = 1
+EXIT_INTERRUPTED = 130
+
+
+def fail(message: str) -> int:
+    """Print one clear line on stderr; return the exit code."""
+    line = " ".join(str(message).split())  # one line, whatever the exception text held
+    print(f"toolfleet: error: {line}", file=sys.stderr)
+    return EXIT_USER_ERROR
+
+
+def parse_kv(items: list[str] | None, flag: str) -> dict[str, Any]:
+    """``k=v`` pairs; values are YAML scalars (``n=3`` is an int, ``x=true`` a bool, ``s=abc`` a str)."""
+    from orchestrator.eval._errors import EvalSetupError
+
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise EvalSetupError(f"{flag} expects KEY=VALUE, got '{item}'.")
+        try:
+            out[key] = yaml.safe_load(value) if value else ""
+        except yaml.YAMLError:
+            out[key] = value
+    return out

@@ -1,0 +1,129 @@
+"""``toolfleet log list|show|dump`` and ``toolfleet view`` (reading eval logs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ._common import fail
+
+
+def add_commands(commands: Any) -> None:
+    p = commands.add_parser("log", help="read eval logs", description="Read eval logs.")
+    sub = p.add_subparsers(dest="log_command", metavar="list|show|dump", required=True)
+    lst = sub.add_parser("list", help="list the logs in a directory")
+    lst.add_argument("--log-dir", default="logs")
+    lst.add_argument("--json", action="store_true", help="one JSON object per log")
+    lst.set_defaults(handler=log_list)
+    show = sub.add_parser("show", help="summarise a log (or one sample of it)")
+    show.add_argument("log", metavar="LOG")
+    show.add_argument("--sample", help="show this sample's messages and events")
+    show.add_argument("--epoch", type=int, default=1)
+    show.set_defaults(handler=log_show)
+    dump = sub.add_parser("dump", help="print the whole log as one JSON object (the exporter)")
+    dump.add_argument("log", metavar="LOG")
+    dump.add_argument("--header-only", action="store_true", help="just the eval spec")
+    dump.set_defaults(handler=log_dump)
+
+    view = commands.add_parser("view", help="alias: `log show LOG`, or `log list` without a LOG")
+    view.add_argument("log", nargs="?", metavar="LOG")
+    view.add_argument("--log-dir", default="logs")
+    view.add_argument("--sample")
+    view.add_argument("--epoch", type=int, default=1)
+    view.add_argument("--json", action="store_true")
+    view.set_defaults(handler=lambda a: log_show(a) if a.log else log_list(a))
+
+
+def _summary(log: Any) -> dict[str, Any]:
+    results = log.results
+    scores = {}
+    if results is not None:
+        scores = {s.name: {k: round(m.value, 4) for k, m in s.metrics.items()} for s in results.scores}
+    done = sum(1 for s in log.samples if s.error is None)
+    total = log.eval.dataset.samples * log.eval.config.epochs
+    if log.eval.config.limit is not None:
+        total = min(log.eval.config.limit, log.eval.dataset.samples) * log.eval.config.epochs
+    return {"log": log.location, "task": log.eval.task, "model": log.eval.model, "status": log.status,
+            "done": done, "total": total, "errors": sum(1 for s in log.samples if s.error is not None),
+            "scores": scores, "created": log.eval.created}
+
+
+def log_list(args: argparse.Namespace) -> int:
+    from orchestrator.eval import LogFormatError, read_eval_log
+
+    log_dir = Path(args.log_dir)
+    if not log_dir.is_dir():
+        return fail(f"Log directory '{log_dir}' does not exist.")
+    rows = []
+    for path in sorted(log_dir.glob("*.jsonl")):
+        try:
+            rows.append(_summary(read_eval_log(path)))
+        except (LogFormatError, ValueError):
+            continue
+    if getattr(args, "json", False):
+        for row in rows:
+            print(json.dumps(row))
+        return 0
+    if not rows:
+        print(f"No eval logs in {log_dir}.")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("log", "task", "model", "status", "samples", "errors", "scores")
+    for row in rows:
+        scores = "; ".join(f"{k}: " + ", ".join(f"{m}={v}" for m, v in s.items()) for k, s in row["scores"].items())
+        table.add_row(Path(row["log"]).name, row["task"], row["model"], row["status"], f"{row['done']}/{row['total']}",
+                      str(row["errors"]), scores)
+    Console().print(table)
+    return 0
+
+
+def log_show(args: argparse.Namespace) -> int:
+    from orchestrator.eval import read_eval_log
+
+    log = read_eval_log(args.log)
+    if args.sample is not None:
+        return _show_sample(log, args.sample, args.epoch)
+    row = _summary(log)
+    print(f"{row['task']} · {row['model']} · {row['status']} · {row['done']}/{row['total']} samples, {row['errors']} errors")
+    print(f"eval id {log.eval.eval_id} · runs {len(log.runs)} · log {log.location}")
+    for name, metrics in row["scores"].items():
+        print(f"  {name}: " + ", ".join(f"{m}={v}" for m, v in metrics.items()))
+    for s in sorted(log.samples, key=lambda s: (s.epoch, str(s.id))):
+        score = ", ".join(f"{k}={v.value}" for k, v in s.scores.items())
+        extra = f" limit={s.limit.type}" if s.limit else ""
+        extra += f" ERROR {s.error.type}: {s.error.message}" if s.error else ""
+        extra += f" retries={len(s.error_retries)}" if s.error_retries else ""
+        print(f"  [{s.id}#{s.epoch}] {score}{extra}  ({(s.total_time or 0):.2f}s)")
+    return 0
+
+
+def _show_sample(log: Any, sample_id: str, epoch: int) -> int:
+    match = next((s for s in log.samples if str(s.id) == sample_id and s.epoch == epoch), None)
+    if match is None:
+        return fail(f"No sample '{sample_id}' (epoch {epoch}) in {log.location}.")
+    for m in match.messages:
+        text = m.text
+        calls = getattr(m, "tool_calls", None) or []
+        print(f"--- {m.role}" + (f" ({m.function})" if getattr(m, "function", None) else ""))
+        if text:
+            print(text)
+        for c in calls:
+            print(f"  -> {c.function}({json.dumps(c.arguments)[:500]})")
+    print(f"--- scores: {json.dumps({k: v.model_dump() for k, v in match.scores.items()})}")
+    if match.error:
+        print(f"--- error: {match.error.type}: {match.error.message}")
+    print(f"--- {len(match.events)} events", file=sys.stdout)
+    return 0
+
+
+def log_dump(args: argparse.Namespace) -> int:
+    from orchestrator.eval import read_eval_log
+
+    log = read_eval_log(args.log, header_only=args.header_only)
+    sys.stdout.write(log.model_dump_json(indent=2) + "\n")
+    return 0
