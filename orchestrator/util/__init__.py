@@ -1,6 +1,21 @@
 """Utilities shared by tools and agents (mirrors ``inspect_ai.util``)."""
 
 from ._limit import LimitExceededError, TerminateSampleError
+from ._limits import (
+    Limit,
+    LimitScope,
+    active_limits,
+    apply_limits,
+    check_limits,
+    check_message_limit,
+    message_limit,
+    record_turn,
+    record_waiting_time,
+    time_limit,
+    token_limit,
+    turn_limit,
+    working_limit,
+)
 from ._sandbox import (
     ExecResult,
     OutputLimitExceededError,
@@ -13,12 +28,25 @@ from ._sandbox import (
 
 __all__ = [
     "ExecResult",
+    "Limit",
+    "LimitScope",
     "LimitExceededError",
     "OutputLimitExceededError",
     "SandboxEnvironment",
     "SandboxTimeoutError",
     "SandboxUnavailableError",
     "TerminateSampleError",
+    "active_limits",
+    "apply_limits",
+    "check_limits",
+    "check_message_limit",
+    "message_limit",
+    "record_turn",
+    "record_waiting_time",
+    "time_limit",
+    "token_limit",
+    "turn_limit",
+    "working_limit",
     "bind_sandbox",
     "sandbox",
 ]

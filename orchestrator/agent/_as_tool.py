@@ -1,0 +1,91 @@
+"""``as_tool``: an agent the model calls like a tool — a black box that answers one question.
+
+The sub-agent starts from a fresh state holding only ``input`` (it never sees the caller's
+conversation) and only its final text — or the extractor's result — comes back. It runs nested
+(fresh usage and approval store, bounded depth) under copies of ``limits`` plus ``max_turns``; a
+breach of those becomes a ``limit`` tool error the model can react to.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, get_type_hints
+
+import docstring_parser
+from pydantic import TypeAdapter
+
+from orchestrator.tool._tool_def import ToolDef
+from orchestrator.tool._tool_info import ToolParam, ToolParams
+from orchestrator.util._limits import Limit, turn_limit
+
+from ._agent import Agent, AgentState, agent_description, agent_name
+from ._nested import nested_run
+from ._run import run
+
+OutputExtractor = Callable[[AgentState], "str | Awaitable[str]"]
+
+INPUT_DESCRIPTION = "The input to pass to the agent."
+
+
+def as_tool(
+    agent: Agent,
+    description: str | None = None,
+    limits: Sequence[Limit] = (),
+    max_turns: int | None = None,
+    output_extractor: OutputExtractor | None = None,
+    name: str | None = None,
+    **agent_kwargs: Any,
+) -> Any:
+    """A tool (``input: str`` plus the agent's un-curried parameters) that runs ``agent`` nested."""
+    display = agent_name(agent)
+    tool_name = name or display
+    limits = list(limits)
+    parameters = _parameters(agent, agent_kwargs)
+
+    async def execute(input: str, **kwargs: Any) -> str:
+        own = copy.deepcopy(limits)
+        if max_turns is not None:
+            own.append(turn_limit(max_turns))
+        with nested_run(display):
+            state, limit_error = await run(agent, input, own, **agent_kwargs, **kwargs)
+        if limit_error is not None:
+            raise limit_error  # → a ``limit`` error for the model (executor classification)
+        if output_extractor is not None:
+            result = output_extractor(state)
+            return await result if inspect.isawaitable(result) else result  # type: ignore[no-any-return]
+        return state.output.completion
+
+    return ToolDef(
+        execute,
+        name=tool_name,
+        description=description or agent_description(agent) or f"Ask the {display} agent.",
+        parameters=parameters,
+        runs_on="orchestrator",
+    ).as_tool()
+
+
+def _parameters(agent: Agent, curried: dict[str, Any]) -> ToolParams:
+    """``input`` plus every agent parameter after the state that was not curried (schema from hints + docstring)."""
+    params = ToolParams(properties={"input": ToolParam(type="string", description=INPUT_DESCRIPTION)}, required=["input"])
+    try:
+        signature = inspect.signature(agent)
+    except (TypeError, ValueError):
+        return params
+    target = inspect.unwrap(agent)
+    try:
+        hints = get_type_hints(target)
+    except Exception:  # unresolvable forward references: fall back to raw annotations
+        hints = dict(getattr(target, "__annotations__", {}))
+    docs = {p.arg_name: p.description for p in docstring_parser.parse(inspect.getdoc(target) or "").params}
+    for pname, param in list(signature.parameters.items())[1:]:  # the first parameter is the state
+        if pname in curried or pname == "input" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        hint = hints.get(pname, Any)
+        schema = TypeAdapter(hint).json_schema() if hint is not Any else {}
+        schema.pop("title", None)
+        params.properties[pname] = ToolParam(**schema, description=docs.get(pname))
+        if param.default is inspect.Parameter.empty:
+            params.required.append(pname)
+    return params
