@@ -39,6 +39,14 @@ class Dispatcher(ABC):
     def dispatch(self, stage: Sequence[Dispatch]) -> list["asyncio.Future[CallOutcome]"]:
         """Start every call of ``stage`` concurrently and return one future per call, in order."""
 
+    async def run_one(self, item: Dispatch) -> CallOutcome:
+        """Execute a single call and wait for it (a one-call stage); cancelling the caller stops it."""
+        [future] = self.dispatch([item])
+        try:
+            return await future
+        finally:
+            future.cancel()  # no-op once done; stops the call if the caller was cancelled
+
     @abstractmethod
     async def open_sandbox(self, spec: SandboxSpec) -> "SampleRoute":
         """Create the sample's sandbox where its calls will run; return the route to it."""
@@ -85,10 +93,14 @@ _active: ContextVar[Dispatcher | None] = ContextVar("toolfleet_dispatcher", defa
 def active_dispatcher() -> Dispatcher:
     dispatcher = _active.get()
     if dispatcher is None:
-        from .inprocess import InProcessDispatcher
-
-        dispatcher = InProcessDispatcher.default()
+        return _default_dispatcher()
     return dispatcher
+
+
+def _default_dispatcher() -> Dispatcher:
+    from .inprocess import InProcessDispatcher  # deferred: inprocess imports this module
+
+    return InProcessDispatcher.default()
 
 
 def set_active_dispatcher(dispatcher: Dispatcher | None) -> Any:

@@ -29,6 +29,9 @@ class InProcessDispatcher(Dispatcher):
     def dispatch(self, stage: Sequence[Dispatch]) -> list["asyncio.Future[CallOutcome]"]:
         return [asyncio.ensure_future(self._run(item)) for item in stage]
 
+    async def run_one(self, item: Dispatch) -> CallOutcome:
+        return await self._run(item)  # inline: no task needed for a single call
+
     @staticmethod
     async def _run(item: Dispatch) -> CallOutcome:
         request = item.request

@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field
 
+from orchestrator._ids import new_id
 from orchestrator.tool._tool_call import ToolCall, ToolCallError
 
 
-def _uid() -> str:
-    return uuid.uuid4().hex[:16]
-
-
 class BaseEvent(BaseModel):
-    uuid: str = Field(default_factory=_uid)
+    uuid: str = Field(default_factory=new_id)
     timestamp: float = Field(default_factory=time.time)
     span_id: str | None = None
 

@@ -6,10 +6,10 @@
 from __future__ import annotations
 
 import inspect
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator._ids import new_id
 from orchestrator._wire import CallRequest
 from orchestrator.tool._errors import ToolApprovalError, ToolError, ToolParsingError
 from orchestrator.tool._guardrails import GuardrailResult, ToolGuardrailTripwire
@@ -124,7 +124,7 @@ async def prepare_call(
 
     request = CallRequest.model_construct(
         v=1,
-        call_id=uuid.uuid4().hex,
+        call_id=new_id(),
         function=call.function,
         tool=tool.ref,
         arguments=call.arguments,

@@ -103,7 +103,7 @@ class _Track:
     """One dispatched call of a stage: its outcome future, and how far its finishing got."""
 
     p: Prepared
-    future: asyncio.Future[CallOutcome]
+    future: asyncio.Future[CallOutcome] | None  # None: the call ran inline (one-call stage)
     outcome: CallOutcome | None = None
     message: ChatMessageTool | None = None  # set once its ToolEvent is recorded (review may follow)
     settled: bool = False  # finishing raised (a fatal outcome is recorded before it raises)
@@ -114,19 +114,35 @@ _CANCEL_GRACE_SECONDS = 30.0
 
 
 async def _finish(track: _Track, ctx: FinishContext) -> ChatMessageTool:
-    track.outcome = await track.future
+    track.outcome = await track.future  # type: ignore[misc]
+    return await _complete(track, ctx)
+
+
+async def _complete(track: _Track, ctx: FinishContext) -> ChatMessageTool:
     try:
-        track.message = await complete_call(track.p, track.outcome, ctx)
+        track.message = await complete_call(track.p, track.outcome, ctx)  # type: ignore[arg-type]
     except asyncio.CancelledError:
         raise
     except BaseException:
         track.settled = True
         raise
-    await ctx.review_executed(track.p, track.message, track.outcome.result)
+    await ctx.review_executed(track.p, track.message, track.outcome.result)  # type: ignore[union-attr]
     return track.message
 
 
 async def _run_stage(stage: list[Prepared], ctx: FinishContext) -> list[tuple[Prepared, ChatMessageTool]]:
+    if len(stage) == 1:
+        # A one-call stage (every serial call) runs inline: no task of its own, no stage bookkeeping.
+        p = stage[0]
+        dispatcher = InProcessDispatcher.default() if runs_locally(p.tool) else active_dispatcher()  # type: ignore[arg-type]
+        track = _Track(p, None)
+        try:
+            track.outcome = await dispatcher.run_one(Dispatch(p.request, p.tool.tool, local=runs_locally(p.tool)))  # type: ignore[arg-type,union-attr]
+            return [(p, await _complete(track, ctx))]
+        except BaseException as exc:
+            await _abandon([track], [], exc)
+            raise
+
     local = [p for p in stage if runs_locally(p.tool)]  # type: ignore[arg-type]
     remote = [p for p in stage if not runs_locally(p.tool)]  # type: ignore[arg-type]
     tracks: list[_Track] = []
@@ -138,6 +154,10 @@ async def _run_stage(stage: list[Prepared], ctx: FinishContext) -> list[tuple[Pr
         dispatcher = active_dispatcher()
         for p, fut in zip(remote, dispatcher.dispatch([Dispatch(p.request, p.tool.tool) for p in remote])):  # type: ignore[arg-type,union-attr]
             tracks.append(_Track(p, fut))
+
+    if not ctx.review:
+        # Nothing to review: finish each call in completion order on this task (no task per call).
+        return await _finish_in_completion_order(tracks, ctx)
 
     # Each call is finished (ToolEvent, then review) as soon as it completes, independently of its
     # siblings: reviews of parallel calls run concurrently, and a sibling's fatal error or a
@@ -155,12 +175,31 @@ async def _run_stage(stage: list[Prepared], ctx: FinishContext) -> list[tuple[Pr
     return [(t.p, task.result()) for t, task in zip(tracks, tasks)]
 
 
+async def _finish_in_completion_order(tracks: list[_Track], ctx: FinishContext) -> list[tuple[Prepared, ChatMessageTool]]:
+    by_future = {t.future: t for t in tracks}
+    completed: asyncio.Queue[asyncio.Future[CallOutcome]] = asyncio.Queue()
+    for track in tracks:
+        track.future.add_done_callback(completed.put_nowait)  # type: ignore[union-attr]
+    try:
+        for _ in tracks:
+            track = by_future[await completed.get()]
+            track.outcome = track.future.result()  # type: ignore[union-attr]
+            await _complete(track, ctx)
+    except BaseException as exc:
+        await _abandon(tracks, [], exc)
+        raise
+    return [(t.p, t.message) for t in tracks]  # type: ignore[misc]
+
+
 async def _abandon(tracks: list[_Track], tasks: list[asyncio.Future[ChatMessageTool]], cause: BaseException) -> None:
     """Cancel unfinished calls and reviews; executed results stay on record, the rest become ``cancelled``."""
-    for task, track in zip(tasks, tracks):
+    futures = [t.future for t in tracks if t.future is not None]
+    for task in tasks:
         task.cancel()
-        track.future.cancel()
-    await asyncio.wait([*tasks, *(t.future for t in tracks)], timeout=_CANCEL_GRACE_SECONDS)
+    for future in futures:
+        future.cancel()
+    if tasks or futures:
+        await asyncio.wait([*tasks, *futures], timeout=_CANCEL_GRACE_SECONDS)
     for task in tasks:  # siblings' own errors are superseded by ``cause``; retrieve them so none is "unretrieved"
         if task.done() and not task.cancelled():
             task.exception()
@@ -168,7 +207,8 @@ async def _abandon(tracks: list[_Track], tasks: list[asyncio.Future[ChatMessageT
         if track.message is not None or track.settled:
             continue  # ToolEvent recorded; a pending review was cancelled (and said so)
         outcome = track.outcome
-        if outcome is None and track.future.done() and not track.future.cancelled() and track.future.exception() is None:
+        future = track.future
+        if outcome is None and future is not None and future.done() and not future.cancelled() and future.exception() is None:
             outcome = track.future.result()
         if outcome is not None:
             keep_result(track.p, outcome)  # executed, but the sample stopped before it was processed

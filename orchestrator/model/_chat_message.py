@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field
 
+from orchestrator._ids import new_id
 from orchestrator.tool._content import Content, ContentText
 from orchestrator.tool._tool_call import ToolCall, ToolCallError
 
 
-def _new_id() -> str:
-    return uuid.uuid4().hex[:22]
-
-
 class ChatMessageBase(BaseModel):
-    id: str = Field(default_factory=_new_id)
+    id: str = Field(default_factory=new_id)
     content: str | list[Content] = ""
     source: Literal["input", "generate"] | None = None
     metadata: dict[str, Any] | None = None

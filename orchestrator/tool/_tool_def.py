@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from functools import cached_property, lru_cache
 from typing import Any
 
+import fastjsonschema
 import jsonschema
 from pydantic import TypeAdapter, ValidationError
 
@@ -28,6 +29,19 @@ _UNSET: Any = object()
 @lru_cache(maxsize=4096)
 def _validator_for(schema_json: str) -> jsonschema.Draft7Validator:
     return jsonschema.Draft7Validator(json.loads(schema_json))
+
+
+@lru_cache(maxsize=4096)
+def _fast_check_for(schema_json: str) -> Callable[[Any], Any] | None:
+    """A compiled Draft 7 check (fastjsonschema) used only to skip the slow path for valid input.
+
+    ``jsonschema`` stays the authority: it produces the error messages, and input the compiled
+    check rejects is re-checked by it (the two may differ on formats).
+    """
+    try:
+        return fastjsonschema.compile(json.loads(schema_json))
+    except Exception:  # a schema fastjsonschema cannot compile: always take the slow path
+        return None
 
 
 @lru_cache(maxsize=4096)
@@ -129,11 +143,26 @@ class ToolDef:
         return ToolInfo(name=self.name, description=self.description, parameters=self.parameters)
 
     @cached_property
+    def _schema_json(self) -> str:
+        return json.dumps(self.parameters.json_schema(), sort_keys=True)
+
+    @cached_property
     def _validator(self) -> jsonschema.Draft7Validator:
-        return _validator_for(json.dumps(self.parameters.json_schema(), sort_keys=True))
+        return _validator_for(self._schema_json)
+
+    @cached_property
+    def _fast_check(self) -> Callable[[Any], Any] | None:
+        return _fast_check_for(self._schema_json)
 
     def validation_errors(self, arguments: dict[str, Any]) -> list[str]:
         """Every Draft 7 validation error for these arguments (empty when valid)."""
+        check = self._fast_check
+        if check is not None:
+            try:
+                check(arguments)
+                return []
+            except fastjsonschema.JsonSchemaException:
+                pass
         return [error.message for error in self._validator.iter_errors(arguments)]
 
     def deserialize(self, arguments: dict[str, Any]) -> dict[str, Any]:
