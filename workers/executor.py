@@ -101,16 +101,10 @@ async def execute_request(request: CallRequest, tool: Callable[..., Any] | None 
 
 
 def lookup_sandbox(handle: str) -> SandboxEnvironment:
-    try:
-        from workers.sandbox._registry import get_sandbox
-    except ImportError as exc:  # the sandbox package is missing from this install
-        raise SandboxUnavailableError(f"Sandbox '{handle}' is not available in this process.") from exc
-    env = get_sandbox(handle)
-    if env is None:
-        raise SandboxUnavailableError(
-            f"Sandbox '{handle}' is not available on host '{HOST}' (it was destroyed, or lives on another host)."
-        )
-    return env
+    """The live sandbox for a handle in this process (``SandboxUnavailableError`` if gone)."""
+    from workers.sandbox import _registry
+
+    return _registry.get(handle)
 
 
 class _ToolTimedOut(Exception):
