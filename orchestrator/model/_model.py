@@ -177,7 +177,10 @@ class Model:
                 choice_.message.model = choice_.message.model or self.name
             if output.usage is not None:
                 record_model_usage(name, output.usage)
-            event.output, event.usage, event.time = output, output.usage, output.time
+            # A snapshot: callers edit the returned message in place (react appends the submitted
+            # answer), and the log must show what the model actually said.
+            event.output = ModelOutput.model_validate(output.model_dump())
+            event.usage, event.time = output.usage, output.time
             transcript().record(event)
         return output
 
@@ -292,4 +295,6 @@ def get_model(model: str | Model | None = None, *, config: GenerateConfig | None
 def _with_config(model: Model, config: GenerateConfig | None) -> Model:
     if config is None or not config.model_dump(exclude_none=True):
         return model
-    return Model(model.api, model.config.merge(config), model.retry)
+    configured = Model(model.api, model.config.merge(config), model.retry)
+    configured._slots = model._slots  # same backend, same connection budget
+    return configured

@@ -269,3 +269,23 @@ async def test_replayed_outputs_get_fresh_message_ids() -> None:
     model = get_model("scripted", outputs=[shared, shared])
     first, second = await model.generate("x"), await model.generate("x")
     assert len({shared.message.id, first.message.id, second.message.id}) == 3
+
+
+async def test_model_event_keeps_what_the_model_said_when_the_caller_edits_the_output() -> None:
+    t = Transcript()
+    with bind_transcript(t):
+        output = await get_model("scripted", outputs=["the answer"]).generate("x")
+    output.completion = "the answer\n\n[edited by the agent loop]"
+    assert t.find(ModelEvent)[0].output.completion == "the answer"
+    assert t.find(ModelEvent)[0].output.message.id == output.message.id
+
+
+async def test_model_span_is_a_child_of_the_enclosing_span() -> None:
+    from orchestrator.log import span
+
+    t = Transcript()
+    with bind_transcript(t), span("researcher", type="agent") as agent_span:
+        await get_model("scripted").generate("x")
+    model_begin = [e for e in t.find(SpanBeginEvent) if e.type == "model"][0]
+    assert model_begin.parent_id == agent_span
+    assert t.find(ModelEvent)[0].span_id == model_begin.id
