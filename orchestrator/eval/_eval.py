@@ -23,7 +23,7 @@ from typing import Any, Literal
 from orchestrator import __version__
 from orchestrator.dataset import Sample
 from orchestrator.dispatch import Dispatcher, InProcessDispatcher
-from orchestrator.model._model import Model
+from orchestrator.model._model import Model, model_context
 from orchestrator.model._model_output import ModelUsage
 from orchestrator.scorer._score import scorer_info
 from orchestrator.solver._solver import solver_name
@@ -49,7 +49,7 @@ from ._log import (
 from ._policies import resolve_model
 from ._progress import EvalProgress
 from ._runner import SampleRunner
-from ._task import Task, TaskError, load_task
+from ._task import Task, TaskError, import_task_file, load_task
 
 DEFAULT_MAX_SAMPLES = 32
 DEFAULT_LOG_DIR = "logs"
@@ -101,9 +101,14 @@ async def eval_async(
     task_list = [tasks] if isinstance(tasks, (Task, str)) else list(tasks)
     if log_file is not None and len(task_list) != 1:
         raise TaskError("log_file resumes one eval: give exactly one task.")
-    resolved = [load_task(t, task_args) if isinstance(t, str) else t for t in task_list]
-    # Model names can refer to policies a task file registers, so tasks load first.
+    # Model names can refer to scripted policies a task file registers, so task files import first;
+    # the tasks are then built with the model active (agents may resolve "the active model" when built).
+    for t in task_list:
+        if isinstance(t, str):
+            import_task_file(t.partition("@")[0])
     resolved_model = resolve_model(model, **(model_args or {}))
+    with model_context(resolved_model):
+        resolved = [load_task(t, task_args) if isinstance(t, str) else t for t in task_list]
     own_dispatcher = dispatcher is None
     if dispatcher is None:
         dispatcher = await make_dispatcher(broker)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import time
 import traceback
 from dataclasses import dataclass
@@ -179,7 +180,7 @@ class SampleRunner:
 
             solver = generate()
         try:
-            with apply_limits(limits, catch_errors=True) as scope:
+            with apply_limits(limits, catch_errors=True) as scope, self._attempt_scorer(state):
                 state = await solver(state, make_generate(self.model))
         except TerminateSampleError as exc:
             return state, EvalSampleLimit(type="operator", message=exc.reason)
@@ -190,6 +191,23 @@ class SampleRunner:
         if error is not None:
             return state, EvalSampleLimit(type=error.type, limit=error.limit, message=error.message)
         return state, None
+
+    def _attempt_scorer(self, state: TaskState) -> Any:
+        """Let ``react(attempts=N)`` score a submission with the task's (first) scorer."""
+        try:
+            from orchestrator.agent import attempt_scorer
+        except ImportError:
+            return contextlib.nullcontext()
+        if not self.task.scorer:
+            return attempt_scorer(None)
+        first = self.task.scorer[0]
+
+        async def score_attempt(agent_state: Any) -> Any:
+            view = copy.copy(state)
+            view.messages, view.output = agent_state.messages, agent_state.output
+            return (await first(view, state.target)).value
+
+        return attempt_scorer(score_attempt)
 
     async def _score(self, state: TaskState) -> dict[str, Score]:
         scores: dict[str, Score] = {}
