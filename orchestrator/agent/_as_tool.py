@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import copy
 import inspect
+import itertools
+import types
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, get_type_hints
 
 import docstring_parser
-from pydantic import TypeAdapter
 
 from orchestrator.tool._tool_def import ToolDef
-from orchestrator.tool._tool_info import ToolParam, ToolParams
 from orchestrator.util._limits import Limit, turn_limit
 
 from ._agent import Agent, AgentState, agent_description, agent_name
@@ -42,7 +42,6 @@ def as_tool(
     display = agent_name(agent)
     tool_name = name or display
     limits = list(limits)
-    parameters = _parameters(agent, agent_kwargs)
 
     async def execute(input: str, **kwargs: Any) -> str:
         own = copy.deepcopy(limits)
@@ -57,22 +56,41 @@ def as_tool(
             return await result if inspect.isawaitable(result) else result  # type: ignore[no-any-return]
         return state.output.completion
 
+    signature, descriptions = _signature(agent, agent_kwargs)
     return ToolDef(
-        execute,
+        _with_signature(execute, signature, tool_name),
         name=tool_name,
         description=description or agent_description(agent) or f"Ask the {display} agent.",
-        parameters=parameters,
+        parameters=descriptions,
         runs_on="orchestrator",
     ).as_tool()
 
 
-def _parameters(agent: Agent, curried: dict[str, Any]) -> ToolParams:
-    """``input`` plus every agent parameter after the state that was not curried (schema from hints + docstring)."""
-    params = ToolParams(properties={"input": ToolParam(type="string", description=INPUT_DESCRIPTION)}, required=["input"])
+_unique = itertools.count()
+
+
+def _with_signature(execute: Callable[..., Any], signature: inspect.Signature, name: str) -> Callable[..., Any]:
+    """A copy of ``execute`` that shows the model-facing signature (``input`` + un-curried parameters).
+
+    The copy gets its own code object: schema extraction is cached per code object, and every
+    ``as_tool`` closure would otherwise share the first one's schema.
+    """
+    code = execute.__code__.replace(co_name=f"as_tool_{next(_unique)}")
+    fn = types.FunctionType(code, execute.__globals__, name, execute.__defaults__, execute.__closure__)
+    fn.__signature__ = signature  # type: ignore[attr-defined]
+    fn.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+    fn.__doc__ = None
+    return fn
+
+
+def _signature(agent: Agent, curried: dict[str, Any]) -> tuple[inspect.Signature, dict[str, str]]:
+    """``input: str`` plus every agent parameter after the state that was not curried, with descriptions."""
+    params = [inspect.Parameter("input", inspect.Parameter.KEYWORD_ONLY, annotation=str)]
+    descriptions = {"input": INPUT_DESCRIPTION}
     try:
         signature = inspect.signature(agent)
     except (TypeError, ValueError):
-        return params
+        return inspect.Signature(params), descriptions
     target = inspect.unwrap(agent)
     try:
         hints = get_type_hints(target)
@@ -82,10 +100,8 @@ def _parameters(agent: Agent, curried: dict[str, Any]) -> ToolParams:
     for pname, param in list(signature.parameters.items())[1:]:  # the first parameter is the state
         if pname in curried or pname == "input" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
-        hint = hints.get(pname, Any)
-        schema = TypeAdapter(hint).json_schema() if hint is not Any else {}
-        schema.pop("title", None)
-        params.properties[pname] = ToolParam(**schema, description=docs.get(pname))
-        if param.default is inspect.Parameter.empty:
-            params.required.append(pname)
-    return params
+        params.append(inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY, default=param.default,
+                                        annotation=hints.get(pname, Any)))
+        if docs.get(pname):
+            descriptions[pname] = docs[pname]
+    return inspect.Signature(params), descriptions

@@ -19,7 +19,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.log import span
+from orchestrator.log import ToolEvent, span, transcript
 from orchestrator.model._call_prepare import HANDOFF_ATTR
 from orchestrator.model._chat_message import (
     ChatMessage,
@@ -74,14 +74,15 @@ def handoff(
         conversation = [m for m in conversation if not isinstance(m, ChatMessageSystem)]
         # 4. run nested, under fresh copies of the limits
         try:
-            with span(name=name, type="handoff"), nested_run(name):
+            with nested_run(name), span(name=name, type="handoff"):
                 state, limit_error = await run(agent, conversation, copy.deepcopy(limits), **agent_kwargs)
         except AgentDepthError as exc:
-            failed = boundary.model_copy(update={"content": "", "error": ToolCallError(type="unknown", message=exc.message)})
-            return failed, [], None
+            error = ToolCallError(type="unknown", message=exc.message)
+            transcript().record(ToolEvent(id=call.id, function=call.function, arguments=call.arguments,
+                                          result="", error=error, agent=name))
+            return boundary.model_copy(update={"content": "", "error": error}), [], None
         # 5. only the new messages, named, filtered, closed
-        start = next((i + 1 for i, m in enumerate(state.messages) if m.id == boundary.id), len(conversation))
-        new_messages = prefix_assistant(state.messages[start:], name)
+        new_messages = prefix_assistant(_new_messages(state.messages, conversation), name)
         if output_filter is not None:
             new_messages = await apply_filter(output_filter, new_messages)
         if limit_error is not None:
@@ -89,6 +90,8 @@ def handoff(
                 agent_name=name, type=limit_error.type, limit=limit_error.limit_str)))
         elif state.messages and isinstance(state.messages[-1], ChatMessageAssistant):
             new_messages.append(ChatMessageUser(content=COMPLETED.format(agent_name=name)))
+        transcript().record(ToolEvent(id=call.id, function=call.function, arguments=call.arguments,
+                                      result=boundary.text, agent=name))
         return boundary, new_messages, state.output if not state.output.empty else None
 
     tool = ToolDef(
@@ -101,6 +104,17 @@ def handoff(
     ).as_tool()
     setattr(tool, HANDOFF_ATTR, handler)
     return tool
+
+
+def _new_messages(messages: list[ChatMessage], given: list[ChatMessage]) -> list[ChatMessage]:
+    """What the agent added: everything after the last message it was given (its system message excluded).
+
+    Found by id rather than position: the agent inserts its own system message, and a filter or a
+    compaction may have rewritten the history it was given.
+    """
+    given_ids = {m.id for m in given}
+    last = max((i for i, m in enumerate(messages) if m.id in given_ids), default=-1)
+    return [m for m in messages[last + 1:] if not isinstance(m, ChatMessageSystem)]
 
 
 def _with_stripped(history: list[ChatMessage], message: ChatMessageAssistant) -> list[ChatMessage]:

@@ -91,7 +91,7 @@ def react(
     if submit_config is not None:
         all_tools.append(submit_tool(submit_config))
     system_message = _system_message(prompt, submit_name if submit_config else None, all_tools)
-    generate, resolved_model = resolve_generate(model, compaction)
+    generate, resolved_model, model_is_agent = resolve_generate(model, compaction)
     truncate = overflow_filter(truncation)
     approval_policy = resolve_approval(approval) if approval is not None else None
     review_policy = resolve_review(review) if review is not None else None
@@ -126,7 +126,7 @@ def react(
             output = state.output
 
             if output.stop_reason == "model_length":
-                if await handle_overflow(state, compaction, truncate, resolved_model is None):
+                if await handle_overflow(state, compaction, truncate, model_is_agent):
                     continue
                 break
             if output.stop_reason == "content_filter":

@@ -21,8 +21,8 @@ from ._types import OVERFLOW_STOP_MESSAGE, Compaction, MessageFilter
 Generate = Callable[[AgentState, list[Any]], Awaitable[AgentState]]
 
 
-def resolve_generate(model: str | Model | Any | None, compaction: Compaction | None) -> tuple[Generate, Model | None]:
-    """Wrap ``model`` as a generate step; also return the ``Model`` when there is one."""
+def resolve_generate(model: str | Model | Any | None, compaction: Compaction | None) -> tuple[Generate, Model | None, bool]:
+    """Wrap ``model`` as a generate step; also return the named ``Model`` (if any) and whether it is an agent."""
     if model is not None and not isinstance(model, (str, Model)):
         if not callable(model):
             raise TypeError(f"react model must be a model name, a Model or an Agent, not {type(model).__name__}.")
@@ -37,16 +37,18 @@ def resolve_generate(model: str | Model | Any | None, compaction: Compaction | N
             result = await model(state, tools=tools)
             return result if result is not None else state
 
-        return agent_generate, None
+        return agent_generate, None, True
 
-    resolved = get_model(model)
+    # None: whatever model is active when the agent runs (a nested agent inherits its caller's).
+    resolved = get_model(model) if model is not None else None
 
     async def model_generate(state: AgentState, tools: list[Any]) -> AgentState:
+        active = resolved or get_model()
         if compaction is not None:
             compacted = await compaction.compact(state.messages, force=False)
             if compacted is not None:
                 state.messages = compacted
-        output = await resolved.generate(state.messages, tools)
+        output = await active.generate(state.messages, tools)
         if compaction is not None:
             compaction.record_output(output)
         state.output = output
@@ -54,7 +56,7 @@ def resolve_generate(model: str | Model | Any | None, compaction: Compaction | N
             state.messages.append(output.message)
         return state
 
-    return model_generate, resolved
+    return model_generate, resolved, False
 
 
 def overflow_filter(truncation: Literal["auto", "disabled"] | MessageFilter) -> MessageFilter | None:
