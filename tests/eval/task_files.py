@@ -1,0 +1,6 @@
+"""Paths to the task files the eval and CLI tests run (they are real task files, imported by path)."""
+
+from pathlib import Path
+
+HERE = Path(__file__).parent
+BASIC = HERE / "tasks" / "basic.py"
