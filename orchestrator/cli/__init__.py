@@ -63,6 +63,3 @@ def _worker(argv: list[str]) -> int:
         return fail(f"The worker is not available in this install ({exc}).")
     return int(worker_main(argv) or 0)
 
-
-if __name__ == "__main__":
-    sys.exit(main())
