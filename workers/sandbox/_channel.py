@@ -122,6 +122,8 @@ class AgentChannel:
                 except (ConnectionError, RuntimeError):
                     pass
             raise
+        except ChannelClosed:
+            raise
         except (ConnectionError, RuntimeError) as exc:
             raise ChannelClosed(f"agent channel write failed: {exc}") from exc
         finally:

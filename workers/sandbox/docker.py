@@ -48,7 +48,7 @@ class DockerSandboxEnvironment(AgentSandboxEnvironment):
     async def _open_channel(self, user: str | None) -> AgentChannel:
         if not self.driver.config.fast_path:
             raise ChannelClosed("fast path disabled by configuration")
-        return await open_agent(self.driver.api, self.container_id, user)
+        return await open_agent(self.driver.api, self.container_id, user or self.driver.exec_user)
 
     async def _universal_exec(
         self, argv: list[str], input: bytes | None, cwd: str | None, env: dict[str, str] | None,
@@ -60,6 +60,7 @@ class DockerSandboxEnvironment(AgentSandboxEnvironment):
                 probe = await universal_exec(api, self.container_id, ["/bin/sh", "-c", "command -v timeout"],
                                              None, None, None, None, None, 4096, False)
                 self._has_timeout = probe.returncode == 0
+            user = user or self.driver.exec_user
             return await universal_exec(api, self.container_id, argv, input, cwd, env, user, timeout,
                                         self.output_cap, self._has_timeout)
         except (APIError, DockerException, ConnectionError, OSError) as exc:
@@ -100,6 +101,7 @@ class DockerSandboxDriver(SandboxDriver):
         self._start_lock = asyncio.Lock()
         self._reaper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        self.exec_user = self.config.user or ""  # who commands run as; the image's USER unless configured
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -110,7 +112,8 @@ class DockerSandboxDriver(SandboxDriver):
                 return
             try:
                 await self.api.connect()
-                await self.api.call(self.api.api.inspect_image, self.config.image)
+                image = await self.api.call(self.api.api.inspect_image, self.config.image)
+                self.exec_user = self.config.user or (image.get("Config") or {}).get("User") or ""
             except ImageNotFound as exc:
                 raise SandboxImageError(
                     f"Sandbox image '{self.config.image}' not found: build it with sandbox_images/build.sh"
@@ -199,7 +202,9 @@ class DockerSandboxDriver(SandboxDriver):
             "image": c.image,
             "command": _KEEPALIVE,
             "entrypoint": [],
-            "user": c.user or "",
+            # The keep-alive PID runs as root (without capabilities) so the sandbox user cannot kill
+            # it and take the container down (`pkill sleep`); commands run as `exec_user`.
+            "user": "root",
             "working_dir": c.working_dir,
             "environment": c.environment or None,
             "labels": labels,
