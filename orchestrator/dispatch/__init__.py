@@ -14,6 +14,8 @@ from ._dispatcher import (
 from .inprocess import InProcessDispatcher
 
 __all__ = [
+    "CeleryDispatcher",
+    "CeleryDispatcherConfig",
     "Dispatch",
     "Dispatcher",
     "InProcessDispatcher",
@@ -25,3 +27,12 @@ __all__ = [
     "set_active_dispatcher",
     "set_route",
 ]
+
+
+def __getattr__(name: str):  # type: ignore[no-untyped-def]
+    # Lazy: importing Celery costs ~0.2 s, and embedded mode never needs it.
+    if name in ("CeleryDispatcher", "CeleryDispatcherConfig"):
+        from . import celery as _celery
+
+        return getattr(_celery, name)
+    raise AttributeError(f"module 'orchestrator.dispatch' has no attribute {name!r}")

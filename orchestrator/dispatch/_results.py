@@ -1,0 +1,205 @@
+"""One asyncio listener per dispatcher for Celery results on Redis.
+
+Celery's Redis result backend stores each task's result at ``celery-task-meta-<id>`` *and*
+PUBLISHes it on a channel of the same name. The listener holds one dedicated connection in
+subscribed mode: ``expect(id)`` registers a future and SUBSCRIBEs to that task's channel before the
+task is published, each message resolves its future, and resolved channels are UNSUBSCRIBEd in
+batches. Nothing polls: ``GroupResult.get()`` sleeps 0.5 s between polls and is thread-local.
+
+After a reconnect (Redis restarted, connection dropped) the listener re-subscribes every pending
+channel and re-reads the stored results with one MGET, so a result published while it was away is
+not lost. A PING every ``health_interval`` seconds detects a silently dead connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from redis.asyncio import Redis
+from redis.asyncio.connection import Connection, parse_url
+from redis.exceptions import RedisError
+
+from workers import _names
+
+log = structlog.get_logger("toolfleet.dispatch")
+
+READY_STATES = frozenset({"SUCCESS", "FAILURE", "REVOKED"})
+
+
+class ResultListener:
+    def __init__(self, url: str, health_interval: float = 5.0, on_reconnect: Callable[[], Awaitable[None]] | None = None) -> None:
+        self._conn_kwargs = dict(parse_url(url))
+        self._conn_kwargs.pop("connection_class", None)
+        self.redis = Redis.from_url(url, socket_connect_timeout=5)  # GET/MGET re-checks (ordinary commands)
+        self._futures: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._conn: Connection | None = None
+        self._connected = asyncio.Event()
+        self._unsubscribe: list[str] = []
+        self._flush_scheduled = False
+        self._task: asyncio.Task[None] | None = None
+        self._health: asyncio.Task[None] | None = None
+        self._last_seen = time.monotonic()
+        self._health_interval = health_interval
+        self._on_reconnect = on_reconnect
+        self._closed = False
+        self.reconnects = 0
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self, timeout: float = 10.0) -> None:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+            self._health = asyncio.ensure_future(self._ping_loop())
+        await asyncio.wait_for(self._connected.wait(), timeout)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for task in (self._task, self._health):
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(t for t in (self._task, self._health) if t is not None), return_exceptions=True)
+        if self._conn is not None:
+            await self._conn.disconnect(nowait=True)
+        await self.redis.aclose()
+        for fut in self._futures.values():
+            if not fut.done():
+                fut.cancel()
+        self._futures.clear()
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    def pending_ids(self) -> list[str]:
+        return list(self._futures)
+
+    # --- registering interest ------------------------------------------------------------------
+
+    async def expect(self, task_ids: list[str]) -> list[asyncio.Future[dict[str, Any]]]:
+        """Futures for these tasks' Celery result metas; call (and await) before publishing them."""
+        loop = asyncio.get_running_loop()
+        futures = []
+        for task_id in task_ids:
+            fut: asyncio.Future[dict[str, Any]] = loop.create_future()
+            self._futures[task_id] = fut
+            futures.append(fut)
+        conn = self._conn
+        if conn is not None:
+            try:
+                await conn.send_command("SUBSCRIBE", *(_names.result_key(t) for t in task_ids), check_health=False)
+            except (RedisError, OSError):
+                pass  # the reader reconnects and re-subscribes everything pending
+        return futures
+
+    def forget(self, task_id: str) -> None:
+        """Stop listening for a task (resolved elsewhere, cancelled or expired)."""
+        if self._futures.pop(task_id, None) is not None:
+            self._unsubscribe.append(_names.result_key(task_id))
+            self._schedule_flush()
+
+    # --- the reader ----------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        delay = 0.05
+        first = True
+        while not self._closed:
+            conn = Connection(**self._conn_kwargs, socket_connect_timeout=5, socket_timeout=None,
+                              health_check_interval=0, protocol=2)  # RESP2: pubsub frames are plain replies
+            try:
+                await conn.connect()
+                channels = [_names.result_key(t) for t in self._futures]
+                if channels:
+                    await conn.send_command("SUBSCRIBE", *channels, check_health=False)
+                else:
+                    # Enter subscribed mode at once so PINGs and replies have one shape.
+                    await conn.send_command("SUBSCRIBE", f"{_names.PREFIX}:listener", check_health=False)
+                self._conn = conn
+                self._last_seen = time.monotonic()
+                self._connected.set()
+                delay = 0.05
+                if not first:
+                    self.reconnects += 1
+                    log.warning("dispatch.listener_reconnected", pending=len(self._futures))
+                    await self.recheck(list(self._futures))
+                    if self._on_reconnect is not None:
+                        asyncio.ensure_future(self._on_reconnect())
+                first = False
+                while True:
+                    response = await conn.read_response()
+                    self._last_seen = time.monotonic()
+                    self._handle(response)
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError, TimeoutError) as exc:
+                if self._conn is not None:
+                    log.warning("dispatch.listener_disconnected", error=str(exc))
+                self._conn = None
+                self._connected.clear()
+                await conn.disconnect(nowait=True)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def _handle(self, response: Any) -> None:
+        if not isinstance(response, list) or not response:
+            return
+        kind = response[0]
+        if kind != b"message" or len(response) < 3:
+            return  # subscribe/unsubscribe confirmations, pongs
+        channel = response[1].decode() if isinstance(response[1], bytes) else response[1]
+        self._resolve(channel[len(_names.RESULT_PREFIX):], response[2])
+
+    def _resolve(self, task_id: str, data: bytes | str) -> bool:
+        try:
+            meta = json.loads(data)
+        except ValueError:
+            return False
+        if meta.get("status") not in READY_STATES:
+            return False
+        fut = self._futures.pop(task_id, None)
+        self._unsubscribe.append(_names.result_key(task_id))
+        self._schedule_flush()
+        if fut is not None and not fut.done():
+            fut.set_result(meta)
+        return True
+
+    async def recheck(self, task_ids: list[str]) -> int:
+        """Resolve pending tasks whose result is already stored (missed while disconnected)."""
+        if not task_ids:
+            return 0
+        values = await self.redis.mget([_names.result_key(t) for t in task_ids])
+        return sum(1 for task_id, value in zip(task_ids, values) if value is not None and self._resolve(task_id, value))
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._flush()))
+
+    async def _flush(self) -> None:
+        self._flush_scheduled = False
+        channels, self._unsubscribe = self._unsubscribe, []
+        conn = self._conn
+        if channels and conn is not None:
+            try:
+                await conn.send_command("UNSUBSCRIBE", *channels, check_health=False)
+            except (RedisError, OSError):
+                pass  # a reconnect subscribes only what is still pending
+
+    async def _ping_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._health_interval)
+            conn = self._conn
+            if conn is None:
+                continue
+            if time.monotonic() - self._last_seen > 3 * self._health_interval:
+                log.warning("dispatch.listener_silent", seconds=round(time.monotonic() - self._last_seen, 1))
+                await conn.disconnect(nowait=True)  # the reader fails and reconnects
+                continue
+            try:
+                await conn.send_command("PING", check_health=False)
+            except (RedisError, OSError):
+                pass

@@ -1,0 +1,405 @@
+"""Celery dispatcher: the same seam as the in-process one, with Redis and a worker fleet in between.
+
+* A parallel stage is published as one Celery ``group``; a one-call stage as a single task. The
+  call id is the task id. Publishing runs in one dedicated thread (kombu's producer is blocking), so
+  the event loop never waits on the broker.
+* Results come back through one ``ResultListener`` (pubsub on the result backend's channels); each
+  call's future resolves when its message arrives — no ``GroupResult.get()`` polling.
+* Sandbox affinity: ``open_sandbox`` reserves a slot on a live host (``workers.placement``) and sends
+  the open task to that host's queue; every call of the sample goes to the same queue.
+* Failure bounds, enforced here whatever the worker does: a per-call deadline (the tool's timeout,
+  or ``max_call_seconds``, plus ``call_grace``) → ``timeout``; a host whose heartbeat expired (or that
+  restarted: new boot id) → its pending calls resolve to ``sandbox_unavailable`` within
+  ``heartbeat TTL + lost_grace + watch_interval`` (≈16 s by default); after a Redis restart, stored
+  results are re-read, and calls whose task message was lost (no result, no claim) are republished —
+  safe, because the worker never runs a call id twice.
+* Cancelling a call's future sends the ``toolfleet_cancel`` control command to the host running it,
+  which cancels the call there (the sandbox kills its process group).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import structlog
+from celery import group
+from pydantic import BaseModel, Field
+from redis.exceptions import RedisError
+
+from orchestrator._wire import CallOutcome, FatalError, SandboxSpec
+from orchestrator.tool._tool_call import ToolCallError
+from orchestrator.util._sandbox import SandboxUnavailableError
+from workers import _names, placement
+from workers.app import AppConfig, create_app
+
+from ._dispatcher import Dispatch, Dispatcher, SampleRoute, current_route
+from ._results import ResultListener
+
+log = structlog.get_logger("toolfleet.dispatch")
+
+
+class CeleryDispatcherConfig(BaseModel):
+    type: Literal["celery"] = "celery"
+    broker_url: str = Field(default_factory=lambda: AppConfig().broker_url)
+    max_payload_bytes: int = Field(8 * 1024 * 1024, gt=0, description="cap on a call's JSON request")
+    call_grace: float = Field(30.0, ge=0, description="seconds beyond a call's own timeout before the orchestrator gives up")
+    max_call_seconds: float = Field(3600.0, gt=0, description="deadline of a call that has no timeout of its own")
+    lost_grace: float = Field(5.0, ge=0, description="seconds a host's heartbeat may be missing (e.g. Redis restart) before it is lost")
+    watch_interval: float = Field(1.0, gt=0, description="how often pending calls' hosts are checked")
+    open_timeout: float = Field(300.0, gt=0, description="bound on creating a sandbox on a worker")
+    close_timeout: float = Field(60.0, gt=0)
+
+
+@dataclass
+class _Pending:
+    task_id: str
+    future: asyncio.Future[Any]
+    kind: Literal["call", "open", "close"]
+    function: str
+    payload: Any
+    queue: str
+    host: str | None
+    boot: str | None
+    timeout: float | None = None
+    deadline: asyncio.TimerHandle | None = None
+    published: float = field(default_factory=time.monotonic)
+
+
+def _error_outcome(call_id: str, type_: str, message: str, host: str | None = None) -> CallOutcome:
+    now = time.time()
+    return CallOutcome(call_id=call_id, error=ToolCallError(type=type_, message=message), started=now, completed=now, host=host)  # type: ignore[arg-type]
+
+
+def _shown(seconds: float) -> str:
+    return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
+
+
+class CeleryDispatcher(Dispatcher):
+    name = "celery"
+
+    def __init__(self, broker_url: str | None = None, config: CeleryDispatcherConfig | None = None) -> None:
+        self.config = config or CeleryDispatcherConfig(**({"broker_url": broker_url} if broker_url else {}))
+        self.app = create_app(AppConfig(broker_url=self.config.broker_url, max_payload_bytes=self.config.max_payload_bytes))
+        self._listener = ResultListener(self.config.broker_url, on_reconnect=self._after_reconnect)
+        self._publisher = ThreadPoolExecutor(1, thread_name_prefix="toolfleet-publish")
+        self._pending: dict[str, _Pending] = {}
+        self._sandboxes: dict[str, tuple[str, str]] = {}  # sandbox handle -> (host, boot at open)
+        self._lost: dict[str, str | None] = {}  # host -> boot that was lost (None: any)
+        self._missing_since: dict[str, float] = {}
+        self._cancels: list[tuple[str, str | None]] = []
+        self._start_lock: asyncio.Lock | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._watchdog is not None:
+            return
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if self._watchdog is None:
+                await self._listener.start()
+                self._watchdog = asyncio.ensure_future(self._watch())
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            await asyncio.gather(self._watchdog, return_exceptions=True)
+        for rec in list(self._pending.values()):
+            if not rec.future.done():
+                rec.future.cancel()
+        await self._flush_cancels()
+        await self._listener.aclose()
+        await asyncio.get_running_loop().run_in_executor(self._publisher, self.app.close)
+        self._publisher.shutdown(wait=False)
+
+    # --- calls ---------------------------------------------------------------------------------
+
+    def dispatch(self, stage: Sequence[Dispatch]) -> list["asyncio.Future[CallOutcome]"]:
+        loop = asyncio.get_running_loop()
+        route = current_route()
+        records: list[_Pending] = []
+        for item in stage:
+            request = item.request
+            host, boot = self._sandboxes.get(request.sandbox or "", (None, None))
+            queue = route.queue if (route.queue and route.sandbox == request.sandbox) else None
+            if queue is None and host is not None:
+                queue = _names.host_queue(host)
+            if host is None:
+                host = _names.host_of_queue(queue)
+            records.append(_Pending(
+                task_id=request.call_id, future=loop.create_future(), kind="call", function=request.function,
+                payload=request.model_dump(mode="json"), queue=queue or _names.SHARED_QUEUE,
+                host=host, boot=boot, timeout=request.timeout,
+            ))
+        asyncio.ensure_future(self._send(records))
+        return [rec.future for rec in records]
+
+    async def _send(self, records: list[_Pending]) -> None:
+        sendable: list[_Pending] = []
+        for rec in records:
+            rec.future.add_done_callback(lambda f, rec=rec: self._on_done(rec, f))
+            size = len(json.dumps(rec.payload, separators=(",", ":")))
+            if size > self.config.max_payload_bytes:
+                rec.future.set_result(_error_outcome(rec.task_id, "limit",
+                    f"The tool call's arguments exceeded the payload limit of {self.config.max_payload_bytes} bytes."))
+            elif rec.host is not None and self._is_lost(rec.host, rec.boot):
+                rec.future.set_result(self._lost_outcome(rec))
+            else:
+                sendable.append(rec)
+        if not sendable:
+            return
+        try:
+            await self.start()
+            await self._track(sendable)
+            await asyncio.get_running_loop().run_in_executor(self._publisher, self._publish_calls, sendable)
+        except Exception as exc:  # noqa: BLE001 - the broker is unreachable: the calls fail clearly
+            log.error("dispatch.publish_failed", error=str(exc), calls=len(sendable))
+            for rec in sendable:
+                self._resolve(rec, _error_outcome(rec.task_id, "sandbox_unavailable",
+                    f"The call could not be sent to the worker fleet (broker unreachable: {exc})."))
+
+    async def _track(self, records: list[_Pending]) -> list[asyncio.Future[dict[str, Any]]]:
+        loop = asyncio.get_running_loop()
+        for rec in records:
+            self._pending[rec.task_id] = rec
+            bound = (rec.timeout or self.config.max_call_seconds) + self.config.call_grace
+            if rec.kind == "open":
+                bound = self.config.open_timeout
+            elif rec.kind == "close":
+                bound = self.config.close_timeout
+            rec.deadline = loop.call_later(bound, self._expire, rec.task_id, bound)
+        raws = await self._listener.expect([rec.task_id for rec in records])
+        for rec, raw in zip(records, raws):
+            raw.add_done_callback(lambda r, rec=rec: self._on_meta(rec, r))
+        return raws
+
+    def _publish_calls(self, records: list[_Pending]) -> None:
+        """Publisher thread: one task, or one group for a parallel stage."""
+        signatures = [
+            self.app.signature(_names.TASK_CALL, args=[rec.payload], task_id=rec.task_id, queue=rec.queue)
+            for rec in records
+        ]
+        if len(signatures) == 1:
+            signatures[0].apply_async()
+        else:
+            group(signatures).apply_async()
+
+    def _publish_one(self, name: str, args: list[Any], task_id: str, queue: str) -> None:
+        self.app.send_task(name, args=args, task_id=task_id, queue=queue)
+
+    # --- resolution ----------------------------------------------------------------------------
+
+    def _on_meta(self, rec: _Pending, raw: asyncio.Future[dict[str, Any]]) -> None:
+        if raw.cancelled() or rec.future.done():
+            return
+        meta = raw.result()
+        status, result = meta.get("status"), meta.get("result")
+        if rec.kind != "call":
+            self._resolve(rec, meta)
+        elif status == "SUCCESS" and isinstance(result, dict):
+            try:
+                self._resolve(rec, CallOutcome.model_validate(result))
+            except ValueError as exc:
+                self._resolve(rec, CallOutcome(call_id=rec.task_id, fatal=FatalError(
+                    type="InvalidCallOutcome", message=f"The worker answered with a malformed outcome: {exc}")))
+        elif status == "REVOKED":
+            self._resolve(rec, _error_outcome(rec.task_id, "cancelled", "The call was revoked."))
+        else:
+            exc = result if isinstance(result, dict) else {}
+            self._resolve(rec, CallOutcome(call_id=rec.task_id, fatal=FatalError(
+                type=str(exc.get("exc_type", "WorkerError")), message=str(exc.get("exc_message", result)))))
+
+    def _resolve(self, rec: _Pending, value: Any) -> None:
+        if not rec.future.done():
+            rec.future.set_result(value)
+
+    def _on_done(self, rec: _Pending, fut: asyncio.Future[Any]) -> None:
+        self._pending.pop(rec.task_id, None)
+        if rec.deadline is not None:
+            rec.deadline.cancel()
+        self._listener.forget(rec.task_id)
+        if fut.cancelled() and rec.kind == "call":
+            self._request_cancel(rec)
+
+    def _expire(self, task_id: str, bound: float) -> None:
+        rec = self._pending.get(task_id)
+        if rec is None or rec.future.done():
+            return
+        if rec.kind == "call":
+            self._request_cancel(rec)
+            self._resolve(rec, _error_outcome(rec.task_id, "timeout",
+                f"Tool '{rec.function}' timed out after {_shown(bound)} seconds (no answer from the worker fleet).", rec.host))
+        else:
+            rec.future.set_exception(TimeoutError(f"{rec.function} got no answer from the worker fleet within {_shown(bound)} s."))
+
+    def _lost_outcome(self, rec: _Pending) -> CallOutcome:
+        return _error_outcome(rec.task_id, "sandbox_unavailable",
+            f"The worker host '{rec.host}' that holds this sample's sandbox was lost (its heartbeat stopped or it "
+            "restarted); the sandbox and this call's result are gone.", rec.host)
+
+    # --- cancellation --------------------------------------------------------------------------
+
+    def _request_cancel(self, rec: _Pending) -> None:
+        self._cancels.append((rec.task_id, rec.host))
+        if len(self._cancels) == 1 and not self._closed:
+            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._flush_cancels()))
+
+    async def _flush_cancels(self) -> None:
+        cancels, self._cancels = self._cancels, []
+        if not cancels:
+            return
+        by_host: dict[str | None, list[str]] = {}
+        for task_id, host in cancels:
+            by_host.setdefault(host, []).append(task_id)
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._publisher, self._broadcast_cancels, by_host)
+        except Exception as exc:  # noqa: BLE001 - best effort: the worker's own deadline still applies
+            log.warning("dispatch.cancel_failed", error=str(exc))
+
+    def _broadcast_cancels(self, by_host: dict[str | None, list[str]]) -> None:
+        for host, ids in by_host.items():
+            destination = [_names.worker_nodename(host)] if host else None
+            self.app.control.broadcast(_names.CONTROL_CANCEL, arguments={"call_ids": ids}, destination=destination, reply=False)
+
+    # --- sandboxes -----------------------------------------------------------------------------
+
+    async def open_sandbox(self, spec: SandboxSpec) -> SampleRoute:
+        await self.start()
+        redis = self._listener.redis
+        try:
+            host = await placement.reserve(redis)
+        except placement.NoCapacityError as exc:
+            raise SandboxUnavailableError(str(exc)) from exc
+        except (RedisError, OSError) as exc:
+            raise SandboxUnavailableError(f"Sandbox placement failed: the broker is unreachable ({exc}).") from exc
+        try:
+            meta = await self._lifecycle_task("open", _names.TASK_OPEN_SANDBOX, spec.model_dump(mode="json"), host.queue, host.host, host.boot)
+        except BaseException:
+            await self._release(host.host)
+            raise
+        answer = meta.get("result") if meta.get("status") == "SUCCESS" else None
+        if not isinstance(answer, dict) or "handle" not in answer:
+            await self._release(host.host)
+            reason = answer.get("error", {}).get("message") if isinstance(answer, dict) else meta.get("result")
+            raise SandboxUnavailableError(f"Could not create a sandbox on worker host '{host.host}': {reason}")
+        handle = str(answer["handle"])
+        self._sandboxes[handle] = (host.host, host.boot)
+        log.debug("dispatch.sandbox_opened", host=host.host, sandbox=handle, sample=spec.sample_id)
+        return SampleRoute(sample_id=spec.sample_id, sandbox=handle, queue=host.queue)
+
+    async def close_sandbox(self, route: SampleRoute) -> None:
+        if route.sandbox is None:
+            return
+        host, boot = self._sandboxes.pop(route.sandbox, (_names.host_of_queue(route.queue), None))
+        if host is None or self._is_lost(host, boot) or self._closed:
+            return  # nothing left to close: the host (and the sandbox) is gone
+        try:
+            await self._lifecycle_task("close", _names.TASK_CLOSE_SANDBOX, route.sandbox, _names.host_queue(host), host, boot)
+        except (SandboxUnavailableError, TimeoutError, asyncio.CancelledError) as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            log.warning("dispatch.close_failed", sandbox=route.sandbox, host=host, error=str(exc))
+
+    async def _lifecycle_task(self, kind: Literal["open", "close"], name: str, arg: Any, queue: str,
+                              host: str, boot: str | None) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        rec = _Pending(task_id=uuid.uuid4().hex, future=loop.create_future(), kind=kind, function=f"{kind}_sandbox",
+                       payload=arg, queue=queue, host=host, boot=boot)
+        rec.future.add_done_callback(lambda f: self._on_done(rec, f))
+        await self._track([rec])
+        try:
+            await loop.run_in_executor(self._publisher, self._publish_one, name, [arg], rec.task_id, queue)
+        except Exception as exc:  # noqa: BLE001
+            rec.future.cancel()
+            raise SandboxUnavailableError(f"Could not reach the worker fleet to {kind} a sandbox: {exc}") from exc
+        return await rec.future
+
+    async def _release(self, host: str) -> None:
+        try:
+            await placement.release(self._listener.redis, host)
+        except (RedisError, OSError):
+            pass  # the host resets its counter at restart
+
+    # --- host liveness and Redis restarts ------------------------------------------------------
+
+    def _is_lost(self, host: str, boot: str | None) -> bool:
+        if host not in self._lost:
+            return False
+        lost_boot = self._lost[host]
+        return lost_boot is None or boot is None or boot == lost_boot
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.watch_interval)
+            hosts = {rec.host for rec in self._pending.values() if rec.host is not None}
+            if not hosts:
+                continue
+            try:
+                await self._check_hosts(sorted(hosts))
+            except (RedisError, OSError) as exc:
+                log.debug("dispatch.watch_skipped", error=str(exc))  # Redis down: judge nobody meanwhile
+
+    async def _check_hosts(self, hosts: list[str]) -> None:
+        redis = self._listener.redis
+        async with redis.pipeline(transaction=False) as pipe:
+            for host in hosts:
+                pipe.hget(_names.heartbeat_key(host), "boot")
+            boots = await pipe.execute()
+        now = time.monotonic()
+        for host, raw in zip(hosts, boots):
+            boot = raw.decode() if isinstance(raw, bytes) else raw
+            if boot is None:
+                since = self._missing_since.setdefault(host, now)
+                if now - since >= self.config.lost_grace:
+                    self._host_lost(host, None)
+                continue
+            self._missing_since.pop(host, None)
+            for rec in [r for r in self._pending.values() if r.host == host and r.boot is not None and r.boot != boot]:
+                self._host_lost(host, rec.boot)  # the host restarted: what the old process held is gone
+
+    def _host_lost(self, host: str, boot: str | None) -> None:
+        self._lost[host] = boot
+        victims = [r for r in self._pending.values() if r.host == host and (boot is None or r.boot == boot)]
+        if victims:
+            log.warning("dispatch.host_lost", host=host, pending=len(victims))
+        for rec in victims:
+            if rec.kind == "call":
+                self._resolve(rec, self._lost_outcome(rec))
+            elif not rec.future.done():
+                rec.future.set_exception(SandboxUnavailableError(f"Worker host '{host}' was lost during {rec.function}."))
+
+    async def _after_reconnect(self) -> None:
+        """Redis came back: give workers time to re-assert their claims, then republish lost calls."""
+        await asyncio.sleep(self.config.lost_grace)
+        pending = [r for r in self._pending.values() if r.kind == "call" and not r.future.done()]
+        if not pending:
+            return
+        try:
+            await self._listener.recheck([r.task_id for r in pending])
+            pending = [r for r in pending if not r.future.done()]
+            claims = await self._listener.redis.mget([_names.call_key(r.task_id) for r in pending]) if pending else []
+        except (RedisError, OSError) as exc:
+            log.warning("dispatch.recheck_failed", error=str(exc))
+            return
+        lost = [r for r, claim in zip(pending, claims) if claim is None]
+        if lost:
+            log.warning("dispatch.republish", calls=len(lost))
+            try:
+                await asyncio.get_running_loop().run_in_executor(self._publisher, self._publish_calls, lost)
+            except Exception as exc:  # noqa: BLE001
+                for rec in lost:
+                    self._resolve(rec, _error_outcome(rec.task_id, "sandbox_unavailable",
+                        f"The call was lost when the broker restarted and could not be sent again ({exc})."))

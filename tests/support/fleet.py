@@ -1,0 +1,217 @@
+"""Real services for distributed tests: a redis-server on a free loopback port and real worker processes.
+
+Everything here is a real process that tests can SIGKILL: ``RedisServer`` (restartable on the same
+port, no persistence — a restart loses everything, like a crashed cache) and ``WorkerProcess``
+(``python -m workers.cli``, i.e. ``toolfleet worker``, with the repo root on PYTHONPATH so
+``--import tests.support.sample_tools`` works). Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis as redis_sync
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SAMPLE_TOOLS = "tests.support.sample_tools"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(predicate, timeout: float, what: str, interval: float = 0.05) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+class RedisServer:
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.dir = tempfile.mkdtemp(prefix="toolfleet-redis-")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self) -> redis_sync.Redis:
+        return redis_sync.Redis.from_url(self.url, socket_timeout=5)
+
+    def start(self) -> "RedisServer":
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.skip("redis-server is not installed")
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", self.dir, "--protected-mode", "no", "--loglevel", "warning"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        _wait(self._pings, 10.0, f"redis-server on port {self.port}")
+        return self
+
+    def _pings(self) -> bool:
+        try:
+            return bool(self.client().ping())
+        except redis_sync.RedisError:
+            return False
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+    def restart(self, down_for: float = 0.0) -> None:
+        """Kill and start again on the same port (everything in it is lost)."""
+        self.stop(signal.SIGKILL)
+        time.sleep(down_for)
+        self.start()
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class WorkerProcess:
+    """``toolfleet worker`` as a child process (its own process group, so a kill takes its sandboxes too)."""
+
+    def __init__(self, broker_url: str, host: str | None = None, concurrency: int = 16, slots: int = 16,
+                 imports: tuple[str, ...] = (SAMPLE_TOOLS,), heartbeat_interval: float = 0.5,
+                 heartbeat_ttl: float = 3.0, extra_args: tuple[str, ...] = ()) -> None:
+        self.broker_url = broker_url
+        self.host = host or f"w-{uuid.uuid4().hex[:8]}"
+        self.args = [
+            sys.executable, "-m", "workers.cli", "--broker", broker_url, "--hostname", self.host,
+            "--concurrency", str(concurrency), "--slots", str(slots),
+            "--heartbeat-interval", str(heartbeat_interval), "--heartbeat-ttl", str(heartbeat_ttl),
+            "--loglevel", os.environ.get("TOOLFLEET_TEST_WORKER_LOGLEVEL", "WARNING"),
+            *[a for m in imports for a in ("--import", m)], *extra_args,
+        ]
+        self.log = tempfile.NamedTemporaryFile(prefix=f"toolfleet-{self.host}-", suffix=".log", delete=False)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 30.0) -> "WorkerProcess":
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+        self.proc = subprocess.Popen(self.args, cwd=REPO_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        client = redis_sync.Redis.from_url(self.broker_url, socket_timeout=5)
+        try:
+            _wait(lambda: self._ready(client), timeout, f"worker {self.host} to heartbeat")
+        except TimeoutError:
+            self.kill()
+            raise RuntimeError(f"worker {self.host} did not start:\n{self.output()}") from None
+        return self
+
+    def _ready(self, client: redis_sync.Redis) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"worker {self.host} exited with {self.proc.returncode}:\n{self.output()}")
+        try:
+            # Heartbeating, and its Celery consumer is listening on its queue.
+            return bool(client.exists(f"toolfleet:host:{self.host}")) and b"ready" in Path(self.log.name).read_bytes()
+        except redis_sync.RedisError:
+            return False
+
+    def output(self) -> str:
+        return Path(self.log.name).read_text(errors="replace")[-8000:]
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (worker and the sandboxes it started)."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        """SIGTERM (graceful drain) and wait for the exit code."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def cleanup(self) -> None:
+        self.kill()
+        self.log.close()
+
+
+class Fleet:
+    """A factory of workers against one Redis; everything started is stopped at teardown."""
+
+    def __init__(self, redis: RedisServer) -> None:
+        self.redis = redis
+        self.workers: list[WorkerProcess] = []
+
+    def worker(self, **kwargs) -> WorkerProcess:  # type: ignore[no-untyped-def]
+        w = WorkerProcess(self.redis.url, **kwargs)
+        self.workers.append(w)
+        return w.start()
+
+    def cleanup(self) -> None:
+        for w in self.workers:
+            w.cleanup()
+
+
+# --- fixtures -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def session_worker(redis_server: RedisServer) -> Iterator[WorkerProcess]:
+    """One long-lived worker for the tool-execution suite over the Celery dispatcher."""
+    worker = WorkerProcess(redis_server.url, concurrency=32).start()
+    yield worker
+    worker.cleanup()
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A private Redis for tests that restart or break it."""
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def fleet(own_redis: RedisServer) -> Iterator[Fleet]:
+    f = Fleet(own_redis)
+    yield f
+    f.cleanup()

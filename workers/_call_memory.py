@@ -1,0 +1,150 @@
+"""Recent call outcomes keyed by call id: a redelivered task never runs a call twice.
+
+Two layers, checked in order:
+
+1. this process: calls running now (a duplicate awaits the same asyncio task) and recent outcomes
+   (an LRU bounded by count and age) — answers a duplicate with the stored outcome, ``replayed=True``;
+2. Redis: ``SET toolfleet:call:<id> running:<host>/<boot> NX`` claims a call before it runs. A duplicate
+   that loses the claim either finds the stored Celery result (replayed), or learns the call is
+   running on another live process (the task is ignored: the first execution stores the result), or
+   learns the claiming process is gone — then the call is *not* run again (it may have had effects)
+   and the answer is a ``sandbox_unavailable`` error saying so.
+
+All methods run on the worker's asyncio loop (single-threaded), so the local maps need no locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+
+from redis.asyncio import Redis
+
+from orchestrator._wire import CallOutcome
+from orchestrator.tool._tool_call import ToolCallError
+
+from . import _names
+
+
+class CallRunningElsewhere(Exception):
+    """Another live worker process holds the claim on this call id; its execution will answer."""
+
+
+class CallMemory:
+    def __init__(self, redis: Redis | None, owner: str, max_entries: int = 10_000, max_age: float = 3600.0) -> None:
+        self._redis = redis
+        self._owner = owner  # "<host>/<boot id>": identifies this process across restarts
+        self._running: dict[str, asyncio.Task[CallOutcome]] = {}
+        self._done: OrderedDict[str, tuple[float, CallOutcome]] = OrderedDict()
+        self._cancelled: OrderedDict[str, float] = OrderedDict()
+        self._max_entries = max_entries
+        self._max_age = max_age
+
+    # --- local state ---------------------------------------------------------------------------
+
+    def running_ids(self) -> list[str]:
+        return list(self._running)
+
+    def recall(self, call_id: str) -> CallOutcome | None:
+        entry = self._done.get(call_id)
+        if entry is None or time.monotonic() - entry[0] > self._max_age:
+            return None
+        return entry[1].model_copy(update={"replayed": True})
+
+    def remember(self, outcome: CallOutcome) -> None:
+        self._done[outcome.call_id] = (time.monotonic(), outcome)
+        self._done.move_to_end(outcome.call_id)
+        while len(self._done) > self._max_entries:
+            self._done.popitem(last=False)
+
+    def cancel(self, call_id: str) -> bool:
+        """Cancel a running call (its sandbox process group is killed by the driver); remember the id
+        so a copy of the task that arrives later is not started."""
+        self._cancelled[call_id] = time.monotonic()
+        while len(self._cancelled) > self._max_entries:
+            self._cancelled.popitem(last=False)
+        task = self._running.get(call_id)
+        if task is not None and not task.done():
+            task.cancel()
+            return True
+        return False
+
+    def was_cancelled(self, call_id: str) -> bool:
+        return call_id in self._cancelled
+
+    # --- the one entry point -------------------------------------------------------------------
+
+    async def run_once(
+        self, call_id: str, execute: Callable[[], Awaitable[CallOutcome]], claim_ttl: float
+    ) -> CallOutcome:
+        """Run ``execute`` unless this call id already ran (or is running) somewhere."""
+        remembered = self.recall(call_id)
+        if remembered is not None:
+            return remembered
+        running = self._running.get(call_id)
+        if running is not None:
+            outcome = await asyncio.shield(running)
+            return outcome.model_copy(update={"replayed": True})
+        if self._redis is not None and not await self._claim(call_id, claim_ttl):
+            return await self._answer_duplicate(call_id)
+        task = asyncio.ensure_future(execute())
+        self._running[call_id] = task
+        try:
+            outcome = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            if task.done():
+                self._running.pop(call_id, None)
+        self.remember(outcome)
+        return outcome
+
+    async def reassert_claims(self, ttl: float) -> None:
+        """Re-write the claims of running calls (after a Redis restart wiped them)."""
+        if self._redis is None or not self._running:
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for call_id in self._running:
+                pipe.set(_names.call_key(call_id), self._owner, ex=max(1, int(ttl)))
+            await pipe.execute()
+
+    async def _claim(self, call_id: str, ttl: float) -> bool:
+        assert self._redis is not None
+        return bool(await self._redis.set(_names.call_key(call_id), self._owner, nx=True, ex=max(1, int(ttl))))
+
+    async def _answer_duplicate(self, call_id: str) -> CallOutcome:
+        assert self._redis is not None
+        stored, owner = await self._redis.mget(_names.result_key(call_id), _names.call_key(call_id))
+        if stored is not None:
+            meta = json.loads(stored)
+            if meta.get("status") == "SUCCESS" and isinstance(meta.get("result"), dict):
+                return CallOutcome.model_validate(meta["result"]).model_copy(update={"replayed": True})
+        owner = owner.decode() if isinstance(owner, bytes) else owner
+        if owner is not None and owner != self._owner and await self._owner_alive(owner):
+            raise CallRunningElsewhere(f"call {call_id} is running on {owner}")
+        now = time.time()
+        return CallOutcome(
+            call_id=call_id,
+            error=ToolCallError(
+                type="sandbox_unavailable",
+                message=(
+                    f"The worker process that started this call ({owner or 'unknown'}) was lost before it "
+                    "reported a result; the call was not run again because it may already have had effects."
+                ),
+            ),
+            started=now,
+            completed=now,
+            replayed=True,
+        )
+
+    async def _owner_alive(self, owner: str) -> bool:
+        """The owner is ``host/boot``: alive when that host heartbeats with the same boot id."""
+        assert self._redis is not None
+        host, _, boot = owner.partition("/")
+        current = await self._redis.hget(_names.heartbeat_key(host), "boot")
+        current = current.decode() if isinstance(current, bytes) else current
+        return current is not None and current == boot

@@ -1,0 +1,184 @@
+"""The worker process's one persistent asyncio loop, and what lives on it.
+
+Celery pool threads are synchronous; the executor, the sandbox drivers and their channels are async
+and must outlive a single call (a sample's sandbox serves all its calls; ``bash_session`` keeps a
+PTY). So each worker process runs one loop in a daemon thread; a task body submits its coroutine
+with ``run_coroutine_threadsafe`` and waits with a bound. Never ``asyncio.run`` per task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import structlog
+from pydantic import BaseModel, Field
+from redis.asyncio import Redis
+
+from . import _names
+from ._call_memory import CallMemory
+from .heartbeat import Heartbeat, HostRecord
+
+log = structlog.get_logger("toolfleet.worker")
+T = TypeVar("T")
+
+HOST_ENV = "TOOLFLEET_HOST"
+
+
+class WorkerConfig(BaseModel):
+    broker_url: str
+    host: str = Field(default_factory=lambda: os.environ.get(HOST_ENV) or socket.gethostname())
+    slots: int = Field(16, ge=0, description="sandboxes this host accepts")
+    heartbeat_interval: float = Field(2.0, gt=0)
+    heartbeat_ttl: float = Field(10.0, gt=0, description="seconds without a heartbeat before the host counts as lost")
+    max_call_seconds: float = Field(3600.0, gt=0, description="bound on a call that has no timeout of its own")
+    call_grace: float = Field(30.0, ge=0, description="extra wait beyond a call's own timeout")
+    open_timeout: float = Field(300.0, gt=0, description="bound on creating a sandbox")
+
+
+class WorkerRuntime:
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.boot = uuid.uuid4().hex[:12]
+        self.owner = f"{config.host}/{self.boot}"
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run_loop, name="toolfleet-loop", daemon=True)
+        self.redis: Redis | None = None
+        self.memory: CallMemory | None = None
+        self.heartbeat: Heartbeat | None = None
+        self.draining = False
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+        self.submit(self._astart(), timeout=60.0)
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    async def _astart(self) -> None:
+        self.redis = Redis.from_url(self.config.broker_url, socket_connect_timeout=5, health_check_interval=10)
+        self.memory = CallMemory(self.redis, self.owner)
+        record = HostRecord(
+            host=self.config.host,
+            queue=_names.host_queue(self.config.host),
+            node=_names.worker_nodename(self.config.host),
+            boot=self.boot,
+            slots=self.config.slots,
+        )
+        self.heartbeat = Heartbeat(self.redis, record, self.config.heartbeat_interval, self.config.heartbeat_ttl)
+        self.heartbeat.on_beat(self._on_beat)
+        await self._reap()
+        await self.heartbeat.reset_slots()
+        await self.heartbeat.beat()
+        self.heartbeat.start()
+        log.info("worker.ready", host=self.config.host, boot=self.boot, slots=self.config.slots)
+
+    async def _on_beat(self) -> None:
+        assert self.memory is not None and self.heartbeat is not None
+        self.heartbeat.record.running = len(self.memory.running_ids())
+        await self.memory.reassert_claims(self.config.max_call_seconds)
+
+    async def _reap(self) -> None:
+        """Remove sandboxes a previous incarnation of this host left behind (at every start)."""
+        try:
+            from . import _sandbox_service
+        except ImportError:
+            return
+        reap = getattr(_sandbox_service, "reap", None)
+        if reap is None:
+            return
+        try:
+            removed = await asyncio.wait_for(reap(), 120.0)
+            log.info("worker.reaped", host=self.config.host, removed=removed)
+        except Exception as exc:  # noqa: BLE001 - a failed reap must not keep the worker down
+            log.warning("worker.reap_failed", host=self.config.host, error=str(exc))
+
+    def set_draining(self) -> None:
+        """Stop taking placements (published with the next beat, and right now)."""
+        self.draining = True
+        if self.heartbeat is not None:
+            self.heartbeat.record.draining = True
+            try:
+                self.submit(self.heartbeat.beat(), timeout=5.0)
+            except Exception as exc:  # noqa: BLE001 - best effort: the flag also goes out with the next beat
+                log.warning("worker.drain_beat_failed", error=str(exc))
+
+    def stop(self) -> None:
+        """Close sandboxes and stop heartbeating (the host disappears from placement at once)."""
+        try:
+            self.submit(self._astop(), timeout=120.0)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+
+    async def _astop(self) -> None:
+        if self.heartbeat is not None:
+            await self.heartbeat.stop(remove=True)
+        try:
+            from . import _sandbox_service
+
+            close_all = getattr(_sandbox_service, "close_all", None)
+            if close_all is not None:
+                await asyncio.wait_for(close_all(), 100.0)
+        except ImportError:
+            pass
+        except Exception as exc:  # noqa: BLE001
+            log.warning("worker.close_sandboxes_failed", error=str(exc))
+        if self.redis is not None:
+            await self.redis.aclose()
+
+    # --- running coroutines from pool threads -------------------------------------------------
+
+    def submit(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"worker loop did not finish within {timeout:g} s") from None
+
+    def cancel_calls(self, call_ids: list[str]) -> None:
+        def _cancel() -> None:
+            if self.memory is not None:
+                for call_id in call_ids:
+                    self.memory.cancel(call_id)
+
+        self.loop.call_soon_threadsafe(_cancel)
+
+
+_runtime: WorkerRuntime | None = None
+_runtime_lock = threading.Lock()
+
+
+def start_runtime(config: WorkerConfig) -> WorkerRuntime:
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None:
+            _runtime = WorkerRuntime(config)
+            _runtime.start()
+        return _runtime
+
+
+def runtime(broker_url: str | None = None) -> WorkerRuntime:
+    """The process's runtime; started lazily (e.g. under a plain ``celery worker``) from the app's broker."""
+    if _runtime is not None:
+        return _runtime
+    from .app import AppConfig
+
+    return start_runtime(WorkerConfig(broker_url=broker_url or AppConfig().broker_url))
+
+
+def stop_runtime() -> None:
+    global _runtime
+    with _runtime_lock:
+        if _runtime is not None:
+            _runtime.stop()
+            _runtime = None

@@ -1,0 +1,62 @@
+"""Wire names shared by the orchestrator and the workers: queues, task names, Redis keys.
+
+Everything both sides must agree on lives here, so a rename cannot leave one side behind.
+"""
+
+from __future__ import annotations
+
+PREFIX = "toolfleet"
+
+# --- queues -------------------------------------------------------------------------------------
+SHARED_QUEUE = f"{PREFIX}.calls"  # calls with no sandbox affinity: any worker may take them
+
+
+def host_queue(host: str) -> str:
+    """Each worker host consumes its own queue: a sample's calls go to the host holding its sandbox."""
+    return f"{PREFIX}.host.{host}"
+
+
+def host_of_queue(queue: str | None) -> str | None:
+    """Inverse of ``host_queue`` (None for the shared queue or anything else)."""
+    marker = f"{PREFIX}.host."
+    if queue and queue.startswith(marker):
+        return queue[len(marker):]
+    return None
+
+
+def worker_nodename(host: str) -> str:
+    """The Celery node name of a host's worker (what ``celery inspect`` lists, and control commands target)."""
+    return f"{PREFIX}@{host}"
+
+
+# --- task names ---------------------------------------------------------------------------------
+TASK_CALL = f"{PREFIX}.call"
+TASK_OPEN_SANDBOX = f"{PREFIX}.open_sandbox"
+TASK_CLOSE_SANDBOX = f"{PREFIX}.close_sandbox"
+CONTROL_CANCEL = "toolfleet_cancel"  # remote-control command: cancel a running call by id
+
+# --- Redis keys ---------------------------------------------------------------------------------
+HOSTS_SET = f"{PREFIX}:hosts"  # every host that ever heartbeated (liveness is the heartbeat key)
+
+
+def heartbeat_key(host: str) -> str:
+    """Hash with the host's capacity and state; expires when the host stops heartbeating."""
+    return f"{PREFIX}:host:{host}"
+
+
+def slots_used_key(host: str) -> str:
+    """Counter of sandboxes placed on the host (placement INCRs, close DECRs; the host resets it at start)."""
+    return f"{PREFIX}:host:{host}:used"
+
+
+def call_key(call_id: str) -> str:
+    """Marker of a call being executed (``running:<host>``), so a redelivery is not run twice."""
+    return f"{PREFIX}:call:{call_id}"
+
+
+def result_key(task_id: str) -> str:
+    """Celery's Redis result backend key for a task; it also PUBLISHes the result on this channel."""
+    return f"celery-task-meta-{task_id}"
+
+
+RESULT_PREFIX = "celery-task-meta-"

@@ -1,0 +1,103 @@
+"""The Celery app: Redis broker and result store, JSON only, late acks, task events on.
+
+``app`` is the worker-side instance (configured from ``TOOLFLEET_BROKER``, so ``celery -A workers.app
+inspect active`` works against the fleet); ``create_app(url)`` builds another for a publisher (the
+orchestrator's ``CeleryDispatcher``). Both register the same task names from ``workers._names``.
+
+Pool decision: **threads**. A tool call is I/O-bound (it waits on a sandbox channel), and every call of
+a worker process must share one persistent asyncio loop, because sandboxes, their exec channels and
+``bash_session`` PTYs live across calls. Each pool thread submits its call to that loop and waits, so a
+parallel stage of 4 calls into one sandbox runs concurrently. prefork would give each child its own
+sandboxes (calls for one sandbox could land in a process that does not hold it); solo would serialise.
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+from celery.backends.redis import RedisBackend
+from pydantic import BaseModel, Field
+
+from . import _names
+
+DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
+BROKER_ENV = "TOOLFLEET_BROKER"
+
+
+class FleetRedisBackend(RedisBackend):
+    """Celery's Redis result backend, minus the publisher-side result consumer.
+
+    On publish Celery subscribes a per-thread pubsub connection to each task's result channel and
+    only drains it inside ``AsyncResult.get()``. toolfleet never calls ``get()`` (one asyncio listener
+    per dispatcher reads the same channels), so that subscription would only pile up unread messages.
+    """
+
+    def on_task_call(self, producer, task_id):  # type: ignore[no-untyped-def]
+        return None
+
+
+class AppConfig(BaseModel):
+    """What differs between deployments; everything else is fixed by the design."""
+
+    broker_url: str = Field(default_factory=lambda: os.environ.get(BROKER_ENV, DEFAULT_BROKER))
+    result_expires: int = Field(3600, gt=0, description="seconds a call's stored outcome is kept")
+    max_payload_bytes: int = Field(8 * 1024 * 1024, gt=0, description="cap on a task message's JSON body")
+    prefetch_multiplier: int = Field(1, ge=1, description="messages reserved per pool thread")
+    visibility_timeout: int = Field(3600, gt=0, description="seconds before an unacked task is redelivered")
+
+
+def create_app(config: AppConfig | str | None = None, main: str = "toolfleet") -> Celery:
+    if config is None:
+        config = AppConfig()
+    elif isinstance(config, str):
+        config = AppConfig(broker_url=config)
+    backend_url = f"{FleetRedisBackend.__module__}:{FleetRedisBackend.__name__}+{config.broker_url}"
+    app = Celery(main, broker=config.broker_url, backend=backend_url, set_as_current=False)
+    app.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        event_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        task_acks_late=True,  # a call's message is acked only when it finished: a lost host's calls are not lost
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=config.prefetch_multiplier,
+        worker_send_task_events=True,  # Flower / `celery events`
+        task_send_sent_event=True,
+        task_track_started=False,  # a STARTED write per call would double result-store traffic
+        result_expires=config.result_expires,
+        result_extended=False,
+        result_backend_always_retry=True,  # survive a Redis restart while storing an outcome
+        result_backend_max_retries=30,
+        broker_connection_retry_on_startup=True,
+        broker_connection_max_retries=None,
+        broker_transport_options={"visibility_timeout": config.visibility_timeout},
+        task_publish_retry=True,
+        task_publish_retry_policy={"max_retries": 20, "interval_start": 0.1, "interval_step": 0.5, "interval_max": 2.0},
+        task_default_queue=_names.SHARED_QUEUE,
+        worker_hijack_root_logger=False,
+        worker_cancel_long_running_tasks_on_connection_loss=False,
+        broker_channel_error_retry=True,
+    )
+    app.conf.toolfleet_max_payload_bytes = config.max_payload_bytes
+    return app
+
+
+def create_worker_app(config: AppConfig | str | None = None) -> Celery:
+    """An app with the task bodies registered (what a worker process runs)."""
+    from .tasks import register_tasks
+
+    worker_app = create_app(config)
+    register_tasks(worker_app)
+    return worker_app
+
+
+def __getattr__(name: str) -> Celery:
+    # ``app`` is built on first use, from TOOLFLEET_BROKER as it is *then* (``worker_main`` sets it
+    # first), and only in processes that want it: ``celery -A workers.app inspect active`` finds it.
+    global app
+    if name == "app":
+        app = create_worker_app()
+        return app
+    raise AttributeError(f"module 'workers.app' has no attribute {name!r}")

@@ -1,0 +1,101 @@
+"""Worker-host liveness and capacity in Redis: one hash per host that expires unless refreshed.
+
+A host is *alive* while ``toolfleet:host:<host>`` exists (it carries a TTL of a few heartbeat
+intervals). ``boot`` changes every time the worker process starts, so the orchestrator can tell a
+restarted host (whose sandboxes are gone) from a live one. ``draining`` is set on SIGTERM: the host
+finishes its running calls but takes no new sandboxes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import structlog
+from pydantic import BaseModel
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from . import _names
+
+log = structlog.get_logger("toolfleet.heartbeat")
+
+
+class HostRecord(BaseModel):
+    """What a host publishes about itself (all fields are strings in the Redis hash)."""
+
+    host: str
+    queue: str
+    node: str
+    boot: str
+    slots: int  # sandboxes this host accepts
+    sandboxes: int = 0  # live sandboxes it holds
+    running: int = 0  # calls executing now
+    draining: bool = False
+    ts: float = 0.0
+
+    def to_hash(self) -> dict[str, str]:
+        return {k: str(int(v) if isinstance(v, bool) else v) for k, v in self.model_dump().items()}
+
+    @classmethod
+    def from_hash(cls, data: dict[bytes | str, bytes | str]) -> "HostRecord":
+        decoded = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+                   for k, v in data.items()}
+        decoded["draining"] = decoded.get("draining") in ("1", "True", "true")
+        return cls.model_validate(decoded)
+
+
+class Heartbeat:
+    """Publishes the host record every ``interval`` seconds until stopped."""
+
+    def __init__(self, redis: Redis, record: HostRecord, interval: float, ttl: float) -> None:
+        self._redis = redis
+        self.record = record
+        self.interval = interval
+        self.ttl = ttl
+        self._task: asyncio.Task[None] | None = None
+        self._hooks: list = []  # async callables run after each beat (e.g. re-assert call claims)
+
+    def on_beat(self, hook) -> None:  # type: ignore[no-untyped-def]
+        self._hooks.append(hook)
+
+    async def beat(self) -> None:
+        self.record.ts = time.time()
+        key = _names.heartbeat_key(self.record.host)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping=self.record.to_hash())
+            pipe.expire(key, max(1, int(round(self.ttl))))
+            pipe.sadd(_names.HOSTS_SET, self.record.host)
+            # After a Redis restart the placement counter is gone: start it from what we hold.
+            pipe.set(_names.slots_used_key(self.record.host), self.record.sandboxes, nx=True)
+            await pipe.execute()
+        for hook in self._hooks:
+            await hook()
+
+    async def reset_slots(self) -> None:
+        """At start this process holds no sandboxes: whatever the counter said belonged to a dead process."""
+        await self._redis.set(_names.slots_used_key(self.record.host), 0)
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.beat()
+            except (RedisError, OSError) as exc:
+                # Redis is down or restarting: keep trying; the key's TTL tells the fleet we are gone
+                # only if the outage outlasts it.
+                log.warning("heartbeat.failed", host=self.record.host, error=str(exc))
+            await asyncio.sleep(self.interval)
+
+    async def stop(self, remove: bool = True) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if remove:
+            try:
+                await asyncio.wait_for(self._redis.delete(_names.heartbeat_key(self.record.host)), 5.0)
+            except (RedisError, OSError, TimeoutError):
+                pass

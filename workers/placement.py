@@ -1,0 +1,70 @@
+"""Sandbox placement: pick a live worker host with free slots, and reserve one atomically.
+
+``choose_hosts`` is pure (table-tested): candidates ordered best first. ``reserve`` INCRs the host's
+placement counter and gives the slot back if that overshot the host's capacity, so concurrent
+orchestrators never overfill a host; ``release`` gives a slot back when the sandbox is closed (or
+failed to open).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from redis.asyncio import Redis
+
+from . import _names
+from .heartbeat import HostRecord
+
+
+class NoCapacityError(Exception):
+    """No live, non-draining worker host has a free sandbox slot."""
+
+
+def choose_hosts(hosts: Sequence[HostRecord], used: dict[str, int], rng: random.Random | None = None) -> list[HostRecord]:
+    """Live hosts that accept sandboxes, most free slots first (ties shuffled so orchestrators spread)."""
+    rng = rng or random
+    candidates = [h for h in hosts if not h.draining and h.slots - used.get(h.host, 0) > 0]
+    rng.shuffle(candidates)
+    return sorted(candidates, key=lambda h: h.slots - used.get(h.host, 0), reverse=True)
+
+
+async def live_hosts(redis: Redis) -> list[HostRecord]:
+    """Every host whose heartbeat has not expired."""
+    names = sorted(n.decode() if isinstance(n, bytes) else n for n in await redis.smembers(_names.HOSTS_SET))
+    if not names:
+        return []
+    async with redis.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.hgetall(_names.heartbeat_key(name))
+        records = await pipe.execute()
+    return [HostRecord.from_hash(r) for r in records if r]
+
+
+async def used_slots(redis: Redis, hosts: Sequence[str]) -> dict[str, int]:
+    if not hosts:
+        return {}
+    values = await redis.mget([_names.slots_used_key(h) for h in hosts])
+    return {h: int(v or 0) for h, v in zip(hosts, values)}
+
+
+async def reserve(redis: Redis) -> HostRecord:
+    """Reserve a sandbox slot on the best live host; raises ``NoCapacityError``."""
+    hosts = await live_hosts(redis)
+    used = await used_slots(redis, [h.host for h in hosts])
+    for host in choose_hosts(hosts, used):
+        count = await redis.incr(_names.slots_used_key(host.host))
+        if count <= host.slots:
+            return host
+        await redis.decr(_names.slots_used_key(host.host))  # lost a race for the last slot: next host
+    alive = len(hosts)
+    raise NoCapacityError(
+        f"No worker host can take a sandbox ({alive} live host(s), all full or draining)."
+        if alive else "No worker host is alive (none has heartbeated recently): start `toolfleet worker`."
+    )
+
+
+async def release(redis: Redis, host: str) -> None:
+    key = _names.slots_used_key(host)
+    if await redis.decr(key) < 0:
+        await redis.set(key, 0)  # the counter was reset under us (host restart): never go negative

@@ -1,0 +1,153 @@
+"""Celery task bodies: a thin transport around ``workers.executor`` and ``workers._sandbox_service``.
+
+* ``toolfleet.call(payload)``: ``execute_request(CallRequest.model_validate(payload))`` → the
+  ``CallOutcome`` as JSON. Only registered tools run (the executor rebuilds them from the registry by
+  ``ToolRef``); the call id is the task id, and ``_call_memory`` answers a redelivered copy with the
+  stored outcome instead of running the call again.
+* ``toolfleet.open_sandbox(spec)`` / ``toolfleet.close_sandbox(handle)``: sandbox lifecycle on this host.
+* remote-control ``toolfleet_cancel(call_ids)``: cancel running calls (the sandbox kills the process
+  group). Celery's own ``revoke(terminate=True)`` cannot stop a call in the threads pool.
+
+Every wait is bounded; every failure comes back as data (an outcome, or ``{"error": ...}``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import structlog
+from celery import Celery
+from celery.exceptions import Ignore
+from celery.worker.control import control_command
+from pydantic import ValidationError
+
+from orchestrator._wire import CallOutcome, CallRequest, FatalError, SandboxSpec
+from orchestrator.tool._tool_call import ToolCallError
+
+from . import _names, placement
+from ._call_memory import CallRunningElsewhere
+from ._loop import WorkerRuntime, runtime
+
+log = structlog.get_logger("toolfleet.worker")
+
+
+def _payload_too_large(app: Celery, payload: Any) -> int | None:
+    cap = int(getattr(app.conf, "toolfleet_max_payload_bytes", 8 * 1024 * 1024))
+    size = len(json.dumps(payload, separators=(",", ":")))
+    return cap if size > cap else None
+
+
+def _error_outcome(call_id: str, host: str, type_: str, message: str) -> dict[str, Any]:
+    now = time.time()
+    error = ToolCallError(type=type_, message=message)  # type: ignore[arg-type]
+    return CallOutcome(call_id=call_id, error=error, started=now, completed=now, host=host).model_dump(mode="json")
+
+
+async def run_call(rt: WorkerRuntime, payload: dict[str, Any], task_id: str) -> dict[str, Any]:
+    from .executor import execute_request
+
+    host = rt.config.host
+    call_id = str(payload.get("call_id") or task_id) if isinstance(payload, dict) else task_id
+    try:
+        request = CallRequest.model_validate(payload)
+    except ValidationError as exc:
+        now = time.time()
+        fatal = FatalError(type="InvalidCallRequest", message=f"The worker refused a malformed call request: {exc}")
+        return CallOutcome(call_id=call_id, fatal=fatal, started=now, completed=now, host=host).model_dump(mode="json")
+    assert rt.memory is not None
+    if rt.memory.was_cancelled(call_id):
+        return _error_outcome(call_id, host, "cancelled", "The call was cancelled before it started.")
+    deadline = (request.timeout or rt.config.max_call_seconds) + rt.config.call_grace
+    try:
+        outcome = await rt.memory.run_once(call_id, lambda: execute_request(request), claim_ttl=deadline)
+    except asyncio.CancelledError:
+        return _error_outcome(call_id, host, "cancelled", "The call was cancelled.")
+    outcome.host = host
+    data = outcome.model_dump(mode="json")
+    if len(json.dumps(data, separators=(",", ":"))) > request.max_result_bytes:
+        limit = f"{request.max_result_bytes // (1024 * 1024)} MiB" if request.max_result_bytes >= 1 << 20 else f"{request.max_result_bytes} bytes"
+        data["result"] = None
+        data["error"] = {"type": "limit", "message": f"The tool exceeded its output limit of {limit}."}
+    return data
+
+
+async def run_open(rt: WorkerRuntime, payload: dict[str, Any]) -> dict[str, Any]:
+    host = rt.config.host
+    if rt.draining:
+        return {"error": {"type": "draining", "message": f"Worker host '{host}' is draining and takes no new sandboxes."}}
+    try:
+        spec = SandboxSpec.model_validate(payload)
+        from ._sandbox_service import open_sandbox
+
+        handle = await open_sandbox(spec)
+    except Exception as exc:  # noqa: BLE001 - reported to the orchestrator as data
+        log.warning("worker.open_sandbox_failed", host=host, error=str(exc))
+        return {"error": {"type": type(exc).__name__, "message": str(exc)}, "host": host}
+    if rt.heartbeat is not None:
+        rt.heartbeat.record.sandboxes += 1
+    return {"handle": handle, "host": host}
+
+
+async def run_close(rt: WorkerRuntime, handle: str) -> dict[str, Any]:
+    host = rt.config.host
+    try:
+        from ._sandbox_service import close_sandbox
+
+        await close_sandbox(handle)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("worker.close_sandbox_failed", host=host, handle=handle, error=str(exc))
+        return {"error": {"type": type(exc).__name__, "message": str(exc)}, "host": host}
+    finally:
+        if rt.heartbeat is not None:
+            rt.heartbeat.record.sandboxes = max(0, rt.heartbeat.record.sandboxes - 1)
+        if rt.redis is not None:
+            await placement.release(rt.redis, host)
+    return {"closed": handle, "host": host}
+
+
+def register_tasks(app: Celery) -> None:
+    @app.task(name=_names.TASK_CALL, bind=True, acks_late=True)
+    def call(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
+        rt = runtime(app.conf.broker_url)
+        task_id = self.request.id
+        cap = _payload_too_large(app, payload)
+        if cap is not None:
+            return _error_outcome(str(payload.get("call_id", task_id)), rt.config.host, "limit",
+                                  f"The tool call's arguments exceeded the payload limit of {cap} bytes.")
+        timeout = payload.get("timeout") if isinstance(payload, dict) else None
+        bound = float(timeout or rt.config.max_call_seconds) + 2 * rt.config.call_grace
+        try:
+            return rt.submit(run_call(rt, payload, task_id), timeout=bound)
+        except CallRunningElsewhere:
+            raise Ignore() from None  # the first execution stores the result under this task id
+        except TimeoutError:
+            return _error_outcome(task_id, rt.config.host, "timeout", "Command timed out before completing.")
+
+    @app.task(name=_names.TASK_OPEN_SANDBOX, bind=True, acks_late=True)
+    def open_sandbox(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
+        rt = runtime(app.conf.broker_url)
+        try:
+            return rt.submit(run_open(rt, payload), timeout=rt.config.open_timeout)
+        except TimeoutError as exc:
+            return {"error": {"type": "TimeoutError", "message": str(exc)}, "host": rt.config.host}
+
+    @app.task(name=_names.TASK_CLOSE_SANDBOX, bind=True, acks_late=True)
+    def close_sandbox(self: Any, handle: str) -> dict[str, Any]:
+        rt = runtime(app.conf.broker_url)
+        try:
+            return rt.submit(run_close(rt, handle), timeout=rt.config.open_timeout)
+        except TimeoutError as exc:
+            return {"error": {"type": "TimeoutError", "message": str(exc)}, "host": rt.config.host}
+
+
+@control_command(args=[("call_ids", list)], signature="<call_id> [call_id ...]")
+def toolfleet_cancel(state: Any, call_ids: list[str], **kwargs: Any) -> dict[str, Any]:
+    """Cancel running toolfleet calls by id (Celery control command; runs in the consumer thread)."""
+    from . import _loop
+
+    if _loop._runtime is not None:
+        _loop._runtime.cancel_calls(list(call_ids))
+    return {"ok": f"cancelling {len(call_ids)} call(s)"}
