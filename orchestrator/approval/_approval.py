@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from pydantic import BaseModel
 
+from orchestrator._policy_chain import NamedFactories
 from orchestrator.model._chat_message import ChatMessage
 from orchestrator.tool._tool_call import ToolCall, ToolCallView
 
@@ -25,35 +25,8 @@ class Approver(Protocol):
     async def __call__(self, message: str, call: ToolCall, view: ToolCallView, history: list[ChatMessage]) -> Approval: ...
 
 
-_APPROVERS: dict[str, Callable[..., Approver]] = {}
-APPROVER_NAME_ATTR = "__toolfleet_approver__"
+_APPROVERS: NamedFactories[Approver] = NamedFactories("approver")
 
-
-def approver(func: Callable[..., Approver] | None = None, *, name: str | None = None) -> Any:
-    """Register an approver factory under ``name`` (default: the factory's name) for YAML policies."""
-
-    def decorate(factory: Callable[..., Approver]) -> Callable[..., Approver]:
-        approver_name = name or factory.__name__
-
-        def wrapper(*args: Any, **kwargs: Any) -> Approver:
-            instance = factory(*args, **kwargs)
-            setattr(instance, APPROVER_NAME_ATTR, approver_name)
-            return instance
-
-        wrapper.__name__ = factory.__name__
-        wrapper.__doc__ = factory.__doc__
-        _APPROVERS[approver_name] = wrapper
-        return wrapper
-
-    return decorate(func) if func is not None else decorate
-
-
-def approver_factory(name: str) -> Callable[..., Approver]:
-    try:
-        return _APPROVERS[name]
-    except KeyError:
-        raise ValueError(f"Unknown approver '{name}' (registered: {', '.join(sorted(_APPROVERS)) or 'none'}).") from None
-
-
-def approver_name(instance: Any) -> str:
-    return getattr(instance, APPROVER_NAME_ATTR, None) or getattr(instance, "__name__", type(instance).__name__)
+approver = _APPROVERS.register
+approver_factory = _APPROVERS.factory
+approver_name = _APPROVERS.name_of

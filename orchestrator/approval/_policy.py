@@ -14,9 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from orchestrator._policy_chain import entries_from_config, first_decision
+from orchestrator._policy_chain import entries_from_config, first_decision, load_policy_file
 from orchestrator.log._events import ApprovalEvent
 from orchestrator.log._transcript import transcript
 from orchestrator.model._chat_message import ChatMessage
@@ -117,17 +115,7 @@ def policy_from_config(config: dict[str, Any] | list[dict[str, Any]]) -> list[Ap
 
 
 def policy_from_file(path: str | Path) -> list[ApprovalPolicy]:
-    path = Path(path)
-    if not path.exists():
-        raise ValueError(f"Approval policy file '{path}' does not exist.")
-    try:
-        config = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ValueError(f"Approval policy file '{path}' is not valid YAML: {exc}".splitlines()[0]) from exc
-    try:
-        return policy_from_config(config or {})
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"Approval policy file '{path}': {exc}") from exc
+    return load_policy_file(path, "approval", policy_from_config)
 
 
 def resolve_approval(spec: str | Path | list[ApprovalPolicy] | None) -> list[ApprovalPolicy] | None:

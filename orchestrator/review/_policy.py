@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from orchestrator._glob import validate_pattern
-from orchestrator._policy_chain import entries_from_config, first_decision
+from orchestrator._policy_chain import entries_from_config, first_decision, load_policy_file
 from orchestrator.log._events import ReviewEvent
 from orchestrator.log._transcript import span, transcript
 from orchestrator.model._chat_message import ChatMessage, ChatMessageTool
@@ -116,17 +115,7 @@ def review_policy_from_config(config: dict[str, Any] | list[dict[str, Any]]) -> 
 
 
 def review_policy_from_file(path: str | Path) -> list[ReviewPolicy]:
-    path = Path(path)
-    if not path.exists():
-        raise ValueError(f"Review policy file '{path}' does not exist.")
-    try:
-        config = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ValueError(f"Review policy file '{path}' is not valid YAML: {exc}".splitlines()[0]) from exc
-    try:
-        return review_policy_from_config(config or {})
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"Review policy file '{path}': {exc}") from exc
+    return load_policy_file(path, "review", review_policy_from_config)
 
 
 def resolve_review(spec: str | Path | list[ReviewPolicy] | None) -> list[ReviewPolicy] | None:
