@@ -11,7 +11,8 @@ from tests.support import sample_tools as st
 from tests.support.execution import calls, run_turn
 
 ALL_TOOLS = [
-    st.add(), st.noop(), st.noop_serial(), st.record(), st.record_serial(), st.text_of_size(), st.tiny_output(),
+    st.add(), st.noop(), st.noop_serial(), st.record(), ToolDef(st.record(), name="record_serial", parallel=False),
+    st.text_of_size(), st.tiny_output(),
     st.fail(), st.sleeper(), st.slow_with_timeout(), st.slow_raising(), st.typed(),
 ]
 

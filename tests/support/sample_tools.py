@@ -78,24 +78,6 @@ def record():
     return execute
 
 
-@tool(name="record_serial")
-def record_serial():
-    async def execute(path: str, label: str, delay: float = 0.0) -> str:
-        """Serial variant of record.
-
-        Args:
-            path: File to append to.
-            label: Label to record.
-            delay: Seconds to sleep between start and end.
-        """
-        _append(path, f"start {label}")
-        await asyncio.sleep(delay)
-        _append(path, f"end {label}")
-        return label
-
-    return execute
-
-
 @tool(parallel=True)
 def text_of_size():
     async def execute(n: int, char: str = "x") -> str:
