@@ -10,11 +10,14 @@ next answer. Without an interactive terminal ``ask`` fails at once rather than h
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import select
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ContextManager
 
 # Poll period of the reading thread: how quickly a cancelled prompt lets go of the terminal.
 _POLL_SECONDS = 0.1
@@ -34,6 +37,20 @@ class Choice:
 
 
 _lock = threading.Lock()
+
+# Context-manager factories entered around every prompt: a live progress display registers one that
+# pauses it (and gives back the real stdout it redirects) while the operator answers.
+_guards: list[Callable[[], ContextManager[object]]] = []
+
+
+def add_prompt_guard(guard: Callable[[], ContextManager[object]]) -> None:
+    """Enter ``guard()`` around each console prompt (e.g. pause a live display) until removed."""
+    _guards.append(guard)
+
+
+def remove_prompt_guard(guard: Callable[[], ContextManager[object]]) -> None:
+    with contextlib.suppress(ValueError):
+        _guards.remove(guard)
 
 
 class _Cancelled(Exception):
@@ -81,7 +98,16 @@ class ConsolePrompt:
             if cancel.is_set():
                 return None, None
         try:
-            out = sys.stdout
+            with contextlib.ExitStack() as guards:
+                for guard in list(_guards):
+                    guards.enter_context(guard())
+                return self._converse(text, cancel)
+        finally:
+            _lock.release()
+
+    def _converse(self, text: str, cancel: threading.Event) -> tuple[str | None, str | None]:
+        try:
+            out = sys.stdout  # after the guards: a paused live display has given the real stdout back
             out.write(f"\n{text}\n")
             out.flush()
             reader = _LineReader(sys.stdin.fileno(), cancel)
@@ -107,8 +133,6 @@ class ConsolePrompt:
             except OSError:
                 pass
             return None, None
-        finally:
-            _lock.release()
 
 
 class _LineReader:

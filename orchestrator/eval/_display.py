@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, TextIO
 
 from ._progress import EvalProgress
@@ -53,12 +53,27 @@ class RichDisplay:
         return grid
 
     def __enter__(self) -> "RichDisplay":
+        from orchestrator.approval._console import add_prompt_guard
+
         self.live.start()
+        add_prompt_guard(self.paused)  # a human approver/reviewer prompt pauses the live panel
         return self
 
     def __exit__(self, *exc: object) -> None:
+        from orchestrator.approval._console import remove_prompt_guard
+
+        remove_prompt_guard(self.paused)
         self.live.refresh()
         self.live.stop()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stop redrawing (and give stdout back) while an operator answers a console prompt."""
+        self.live.stop()
+        try:
+            yield
+        finally:
+            self.live.start()
 
 
 class LogDisplay:

@@ -1,0 +1,147 @@
+"""Seed 002 sentences about eval- and task-level review: ``Task(review=)``, ``eval(review=)``, ``--review``.
+
+Real evals (embedded mode, scripted model) over the task file ``review_task.py``; the CLI is driven on a
+real pseudo-terminal for ``--review human``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pexpect
+import pytest
+
+from orchestrator.eval import eval_async
+from orchestrator.eval._task import load_task
+from orchestrator.log import ReviewEvent, ToolEvent
+from orchestrator.review import Review, ReviewPolicy
+from tests.review import review_tools as rt
+
+pytestmark = pytest.mark.timeout(120)
+
+TASK_FILE = str(Path(__file__).with_name("review_task.py"))
+ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def task(name: str = "fetching", **args: Any) -> Any:
+    return load_task(f"{TASK_FILE}@{name}", args)
+
+
+def review_file(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "review.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def decisions(sample: Any) -> list[tuple[str | None, str]]:
+    return [(e.reviewer, e.decision) for e in sample.events if isinstance(e, ReviewEvent)]
+
+
+async def evaluate(t: Any, tmp_path: Path, dispatcher: Any, **kwargs: Any) -> Any:
+    [log] = await eval_async(t, "scripted/fetch_then_answer", log_dir=tmp_path / "logs", dispatcher=dispatcher, **kwargs)
+    return log
+
+
+async def test_s33a_a_task_declares_reviewers_as_review_policy_objects(tmp_path, dispatcher) -> None:
+    """"A task can declare its own reviewers with the review argument. It accepts a policy file or a list of
+    ReviewPolicy objects." (list) — and terminate ends the sample as an operator limit."""
+    log = await evaluate(task("guarded"), tmp_path, dispatcher)
+    [sample] = log.samples
+    assert sample.limit is not None and sample.limit.type == "operator"
+    assert sample.limit.message == "The agent reached the network."
+    assert decisions(sample) == [("no_network", "terminate")]
+    assert sample.error is None
+    # The reviewed call's result is on record.
+    [event] = [e for e in sample.events if isinstance(e, ToolEvent)]
+    assert "HTTP/1.1 200" in event.result
+
+
+async def test_s33b_a_task_accepts_a_policy_file(tmp_path, dispatcher) -> None:
+    """"It accepts a policy file or a list of ReviewPolicy objects." (file)"""
+    path = review_file(tmp_path, "reviewers:\n  - name: no_network\n    tools: curl\n")
+    log = await evaluate(task(review=path), tmp_path, dispatcher)
+    assert log.samples[0].limit.type == "operator"
+    assert decisions(log.samples[0]) == [("no_network", "terminate")]
+
+
+async def test_s34a_eval_review_overrides_the_tasks_reviewers(tmp_path, dispatcher) -> None:
+    """"review passed to eval(), or --review, overrides the task's own reviewers." (Python list)"""
+    log = await evaluate(task("guarded", n=2), tmp_path, dispatcher,
+                         review=[ReviewPolicy(rt.scripted_review("continue", explanation="eval level"), tools="*")])
+    assert log.status == "success"
+    for sample in log.samples:
+        assert sample.limit is None and sample.scores["includes"].value == "C"
+        assert decisions(sample) == [("scripted_review", "continue")]
+
+
+async def test_s34b_eval_review_file_overrides_the_tasks_reviewers(tmp_path, dispatcher) -> None:
+    """"review passed to eval(), or --review, overrides the task's own reviewers." (YAML file, as --review passes)"""
+    path = review_file(tmp_path, "reviewers:\n  - name: scripted_review\n    tools: \"*\"\n    decision: escalate\n")
+    log = await evaluate(task("guarded"), tmp_path, dispatcher, review=path)
+    [sample] = log.samples
+    assert sample.limit is None
+    assert decisions(sample) == [("scripted_review", "escalate"), (None, "continue")]
+    assert log.eval.config.review == path  # the log names the policy in force
+
+
+async def test_s24_eval_a_reviewer_exception_ends_the_sample_with_an_error(tmp_path, dispatcher) -> None:
+    """"An exception raised by a reviewer ends the sample with an error" — as the eval log records it."""
+
+    async def broken(message, call, result, output, view, history) -> Review:
+        raise RuntimeError("reviewer broke")
+
+    log = await evaluate(task(), tmp_path, dispatcher, review=[ReviewPolicy(broken)])
+    [sample] = log.samples
+    assert sample.error is not None and "reviewer broke" in sample.error.message
+    assert sample.limit is None
+
+
+async def test_s20a_eval_review_human_without_a_terminal_is_a_clear_error(tmp_path, dispatcher, monkeypatch) -> None:
+    """"eval(review="human") reviews every call's result" with a person; with no terminal the sample fails at
+    once with a clear error instead of waiting forever."""
+    monkeypatch.setattr(sys, "stdin", open(os.devnull))
+    log = await evaluate(task(), tmp_path, dispatcher, review="human")
+    [sample] = log.samples
+    assert sample.error is not None
+    assert "not an interactive terminal" in sample.error.message and "--review" in sample.error.message
+
+
+def test_s20b_cli_review_human_asks_on_the_terminal(tmp_path) -> None:
+    """"Review the result of every tool call with the CLI option --review human": `toolfleet eval ... --review
+    human` on a real terminal, with the live progress display on, prompts for each result."""
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    child = pexpect.spawn("toolfleet", ["eval", f"{TASK_FILE}@guarded", "--model", "scripted/fetch_then_answer",
+                                        "--review", "human", "--log-dir", str(tmp_path), "--display", "rich"],
+                          cwd=ROOT, env=env, encoding="utf-8", timeout=60, dimensions=(50, 200))
+    child.expect("Tool result needs review")
+    child.expect(r"Decision \(\[a\]pprove / \[t\]erminate\): ")
+    assert "Call: curl(url='http://example.com/p0')" in child.before
+    assert "HTTP/1.1 200 OK" in child.before  # the result
+    child.sendline("a")
+    child.expect("Explanation")
+    child.sendline("fine by me")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before
+    log_files = list(tmp_path.glob("*.jsonl")) or list(tmp_path.rglob("*"))
+    assert log_files
+
+
+def test_s29_cli_review_file(tmp_path) -> None:
+    """"Policies can be written in YAML and passed with --review": `toolfleet eval task.py --review review.yaml`."""
+    path = review_file(tmp_path, "reviewers:\n  - name: no_network\n    tools: [\"curl\"]\n")
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    proc = subprocess.run(["toolfleet", "eval", f"{TASK_FILE}@fetching", "--model", "scripted/fetch_then_answer",
+                           "--review", path, "--log-dir", str(tmp_path / "logs"), "--display", "none"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+    from orchestrator.eval import read_eval_log
+
+    [log_path] = list((tmp_path / "logs").glob("*"))
+    log = read_eval_log(log_path)
+    [sample] = log.samples
+    assert sample.limit is not None and sample.limit.type == "operator", proc.stdout + proc.stderr
+    assert decisions(sample) == [("no_network", "terminate")]
