@@ -90,6 +90,8 @@ class CallMemory:
             return outcome.model_copy(update={"replayed": True})
         if self._redis is not None and not await self._claim(call_id, claim_ttl):
             return await self._answer_duplicate(call_id)
+        if call_id in self._cancelled:
+            raise asyncio.CancelledError()  # the cancel arrived while the claim was in flight
         task = asyncio.ensure_future(execute())
         self._running[call_id] = task
         try:

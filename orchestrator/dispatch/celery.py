@@ -150,6 +150,8 @@ class CeleryDispatcher(Dispatcher):
     async def _send(self, records: list[_Pending]) -> None:
         sendable: list[_Pending] = []
         for rec in records:
+            if rec.future.done():
+                continue  # cancelled before it was sent: nothing to publish, nothing to stop
             rec.future.add_done_callback(lambda f, rec=rec: self._on_done(rec, f))
             size = len(json.dumps(rec.payload, separators=(",", ":")))
             if size > self.config.max_payload_bytes:
