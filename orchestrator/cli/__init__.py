@@ -19,6 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="toolfleet", description="Run LLM agents at scale with sandboxed tools.")
     parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--log-level", default=None, metavar="LEVEL",
+                        help="level of toolfleet's own log lines on stderr (default: warning, or $TOOLFLEET_LOG_LEVEL)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     _eval_cmd.add_commands(commands)
     commands.add_parser("worker", help="run a worker (Celery) that executes tool calls; see `toolfleet worker --help`",
@@ -26,6 +28,28 @@ def build_parser() -> argparse.ArgumentParser:
     _bench_cmd.add_command(commands)
     _log_cmd.add_commands(commands)
     return parser
+
+
+def configure_logging(level: str | None = None) -> None:
+    """structlog for the whole process: human lines on a TTY, JSON lines otherwise; on stderr."""
+    import logging
+    import os
+
+    import structlog
+
+    name = (level or os.environ.get("TOOLFLEET_LOG_LEVEL") or "warning").upper()
+    numeric = logging.getLevelName(name)
+    if not isinstance(numeric, int):
+        numeric = logging.WARNING
+    tty = sys.stderr.isatty()
+    renderer = structlog.dev.ConsoleRenderer(colors=True) if tty else structlog.processors.JSONRenderer()
+    structlog.configure(
+        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True), renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+    logging.basicConfig(level=numeric, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
 
 
 def _version() -> str:
@@ -44,6 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USER_ERROR
+    configure_logging(args.log_level)
     from orchestrator.eval._errors import EvalSetupError
 
     try:
