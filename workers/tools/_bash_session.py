@@ -61,8 +61,7 @@ def bash_session(timeout: int | None = None, wait_for_output: int = 30, instance
         async with asyncio.timeout(timeout):
             return await _call(request, float(wait_for_output))
 
-    execute.__doc__ = with_timeout_note(execute.__doc__ or "", timeout)
-    return execute
+    return with_timeout_note(execute, timeout)
 
 
 async def _call(request: dict[str, object], wait: float) -> str:

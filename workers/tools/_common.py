@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, TypeVar
 
+from orchestrator.tool._registry import TOOL_META_ATTR, ToolMeta
+from orchestrator.tool._tool_info import parse_function
 from orchestrator.util._sandbox import ExecResult, SandboxEnvironment
+
+T = TypeVar("T")
 
 _fallback_state: weakref.WeakKeyDictionary[SandboxEnvironment, dict[str, Any]] = weakref.WeakKeyDictionary()
 
@@ -18,13 +22,19 @@ def tool_state(env: SandboxEnvironment, key: str) -> dict[str, Any]:
     return state.setdefault(key, {})
 
 
-def with_timeout_note(doc: str, timeout: float | None) -> str:
-    """Tool descriptions state their timeout where one is set (the first docstring paragraph)."""
+def with_timeout_note(execute: T, timeout: float | None) -> T:
+    """Tool descriptions state their timeout where one is set.
+
+    Docstrings are parsed once per code object (all instances share it), so the per-instance
+    description travels as a description override that ``@tool`` keeps for the instance.
+    """
     if timeout is None:
-        return doc
+        return execute
     shown = int(timeout) if float(timeout).is_integer() else timeout
-    first, _, rest = doc.partition("\n\n")
-    return f"{first.rstrip()} Commands time out after {shown} seconds.\n\n{rest}"
+    description = parse_function(execute).description.rstrip()
+    note = f"{description} Commands time out after {shown} seconds."
+    setattr(execute, TOOL_META_ATTR, ToolMeta(name=execute.__name__, ref=None, description=note))
+    return execute
 
 
 def format_output(result: ExecResult) -> str:

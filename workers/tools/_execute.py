@@ -29,8 +29,7 @@ def bash(timeout: int | None = None, user: str | None = None) -> Tool:
         result = await sandbox().exec(["bash", "--login", "-c", cmd], timeout=timeout, user=user)
         return format_output(result)
 
-    execute.__doc__ = with_timeout_note(execute.__doc__ or "", timeout)
-    return execute
+    return with_timeout_note(execute, timeout)
 
 
 @tool(parallel=True)
@@ -64,5 +63,4 @@ def python(timeout: int | None = None, user: str | None = None) -> Tool:
         result = await sandbox().exec(["bash", "--login", "-c", "python3 -"], input=code, timeout=timeout, user=user)
         return format_output(result)
 
-    execute.__doc__ = with_timeout_note(execute.__doc__ or "", timeout)
-    return execute
+    return with_timeout_note(execute, timeout)

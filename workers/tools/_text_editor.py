@@ -89,8 +89,7 @@ def text_editor(timeout: int | None = 180, user: str | None = None) -> Tool:
                     return await editor.undo(path)
         raise ToolError(f"Unrecognized command '{command}'. Allowed: view, create, str_replace, insert, undo_edit.")
 
-    execute.__doc__ = with_timeout_note(execute.__doc__ or "", timeout)
-    return execute
+    return with_timeout_note(execute, timeout)
 
 
 def _required(value: object, name: str, command: str):  # type: ignore[no-untyped-def]
