@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from orchestrator._wire import CallOutcome, SandboxSpec
-from workers.executor import execute_call, execute_request
+from orchestrator.util._sandbox import SandboxUnavailableError
+from workers.executor import execute_call, execute_request, lookup_sandbox
 
 from ._dispatcher import Dispatch, Dispatcher, SampleRoute
 
@@ -38,6 +39,14 @@ class InProcessDispatcher(Dispatcher):
         if request.sandbox is None:
             # The caller's context already carries the sample's sandbox (if any).
             return await execute_call(request, tool=item.tool, bind=False)
+        if item.local:
+            # A conversation tool (submit, handoff, runs_on="orchestrator") always runs here, even when
+            # the sample's sandbox lives on a worker host: it then runs without the sandbox.
+            try:
+                env = lookup_sandbox(request.sandbox)
+            except SandboxUnavailableError:
+                env = None
+            return await execute_call(request, tool=item.tool, env=env)
         return await execute_request(request, tool=item.tool)
 
     async def open_sandbox(self, spec: SandboxSpec) -> SampleRoute:
