@@ -7,6 +7,7 @@ stops calling tools, enforcing the sample's message and token limits at each tur
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -64,6 +65,9 @@ def make_generate(model: Model) -> Generate:
             check_message_limit(len(state.messages))
             record_turn()
             check_limits()
+            # A checkpoint: a cancellation (time limit, lost sandbox) must land even when the model
+            # (scripted) and the tools (failing fast) never suspend.
+            await asyncio.sleep(0)
             state.output = await model.generate(state.messages, state.tools, state.tool_choice, config)
             state.messages.append(state.output.message)
             if tool_calls == "none" or not state.output.message.tool_calls:
