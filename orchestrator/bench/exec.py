@@ -1,0 +1,155 @@
+"""``toolfleet bench exec``: tool-call round trips into one docker sandbox, against ``docker exec``.
+
+Measured in one run, on the same container:
+- ``p50_ms``/``p99_ms``: sequential ``bash`` tool calls running ``true`` through
+  ``workers.executor.execute_call`` (what the in-process dispatcher awaits), over ``calls`` calls;
+- ``calls_per_s``: the same calls with ``concurrency`` in flight;
+- ``acquire_p50_ms``: ``create()`` from a warm pool; ``cold_start_p50_ms``: ``create()`` with no pool
+  (container create + start + exec agent hello);
+- ``baseline``: the same command (``bash --login -c true``, same user) as one ``docker exec`` per
+  call through the Engine API (exec_create + exec_start + exec_inspect), same counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from orchestrator._wire import CallRequest
+from orchestrator.tool._registry import tool_meta
+from workers.executor import execute_call
+from workers.sandbox import DEFAULT_IMAGE, DockerSandboxConfig, SandboxSpec
+from workers.tools import bash
+
+COLD_STARTS = 5
+ACQUIRES = 10
+WARMUP = 20
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--calls", type=int, default=300, help="calls per measurement (p50/p99 and calls/s)")
+    parser.add_argument("--concurrency", type=int, default=16, help="calls in flight for calls/s")
+    parser.add_argument("--image", default=DEFAULT_IMAGE, help="sandbox image (build: sandbox_images/build.sh)")
+
+
+def _ms(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 3)
+
+
+async def _latencies(one: Callable[[], Awaitable[None]], n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        await one()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+async def _throughput(one: Callable[[], Awaitable[None]], n: int, concurrency: int) -> float:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def guarded() -> None:
+        async with gate:
+            await one()
+
+    start = time.perf_counter()
+    await asyncio.gather(*(guarded() for _ in range(n)))
+    return round(n / (time.perf_counter() - start), 1)
+
+
+def _figures(lat: list[float], calls_per_s: float) -> dict[str, Any]:
+    return {"p50_ms": _ms(lat, 0.5), "p99_ms": _ms(lat, 0.99), "calls_per_s": calls_per_s, "calls": len(lat)}
+
+
+async def run(args: argparse.Namespace | int | None = None, concurrency: int = 16, *, calls: int = 300,
+              image: str = DEFAULT_IMAGE) -> dict[str, Any]:
+    if isinstance(args, argparse.Namespace):
+        calls, concurrency, image = args.calls, args.concurrency, args.image
+    elif isinstance(args, int):
+        calls = args
+
+    # Cold start: no pool, so create() pays for container create + start + agent hello.
+    cold_driver = DockerSandboxConfig(image=image, pool_size=0).driver()
+    cold: list[float] = []
+    try:
+        await cold_driver.start()
+        for i in range(COLD_STARTS):
+            start = time.perf_counter()
+            env = await cold_driver.create(SandboxSpec(eval_id="bench", sample_id=f"cold-{i}"))
+            cold.append(time.perf_counter() - start)
+            await cold_driver.destroy(env)
+    finally:
+        await cold_driver.aclose()
+
+    driver = DockerSandboxConfig(image=image, pool_size=2, max_sandboxes=ACQUIRES + 4).driver()
+    try:
+        await driver.start()
+        acquire: list[float] = []
+        for i in range(ACQUIRES):
+            await driver.pool.wait_full(120)
+            start = time.perf_counter()
+            env = await driver.create(SandboxSpec(eval_id="bench", sample_id=f"warm-{i}"))
+            acquire.append(time.perf_counter() - start)
+            if i < ACQUIRES - 1:
+                await driver.destroy(env)
+
+        tool = bash()
+        ref = tool_meta(tool).ref  # type: ignore[union-attr]
+
+        async def fast() -> None:
+            request = CallRequest(call_id=uuid.uuid4().hex, function="bash", tool=ref,
+                                  arguments={"cmd": "true"}, sandbox=env.sandbox_id)
+            outcome = await execute_call(request, tool=tool, env=env)
+            if outcome.error is not None or outcome.fatal is not None or outcome.result != "":
+                raise RuntimeError(f"bench call failed: {outcome}")
+
+        api = driver.api.api
+        pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="bench-docker-exec")
+        loop = asyncio.get_running_loop()
+
+        def docker_exec() -> None:
+            exec_id = api.exec_create(env.container_id, ["bash", "--login", "-c", "true"], user=driver.exec_user)["Id"]
+            api.exec_start(exec_id)
+            if api.exec_inspect(exec_id)["ExitCode"] != 0:
+                raise RuntimeError("baseline docker exec failed")
+
+        async def baseline_one() -> None:
+            await loop.run_in_executor(pool, docker_exec)
+
+        try:
+            await _latencies(fast, WARMUP)
+            fast_lat = await _latencies(fast, calls)
+            fast_rate = await _throughput(fast, calls, concurrency)
+            await _latencies(baseline_one, 5)
+            base_lat = await _latencies(baseline_one, calls)
+            base_rate = await _throughput(baseline_one, calls, concurrency)
+        finally:
+            pool.shutdown(wait=False)
+    finally:
+        await driver.aclose()
+
+    ours = _figures(fast_lat, fast_rate)
+    baseline = {"workload": "exec", "implementation": "docker exec (Engine API)", **_figures(base_lat, base_rate)}
+    return {
+        "workload": "exec",
+        **ours,
+        "concurrency": concurrency,
+        "acquire_p50_ms": _ms(acquire, 0.5),
+        "cold_start_p50_ms": _ms(cold, 0.5),
+        "speedup_p50": round(baseline["p50_ms"] / ours["p50_ms"], 1) if ours["p50_ms"] else None,
+        "mean_ms": round(statistics.fmean(fast_lat) * 1000, 3),
+        "baseline": baseline,
+    }
+
+
+if __name__ == "__main__":  # python -m orchestrator.bench.exec
+    import json
+
+    print(json.dumps(asyncio.run(run())))
