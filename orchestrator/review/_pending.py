@@ -1,7 +1,7 @@
 """Reviews in flight, and how they end when something cancels them.
 
-Each review runs as its own task with a ``PendingReview`` handle, so an operator (a UI, a console
-command, another thread) can cancel *that call* while its review is pending:
+Each review in flight has a ``PendingReview`` handle, so an operator (a UI, a console command,
+another thread) can cancel *that call* while its review is pending:
 
 - cancelled by the operator (``PendingReview.cancel`` / ``cancel_review``): the sample stops as an
   operator limit (``TerminateSampleError``); the call's result stays in the transcript (its
@@ -33,21 +33,27 @@ class PendingReview:
 
     call: ToolCall
     sample_id: str | None
-    _task: asyncio.Task[Review] = field(repr=False)
+    _task: asyncio.Task[object] = field(repr=False)
     _loop: asyncio.AbstractEventLoop = field(repr=False)
     reason: str | None = None
     cancelled_by_operator: bool = False
+    done: bool = False
 
     def cancel(self, reason: str | None = None) -> None:
         """Cancel the call under review: the sample stops as an operator limit, the result is kept."""
-        if self._task.done():
+        if _in_loop(self._loop):
+            self._cancel(reason)
+        else:
+            self._loop.call_soon_threadsafe(self._cancel, reason)
+
+    def _cancel(self, reason: str | None) -> None:
+        # Runs on the loop, so ``done`` cannot change under us: a review that already finished is
+        # left alone (cancelling then would hit whatever the task is doing next).
+        if self.done or self.cancelled_by_operator:
             return
         self.cancelled_by_operator = True
         self.reason = reason
-        if _in_loop(self._loop):
-            self._task.cancel()
-        else:
-            self._loop.call_soon_threadsafe(self._task.cancel)
+        self._task.cancel()
 
 
 _pending: list[PendingReview] = []
@@ -69,18 +75,20 @@ def cancel_review(call_id: str, sample_id: str | None = None, reason: str | None
 
 
 async def run_pending(call: ToolCall, sample_id: str | None, review: Awaitable[Review]) -> Review:
-    """Await ``review`` as a cancellable pending review of ``call`` (see the module docstring)."""
-    loop = asyncio.get_running_loop()
-    task: asyncio.Task[Review] = asyncio.ensure_future(review)
-    handle = PendingReview(call=call, sample_id=sample_id, _task=task, _loop=loop)
+    """Await ``review`` as a cancellable pending review of ``call`` (see the module docstring).
+
+    No task of its own: an operator cancel cancels the awaiting task and is told apart from any
+    other cancellation the way ``asyncio.timeout`` does it (our flag, then ``uncancel``).
+    """
+    task = asyncio.current_task()
+    assert task is not None, "run_pending must run inside a task"
+    handle = PendingReview(call=call, sample_id=sample_id, _task=task, _loop=asyncio.get_running_loop())
     with _pending_lock:
         _pending.append(handle)
     try:
-        return await task
+        return await review
     except asyncio.CancelledError:
-        current = asyncio.current_task()
-        outer_cancelled = current is not None and current.cancelling() > 0
-        if handle.cancelled_by_operator and not outer_cancelled:
+        if handle.cancelled_by_operator and task.uncancel() == 0:
             message = f"Tool call {call.function} ({call.id}) was cancelled while its review was pending; the result is kept."
             if handle.reason:
                 message += f" Reason: {handle.reason}"
@@ -90,10 +98,9 @@ async def run_pending(call: ToolCall, sample_id: str | None, review: Awaitable[R
                     "the result is kept.", "sample_stopped")
         raise
     finally:
+        handle.done = True
         with _pending_lock:
             _pending.remove(handle)
-        if not task.done():  # we were cancelled from outside: make sure the review stops too
-            task.cancel()
 
 
 def _info(call: ToolCall, message: str, cause: str) -> None:
