@@ -145,3 +145,28 @@ def test_s29_cli_review_file(tmp_path) -> None:
     [sample] = log.samples
     assert sample.limit is not None and sample.limit.type == "operator", proc.stdout + proc.stderr
     assert decisions(sample) == [("no_network", "terminate")]
+
+
+async def test_s26_eval_cancelling_a_call_under_review_is_an_operator_limit(tmp_path, dispatcher) -> None:
+    """"Cancelling a tool call before its review has finished stops the sample with an operator limit" — as the
+    eval log records it, with the result and the info event kept and no review decision."""
+    import asyncio
+
+    from orchestrator.log import InfoEvent
+    from orchestrator.review import cancel_review, pending_reviews
+    from tests.review.test_review_seed002 import blocking_review
+
+    run = asyncio.ensure_future(evaluate(task(), tmp_path, dispatcher, review=[ReviewPolicy(blocking_review())]))
+    async with asyncio.timeout(30):
+        while not pending_reviews():
+            await asyncio.sleep(0.01)
+    assert cancel_review("curl-p0", reason="operator says stop")
+    log = await asyncio.wait_for(run, 60)
+    [sample] = log.samples
+    assert sample.limit is not None and sample.limit.type == "operator"
+    assert "operator says stop" in sample.limit.message
+    assert sample.error is None
+    assert decisions(sample) == []
+    [tool_event] = [e for e in sample.events if isinstance(e, ToolEvent)]
+    assert "HTTP/1.1 200" in tool_event.result
+    assert any(isinstance(e, InfoEvent) and e.source == "review" and e.data["cancelled_by"] == "operator" for e in sample.events)

@@ -577,3 +577,34 @@ async def test_parallel_reviews_run_concurrently(dispatcher) -> None:
                                    review=review, transcript=transcript), 10)
     assert not release.is_set()  # terminated while the add review was still blocked
     assert [e.data["call_id"] for e in transcript.find(InfoEvent) if e.source == "review"] == ["c0"]
+
+
+async def test_s26b_cancelling_one_of_several_parallel_calls_under_review(dispatcher) -> None:
+    """The cancellation sentence for a parallel stage: cancelling one call under review stops the sample as an
+    operator limit; the sibling's pending review is cancelled too (the sample stopped); both results are kept."""
+    transcript = Transcript()
+    task = asyncio.ensure_future(run(dispatcher, calls(("add", {"x": 1, "y": 1}), ("add", {"x": 2, "y": 2})),
+                                     review=[ReviewPolicy(blocking_review())], transcript=transcript))
+    await until_pending("c0")
+    await until_pending("c1")
+    assert cancel_review("c1")
+    with pytest.raises(TerminateSampleError, match=r"add \(c1\) was cancelled while its review was pending"):
+        await asyncio.wait_for(task, 10)
+    assert sorted((e.id, e.result) for e in transcript.find(ToolEvent)) == [("c0", "2"), ("c1", "4")]
+    causes = {e.data["call_id"]: e.data["cancelled_by"] for e in transcript.find(InfoEvent) if e.source == "review"}
+    assert causes == {"c1": "operator", "c0": "sample_stopped"}
+    assert transcript.find(ReviewEvent) == [] and pending_reviews() == []
+
+
+async def test_s26c_a_late_cancel_of_a_finished_review_is_ignored(dispatcher) -> None:
+    """Cancelling after the review decided does not touch whatever the sample does next."""
+    release = asyncio.Event()
+    task = asyncio.ensure_future(run(dispatcher, calls(("add", {"x": 1, "y": 1})), review=[ReviewPolicy(blocking_review(release))]))
+    await until_pending("c0")
+    [handle] = [p for p in pending_reviews() if p.call.id == "c0"]
+    release.set()
+    result, transcript = await asyncio.wait_for(task, 10)
+    handle.cancel("too late")  # the review is done: a no-op
+    await asyncio.sleep(0)
+    assert [m.text for m in result.messages] == ["2"] and not handle.cancelled_by_operator
+    assert reviews(transcript) == [("blocking_review", "c0", "continue")]
