@@ -69,6 +69,9 @@ def test_resume_after_sigkill(tmp_path: Path, sandbox: str | None) -> None:
 
     before = read_eval_log(path)
     assert before.status == "started"  # no footer: the run died
+    if sandbox == "docker":
+        # The killed run left its running samples' containers behind (the resume must clean them up).
+        assert _containers(before.eval.eval_id), "expected the killed run to leave containers"
     finished_before = {str(s.id) for s in before.samples}
     assert 3 <= len(finished_before) < N
 
@@ -88,9 +91,13 @@ def test_resume_after_sigkill(tmp_path: Path, sandbox: str | None) -> None:
     assert before.eval.eval_id == after.eval.eval_id
 
     if sandbox == "docker":
-        leaked = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=toolfleet.eval_id={after.eval.eval_id}"],
-                                capture_output=True, text=True, timeout=30).stdout.split()
+        leaked = _containers(after.eval.eval_id)
         assert leaked == [], f"containers of the killed run leaked: {leaked}"
+
+
+def _containers(eval_id: str) -> list[str]:
+    return subprocess.run(["docker", "ps", "-aq", "--filter", f"label=toolfleet.eval_id={eval_id}"],
+                          capture_output=True, text=True, timeout=30).stdout.split()
 
 
 def test_rerun_with_same_log_dir_resumes(tmp_path: Path) -> None:
