@@ -197,3 +197,21 @@ async def test_fallback_on_an_image_without_python3(sandbox_factory):
     assert "1000.77" not in ps.stdout
     await env.write_file("/tmp/f.bin", b"\x00\xff data")
     assert await env.read_file("/tmp/f.bin", text=False) == b"\x00\xff data"
+
+
+async def test_missing_image_is_a_clear_error(sandbox_image):
+    from workers.sandbox import SandboxImageError
+
+    driver = sandbox_config({"type": "docker", "image": "toolfleet/does-not-exist:1", "pool_size": 0}).driver()
+    try:
+        with pytest.raises(SandboxImageError, match="sandbox_images/build.sh"):
+            await driver.create()
+    finally:
+        await driver.aclose()
+
+
+async def test_unknown_user_is_a_permission_error(sandbox_factory):
+    env = await sandbox_factory("docker")
+    with pytest.raises(PermissionError, match="no-such-user"):
+        await env.exec(["true"], user="no-such-user")
+    assert (await env.exec(["true"])).returncode == 0

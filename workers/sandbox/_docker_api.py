@@ -30,6 +30,10 @@ class DockerAPI:
         assert self._client is not None, "DockerAPI.connect() first"
         return self._client.api
 
+    @property
+    def connected(self) -> bool:
+        return self._client is not None
+
     async def connect(self) -> None:
         def _connect() -> docker.DockerClient:
             # Pool one HTTP connection per worker thread (hijacked exec sockets take their own).

@@ -74,11 +74,15 @@ async def universal_exec(
     truncated = False
     host_timed_out = False
     started = time.monotonic()
+    async def feed() -> None:
+        # Written concurrently with reading: a command may print a lot before it reads its input.
+        assert input is not None
+        writer.write(input)
+        await writer.drain()
+        writer.write_eof()  # half-close: the command sees EOF on stdin
+
+    feeder = asyncio.ensure_future(feed()) if input is not None else None
     try:
-        if input is not None:
-            writer.write(input)
-            await writer.drain()
-            writer.write_eof()  # half-close: the command sees EOF on stdin
         bound = None if timeout is None else timeout + FALLBACK_GRACE
         try:
             async with asyncio.timeout(bound):
@@ -98,6 +102,9 @@ async def universal_exec(
         except TimeoutError:
             host_timed_out = True  # no `timeout` in the image: we stop waiting (documented gap)
     finally:
+        if feeder is not None:
+            feeder.cancel()
+            await asyncio.gather(feeder, return_exceptions=True)
         writer.close()
         sock.close()
     info = await api.call(api.api.exec_inspect, exec_id)

@@ -51,6 +51,7 @@ class AgentSandboxEnvironment(SandboxEnvironment):
         self._channels: dict[str | None, AgentChannel] = {}
         self._opening: dict[str | None, asyncio.Lock] = {}
         self.fast_path = True  # False once the agent could not start: the universal path is used
+        self._had_agent = False
         self.closed = False
 
     # --- subclass hooks -------------------------------------------------------------------------
@@ -107,12 +108,12 @@ class AgentSandboxEnvironment(SandboxEnvironment):
         if self.default_env:
             env = {**self.default_env, **(env or {})}
         if self.fast_path:
-            channel = await self._channel(user)
-            if channel is not None:
-                try:
-                    raw = await channel.run(list(cmd), data, cwd, env, timeout, cap)
-                except ChannelClosed as exc:
-                    raise await self._explain_failure(exc) from exc
+            try:
+                channel = await self._channel(user)
+                raw = None if channel is None else await channel.run(list(cmd), data, cwd, env, timeout, cap)
+            except ChannelClosed as exc:
+                raise await self._explain_failure(exc) from exc
+            if raw is not None:
                 if raw.oom:
                     raise await self._explain_failure(SandboxOutOfMemoryError(self._oom_message()))
                 return raw
@@ -135,8 +136,11 @@ class AgentSandboxEnvironment(SandboxEnvironment):
             try:
                 channel = await self._open_channel(user)
             except ChannelClosed as exc:
-                if user is not None:
-                    raise  # a bad user name, not a missing python3
+                if user is not None and None in self._channels:
+                    # The agent runs for the default user, so this user is the problem (e.g. unknown).
+                    raise PermissionError(1, f"Cannot run commands as user '{user}' ({exc})", user) from exc
+                if self._had_agent:
+                    raise  # the agent worked before: the sandbox is in trouble, not the image
                 self.fast_path = False
                 log.warning(
                     "sandbox.fast_path_unavailable",
@@ -146,6 +150,7 @@ class AgentSandboxEnvironment(SandboxEnvironment):
                 )
                 return None
             self._channels[user] = channel
+            self._had_agent = True
             return channel
 
     @overload

@@ -153,6 +153,8 @@ class DockerSandboxDriver(SandboxDriver):
 
     async def reap(self) -> int:
         try:
+            if not self.api.connected:
+                await self.api.connect()
             listed = await self.api.call(self.api.api.containers, all=True, filters={"label": f"{MANAGED}=1"})
         except DockerException as exc:
             log.warning("sandbox.reap_failed", error=str(exc))
