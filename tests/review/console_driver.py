@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from orchestrator.approval import ApprovalPolicy, NoTerminalError, human_approver  # noqa: E402
 from orchestrator.log import ApprovalEvent, ReviewEvent, Transcript, bind_transcript  # noqa: E402
 from orchestrator.model import ChatMessageAssistant, ChatMessageUser, execute_tools  # noqa: E402
-from orchestrator.review import ReviewPolicy, cancel_review, human_reviewer, pending_reviews, review_policy_from_file  # noqa: E402
+from orchestrator.review import ReviewPolicy, human_reviewer, pending_reviews, review_policy_from_file  # noqa: E402
 from orchestrator.tool import ToolCall  # noqa: E402
 from orchestrator.util import TerminateSampleError  # noqa: E402
 from tests.review import review_tools as rt  # noqa: E402,F401  (registers output_monitor etc.)

@@ -9,7 +9,6 @@ the human reviewer's console in ``test_review_console.py``.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -478,23 +477,34 @@ async def test_s28_an_interrupted_review_records_no_decision(dispatcher) -> None
 # -- policies ----------------------------------------------------------------------------------------
 
 
+@reviewer(name="egress_guard")
+def _my_network_factory() -> Any:
+    """Registered as ``egress_guard``: YAML refers to it by that name, not by the function's."""
+
+    async def review(message, call, result, output, view, history) -> Review:
+        return Review(decision="terminate" if "HTTP/1.1" in str(output) else "continue", explanation="egress checked")
+
+    return review
+
+
 async def test_s29_s30_yaml_policies_reference_reviewers_by_registered_name(dispatcher, tmp_path) -> None:
     """"Policies can be written in YAML and passed with --review." / "Reviewers written in your own Python
     modules are referenced by their registered name; the @reviewer(name=...) decorator controls that name."""
     path = tmp_path / "review.yaml"
-    path.write_text("reviewers:\n  - name: no_network\n    tools: [\"curl\", \"shell\"]\n"
+    path.write_text("reviewers:\n  - name: egress_guard\n    tools: [\"curl\", \"shell\"]\n"
                     "  - name: scripted_review\n    tools: \"*\"\n    decision: continue\n    explanation: fine\n")
     loaded = review_policy_from_file(path)
     assert [p.tools for p in loaded] == [["curl", "shell"], "*"]
-    with pytest.raises(TerminateSampleError, match="reached the network"):
+    with pytest.raises(TerminateSampleError, match="egress checked"):
         await run(dispatcher, calls(("curl", {"url": "http://x"})), review=loaded)
-    _, transcript = await run(dispatcher, calls(("add", {"x": 1, "y": 1})), review=loaded)
-    # The event names the registered name (``scripted_review``), not the factory (``scripted_review``'s
-    # Python name happens to match; ``model_judge``-style names differ — see s25).
-    assert [(e.reviewer, e.explanation) for e in transcript.find(ReviewEvent)] == [("scripted_review", "fine")]
-    with pytest.raises(ValueError, match="Unknown reviewer 'nobody'"):
-        from orchestrator.review import review_policy_from_config
+    _, transcript = await run(dispatcher, calls(("shell", {"command": "ls"}), ("add", {"x": 1, "y": 1})), review=loaded)
+    assert sorted((e.reviewer, e.call.id, e.explanation) for e in transcript.find(ReviewEvent)) == [
+        ("egress_guard", "c0", "egress checked"), ("scripted_review", "c1", "fine")]
+    from orchestrator.review import review_policy_from_config
 
+    with pytest.raises(ValueError, match="Unknown reviewer '_my_network_factory'"):
+        review_policy_from_config({"reviewers": [{"name": "_my_network_factory"}]})
+    with pytest.raises(ValueError, match="Unknown reviewer 'nobody'"):
         review_policy_from_config({"reviewers": [{"name": "nobody"}]})
 
 
