@@ -25,7 +25,7 @@ from . import _registry
 from ._channel import AgentChannel, ChannelClosed, RawResult
 from ._docker_api import DockerAPI
 from ._docker_exec import open_agent, universal_exec
-from ._docker_labels import MANAGED, SAMPLE_ID, container_labels, reap_reason
+from ._docker_labels import MANAGED, container_labels, reap_reason
 from ._docker_pool import Capacity, ContainerPool
 from ._driver import DockerSandboxConfig, SandboxDriver, SandboxSpec
 from ._environment import AgentSandboxEnvironment
@@ -274,4 +274,4 @@ def _container_name(sample_id: str) -> str:
     return f"toolfleet-{safe}-{uuid.uuid4().hex[:8]}"
 
 
-__all__ = ["DockerSandboxDriver", "DockerSandboxEnvironment", "SAMPLE_ID"]
+__all__ = ["DockerSandboxDriver", "DockerSandboxEnvironment"]
