@@ -17,6 +17,7 @@ from orchestrator._wire import CallOutcome
 from orchestrator.approval._policy import active_approval_policy
 from orchestrator.dispatch._dispatcher import Dispatch, active_dispatcher, current_route
 from orchestrator.dispatch.inprocess import InProcessDispatcher
+from orchestrator.log._transcript import span
 from orchestrator.review._policy import active_review_policy, review_policy_scope
 from orchestrator.tool._tool_def import ToolDef, tool_def
 
@@ -86,7 +87,8 @@ async def _execute(
         handoff = next((p for p in runnable if hasattr(p.tool.tool, HANDOFF_ATTR)), None)  # type: ignore[union-attr]
         if handoff is not None:
             # A handoff is serial, so it is alone in its stage. It may strip sibling calls.
-            tool_message, extra, output = await _run_handoff(handoff, message, history, ctx)
+            with span(name=handoff.call.function, type="tool"):
+                tool_message, extra, output = await _run_handoff(handoff, message, history, ctx)
             results[handoff.call.id] = tool_message
             break
         if runnable:
@@ -115,7 +117,8 @@ _CANCEL_GRACE_SECONDS = 30.0
 
 async def _finish(track: _Track, ctx: FinishContext) -> ChatMessageTool:
     track.outcome = await track.future  # type: ignore[misc]
-    return await _complete(track, ctx)
+    with span(name=track.p.call.function, type="tool"):
+        return await _complete(track, ctx)
 
 
 async def _complete(track: _Track, ctx: FinishContext) -> ChatMessageTool:
@@ -136,12 +139,14 @@ async def _run_stage(stage: list[Prepared], ctx: FinishContext) -> list[tuple[Pr
         p = stage[0]
         dispatcher = InProcessDispatcher.default() if runs_locally(p.tool) else active_dispatcher()  # type: ignore[arg-type]
         track = _Track(p, None)
-        try:
-            track.outcome = await dispatcher.run_one(Dispatch(p.request, p.tool.tool, local=runs_locally(p.tool)))  # type: ignore[arg-type,union-attr]
-            return [(p, await _complete(track, ctx))]
-        except BaseException as exc:
-            await _abandon([track], [], exc)
-            raise
+        # The call runs inside its tool span, so what it does (a nested agent run) nests under it.
+        with span(name=p.call.function, type="tool"):
+            try:
+                track.outcome = await dispatcher.run_one(Dispatch(p.request, p.tool.tool, local=runs_locally(p.tool)))  # type: ignore[arg-type,union-attr]
+                return [(p, await _complete(track, ctx))]
+            except BaseException as exc:
+                await _abandon([track], [], exc)
+                raise
 
     local = [p for p in stage if runs_locally(p.tool)]  # type: ignore[arg-type]
     remote = [p for p in stage if not runs_locally(p.tool)]  # type: ignore[arg-type]
@@ -184,7 +189,8 @@ async def _finish_in_completion_order(tracks: list[_Track], ctx: FinishContext) 
         for _ in tracks:
             track = by_future[await completed.get()]
             track.outcome = track.future.result()  # type: ignore[union-attr]
-            await _complete(track, ctx)
+            with span(name=track.p.call.function, type="tool"):
+                await _complete(track, ctx)
     except BaseException as exc:
         await _abandon(tracks, [], exc)
         raise
