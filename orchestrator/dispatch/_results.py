@@ -96,8 +96,13 @@ class ResultListener:
                 pass  # the reader reconnects and re-subscribes everything pending
         return futures
 
-    def forget(self, task_id: str) -> None:
-        """Stop listening for a task (resolved elsewhere, cancelled or expired)."""
+    def forget(self, task_id: str, future: asyncio.Future[dict[str, Any]] | None = None) -> None:
+        """Stop listening for a task (resolved elsewhere, cancelled or expired).
+
+        With ``future``, only if that is still the one registered (the id may be expected again).
+        """
+        if future is not None and self._futures.get(task_id) is not future:
+            return
         if self._futures.pop(task_id, None) is not None:
             self._unsubscribe.append(_names.result_key(task_id))
             self._schedule_flush()
@@ -182,6 +187,8 @@ class ResultListener:
     async def _flush(self) -> None:
         self._flush_scheduled = False
         channels, self._unsubscribe = self._unsubscribe, []
+        # A task expected again since (a republished call) keeps its channel.
+        channels = [c for c in channels if c[len(_names.RESULT_PREFIX):] not in self._futures]
         conn = self._conn
         if channels and conn is not None:
             try:

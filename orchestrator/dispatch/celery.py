@@ -69,6 +69,7 @@ class _Pending:
     boot: str | None
     timeout: float | None = None
     deadline: asyncio.TimerHandle | None = None
+    raw: asyncio.Future[dict[str, Any]] | None = None  # the listener's future for the result meta
     published: float = field(default_factory=time.monotonic)
 
 
@@ -185,6 +186,7 @@ class CeleryDispatcher(Dispatcher):
             rec.deadline = loop.call_later(bound, self._expire, rec.task_id, bound)
         raws = await self._listener.expect([rec.task_id for rec in records])
         for rec, raw in zip(records, raws):
+            rec.raw = raw
             raw.add_done_callback(lambda r, rec=rec: self._on_meta(rec, r))
         return raws
 
@@ -232,7 +234,8 @@ class CeleryDispatcher(Dispatcher):
         self._pending.pop(rec.task_id, None)
         if rec.deadline is not None:
             rec.deadline.cancel()
-        self._listener.forget(rec.task_id)
+        if rec.raw is not None:
+            self._listener.forget(rec.task_id, rec.raw)
         if fut.cancelled() and rec.kind == "call":
             self._request_cancel(rec)
 

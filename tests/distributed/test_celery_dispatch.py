@@ -1,0 +1,149 @@
+"""The Celery dispatcher's protocol against a real Redis and a real `toolfleet worker` process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from orchestrator.dispatch import CeleryDispatcher, CeleryDispatcherConfig
+from workers import _names
+
+from ._helpers import dispatch, one, request, starts
+
+pytestmark = [pytest.mark.celery, pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+async def celery_dispatcher(session_worker):
+    d = CeleryDispatcher(session_worker.broker_url)
+    yield d
+    await d.aclose()
+
+
+async def test_parallel_stage_resolves_every_call_in_order(celery_dispatcher) -> None:
+    futures = dispatch(celery_dispatcher, [request("add", {"x": i, "y": 1}) for i in range(8)])
+    outcomes = await asyncio.wait_for(asyncio.gather(*futures), 30)
+    assert [o.result for o in outcomes] == [i + 1 for i in range(8)]
+    assert all(o.host is not None and not o.replayed for o in outcomes)
+
+
+async def test_unregistered_tool_is_refused_naming_its_module(celery_dispatcher) -> None:
+    outcome = await one(celery_dispatcher, request("not_a_tool", module="mypkg.tools"))
+    assert outcome.fatal is not None and outcome.fatal.type == "ToolNotRegisteredError"
+    assert "not_a_tool" in outcome.fatal.message and "--import mypkg.tools" in outcome.fatal.message
+
+
+async def test_malformed_request_is_refused_not_run(celery_dispatcher) -> None:
+    task_id = uuid.uuid4().hex
+    [raw] = await _expect(celery_dispatcher, task_id)
+    celery_dispatcher.app.send_task(_names.TASK_CALL, args=[{"call_id": task_id, "function": 42}], task_id=task_id,
+                                    queue=_names.SHARED_QUEUE)
+    meta = await asyncio.wait_for(raw, 30)
+    assert meta["status"] == "SUCCESS"
+    assert meta["result"]["fatal"]["type"] == "InvalidCallRequest"
+
+
+async def test_oversized_arguments_are_refused_before_sending(session_worker) -> None:
+    d = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=session_worker.broker_url, max_payload_bytes=1024))
+    try:
+        outcome = await one(d, request("text_of_size", {"n": 1, "char": "x" * 2000}))
+    finally:
+        await d.aclose()
+    assert outcome.error is not None and outcome.error.type == "limit"
+    assert "payload limit of 1024 bytes" in outcome.error.message
+
+
+async def test_oversized_payload_is_refused_by_the_worker(celery_dispatcher) -> None:
+    task_id = uuid.uuid4().hex
+    [raw] = await _expect(celery_dispatcher, task_id)
+    payload = request("text_of_size", {"n": 1, "char": "x" * (9 * 1024 * 1024)}, call_id=task_id).model_dump(mode="json")
+    await asyncio.to_thread(celery_dispatcher.app.send_task, _names.TASK_CALL, args=[payload], task_id=task_id,
+                            queue=_names.SHARED_QUEUE)
+    meta = await asyncio.wait_for(raw, 60)
+    assert meta["result"]["error"]["type"] == "limit" and "payload limit" in meta["result"]["error"]["message"]
+
+
+async def test_a_redelivered_call_is_answered_from_memory_not_run_again(celery_dispatcher, session_worker, tmp_path) -> None:
+    log = str(tmp_path / "log")
+    req = request("record", {"path": log, "label": "once"})
+    first = await one(celery_dispatcher, req)
+    assert first.result == "once" and not first.replayed
+    # Redeliver the same task (same call id = same task id), as the broker does after a lost ack.
+    redelivered = await _send_again(celery_dispatcher, req.model_dump(mode="json"), req.call_id)
+    assert redelivered["result"] == "once" and redelivered["replayed"] is True
+    assert starts(log, "once") == 1
+
+
+async def test_a_duplicate_of_a_running_call_waits_for_it_instead_of_running(celery_dispatcher, tmp_path) -> None:
+    log = str(tmp_path / "log")
+    req = request("record", {"path": log, "label": "slow", "delay": 1.0})
+    [fut] = dispatch(celery_dispatcher, [req])
+    for _ in range(200):  # bounded: until the first copy has started
+        if starts(log, "slow"):
+            break
+        await asyncio.sleep(0.02)
+    duplicate = _send_again(celery_dispatcher, req.model_dump(mode="json"), req.call_id)
+    first, second = await asyncio.wait_for(asyncio.gather(fut, duplicate), 30)
+    assert first.result == "slow" and second["result"] == "slow" and second["replayed"] is True
+    assert starts(log, "slow") == 1
+
+
+async def test_resolved_calls_leave_no_subscriptions_behind(celery_dispatcher, redis_server) -> None:
+    await asyncio.wait_for(asyncio.gather(*dispatch(celery_dispatcher, [request("noop") for _ in range(20)])), 30)
+    client = redis_server.client()
+    for _ in range(100):  # unsubscribes are batched: wait (bounded) for the flush
+        if not client.pubsub_channels(f"{_names.RESULT_PREFIX}*"):
+            break
+        await asyncio.sleep(0.05)
+    assert client.pubsub_channels(f"{_names.RESULT_PREFIX}*") == []
+
+
+def _celery(broker: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TOOLFLEET_BROKER": broker}
+    return subprocess.run([sys.executable, "-m", "celery", "-A", "workers.app", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+async def test_celery_inspect_sees_the_fleet_and_its_running_calls(celery_dispatcher, session_worker, tmp_path) -> None:
+    node = _names.worker_nodename(session_worker.host)
+    ping = await asyncio.to_thread(_celery, session_worker.broker_url, "inspect", "ping", "-d", node, "--timeout", "10")
+    assert ping.returncode == 0 and "pong" in ping.stdout, ping.stdout + ping.stderr
+    log = str(tmp_path / "log")
+    [fut] = dispatch(celery_dispatcher, [request("record", {"path": log, "label": "seen", "delay": 20.0})])
+    for _ in range(200):
+        if starts(log, "seen"):
+            break
+        await asyncio.sleep(0.02)
+    active = await asyncio.to_thread(_celery, session_worker.broker_url, "inspect", "active", "-d", node, "--json",
+                                     "--timeout", "10")
+    assert active.returncode == 0, active.stderr
+    running = json.loads(active.stdout)[node]
+    assert any(t.get("name") == _names.TASK_CALL for t in running), active.stdout
+    fut.cancel()  # the worker stops it (toolfleet_cancel control command)
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+async def _expect(d: CeleryDispatcher, task_id: str):  # type: ignore[no-untyped-def]
+    await d.start()
+    return await d._listener.expect([task_id])
+
+
+async def _send_again(d: CeleryDispatcher, payload: dict, call_id: str) -> dict:
+    """Deliver another copy of a call and return that copy's answer.
+
+    The copy carries the same call id but travels under a fresh task id: Celery never overwrites a
+    stored SUCCESS, so this is how a test can read the second delivery's own answer.
+    """
+    task_id = uuid.uuid4().hex
+    [raw] = await _expect(d, task_id)
+    assert payload["call_id"] == call_id
+    await asyncio.to_thread(d.app.send_task, _names.TASK_CALL, args=[payload], task_id=task_id, queue=_names.SHARED_QUEUE)
+    meta = await asyncio.wait_for(raw, 30)
+    return meta["result"]
