@@ -87,6 +87,8 @@ class LogDisplay:
             structlog.PrintLogger(file=file or sys.stderr),
             processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True),
                         structlog.processors.JSONRenderer()],
+            # Progress lines are the display itself: never filtered by the process's log level.
+            wrapper_class=structlog.make_filtering_bound_logger(0),
         )
         self._ticker: asyncio.Task[None] | None = None
 
