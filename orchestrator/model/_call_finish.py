@@ -1,7 +1,9 @@
 """After a call: output guardrails, truncation, the ``ToolEvent``, then review.
 
-The ``ToolEvent`` is recorded before review so each ``ReviewEvent`` follows its call's event.
-Reviewers see the untruncated output; the model sees the truncated message.
+``complete_call`` records the ``ToolEvent``; ``FinishContext.review_executed`` then reviews, so each
+``ReviewEvent`` follows its call's event (and the events the tool emitted while running). Reviewers
+see the tool's own return value (untruncated, before output guardrails); the model sees the
+truncated message. ``keep_result`` records an executed call whose sample stopped before finishing it.
 """
 
 from __future__ import annotations
@@ -100,14 +102,6 @@ def finish_unexecuted(p: Prepared) -> ChatMessageTool:
     error = classify_exception(p.error, p.call.function)  # type: ignore[arg-type]
     _record(p, "", error)
     return ChatMessageTool(content="", tool_call_id=p.call.id, function=p.call.function, error=error)
-
-
-async def finish_call(p: Prepared, outcome: CallOutcome, ctx: FinishContext) -> ChatMessageTool:
-    """Turn an executed call's outcome into the message the model sees (raises if fatal), then review it."""
-    message = await complete_call(p, outcome, ctx)
-    # Reviewers see the tool's own return value: untruncated, and from before any output guardrail.
-    await ctx.review_executed(p, message, outcome.result)
-    return message
 
 
 async def complete_call(p: Prepared, outcome: CallOutcome, ctx: FinishContext) -> ChatMessageTool:
