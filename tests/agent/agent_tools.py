@@ -1,24 +1,11 @@
-"""Registered tools for the agent tests (a module, so Celery workers can rebuild them by name)."""
+"""Registered tools for the agent tests (a module, so Celery workers can import it and rebuild them by name)."""
 
 from __future__ import annotations
 
 import asyncio
 
 from orchestrator.tool import ToolError, tool
-
-
-@tool(parallel=True)
-def add():
-    async def execute(x: int, y: int) -> int:
-        """Add two integers.
-
-        Args:
-            x: First addend.
-            y: Second addend.
-        """
-        return x + y
-
-    return execute
+from tests.support.sample_tools import add  # noqa: F401  (one registered 'add' for every suite)
 
 
 @tool(parallel=True)
