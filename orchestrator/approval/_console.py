@@ -172,10 +172,24 @@ def _interactive() -> bool:
         return False
 
 
+def current_sample_label() -> str | None:
+    """``<sample id>`` (``/ epoch N`` past the first) of the running sample, if any: which sample is asking."""
+    from orchestrator.solver._task_state import sample_state  # lazy: the solver layer imports the model layer
+
+    state = sample_state()
+    if state is None:
+        return None
+    return f"{state.sample_id}" if state.epoch == 1 else f"{state.sample_id} / epoch {state.epoch}"
+
+
 def render_call_prompt(title: str, message: str, call_text: str, context: str | None, view: str | None,
                        result: str | None = None) -> str:
     """The text shown above a decision prompt: the call, its rendered view, and (review) the result."""
-    lines = [f"=== {title} ===", f"Call: {call_text}"]
+    lines = [f"=== {title} ==="]
+    sample = current_sample_label()
+    if sample is not None:  # concurrent samples share one operator: say which one is asking
+        lines.append(f"Sample: {sample}")
+    lines.append(f"Call: {call_text}")
     if message:
         lines.append(f"Assistant: {message}")
     if context:

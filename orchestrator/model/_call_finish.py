@@ -40,7 +40,10 @@ class FinishContext:
         from orchestrator.review._pending import run_pending
         from orchestrator.review._policy import review_call
 
-        sample_id = p.request.sample_id if p.request is not None else None
+        from orchestrator.approval._console import current_sample_label
+
+        # The sample id an operator sees (the eval's, not the sandbox route's), for cancel_review.
+        sample_id = current_sample_label() or (p.request.sample_id if p.request is not None else None)
         await run_pending(p.call, sample_id, review_call(
             self.review, self.message.text, p.call, result, output, tool_view(p.tool, p.call), self.history))  # type: ignore[arg-type]
 

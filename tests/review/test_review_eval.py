@@ -119,6 +119,7 @@ def test_s20b_cli_review_human_asks_on_the_terminal(tmp_path) -> None:
                           cwd=ROOT, env=env, encoding="utf-8", timeout=60, dimensions=(50, 200))
     child.expect("Tool result needs review")
     child.expect(r"Decision \(\[a\]pprove / \[t\]erminate\): ")
+    assert "Sample: p0" in child.before  # which of the concurrent samples is asking
     assert "Call: curl(url='http://example.com/p0')" in child.before
     assert "HTTP/1.1 200 OK" in child.before  # the result
     child.sendline("a")
@@ -160,7 +161,8 @@ async def test_s26_eval_cancelling_a_call_under_review_is_an_operator_limit(tmp_
     async with asyncio.timeout(30):
         while not pending_reviews():
             await asyncio.sleep(0.01)
-    assert cancel_review("curl-p0", reason="operator says stop")
+    assert [p.sample_id for p in pending_reviews()] == ["p0"]
+    assert cancel_review("curl-p0", sample_id="p0", reason="operator says stop")
     log = await asyncio.wait_for(run, 60)
     [sample] = log.samples
     assert sample.limit is not None and sample.limit.type == "operator"
