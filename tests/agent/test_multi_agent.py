@@ -256,3 +256,14 @@ async def test_nested_runs_inherit_the_active_model(bound) -> None:
         state = await run(react(tools=[as_tool(child)], prompt=None), "task")
     assert state.output.completion == "from parent"
     assert [(m.role, m.text) for m in shared.seen[1]] == [("user", "q")]
+
+
+async def test_as_tool_time_limit_becomes_a_limit_tool_error(bound) -> None:
+    from orchestrator.util import time_limit
+
+    sleepy = react(name="sleepy", tools=[at.nap()], model=scripted(calls(call("nap", seconds=30))))
+    parent = Recorder(calls(call("sleepy", input="nap")), submit("woke"))
+    state = await run(react(tools=[as_tool(sleepy, limits=[time_limit(0.3)])], model=parent.model()), "task")
+    [result] = [m for m in state.messages if isinstance(m, ChatMessageTool)]
+    assert (result.error.type, result.error.message) == ("limit", "The tool exceeded its time limit of 0.3.")
+    assert state.output.completion == "woke"

@@ -224,3 +224,18 @@ async def test_as_solver_on_a_plain_text_agent(bound) -> None:
     state = FakeTaskState("hi")
     await solver(state)
     assert state.output.completion == "plain"
+
+
+async def test_waiting_time_is_not_working_time(bound) -> None:
+    from orchestrator.util import record_waiting_time
+
+    async def waits(state: AgentState) -> AgentState:
+        await asyncio.sleep(0.3)
+        record_waiting_time(0.3)  # e.g. queued for a sandbox: not work
+        from orchestrator.util import check_limits
+
+        check_limits()
+        return state
+
+    state, error = await run(waits, "q", limits=[working_limit(0.2)])
+    assert error is None
