@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
@@ -41,7 +41,7 @@ _scorer: ContextVar[AttemptScorer | None] = ContextVar("toolfleet_attempt_scorer
 
 
 @contextlib.contextmanager
-def attempt_scorer(scorer: AttemptScorer | None):  # type: ignore[no-untyped-def]
+def attempt_scorer(scorer: AttemptScorer | None) -> Iterator[None]:
     """Bind the scorer react uses for attempts (the eval runner binds the task's, per sample)."""
     token = _scorer.set(scorer)
     try:
@@ -164,7 +164,7 @@ def react(
                 break
 
     async def _continue(state: AgentState, tool_calls: bool) -> bool:
-        continue_prompt = DEFAULT_CONTINUE_PROMPT.format(submit=submit_name)
+        continue_prompt = _named(DEFAULT_CONTINUE_PROMPT, submit_name)
         if callable(on_continue):
             decision = await on_continue(state)
             if decision is False:
@@ -175,11 +175,11 @@ def react(
                 if decision.has_output:
                     state.output = decision.output
             elif isinstance(decision, str):
-                state.messages.append(ChatMessageUser(content=decision.format(submit=submit_name)))
+                state.messages.append(ChatMessageUser(content=_named(decision, submit_name)))
             elif not tool_calls:
                 state.messages.append(ChatMessageUser(content=continue_prompt))
         elif not tool_calls:
-            text = on_continue.format(submit=submit_name) if isinstance(on_continue, str) else continue_prompt
+            text = _named(on_continue, submit_name) if isinstance(on_continue, str) else continue_prompt
             state.messages.append(ChatMessageUser(content=text))
         check_message_limit(len(state.messages))
         return True
@@ -199,10 +199,15 @@ def _system_message(prompt: str | AgentPrompt | None, submit_name: str | None, t
         prompt.instructions,
         prompt.handoff_prompt if has_handoff else None,
         prompt.assistant_prompt,
-        prompt.submit_prompt.format(submit=submit_name) if prompt.submit_prompt and submit_name else None,
+        _named(prompt.submit_prompt, submit_name) if prompt.submit_prompt and submit_name else None,
     ]
     text = "\n\n".join(p for p in parts if p)
     return ChatMessageSystem(content=text) if text else None
+
+
+def _named(template: str, submit_name: str) -> str:
+    """Fill ``{submit}`` only: user text may hold other braces (JSON, code) that ``str.format`` would choke on."""
+    return template.replace("{submit}", submit_name)
 
 
 def _record_answer(state: AgentState, answer: str, config: AgentSubmit) -> None:

@@ -318,3 +318,9 @@ async def test_run_copies_its_input(bound) -> None:
     messages = [ChatMessageUser(content="task")]
     state = await run(react(model=scripted(submit("a"))), messages)
     assert len(messages) == 1 and len(state.messages) == 3
+
+
+async def test_continue_message_may_contain_braces(bound) -> None:
+    model = scripted(text("hmm"), submit("ok"))
+    state = await run(react(model=model, on_continue='Reply as {"answer": ...} via {submit}().'), "task")
+    assert texts(state.messages, "user")[1] == 'Reply as {"answer": ...} via submit().'
