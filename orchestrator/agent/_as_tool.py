@@ -13,7 +13,7 @@ import inspect
 import itertools
 import types
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, get_type_hints
+from typing import Any, Union, get_type_hints
 
 import docstring_parser
 
@@ -24,7 +24,7 @@ from ._agent import Agent, AgentState, agent_description, agent_name
 from ._nested import nested_run
 from ._run import run
 
-OutputExtractor = Callable[[AgentState], "str | Awaitable[str]"]
+OutputExtractor = Callable[[AgentState], Union[str, Awaitable[str]]]
 
 INPUT_DESCRIPTION = "The input to pass to the agent."
 

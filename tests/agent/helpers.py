@@ -6,8 +6,6 @@ import itertools
 from typing import Any
 
 from orchestrator.model import ChatMessage, ChatMessageUser, ModelOutput, ModelUsage, get_model
-from orchestrator.model._model_output import ChatCompletionChoice
-from orchestrator.model import ChatMessageAssistant
 from orchestrator.tool import ToolCall
 
 _ids = itertools.count()
@@ -50,6 +48,3 @@ def roles(messages: list[ChatMessage]) -> list[str]:
 def texts(messages: list[ChatMessage], role: str) -> list[str]:
     return [m.text for m in messages if m.role == role]
 
-
-__all__ = ["ChatCompletionChoice", "ChatMessageAssistant", "call", "calls", "roles", "scripted", "submit", "text",
-           "texts", "user"]

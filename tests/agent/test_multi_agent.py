@@ -25,7 +25,7 @@ from orchestrator.model import (
 )
 from orchestrator.util import message_limit
 from tests.agent import agent_tools as at
-from tests.agent.helpers import call, calls, roles, scripted, submit, text, texts
+from tests.agent.helpers import call, calls, roles, scripted, submit, text
 
 
 class Recorder:
