@@ -19,6 +19,10 @@ def _read_text(path: Path) -> str:
     return path.read_text(encoding="utf-8")
 
 
+def _stem(path: Path) -> str:
+    return Path(path.stem).stem if path.suffix == ".gz" else path.stem
+
+
 def _is_jsonl(path: Path, text: str) -> bool:
     suffixes = [s for s in path.suffixes if s != ".gz"]
     if suffixes and suffixes[-1] == ".jsonl":
@@ -45,7 +49,7 @@ def json_dataset(json_file: str | Path, sample_fields: FieldSpec | RecordToSampl
         records = json.loads(text)
         if not isinstance(records, list):
             raise ValueError(f"{path}: a JSON dataset must be an array of objects")
-    return _dataset(records, sample_fields, auto_id, shuffle, seed, limit, name or path.stem, str(path))
+    return _dataset(records, sample_fields, auto_id, shuffle, seed, limit, name or _stem(path), str(path))
 
 
 def csv_dataset(csv_file: str | Path, sample_fields: FieldSpec | RecordToSample | None = None,
@@ -54,7 +58,7 @@ def csv_dataset(csv_file: str | Path, sample_fields: FieldSpec | RecordToSample 
     """Samples from a CSV file with a header row."""
     path = Path(csv_file)
     records = list(csv.DictReader(io.StringIO(_read_text(path)), delimiter=delimiter))
-    return _dataset(records, sample_fields, auto_id, shuffle, seed, limit, name or path.stem, str(path))
+    return _dataset(records, sample_fields, auto_id, shuffle, seed, limit, name or _stem(path), str(path))
 
 
 def _dataset(records: list[dict[str, Any]], sample_fields: FieldSpec | RecordToSample | None, auto_id: bool,
