@@ -87,3 +87,25 @@ def basic(n: int = 6, message_limit: int | None = None, token_limit: int | None 
 @task
 def plain() -> Task:
     return Task(dataset=[Sample(input="hi", target="answer")], solver=generate(), scorer=includes())
+
+
+@scripted_policy("bash_then_answer")
+def bash_then_answer(messages: list[Any], tools: list[Any]) -> ModelOutput:
+    """One slow bash call in the sandbox (where a worker may be lost), then the answer."""
+    state = sample_state()
+    assert state is not None
+    if not any(isinstance(m, ChatMessageTool) for m in messages):
+        return ModelOutput.for_tool_call("scripted", "bash", {"cmd": "sleep 2; echo slept"})
+    return ModelOutput.from_content("scripted", f"The answer is {state.target.text}.")
+
+
+@task
+def sandboxed(n: int = 4, sandbox: str = "local") -> Task:
+    from orchestrator.tool import bash
+
+    return Task(
+        dataset=[Sample(input=f"What is {i}?", target=f"answer-{i}", id=f"s{i}") for i in range(n)],
+        solver=[use_tools(bash()), marked()],
+        scorer=includes(),
+        sandbox=sandbox,
+    )
