@@ -17,6 +17,7 @@ import os
 
 from celery import Celery
 from celery.backends.redis import RedisBackend
+from celery.worker.consumer import Consumer
 from pydantic import BaseModel, Field
 
 from . import _names
@@ -35,6 +36,23 @@ class FleetRedisBackend(RedisBackend):
 
     def on_task_call(self, producer, task_id):  # type: ignore[no-untyped-def]
         return None
+
+
+class FleetConsumer(Consumer):
+    """Celery's consumer, surviving a broker restart while late-ack calls are running.
+
+    On connection loss Celery 5.7 closes the broken connection, and closing a Redis channel tries
+    to restore its unacked messages through a transport it has just collected — an AttributeError
+    that Celery treats as unrecoverable, so the worker dies exactly when Redis restarts mid-call.
+    Restoring through a dead connection cannot work anyway (after a restart the unacked set is
+    gone; otherwise the visibility timeout restores it), so skip it for that close only.
+    """
+
+    def on_connection_error_after_connected(self, exc):  # type: ignore[no-untyped-def]
+        transport = getattr(self.connection, "transport", None)
+        for channel in list(getattr(transport, "channels", None) or []):
+            channel.do_restore = False
+        return super().on_connection_error_after_connected(exc)
 
 
 class AppConfig(BaseModel):
@@ -77,6 +95,7 @@ def create_app(config: AppConfig | str | None = None, main: str = "toolfleet") -
         task_publish_retry_policy={"max_retries": 20, "interval_start": 0.1, "interval_step": 0.5, "interval_max": 2.0},
         task_default_queue=_names.SHARED_QUEUE,
         worker_hijack_root_logger=False,
+        worker_consumer=f"{FleetConsumer.__module__}:{FleetConsumer.__name__}",
         worker_cancel_long_running_tasks_on_connection_loss=False,
         broker_channel_error_retry=True,
     )

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from typing import Any
 
 import structlog
 from celery import Celery
 from celery.exceptions import Ignore
+from celery.worker.request import Request
 from celery.worker.control import control_command
 from pydantic import ValidationError
 
@@ -108,8 +110,31 @@ async def run_close(rt: WorkerRuntime, handle: str) -> dict[str, Any]:
     return {"closed": handle, "host": host}
 
 
+log_ack_errors = logging.getLogger("toolfleet.worker.ack")
+
+
+class FleetRequest(Request):
+    """Celery's request, whose late ack survives the broker connection it came on being gone.
+
+    A call that runs through a Redis restart finishes on a channel whose connection Celery has
+    already collected; kombu then raises AttributeError (not a connection error) from the ack and
+    Celery stops the worker. There is nothing left to ack on a dead connection (a restarted Redis
+    lost the message; otherwise the visibility timeout redelivers it and the call memory answers),
+    so treat it as acked. The outcome is stored by the result backend independently of the ack.
+    """
+
+    def acknowledge(self) -> None:
+        # Same as Celery's, except that the (deferred) ack also tolerates the AttributeError.
+        if not self.acknowledged:
+            self._on_ack(log_ack_errors, (*self._connection_errors, AttributeError))
+            self.acknowledged = True
+
+
+_REQUEST = f"{FleetRequest.__module__}:{FleetRequest.__name__}"
+
+
 def register_tasks(app: Celery) -> None:
-    @app.task(name=_names.TASK_CALL, bind=True, acks_late=True)
+    @app.task(name=_names.TASK_CALL, bind=True, acks_late=True, Request=_REQUEST)
     def call(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         rt = runtime(app.conf.broker_url)
         task_id = self.request.id
@@ -126,7 +151,7 @@ def register_tasks(app: Celery) -> None:
         except TimeoutError:
             return _error_outcome(task_id, rt.config.host, "timeout", "Command timed out before completing.")
 
-    @app.task(name=_names.TASK_OPEN_SANDBOX, bind=True, acks_late=True)
+    @app.task(name=_names.TASK_OPEN_SANDBOX, bind=True, acks_late=True, Request=_REQUEST)
     def open_sandbox(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         rt = runtime(app.conf.broker_url)
         try:
@@ -134,7 +159,7 @@ def register_tasks(app: Celery) -> None:
         except TimeoutError as exc:
             return {"error": {"type": "TimeoutError", "message": str(exc)}, "host": rt.config.host}
 
-    @app.task(name=_names.TASK_CLOSE_SANDBOX, bind=True, acks_late=True)
+    @app.task(name=_names.TASK_CLOSE_SANDBOX, bind=True, acks_late=True, Request=_REQUEST)
     def close_sandbox(self: Any, handle: str) -> dict[str, Any]:
         rt = runtime(app.conf.broker_url)
         try:

@@ -23,13 +23,14 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import structlog
 from celery import group
+from kombu import Exchange, Queue
 from pydantic import BaseModel, Field
 from redis.exceptions import RedisError
 
@@ -55,6 +56,7 @@ class CeleryDispatcherConfig(BaseModel):
     watch_interval: float = Field(1.0, gt=0, description="how often pending calls' hosts are checked")
     open_timeout: float = Field(300.0, gt=0, description="bound on creating a sandbox on a worker")
     close_timeout: float = Field(60.0, gt=0)
+    publish_timeout: float = Field(30.0, gt=0, description="how long publishing retries through a broker outage")
 
 
 @dataclass
@@ -95,6 +97,7 @@ class CeleryDispatcher(Dispatcher):
         self._lost: dict[str, str | None] = {}  # host -> boot that was lost (None: any)
         self._missing_since: dict[str, float] = {}
         self._cancels: list[tuple[str, str | None]] = []
+        self._declared: set[str] = set()  # queues declared since the broker (re)started; publisher thread only
         self._start_lock: asyncio.Lock | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._closed = False
@@ -190,8 +193,41 @@ class CeleryDispatcher(Dispatcher):
             raw.add_done_callback(lambda r, rec=rec: self._on_meta(rec, r))
         return raws
 
+    def _with_retry(self, publish: Callable[[], None]) -> None:
+        """Publisher thread: retry through a broker outage (bounded by ``publish_timeout``)."""
+        deadline = time.monotonic() + self.config.publish_timeout
+        delay = 0.05
+        while True:
+            try:
+                return publish()
+            except Exception as exc:  # noqa: BLE001 - kombu/redis raise many kinds; give up only at the bound
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("dispatch.publish_retry", error=str(exc))
+                self._declared.clear()  # a restarted Redis lost the queue bindings too
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def _declare(self, queues: set[str]) -> None:
+        """Publisher thread: make sure the queues' bindings exist before publishing to them.
+
+        kombu's Redis transport silently drops a message whose exchange has no binding, and a
+        restarted Redis has none until the workers reconnect; declaring here closes that gap.
+        """
+        missing = queues - self._declared
+        if not missing:
+            return
+        with self.app.producer_or_acquire() as producer:
+            for name in sorted(missing):
+                Queue(name, Exchange(name, type="direct"), routing_key=name).declare(channel=producer.channel)
+        self._declared |= missing
+
     def _publish_calls(self, records: list[_Pending]) -> None:
+        self._with_retry(lambda: self._publish_calls_once(records))
+
+    def _publish_calls_once(self, records: list[_Pending]) -> None:
         """Publisher thread: one task, or one group for a parallel stage."""
+        self._declare({rec.queue for rec in records})
         signatures = [
             self.app.signature(_names.TASK_CALL, args=[rec.payload], task_id=rec.task_id, queue=rec.queue)
             for rec in records
@@ -202,7 +238,11 @@ class CeleryDispatcher(Dispatcher):
             group(signatures).apply_async()
 
     def _publish_one(self, name: str, args: list[Any], task_id: str, queue: str) -> None:
-        self.app.send_task(name, args=args, task_id=task_id, queue=queue)
+        def publish() -> None:
+            self._declare({queue})
+            self.app.send_task(name, args=args, task_id=task_id, queue=queue)
+
+        self._with_retry(publish)
 
     # --- resolution ----------------------------------------------------------------------------
 
@@ -388,6 +428,7 @@ class CeleryDispatcher(Dispatcher):
 
     async def _after_reconnect(self) -> None:
         """Redis came back: give workers time to re-assert their claims, then republish lost calls."""
+        self._declared.clear()  # the bindings went with the old Redis (read in the publisher thread: a set swap is atomic enough)
         await asyncio.sleep(self.config.lost_grace)
         pending = [r for r in self._pending.values() if r.kind == "call" and not r.future.done()]
         if not pending:

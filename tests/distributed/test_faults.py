@@ -1,0 +1,166 @@
+"""Failure semantics with real processes (SPEC §8, issue 4): no hang, nothing lost, nothing run twice.
+
+Each test gets its own redis-server and its own `toolfleet worker` processes (heartbeat every 0.5 s,
+lost after 3 s), so it can SIGKILL, SIGSTOP, SIGTERM or restart them. Bounds are asserted with
+``asyncio.wait_for(..., BOUND)``: a hang fails the test instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from orchestrator.dispatch import CeleryDispatcher, CeleryDispatcherConfig
+from orchestrator.util import SandboxUnavailableError
+from workers import _names
+
+from ._helpers import BOUND, bash_request, dispatch, local_spec, one, request, starts
+
+pytestmark = [pytest.mark.celery, pytest.mark.timeout(180)]
+
+
+@pytest.fixture
+async def make_dispatcher(own_redis):
+    made: list[CeleryDispatcher] = []
+
+    def make(**overrides) -> CeleryDispatcher:  # type: ignore[no-untyped-def]
+        config = CeleryDispatcherConfig(broker_url=own_redis.url, lost_grace=2.0, watch_interval=0.25, **overrides)
+        made.append(CeleryDispatcher(config=config))
+        return made[-1]
+
+    yield make
+    for d in made:
+        await d.aclose()
+
+
+async def _until_started(path: str, label: str, count: int = 1) -> None:
+    for _ in range(1500):  # bounded (30 s)
+        if starts(path, label) >= count:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{label} never started")
+
+
+async def test_placement_fills_hosts_by_free_slots_and_calls_follow_the_sandbox(fleet, make_dispatcher) -> None:
+    a, b = fleet.worker(slots=2), fleet.worker(slots=2)
+    d = make_dispatcher()
+    routes = [await d.open_sandbox(local_spec(f"s{i}")) for i in range(4)]
+    hosts = [_names.host_of_queue(r.queue) for r in routes]
+    assert sorted(hosts) == sorted([a.host, a.host, b.host, b.host])
+    with pytest.raises(SandboxUnavailableError, match="all full or draining"):
+        await d.open_sandbox(local_spec("s-extra"))
+    for route, host in zip(routes, hosts):
+        outcome = await one(d, bash_request("echo $TOOLFLEET_HOST", route.sandbox), route)
+        assert outcome.host == host and outcome.result.strip() == host
+    for route in routes:
+        await d.close_sandbox(route)
+    client = fleet.redis.client()
+    assert [int(client.get(_names.slots_used_key(h)) or 0) for h in (a.host, b.host)] == [0, 0]
+    await d.close_sandbox(routes[0])  # idempotent
+
+
+async def test_sigkill_during_a_long_call_resolves_sandbox_unavailable_and_never_reruns(fleet, make_dispatcher, tmp_path) -> None:
+    first = fleet.worker(slots=1)
+    d = make_dispatcher()
+    route = await d.open_sandbox(local_spec("victim"))
+    assert _names.host_of_queue(route.queue) == first.host
+    second = fleet.worker(slots=1)  # started after placement: the retry has somewhere to go
+    log = str(tmp_path / "log")
+    [fut] = dispatch(d, [request("record", {"path": log, "label": "long", "delay": 60.0}, sandbox=route.sandbox)], route)
+    await _until_started(log, "long")
+    first.kill()
+    outcome = await asyncio.wait_for(fut, BOUND)
+    assert outcome.error is not None and outcome.error.type == "sandbox_unavailable"
+    assert first.host in outcome.error.message and "lost" in outcome.error.message
+    # The sample is retried from scratch: a new sandbox lands on the surviving host and works.
+    retry = await d.open_sandbox(local_spec("victim"))
+    assert _names.host_of_queue(retry.queue) == second.host
+    assert (await one(d, bash_request("echo again", retry.sandbox), retry)).result.strip() == "again"
+    # Later calls to the lost sandbox fail at once instead of waiting on a dead queue.
+    late = await one(d, request("noop", sandbox=route.sandbox), route)
+    assert late.error is not None and late.error.type == "sandbox_unavailable"
+    assert starts(log, "long") == 1  # the killed call was not run again anywhere
+
+
+async def test_sigkill_during_a_parallel_stage_while_other_samples_keep_running(fleet, make_dispatcher, tmp_path) -> None:
+    doomed, healthy = fleet.worker(slots=1), fleet.worker(slots=1)
+    d = make_dispatcher()
+    routes = {_names.host_of_queue(r.queue): r for r in [await d.open_sandbox(local_spec(f"s{i}")) for i in range(2)]}
+    victim, other = routes[doomed.host], routes[healthy.host]
+    log = str(tmp_path / "log")
+    stage = [request("record", {"path": log, "label": f"p{i}", "delay": 60.0}, sandbox=victim.sandbox) for i in range(4)]
+    futures = dispatch(d, stage, victim)
+    for i in range(4):
+        await _until_started(log, f"p{i}")
+    doomed.kill()
+    lost = asyncio.ensure_future(asyncio.wait_for(asyncio.gather(*futures), BOUND))
+    served = 0
+    while not lost.done():  # the other sample's calls keep completing meanwhile
+        outcome = await one(d, bash_request("echo ok", other.sandbox), other)
+        assert outcome.result.strip() == "ok"
+        served += 1
+    outcomes = await lost
+    assert [o.error.type if o.error else None for o in outcomes] == ["sandbox_unavailable"] * 4
+    assert served >= 1
+    assert [starts(log, f"p{i}") for i in range(4)] == [1, 1, 1, 1]
+
+
+async def test_redis_restart_mid_run_loses_no_call(fleet, make_dispatcher, tmp_path) -> None:
+    worker = fleet.worker()
+    d = make_dispatcher()
+    route = await d.open_sandbox(local_spec("r"))
+    log = str(tmp_path / "log")
+    in_flight = dispatch(d, [request("record", {"path": log, "label": "shared", "delay": 2.0})]) + dispatch(
+        d, [request("record", {"path": log, "label": "routed", "delay": 2.0}, sandbox=route.sandbox)], route)
+    await _until_started(log, "shared")
+    await _until_started(log, "routed")
+    queued = dispatch(d, [request("add", {"x": 2, "y": 3}) for _ in range(3)])  # maybe never reached the worker
+    await asyncio.to_thread(fleet.redis.restart, 1.0)  # everything in Redis is gone
+    during = dispatch(d, [request("add", {"x": 1, "y": 1})])
+    everything = [*in_flight, *queued, *during]
+    await asyncio.wait(everything, timeout=60)
+    assert all(f.done() for f in everything), [f.done() for f in everything]
+    outcomes = [f.result() for f in everything]
+    assert [o.result for o in outcomes] == ["shared", "routed", 5, 5, 5, 2], [o.error for o in outcomes]
+    assert starts(log, "shared") == 1 and starts(log, "routed") == 1
+    # The fleet is whole again: the host re-announced itself and its sandbox still serves the sample.
+    assert (await one(d, bash_request("echo back", route.sandbox), route)).result.strip() == "back"
+    assert worker.alive() and d._listener.reconnects >= 1
+
+
+async def test_the_orchestrator_enforces_the_deadline_when_no_worker_answers(fleet, make_dispatcher) -> None:
+    worker = fleet.worker()
+    d = make_dispatcher(call_grace=1.0)
+    os.killpg(worker.pid, signal.SIGSTOP)  # frozen: takes the message, never answers
+    try:
+        outcome = await one(d, request("slow_with_timeout", {"seconds": 0.1}, timeout=0.3), bound=BOUND)
+    finally:
+        os.killpg(worker.pid, signal.SIGCONT)
+    assert outcome.error is not None and outcome.error.type == "timeout"
+    assert "slow_with_timeout" in outcome.error.message and "no answer" in outcome.error.message
+
+
+async def test_sigterm_drains_running_calls_and_takes_no_new_sandboxes(fleet, make_dispatcher, tmp_path) -> None:
+    leaving = fleet.worker(slots=4)
+    d = make_dispatcher()
+    route = await d.open_sandbox(local_spec("drain"))
+    staying = fleet.worker(slots=4)
+    log = str(tmp_path / "log")
+    [fut] = dispatch(d, [request("record", {"path": log, "label": "finishing", "delay": 2.0}, sandbox=route.sandbox)], route)
+    await _until_started(log, "finishing")
+    leaving.proc.send_signal(signal.SIGTERM)
+    client = fleet.redis.client()
+    for _ in range(500):  # the drain flag goes out at once, before running calls finish
+        if client.hget(_names.heartbeat_key(leaving.host), "draining") == b"1":
+            break
+        await asyncio.sleep(0.01)
+    assert client.hget(_names.heartbeat_key(leaving.host), "draining") == b"1"
+    placed = await d.open_sandbox(local_spec("new"))
+    assert _names.host_of_queue(placed.queue) == staying.host
+    outcome = await asyncio.wait_for(fut, BOUND)
+    assert outcome.result == "finishing" and outcome.error is None
+    assert await asyncio.to_thread(leaving.proc.wait, 60) == 0
+    assert not client.exists(_names.heartbeat_key(leaving.host))  # gone from placement at once
