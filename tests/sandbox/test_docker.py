@@ -70,6 +70,7 @@ async def test_sandbox_user_cannot_kill_the_container(sandbox_factory):
 
 async def test_memory_limit_enforced_and_reported_as_oom(sandbox_factory):
     env = await sandbox_factory("docker", mem_limit="64m")
+    assert env.fast_path  # the agent itself fits in a small sandbox
     hog = "x = bytearray(256 * 1024 * 1024); print('survived')"
     with pytest.raises(SandboxOutOfMemoryError, match="ran out of memory"):
         await env.exec(["python3", "-c", hog], timeout=60)
@@ -78,6 +79,7 @@ async def test_memory_limit_enforced_and_reported_as_oom(sandbox_factory):
 
 async def test_container_config_and_labels(sandbox_factory, client):
     env = await sandbox_factory("docker", spec=SandboxSpec(eval_id="ev-1", sample_id="sample-7"))
+    assert env.fast_path and not env._channels[None].closed  # the image has python3: the agent runs
     attrs = client.api.inspect_container(env.container_id)
     host = attrs["HostConfig"]
     assert host["NetworkMode"] == "none"

@@ -20,7 +20,12 @@ _AGENT_SOURCE = AGENT_PATH.read_bytes()
 # The agent's source is the first thing written to its stdin (a short bootstrap reads exactly that
 # many bytes), so `ps` in the sandbox shows one short line. `exec` keeps the pid; exit 127 with a
 # message when the image has no python3.
-_BOOTSTRAP = "import sys;exec(compile(sys.stdin.buffer.read(int(sys.argv[1])),'toolfleet-agent','exec'))"
+# Unbuffered reads (os.read) so that no byte after the source is swallowed by a stdin buffer: the
+# agent reads fd 0 directly.
+_BOOTSTRAP = (
+    "import os,sys\nn=int(sys.argv[1]);b=b''\nwhile len(b)<n:\n c=os.read(0,n-len(b))\n if not c:sys.exit(1)\n b+=c\n"
+    "exec(compile(b,'toolfleet-agent','exec'))"
+)
 _AGENT_LAUNCH = (
     'command -v python3 >/dev/null 2>&1 || { echo "toolfleet: no python3 in this image" >&2; exit 127; }; '
     'exec python3 -I -u -c "$0" "$1"'

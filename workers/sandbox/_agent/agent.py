@@ -12,43 +12,32 @@ and unambiguous: a reader always knows how many bytes belong to a frame.
   agent -> host   RESULT (4): u32 json length, json status, stdout bytes, stderr bytes
                   PONG   (5): json {"version", "pid", "uid"}
 
-Every command runs in its own session/process group (setsid), so a timeout kills the whole group;
-output is capped here, at the source (bytes beyond the cap are read and dropped, never held).
-The agent never switches users: the host starts one agent per user (Docker capabilities stay dropped).
+One thread, one selector: the channel, every command's pipes and a SIGCHLD wakeup all feed the same
+loop, so concurrent commands cost no threads. Commands start with ``posix_spawn`` (vfork-like) in a
+new session, so a timeout kills the whole process group; output is capped here, at the source
+(bytes beyond the cap are read and dropped, never held). The agent never switches users: the host
+starts one agent per user (Docker capabilities stay dropped).
 """
 
 import json
 import os
 import selectors
+import shutil
 import signal
 import struct
-import subprocess
-import sys
-import threading
 import time
 
-VERSION = 1
+VERSION = 2
 HEADER = struct.Struct(">IBI")
 U32 = struct.Struct(">I")
 RUN, KILL, PING, RESULT, PONG = 1, 2, 3, 4, 5
 # After the command exits, background children may still hold its pipes open; wait this long for
 # EOF, then return (they keep running, as with a shell).
 EXIT_GRACE = 0.5
+CHUNK = 65536
 OOM_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
-
-_out = sys.stdout.buffer
-_out_lock = threading.Lock()
-_procs = {}
-_killed = set()  # KILL frames that arrived before their command had started
-_procs_lock = threading.Lock()
-_oom_seen = None  # the cgroup's oom_kill counter when last read
-
-
-def send(req_id, kind, payload):
-    data = HEADER.pack(req_id, kind, len(payload)) + payload
-    with _out_lock:
-        _out.write(data)
-        _out.flush()
+# What subprocess's restore_signals does: the interpreter ignores these, commands must not.
+DEFAULT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name))
 
 
 def oom_kills():
@@ -64,174 +53,234 @@ def oom_kills():
     return None
 
 
-def oom_happened():
-    """Did the cgroup's OOM-kill counter move since we last looked? (Only asked after a SIGKILL,
-    so the common path reads no files.)"""
-    global _oom_seen
-    with _procs_lock:
-        now = oom_kills()
-        moved = now is not None and _oom_seen is not None and now > _oom_seen
-        _oom_seen = now
-    return moved
+class Job:
+    __slots__ = ("req_id", "pid", "cap", "deadline", "bufs", "open_reads", "stdin_fd", "pending",
+                 "code", "exited_at", "timed_out", "truncated")
+
+    def __init__(self, req_id, pid, cap, timeout):
+        self.req_id = req_id
+        self.pid = pid
+        self.cap = cap
+        self.deadline = None if timeout is None else time.monotonic() + float(timeout)
+        self.bufs = {1: bytearray(), 2: bytearray()}
+        self.open_reads = 2
+        self.stdin_fd = None
+        self.pending = None
+        self.code = None
+        self.exited_at = None
+        self.timed_out = False
+        self.truncated = False
+
+    def kill(self):
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
-def kill_group(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+class Agent:
+    def __init__(self):
+        self.sel = selectors.DefaultSelector()
+        self.jobs = {}
+        self.inbuf = bytearray()
+        self.devnull = os.open(os.devnull, os.O_RDONLY)  # non-inheritable, like every fd Python opens
+        self.oom_seen = oom_kills()
+        self.running = True
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler (not SIG_IGN): children stay reapable
+        self.sel.register(wake_r, selectors.EVENT_READ, ("wake", None))
+        self.sel.register(0, selectors.EVENT_READ, ("chan", None))
 
+    # --- channel ------------------------------------------------------------------------------
 
-def run(req_id, spec, stdin_data):
-    cap = int(spec.get("cap") or 10 * 1024 * 1024)
-    timeout = spec.get("timeout")
-    env = None
-    if spec.get("env"):
-        env = dict(os.environ)
-        env.update(spec["env"])
-    status = {"returncode": 0, "timed_out": False, "truncated": False, "oom": False}
-    bufs = {1: bytearray(), 2: bytearray()}
-    try:
-        proc = subprocess.Popen(
-            spec["argv"],
-            stdin=subprocess.PIPE if spec.get("input") else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=spec.get("cwd") or None,
-            env=env,
-            start_new_session=True,
-            close_fds=True,
-        )
-    except OSError as exc:
-        # Same codes a shell uses: 127 not found, 126 found but not executable.
-        status["returncode"] = 127 if isinstance(exc, FileNotFoundError) else 126
-        status["error"] = {"errno": exc.errno, "strerror": exc.strerror, "filename": exc.filename}
-        bufs[2] += ("%s: %s" % (exc.filename or spec["argv"][0], exc.strerror)).encode()
-        finish(req_id, status, bufs)
-        return
-    with _procs_lock:
-        _procs[req_id] = proc
-        if req_id in _killed:
-            _killed.discard(req_id)
-            kill_group(proc)
-    try:
-        pump(proc, stdin_data if spec.get("input") else None, bufs, cap, timeout, status)
-    finally:
-        with _procs_lock:
-            _procs.pop(req_id, None)
-    code = proc.wait()
-    status["returncode"] = 128 - code if code < 0 else code
-    if code == -signal.SIGKILL and not status["timed_out"]:
-        status["oom"] = oom_happened()
-    finish(req_id, status, bufs)
+    def send(self, req_id, kind, payload):
+        data = memoryview(HEADER.pack(req_id, kind, len(payload)) + payload)
+        while len(data):
+            data = data[os.write(1, data):]
 
-
-def pump(proc, stdin_data, bufs, cap, timeout, status):
-    deadline = None if timeout is None else time.monotonic() + float(timeout)
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ, 1)
-    sel.register(proc.stderr, selectors.EVENT_READ, 2)
-    pending = memoryview(stdin_data) if stdin_data is not None else None
-    if pending is not None:
-        if len(pending):
-            os.set_blocking(proc.stdin.fileno(), False)
-            sel.register(proc.stdin, selectors.EVENT_WRITE, 0)
-        else:
-            proc.stdin.close()
-    open_reads = 2
-    exited_at = None
-    while open_reads:
-        now = time.monotonic()
-        if deadline is not None and now >= deadline:
-            status["timed_out"] = True
-            kill_group(proc)
-            deadline = None
-            exited_at = now  # drain what the dying group already wrote, briefly
-        wait = 0.1
-        if deadline is not None:
-            wait = min(wait, max(deadline - now, 0))
-        for key, _ in sel.select(wait):
-            if key.data == 0:
-                try:
-                    n = os.write(key.fileobj.fileno(), pending[:65536])
-                except (BrokenPipeError, OSError):
-                    n = len(pending)
-                pending = pending[n:]
-                if not len(pending):
-                    sel.unregister(key.fileobj)
-                    key.fileobj.close()
-                continue
-            chunk = os.read(key.fileobj.fileno(), 65536)
-            if not chunk:
-                sel.unregister(key.fileobj)
-                open_reads -= 1
-                continue
-            buf = bufs[key.data]
-            room = cap - len(buf)
-            if room > 0:
-                buf += chunk[:room]
-            if len(chunk) > room:
-                status["truncated"] = True  # keep draining so the writer never blocks
-        if exited_at is None and proc.poll() is not None:
-            exited_at = time.monotonic()
-        if exited_at is not None and time.monotonic() - exited_at > EXIT_GRACE:
-            break
-    sel.close()
-    for f in (proc.stdin, proc.stdout, proc.stderr):
-        if f is not None and not f.closed:
-            try:
-                f.close()
-            except OSError:
-                pass
-
-
-def finish(req_id, status, bufs):
-    out, err = bytes(bufs[1]), bytes(bufs[2])
-    status["stdout_len"] = len(out)
-    head = json.dumps(status).encode()
-    send(req_id, RESULT, U32.pack(len(head)) + head + out + err)
-
-
-def read_exact(stream, n):
-    data = bytearray()
-    while len(data) < n:
-        chunk = stream.read(n - len(data))
+    def on_channel(self):
+        chunk = os.read(0, 1 << 20)
         if not chunk:
-            return None
-        data += chunk
-    return bytes(data)
+            self.running = False  # the host went away
+            return
+        self.inbuf += chunk
+        offset = 0
+        while len(self.inbuf) - offset >= HEADER.size:
+            req_id, kind, length = HEADER.unpack_from(self.inbuf, offset)
+            end = offset + HEADER.size + length
+            if len(self.inbuf) < end:
+                break
+            payload = bytes(self.inbuf[offset + HEADER.size:end])
+            offset = end
+            if kind == RUN:
+                (jlen,) = U32.unpack_from(payload)
+                self.start(req_id, json.loads(payload[4:4 + jlen]), payload[4 + jlen:])
+            elif kind == KILL:
+                job = self.jobs.get(req_id)
+                if job is not None:
+                    job.kill()
+            elif kind == PING:
+                info = {"version": VERSION, "pid": os.getpid(), "uid": os.getuid()}
+                self.send(req_id, PONG, json.dumps(info).encode())
+        del self.inbuf[:offset]
 
+    # --- commands -----------------------------------------------------------------------------
 
-def main():
-    global _oom_seen
-    _oom_seen = oom_kills()
-    inp = sys.stdin.buffer
-    while True:
-        header = read_exact(inp, HEADER.size)
-        if header is None:
-            break  # the host went away: stop; running commands are killed below
-        req_id, kind, length = HEADER.unpack(header)
-        payload = read_exact(inp, length) if length else b""
-        if payload is None:
-            break
-        if kind == RUN:
-            (jlen,) = U32.unpack_from(payload)
-            spec = json.loads(payload[4 : 4 + jlen])
-            threading.Thread(target=run, args=(req_id, spec, payload[4 + jlen :]), daemon=True).start()
-        elif kind == KILL:
-            with _procs_lock:
-                proc = _procs.get(req_id)
-                if proc is None:
-                    _killed.add(req_id)
-            if proc is not None:
-                kill_group(proc)
-        elif kind == PING:
-            info = {"version": VERSION, "pid": os.getpid(), "uid": os.getuid()}
-            send(req_id, PONG, json.dumps(info).encode())
-    with _procs_lock:
-        for proc in list(_procs.values()):
-            kill_group(proc)
+    def start(self, req_id, spec, stdin_data):
+        argv = spec["argv"]
+        env = os.environ
+        if spec.get("env"):
+            env = dict(os.environ)
+            env.update(spec["env"])
+        has_input = bool(spec.get("input"))
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        in_r, in_w = os.pipe() if has_input else (self.devnull, None)
+        actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+        cwd = spec.get("cwd")
+        here = None
+        try:
+            if cwd:
+                # Single-threaded: changing our cwd around the spawn cannot race with anything.
+                here = os.open(".", os.O_RDONLY)
+                os.chdir(cwd)
+            path = argv[0]
+            if "/" not in path and env is not os.environ:
+                path = shutil.which(path, path=env.get("PATH")) or path  # look up with the command's PATH
+            pid = os.posix_spawnp(path, argv, env, file_actions=actions, setsid=True, setsigdef=DEFAULT_SIGNALS)
+        except OSError as exc:
+            for fd in (out_r, out_w, err_r, err_w) + ((in_r, in_w) if has_input else ()):
+                os.close(fd)
+            # Same codes a shell uses: 127 not found, 126 found but not executable.
+            code = 127 if isinstance(exc, FileNotFoundError) else 126
+            where = cwd if (cwd and here is not None and os.getcwd() != cwd) else argv[0]
+            message = ("%s: %s" % (exc.filename or where, exc.strerror)).encode()
+            self.finish_raw(req_id, {"returncode": code, "timed_out": False, "truncated": False, "oom": False,
+                                     "error": {"errno": exc.errno, "strerror": exc.strerror}}, b"", message)
+            return
+        finally:
+            if here is not None:
+                os.fchdir(here)
+                os.close(here)
+        os.close(out_w)
+        os.close(err_w)
+        job = Job(req_id, pid, int(spec.get("cap") or 10 * 1024 * 1024), spec.get("timeout"))
+        self.jobs[req_id] = job
+        self.sel.register(out_r, selectors.EVENT_READ, ("out", (job, 1)))
+        self.sel.register(err_r, selectors.EVENT_READ, ("out", (job, 2)))
+        if has_input:
+            os.close(in_r)
+            if stdin_data:
+                os.set_blocking(in_w, False)
+                job.stdin_fd, job.pending = in_w, memoryview(stdin_data)
+                self.sel.register(in_w, selectors.EVENT_WRITE, ("in", job))
+            else:
+                os.close(in_w)
+
+    def on_output(self, fd, job, stream):
+        chunk = os.read(fd, CHUNK)
+        if not chunk:
+            self.sel.unregister(fd)
+            os.close(fd)
+            job.open_reads -= 1
+            return
+        buf = job.bufs[stream]
+        room = job.cap - len(buf)
+        if room > 0:
+            buf += chunk[:room]
+        if len(chunk) > room:
+            job.truncated = True  # keep draining so the writer never blocks
+
+    def on_input(self, job):
+        try:
+            n = os.write(job.stdin_fd, job.pending[:CHUNK])
+        except BlockingIOError:
+            return
+        except OSError:  # the command closed its stdin
+            n = len(job.pending)
+        job.pending = job.pending[n:]
+        if not len(job.pending):
+            self.close_stdin(job)
+
+    def close_stdin(self, job):
+        if job.stdin_fd is not None:
+            self.sel.unregister(job.stdin_fd)
+            os.close(job.stdin_fd)
+            job.stdin_fd = None
+
+    def reap(self):
+        now = time.monotonic()
+        for job in self.jobs.values():
+            if job.code is None:
+                try:
+                    pid, status = os.waitpid(job.pid, os.WNOHANG)
+                except ChildProcessError:
+                    pid, status = job.pid, 0
+                if pid:
+                    job.code = os.waitstatus_to_exitcode(status)
+                    job.exited_at = now
+
+    def tick(self):
+        """Deadlines, finished jobs; returns how long the selector may sleep."""
+        now = time.monotonic()
+        wait = None
+        for job in list(self.jobs.values()):
+            if job.deadline is not None and now >= job.deadline:
+                job.timed_out = True
+                job.deadline = None
+                job.kill()
+            if job.code is not None and (job.open_reads == 0 or now - job.exited_at > EXIT_GRACE):
+                self.finish(job)
+                continue
+            for t in (job.deadline, job.exited_at + EXIT_GRACE if job.exited_at is not None else None):
+                if t is not None:
+                    wait = max(0.0, t - now) if wait is None else min(wait, max(0.0, t - now))
+        return wait
+
+    def finish(self, job):
+        del self.jobs[job.req_id]
+        self.close_stdin(job)
+        for key in list(self.sel.get_map().values()):
+            if key.data[0] == "out" and key.data[1][0] is job:
+                self.sel.unregister(key.fd)
+                os.close(key.fd)
+        code = job.code
+        status = {"returncode": 128 - code if code < 0 else code, "timed_out": job.timed_out,
+                  "truncated": job.truncated, "oom": False}
+        if code == -signal.SIGKILL and not job.timed_out:
+            now = oom_kills()
+            status["oom"] = now is not None and self.oom_seen is not None and now > self.oom_seen
+            self.oom_seen = now
+        self.finish_raw(job.req_id, status, bytes(job.bufs[1]), bytes(job.bufs[2]))
+
+    def finish_raw(self, req_id, status, out, err):
+        status["stdout_len"] = len(out)
+        head = json.dumps(status).encode()
+        self.send(req_id, RESULT, U32.pack(len(head)) + head + out + err)
+
+    # --- loop ---------------------------------------------------------------------------------
+
+    def run(self):
+        while self.running:
+            for key, _ in self.sel.select(self.tick()):
+                kind, data = key.data
+                if kind == "out":
+                    self.on_output(key.fd, *data)
+                elif kind == "chan":
+                    self.on_channel()
+                elif kind == "in":
+                    self.on_input(data)
+                else:
+                    try:
+                        os.read(key.fd, 4096)
+                    except BlockingIOError:
+                        pass
+                    self.reap()
+        for job in self.jobs.values():  # the host is gone: nothing may outlive the channel
+            job.kill()
 
 
 if __name__ == "__main__":
-    main()
+    Agent().run()
