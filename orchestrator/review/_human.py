@@ -21,12 +21,17 @@ _REVIEW_CHOICES = {
 }
 
 
-def _result_text(result: ChatMessageTool) -> str:
+def _result_text(result: ChatMessageTool, output: Any) -> str:
     text = result.text
     if result.error is not None:
         error = f"[error: {result.error.type}] {result.error.message}"
         return f"{error}\n{text}" if text else error
-    return text if text else "(empty result)"
+    if not text:
+        return "(empty result)"
+    if isinstance(output, str) and output != text:
+        # The operator sees what the model will see; say that more exists than is shown.
+        text += f"\n[the model sees this truncated version; the full output is {len(output.encode())} bytes]"
+    return text
 
 
 @reviewer(name="human")
@@ -48,7 +53,7 @@ def human_reviewer(choices: list[str] | None = None) -> Reviewer:
         text = render_call_prompt(
             "Tool result needs review", message, render_call(call),
             view.context.content if view.context else None, view.call.content if view.call else None,
-            result=_result_text(result),
+            result=_result_text(result, output),
         )
         choice, explanation = await prompt.ask(text)
         if choice is None:

@@ -48,7 +48,7 @@ async def one_round(args: argparse.Namespace, index: int) -> None:
     transcript = Transcript()
     try:
         with bind_transcript(transcript):
-            result = await execute_tools(messages, [rt.shell()], **kwargs)
+            result = await execute_tools(messages, [rt.shell()], max_output=args.max_output, **kwargs)
         for m in result.messages:
             print(f"OUTCOME result {m.tool_call_id}: {m.error.type + ': ' + m.error.message if m.error else m.text}", flush=True)
     except TerminateSampleError as exc:
@@ -69,6 +69,7 @@ async def main() -> None:
     p.add_argument("--yaml")
     p.add_argument("--calls", type=int, default=1)
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--max-output", type=int, default=None)
     args = p.parse_args()
     asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, _cancel_all)
     for index in range(args.rounds):

@@ -137,3 +137,18 @@ def test_no_terminal_is_a_clear_error_not_a_hang() -> None:
     assert proc.returncode == 3, proc.stderr
     assert "OUTCOME no-terminal: A human review decision is needed but stdin is not an interactive terminal" in proc.stdout
     assert "--review policy.yaml" in proc.stdout
+
+
+def test_the_human_sees_the_result_the_model_will_see_and_is_told_when_it_is_truncated() -> None:
+    """The prompt shows the ``result`` (truncated to ``max_output``, as the model gets it) and says how big the
+    untruncated output is."""
+    child = spawn("review", "--max-output", "8")
+    child.expect(r"Decision \(")
+    shown = child.before
+    assert "The output of your call to shell was too long to be displayed." in shown
+    assert "[the model sees this truncated version; the full output is 11 bytes]" in shown  # "ran: ls -la"
+    child.sendline("a")
+    child.expect("Explanation")
+    child.sendline("")
+    out = finish(child)
+    assert "OUTCOME result r0c0: \r\nThe output of your call to shell was too long" in out
