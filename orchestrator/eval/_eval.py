@@ -17,6 +17,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,23 +25,17 @@ from orchestrator import __version__
 from orchestrator.dataset import Sample
 from orchestrator.dispatch import Dispatcher, InProcessDispatcher
 from orchestrator.model._model import Model, model_context
-from orchestrator.model._model_output import ModelUsage
 from orchestrator.scorer._score import scorer_info
 from orchestrator.solver._solver import solver_name
 
-from ._errors import BrokerUnreachableError, DockerUnreachableError, PolicyFileError
 from ._log import (
     LOG_SUFFIX,
     EvalConfig,
     EvalDataset,
     EvalError,
     EvalLog,
-    EvalMetricValue,
-    EvalResults,
     EvalSample,
-    EvalScore,
     EvalSpec,
-    EvalStats,
     LogFormatError,
     LogWriter,
     read_eval_log,
@@ -48,12 +43,13 @@ from ._log import (
 )
 from ._policies import resolve_model
 from ._progress import EvalProgress
+from ._results import eval_results, eval_stats
 from ._runner import SampleRunner
+from ._setup import check_docker, make_dispatcher, redact, resolve_policies
 from ._task import Task, TaskError, import_task_file, load_task
 
 DEFAULT_MAX_SAMPLES = 32
 DEFAULT_LOG_DIR = "logs"
-PREFLIGHT_TIMEOUT_S = 5.0
 
 DisplayKind = Literal["auto", "rich", "log", "none"]
 
@@ -152,86 +148,23 @@ def eval_retry(log: str | Path, **overrides: Any) -> EvalLog:
 # -- setup -----------------------------------------------------------------------------------------
 
 
-async def make_dispatcher(broker: str | None) -> Dispatcher:
-    """Embedded (in-process) without a broker; the Celery dispatcher with one (checked reachable first)."""
-    if broker is None:
-        return InProcessDispatcher()
-    await _check_broker(broker)
-    try:
-        from orchestrator.dispatch.celery import CeleryDispatcher  # type: ignore[import-not-found]
-    except ImportError as exc:
-        raise BrokerUnreachableError(f"Distributed mode is not available in this install: {exc}") from exc
-    return CeleryDispatcher(broker)
-
-
-async def _check_broker(url: str) -> None:
-    import redis.asyncio as aioredis
-    from redis.exceptions import RedisError
-
-    try:
-        client = aioredis.from_url(url, socket_connect_timeout=PREFLIGHT_TIMEOUT_S, socket_timeout=PREFLIGHT_TIMEOUT_S)
-    except ValueError as exc:
-        raise BrokerUnreachableError(f"Invalid broker URL '{redact(url)}': {exc}") from exc
-    try:
-        await asyncio.wait_for(client.ping(), PREFLIGHT_TIMEOUT_S)
-    except (RedisError, OSError, TimeoutError) as exc:
-        raise BrokerUnreachableError(f"Cannot reach the broker at {redact(url)}: {exc or type(exc).__name__}") from exc
-    finally:
-        await client.aclose()
-
-
-async def _check_docker() -> None:
-    def ping() -> None:
-        import docker
-
-        client = docker.from_env(timeout=int(PREFLIGHT_TIMEOUT_S))
-        try:
-            client.ping()
-        finally:
-            client.close()
-
-    try:
-        await asyncio.wait_for(asyncio.to_thread(ping), PREFLIGHT_TIMEOUT_S + 1)
-    except Exception as exc:  # noqa: BLE001 - docker raises many kinds; all mean "not reachable"
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DockerUnreachableError(f"Cannot reach the Docker daemon (needed for --sandbox docker): {reason}") from exc
-
-
-def redact(url: str | None) -> str | None:
-    """Hide a password in a URL before it is logged or shown."""
-    if not url or "@" not in url or "://" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    creds, host = rest.rsplit("@", 1)
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in creds else url
-
-
-def _resolve_policies(approval: Any, review: Any) -> tuple[list[Any] | None, list[Any] | None]:
-    from orchestrator.approval import resolve_approval
-    from orchestrator.review import ReviewPolicy, review_policy_from_file
-    from orchestrator.review._review import reviewer_factory
-
-    try:
-        approval_policy = resolve_approval(approval)
-        if review is None or isinstance(review, list):
-            review_policy = review
-        elif str(review) in ("human", "auto"):
-            review_policy = [ReviewPolicy(reviewer=reviewer_factory(str(review))(), tools="*")]
-        else:
-            review_policy = review_policy_from_file(review)
-    except (ValueError, TypeError) as exc:
-        raise PolicyFileError(str(exc).splitlines()[0]) from exc
-    return approval_policy, review_policy
-
-
+@dataclass
 class _Options:
-    def __init__(self, limit: int | None, max_samples: int | None, max_sandboxes: int | None, retry_on_error: int,
-                 epochs: int | None, log_dir: Path, sandbox: Any, broker: str | None, approval: Any, review: Any,
-                 message_limit: int | None, token_limit: int | None, time_limit: float | None, resume: bool,
-                 log_file: Path | None) -> None:
-        self.__dict__.update(locals())
-        del self.__dict__["self"]
+    limit: int | None
+    max_samples: int | None
+    max_sandboxes: int | None
+    retry_on_error: int
+    epochs: int | None
+    log_dir: Path
+    sandbox: Any
+    broker: str | None
+    approval: Any
+    review: Any
+    message_limit: int | None
+    token_limit: int | None
+    time_limit: float | None
+    resume: bool
+    log_file: Path | None
 
 
 def _sample_ids(samples: list[Sample]) -> list[Sample]:
@@ -299,8 +232,8 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     except ValueError as exc:
         raise TaskError(f"Invalid sandbox configuration {sandbox_spec!r}: {str(exc).splitlines()[0]}") from exc
     if sandbox is not None and sandbox["type"] == "docker" and isinstance(dispatcher, InProcessDispatcher):
-        await _check_docker()
-    approval, review = _resolve_policies(o.approval if o.approval is not None else task.approval,
+        await check_docker()
+    approval, review = resolve_policies(o.approval if o.approval is not None else task.approval,
                                          o.review if o.review is not None else task.review)
 
     samples = _sample_ids(list(task.dataset))
@@ -365,39 +298,16 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
             await asyncio.gather(*workers, return_exceptions=True)
             status = "cancelled" if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)) else "error"
             error = EvalError(type=type(exc).__name__, message=str(exc) or type(exc).__name__)
-            await asyncio.shield(writer.footer(status, _results(task, results, progress.total),  # type: ignore[arg-type]
-                                               _stats(results, started_at), error))
+            await asyncio.shield(writer.footer(status, eval_results(task, results, progress.total),  # type: ignore[arg-type]
+                                               eval_stats(results, started_at), error))
             raise
     if any(s.error is not None for s in results.values()):
         status = "error"
         error = EvalError(type="SampleErrors", message=f"{sum(s.error is not None for s in results.values())} sample(s) failed; "
                           "re-run them with `toolfleet eval-retry LOG`.")
-    await writer.footer(status, _results(task, results, progress.total), _stats(results, started_at), error)  # type: ignore[arg-type]
+    await writer.footer(status, eval_results(task, results, progress.total), eval_stats(results, started_at), error)  # type: ignore[arg-type]
     return read_eval_log(path)
 
 
 def _slug(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:40]
-
-
-def _results(task: Task, samples: dict[tuple[str, int], EvalSample], total: int) -> EvalResults:
-    scored = [s for s in samples.values() if s.error is None]
-    scores: list[EvalScore] = []
-    seen: dict[str, int] = {}
-    for instance in task.scorer:
-        name, metrics = scorer_info(instance)
-        seen[name] = seen.get(name, 0) + 1
-        key = name if seen[name] == 1 else f"{name}{seen[name]}"
-        values = [s.scores[key] for s in scored if key in s.scores]
-        scores.append(EvalScore(name=key, scored_samples=len(values), metrics={
-            m.__name__: EvalMetricValue(name=m.__name__, value=m(values)) for m in metrics}))
-    return EvalResults(total_samples=total, completed_samples=len(scored),
-                       error_samples=sum(s.error is not None for s in samples.values()), scores=scores)
-
-
-def _stats(samples: dict[tuple[str, int], EvalSample], started_at: float) -> EvalStats:
-    usage: dict[str, ModelUsage] = {}
-    for s in samples.values():
-        for name, u in s.model_usage.items():
-            usage[name] = usage.get(name, ModelUsage()) + u
-    return EvalStats(started_at=started_at, completed_at=time.time(), model_usage=usage)

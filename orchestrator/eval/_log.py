@@ -18,8 +18,6 @@ appends. ``read_eval_log`` turns the file into one ``EvalLog`` (``toolfleet log 
 
 from __future__ import annotations
 
-from ._errors import EvalSetupError
-
 import asyncio
 import json
 import os
@@ -34,6 +32,8 @@ from orchestrator.log._events import Event
 from orchestrator.model._chat_message import ChatMessage
 from orchestrator.model._model_output import ModelOutput, ModelUsage
 from orchestrator.scorer._score import Score
+
+from ._errors import EvalSetupError
 
 LOG_FORMAT = "toolfleet-eval-log"
 LOG_VERSION = 1

@@ -8,12 +8,12 @@ running sample with ``orchestrator.solver.sample_state()`` (e.g. an oracle readi
 
 from __future__ import annotations
 
-from ._errors import EvalSetupError
-
 from collections.abc import Callable
 from typing import Any
 
 from orchestrator.model._model import Model, get_model
+
+from ._errors import EvalSetupError
 
 _POLICIES: dict[str, Callable[..., Any]] = {}
 

@@ -29,6 +29,7 @@ from orchestrator.dispatch import Dispatcher, SampleRoute, reset_active_dispatch
 from orchestrator.dispatch._dispatcher import reset_route
 from orchestrator.log import ToolEvent, Transcript, bind_transcript
 from orchestrator.log._events import BaseEvent, ErrorEvent, SampleLimitEvent
+from orchestrator.model._generate_config import _active_config, active_generate_config
 from orchestrator.model._model import Model, model_context
 from orchestrator.model._usage import usage_scope
 from orchestrator.review._policy import review_policy_scope
@@ -124,6 +125,8 @@ class SampleRunner:
             stack.enter_context(review_policy_scope(self.review))
             stack.enter_context(bind_sample_state(state))
             usage = stack.enter_context(usage_scope("sample"))
+            config_token = _active_config.set(active_generate_config().merge(self.task.config))
+            stack.callback(_active_config.reset, config_token)
             token = set_active_dispatcher(self.dispatcher)
             stack.callback(reset_active_dispatcher, token)
             try:

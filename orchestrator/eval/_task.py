@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from ._errors import EvalSetupError
-
 import functools
 import hashlib
 import importlib.util
@@ -17,6 +15,8 @@ from pydantic import BaseModel
 
 from orchestrator.dataset import Dataset, MemoryDataset, Sample
 from orchestrator.model._generate_config import GenerateConfig
+
+from ._errors import EvalSetupError
 
 TASK_ATTR = "__toolfleet_task__"
 

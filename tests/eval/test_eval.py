@@ -13,7 +13,7 @@ from orchestrator.dataset import Sample
 from orchestrator.eval import Task, eval_async, eval_retry_async, read_eval_log
 from orchestrator.model import ModelOutput, ModelUsage, get_model
 from orchestrator.scorer import CORRECT, includes, match
-from orchestrator.solver import Generate, TaskState, generate, solver, use_tools
+from orchestrator.solver import Generate, TaskState, generate, solver
 
 from .task_files import BASIC
 

@@ -1,0 +1,88 @@
+"""Eval setup at the boundary: pick the dispatcher, check the broker / Docker daemon answer, resolve policies.
+
+Failures here are user mistakes (``EvalSetupError`` subclasses) with one clear sentence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from orchestrator.dispatch import Dispatcher, InProcessDispatcher
+
+from ._errors import BrokerUnreachableError, DockerUnreachableError, PolicyFileError
+
+PREFLIGHT_TIMEOUT_S = 5.0
+
+
+async def make_dispatcher(broker: str | None) -> Dispatcher:
+    """Embedded (in-process) without a broker; the Celery dispatcher with one (checked reachable first)."""
+    if broker is None:
+        return InProcessDispatcher()
+    await _check_broker(broker)
+    try:
+        from orchestrator.dispatch.celery import CeleryDispatcher  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise BrokerUnreachableError(f"Distributed mode is not available in this install: {exc}") from exc
+    return CeleryDispatcher(broker)
+
+
+async def _check_broker(url: str) -> None:
+    import redis.asyncio as aioredis
+    from redis.exceptions import RedisError
+
+    try:
+        client = aioredis.from_url(url, socket_connect_timeout=PREFLIGHT_TIMEOUT_S, socket_timeout=PREFLIGHT_TIMEOUT_S)
+    except ValueError as exc:
+        raise BrokerUnreachableError(f"Invalid broker URL '{redact(url)}': {exc}") from exc
+    try:
+        await asyncio.wait_for(client.ping(), PREFLIGHT_TIMEOUT_S)
+    except (RedisError, OSError, TimeoutError) as exc:
+        raise BrokerUnreachableError(f"Cannot reach the broker at {redact(url)}: {exc or type(exc).__name__}") from exc
+    finally:
+        await client.aclose()
+
+
+async def check_docker() -> None:
+    def ping() -> None:
+        import docker
+
+        client = docker.from_env(timeout=int(PREFLIGHT_TIMEOUT_S))
+        try:
+            client.ping()
+        finally:
+            client.close()
+
+    try:
+        await asyncio.wait_for(asyncio.to_thread(ping), PREFLIGHT_TIMEOUT_S + 1)
+    except Exception as exc:  # noqa: BLE001 - docker raises many kinds; all mean "not reachable"
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DockerUnreachableError(f"Cannot reach the Docker daemon (needed for --sandbox docker): {reason}") from exc
+
+
+def redact(url: str | None) -> str | None:
+    """Hide a password in a URL before it is logged or shown."""
+    if not url or "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+
+
+def resolve_policies(approval: Any, review: Any) -> tuple[list[Any] | None, list[Any] | None]:
+    from orchestrator.approval import resolve_approval
+    from orchestrator.review import ReviewPolicy, review_policy_from_file
+    from orchestrator.review._review import reviewer_factory
+
+    try:
+        approval_policy = resolve_approval(approval)
+        if review is None or isinstance(review, list):
+            review_policy = review
+        elif str(review) in ("human", "auto"):
+            review_policy = [ReviewPolicy(reviewer=reviewer_factory(str(review))(), tools="*")]
+        else:
+            review_policy = review_policy_from_file(review)
+    except (ValueError, TypeError) as exc:
+        raise PolicyFileError(str(exc).splitlines()[0]) from exc
+    return approval_policy, review_policy
