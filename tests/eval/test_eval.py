@@ -194,3 +194,44 @@ async def test_torn_last_line_is_ignored_and_cut_before_resume(tmp_path: Path) -
     assert resumed.status == "success" and len(resumed.samples) == 3
     for line in path.read_text().splitlines():
         json.loads(line)  # every line is whole again
+
+
+async def test_epochs_run_each_sample_n_times(tmp_path: Path) -> None:
+    seen: list[tuple[Any, int]] = []
+
+    @solver
+    def record() -> Any:
+        async def solve(state: TaskState, generate: Generate) -> TaskState:
+            seen.append((state.sample_id, state.epoch))
+            return await generate(state)
+
+        return solve
+
+    task = Task(dataset=_samples(2), solver=record(), scorer=includes(), epochs=3)
+    [log] = await eval_async(task, get_model("scripted", policy=_answer_target), log_dir=tmp_path)
+    assert sorted(seen) == [(i, e) for i in range(2) for e in (1, 2, 3)]
+    assert sorted((s.id, s.epoch) for s in log.samples) == sorted(seen)
+    assert log.eval.config.epochs == 3 and log.results is not None and log.results.total_samples == 6
+
+
+async def test_task_generate_config_is_active_in_the_sample(tmp_path: Path) -> None:
+    from orchestrator.model import GenerateConfig
+    from orchestrator.model._generate_config import active_generate_config
+
+    temperatures: list[float | None] = []
+
+    def policy(messages: list[Any], tools: list[Any]) -> ModelOutput:
+        temperatures.append(active_generate_config().temperature)
+        return ModelOutput.from_content("scripted", "x")
+
+    task = Task(dataset=_samples(1), solver=generate(), scorer=includes(), config=GenerateConfig(temperature=0.25))
+    await eval_async(task, get_model("scripted", policy=policy), log_dir=tmp_path)
+    assert temperatures == [0.25]
+
+
+async def test_duplicate_sample_ids_are_a_user_error(tmp_path: Path) -> None:
+    from orchestrator.eval import TaskError
+
+    task = Task(dataset=[Sample(input="a", id="x"), Sample(input="b", id="x")], scorer=includes())
+    with pytest.raises(TaskError, match="Duplicate sample id 'x'"):
+        await eval_async(task, "scripted", log_dir=tmp_path)
