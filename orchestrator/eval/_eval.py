@@ -199,20 +199,20 @@ def _build_spec(task: Task, model: Model, samples: list[Sample], o: _Options, sa
     )
 
 
-def _find_resumable(log_dir: Path, task: Task, model: Model) -> Path | None:
+def _find_resumable(log_dir: Path, task: Task, model: Model, limit: int | None, epochs: int) -> Path | None:
+    """The newest unfinished log in ``log_dir`` of the same task file, task, args, model, limit and epochs."""
     if not log_dir.is_dir():
         return None
     for path in sorted(log_dir.glob(f"*{LOG_SUFFIX}"), reverse=True):
         try:
             spec = read_eval_log(path, header_only=True).eval
-            if not (spec.task == (task.registry_name or task.name) and spec.task_file == task.task_file):
-                continue
-            log = read_eval_log(path)
+            same = (spec.task == (task.registry_name or task.name) and spec.task_file == task.task_file
+                    and spec.model == str(model) and spec.task_args == task.task_args
+                    and spec.config.limit == limit and spec.config.epochs == epochs)
+            if same and read_eval_log(path).status != "success":
+                return path
         except (LogFormatError, ValueError, OSError):
             continue
-        if (log.status != "success" and spec.task == (task.registry_name or task.name) and spec.task_file == task.task_file
-                and spec.model == str(model) and spec.task_args == task.task_args):
-            return path
     return None
 
 
@@ -240,7 +240,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     if o.limit is not None:
         samples = samples[: o.limit]
     epochs = o.epochs or task.epochs
-    path = o.log_file or (_find_resumable(o.log_dir, task, model) if o.resume else None)
+    path = o.log_file or (_find_resumable(o.log_dir, task, model, o.limit, epochs) if o.resume else None)
     finished: dict[tuple[str, int], EvalSample] = {}
     if path is not None:
         existing = read_eval_log(path)
