@@ -236,3 +236,8 @@ async def test_only_the_last_assistant_message_is_executed(dispatcher) -> None:
 
     messages = [ChatMessageAssistant(content="", tool_calls=calls(("add", {"x": 1, "y": 1}))), ChatMessageUser(content="hi")]
     assert (await execute_tools(messages, ALL_TOOLS)).messages == []
+
+
+async def test_results_over_the_payload_cap_are_a_limit_error_in_every_mode(dispatcher) -> None:
+    result, _ = await run_turn(dispatcher, calls(("text_of_size", {"n": 17 * 1024 * 1024})), ALL_TOOLS)
+    assert errors(result) == [("limit", "The tool exceeded its output limit of 16 MiB.")]

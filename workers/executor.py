@@ -7,6 +7,7 @@ same function on a worker — so the two modes cannot drift.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 import traceback
@@ -17,7 +18,7 @@ from orchestrator._wire import CallOutcome, CallRequest, FatalError
 from orchestrator.tool._content import ContentImage, ContentText
 from orchestrator.tool._registry import ToolNotRegisteredError, rebuild_tool
 from orchestrator.tool._tool_def import tool_def
-from orchestrator.util._sandbox import SandboxEnvironment, SandboxTimeoutError, SandboxUnavailableError, bind_sandbox
+from orchestrator.util._sandbox import OutputLimitExceededError, SandboxEnvironment, SandboxTimeoutError, SandboxUnavailableError, bind_sandbox
 
 from ._classify import classify_exception
 
@@ -38,6 +39,23 @@ def _wire_result(value: Any) -> Any:
     if isinstance(value, list):
         return [v if isinstance(v, (str, ContentText, ContentImage)) else str(v) for v in value]
     return str(value)
+
+
+def _format_bytes(n: int) -> str:
+    return f"{n // (1024 * 1024)} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n} bytes"
+
+
+def _enforce_result_cap(result: Any, cap: int) -> None:
+    """The same payload cap in both modes: a result larger than the wire allows is a ``limit`` error."""
+    if isinstance(result, str):
+        if len(result) * 4 <= cap or len(result.encode("utf-8")) <= cap:  # cheap check first
+            return
+    elif isinstance(result, list):
+        if len(json.dumps([r.model_dump() if hasattr(r, "model_dump") else r for r in result])) <= cap:
+            return
+    else:
+        return
+    raise OutputLimitExceededError(_format_bytes(cap))
 
 
 async def execute_call(
@@ -67,6 +85,7 @@ async def execute_call(
         else:
             result = await _call_with_timeout(definition.tool, kwargs, request)
         outcome.result = _wire_result(result)
+        _enforce_result_cap(outcome.result, request.max_result_bytes)
     except ToolNotRegisteredError as exc:
         outcome.fatal = FatalError(type="ToolNotRegisteredError", message=str(exc))
     except _ToolTimedOut as exc:
