@@ -1,46 +1,79 @@
-"""The internal tool scorers use to run a command in a sample's sandbox.
+"""Internal tools that let orchestrator-side code (scorers, solvers) reach a sample's sandbox.
 
 Scorers run in the orchestrator, but the sandbox lives wherever the sample's calls run (this process in
-embedded mode, a worker host in distributed mode). So a sandbox-executed scorer sends its command as an
+embedded mode, a worker host in distributed mode). So a scorer's command or file access travels as an
 ordinary tool call through the dispatcher: the same registered-tools-only, JSON-only path as the model's
-calls. The tool is never offered to the model (its name starts with ``_``, and no task lists it).
+calls. These tools are never offered to the model (their names start with ``_``; no task lists them).
 """
 
 from __future__ import annotations
 
+import base64
 import json
+from typing import Literal
 
 from orchestrator.tool import tool
 from orchestrator.util import sandbox
 
 SCORER_EXEC_TOOL = "_scorer_exec"
+SANDBOX_FILE_TOOL = "_sandbox_file"
 
 
 @tool(name=SCORER_EXEC_TOOL)
 def scorer_exec():  # type: ignore[no-untyped-def]
     async def execute(cmd: list[str], input: str | None = None, files: dict[str, str] | None = None,
-                      timeout: float | None = None) -> str:
-        """Run a scoring command in the sample's sandbox.
+                      timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None,
+                      user: str | None = None) -> str:
+        """Run a command in the sample's sandbox.
 
         Args:
             cmd: The command (argv).
             input: Text sent to the command's stdin.
             files: Files (path -> contents) written before the command runs.
             timeout: Seconds before the command's process group is killed.
+            cwd: Working directory.
+            env: Extra environment variables.
+            user: User to run as.
 
         Returns:
             JSON with returncode, stdout, stderr and timed_out.
         """
-        env = sandbox()
+        box = sandbox()
         for path, contents in (files or {}).items():
-            await env.write_file(path, contents)
+            await box.write_file(path, contents)
         try:
-            result = await env.exec(cmd, input=input, timeout=timeout)
+            result = await box.exec(cmd, input=input, cwd=cwd, env=env, user=user, timeout=timeout)
         except TimeoutError as exc:
-            # A scorer's test that hangs is a failing test, not an error of the sample.
+            # A test that hangs is a failing test, not an error of the sample: report it as data.
             return json.dumps({"returncode": 124, "stdout": getattr(exc, "stdout", ""),
                                "stderr": getattr(exc, "stderr", ""), "timed_out": True})
         return json.dumps({"returncode": result.returncode, "stdout": result.stdout, "stderr": result.stderr,
                            "timed_out": False})
+
+    return execute
+
+
+@tool(name=SANDBOX_FILE_TOOL)
+def sandbox_file():  # type: ignore[no-untyped-def]
+    async def execute(op: Literal["read", "write"], file: str, contents: str | None = None, text: bool = True) -> str:
+        """Read or write a file in the sample's sandbox.
+
+        Args:
+            op: read or write.
+            file: The file's path.
+            contents: For write: the contents (base64 when text is false).
+            text: Whether the contents are text (else base64-encoded bytes).
+
+        Returns:
+            For read: the contents (base64 when text is false); for write: an empty string.
+        """
+        box = sandbox()
+        if op == "read":
+            if text:
+                return await box.read_file(file, text=True)
+            return base64.b64encode(await box.read_file(file, text=False)).decode("ascii")
+        data: str | bytes = contents or ""
+        await box.write_file(file, data if text else base64.b64decode(data))
+        return ""
 
     return execute

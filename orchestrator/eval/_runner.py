@@ -33,12 +33,14 @@ from orchestrator.model._generate_config import _active_config, active_generate_
 from orchestrator.model._model import Model, model_context
 from orchestrator.model._usage import usage_scope
 from orchestrator.review._policy import review_policy_scope
+from orchestrator.scorer._sandbox_proxy import DispatchedSandbox
 from orchestrator.scorer._score import Score, scorer_info
 from orchestrator.scorer._target import Target
 from orchestrator.solver._solver import make_generate
 from orchestrator.solver._task_state import TaskState, bind_sample_state, initial_messages
 from orchestrator.util._limit import LimitExceededError, TerminateSampleError
 from orchestrator.util._limits import apply_limits, message_limit, time_limit, token_limit
+from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableError, bind_sandbox
 
 from ._log import EvalError, EvalSample, EvalSampleLimit
 from ._progress import EvalProgress
@@ -140,6 +142,8 @@ class SampleRunner:
                         config=_config_json(config), files=sample.files or {}, setup=sample.setup))
                     route_token = set_route(route)
                     stack.callback(reset_route, route_token)
+                    # Scorers and solvers may call sandbox() themselves (Inspect style).
+                    stack.enter_context(bind_sandbox(_sample_sandbox(route)))
                 self.progress.running += 1
                 self.progress.notify("start")
                 try:
@@ -244,6 +248,16 @@ class SampleRunner:
         result.completed_at = time.time()
         result.total_time = result.completed_at - (result.started_at or result.completed_at)
         return result
+
+
+def _sample_sandbox(route: SampleRoute) -> SandboxEnvironment:
+    """The real environment when it lives in this process (embedded), else a proxy through the dispatcher."""
+    from workers.executor import lookup_sandbox
+
+    try:
+        return lookup_sandbox(str(route.sandbox))
+    except SandboxUnavailableError:
+        return DispatchedSandbox()
 
 
 def _cancelling() -> bool:

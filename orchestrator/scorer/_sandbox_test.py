@@ -2,19 +2,20 @@
 
 The command goes through the active dispatcher as a call to the registered ``_scorer_exec`` tool
 (``workers/scoring.py``), so it reaches the sandbox in embedded mode and on a worker host alike.
+Scorers that call ``sandbox().exec(...)`` themselves (Inspect style) work too: the sample runner binds
+the real sandbox (embedded) or a ``DispatchedSandbox`` proxy (distributed) as the sample's ``sandbox()``.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from orchestrator._wire import CallRequest
 from orchestrator.util._sandbox import ExecResult, SandboxUnavailableError
 
+from ._sandbox_proxy import SandboxCallError, call_sandbox_tool
 from ._score import CORRECT, INCORRECT, Score, Scorer, accuracy, scorer, stderr
 from ._target import Target
 
@@ -31,21 +32,13 @@ class ScorerExecError(RuntimeError):
 async def exec_in_sandbox(cmd: list[str], input: str | None = None, files: dict[str, str] | None = None,
                           timeout: float | None = None) -> ExecResult:
     """Run ``cmd`` in the current sample's sandbox, wherever it lives. A timeout gives returncode 124."""
-    from orchestrator.dispatch import Dispatch, active_dispatcher, current_route
-    from workers.scoring import SCORER_EXEC_TOOL, scorer_exec
+    from workers.scoring import SCORER_EXEC_TOOL
 
-    route = current_route()
-    if route.sandbox is None:
-        raise ScorerExecError("This scorer runs a command in the sample's sandbox, but the task has no sandbox.")
-    instance = scorer_exec()
-    meta = getattr(instance, "__toolfleet_tool__")
-    request = CallRequest(call_id=uuid.uuid4().hex, function=SCORER_EXEC_TOOL, tool=meta.ref,
-                          arguments={"cmd": cmd, "input": input, "files": files or {}, "timeout": timeout},
-                          sample_id=route.sample_id, sandbox=route.sandbox)
-    [future] = active_dispatcher().dispatch([Dispatch(request, instance)])
-    outcome = await future
-    if outcome.fatal is not None:
-        raise ScorerExecError(f"Scoring command failed to run: {outcome.fatal.type}: {outcome.fatal.message}")
+    try:
+        outcome = await call_sandbox_tool(SCORER_EXEC_TOOL, {"cmd": cmd, "input": input, "files": files or {},
+                                                             "timeout": timeout})
+    except SandboxCallError as exc:
+        raise ScorerExecError(str(exc)) from exc
     if outcome.error is not None:
         if outcome.error.type == "sandbox_unavailable":
             raise SandboxUnavailableError(outcome.error.message)

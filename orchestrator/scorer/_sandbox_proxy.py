@@ -1,0 +1,98 @@
+"""``sandbox()`` for orchestrator-side code (scorers, solvers) when the sandbox lives elsewhere.
+
+In distributed mode the sample's sandbox is on a worker host, so the sample runner binds this proxy as the
+sample's ``sandbox()``: each ``exec`` / ``read_file`` / ``write_file`` becomes a call to an internal tool
+(``workers/scoring.py``) through the active dispatcher, and errors come back as the exceptions the
+``SandboxEnvironment`` contract names. (Embedded mode binds the real environment instead.)
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from typing import Any
+
+from orchestrator._wire import CallOutcome, CallRequest
+from orchestrator.util._sandbox import (
+    ExecResult,
+    OutputLimitExceededError,
+    SandboxEnvironment,
+    SandboxTimeoutError,
+    SandboxUnavailableError,
+)
+
+
+class SandboxCallError(RuntimeError):
+    """An internal sandbox call failed in a way the ``SandboxEnvironment`` contract has no exception for."""
+
+
+async def call_sandbox_tool(name: str, arguments: dict[str, Any]) -> CallOutcome:
+    """Run internal tool ``name`` next to the current sample's sandbox, through the active dispatcher."""
+    from orchestrator.dispatch import Dispatch, active_dispatcher, current_route
+    from workers import scoring
+
+    route = current_route()
+    if route.sandbox is None:
+        raise SandboxCallError("This sample has no sandbox: give the task a sandbox (e.g. sandbox='local').")
+    factory = {scoring.SCORER_EXEC_TOOL: scoring.scorer_exec, scoring.SANDBOX_FILE_TOOL: scoring.sandbox_file}[name]
+    instance = factory()
+    request = CallRequest(call_id=uuid.uuid4().hex, function=name, tool=getattr(instance, "__toolfleet_tool__").ref,
+                          arguments=arguments, sample_id=route.sample_id, sandbox=route.sandbox)
+    [future] = active_dispatcher().dispatch([Dispatch(request, instance)])
+    outcome = await future
+    if outcome.fatal is not None:
+        raise SandboxCallError(f"{name} failed: {outcome.fatal.type}: {outcome.fatal.message}")
+    return outcome
+
+
+def _raise_for(outcome: CallOutcome, file: str | None = None) -> None:
+    error = outcome.error
+    if error is None:
+        return
+    match error.type:
+        case "file_not_found":
+            raise FileNotFoundError(2, "No such file or directory", file)
+        case "permission":
+            raise PermissionError(13, "Permission denied", file)
+        case "is_a_directory":
+            raise IsADirectoryError(21, "Is a directory", file)
+        case "unicode_decode":
+            raise UnicodeDecodeError("utf-8", b"", 0, 1, error.message)
+        case "limit":
+            raise OutputLimitExceededError(error.message.rsplit(" of ", 1)[-1].rstrip("."))
+        case "timeout":
+            raise SandboxTimeoutError(error.message)
+        case "sandbox_unavailable":
+            raise SandboxUnavailableError(error.message)
+    raise SandboxCallError(f"({error.type}) {error.message}")
+
+
+class DispatchedSandbox(SandboxEnvironment):
+    """The current sample's sandbox, reached through the dispatcher (wherever it lives)."""
+
+    async def exec(self, cmd: list[str], input: str | bytes | None = None, cwd: str | None = None,
+                   env: dict[str, str] | None = None, user: str | None = None,
+                   timeout: float | None = None) -> ExecResult:
+        if isinstance(input, bytes):
+            input = input.decode("utf-8")
+        outcome = await call_sandbox_tool("_scorer_exec", {"cmd": list(cmd), "input": input, "timeout": timeout,
+                                                           "cwd": cwd, "env": env, "user": user})
+        _raise_for(outcome)
+        data = json.loads(str(outcome.result))
+        if data.get("timed_out"):
+            raise SandboxTimeoutError(stdout=data["stdout"], stderr=data["stderr"])
+        return ExecResult(returncode=data["returncode"], stdout=data["stdout"], stderr=data["stderr"])
+
+    async def read_file(self, file: str, text: bool = True) -> Any:
+        outcome = await call_sandbox_tool("_sandbox_file", {"op": "read", "file": file, "text": text})
+        _raise_for(outcome, file)
+        value = str(outcome.result or "")
+        return value if text else base64.b64decode(value)
+
+    async def write_file(self, file: str, contents: str | bytes) -> None:
+        text = isinstance(contents, str)
+        payload = contents if isinstance(contents, str) else base64.b64encode(contents).decode("ascii")
+        outcome = await call_sandbox_tool("_sandbox_file", {"op": "write", "file": file, "contents": payload,
+                                                            "text": text})
+        _raise_for(outcome, file)
