@@ -8,10 +8,11 @@ running sample with ``orchestrator.solver.sample_state()`` (e.g. an oracle readi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator.model._model import Model, get_model
+from orchestrator.model._model import MODEL_ENV, Model, get_model
 
 from ._errors import EvalSetupError
 
@@ -39,7 +40,10 @@ def resolve_model(model: str | Model | None, **model_args: Any) -> Model:
     if isinstance(model, Model):
         return model
     if not model:
-        raise UnknownModelError("No model given (use --model, e.g. --model openai/gpt-4o-mini or scripted/<policy>).")
+        model = os.environ.get(MODEL_ENV)
+    if not model:
+        raise UnknownModelError(f"No model given (use --model, e.g. --model openai/gpt-4o-mini or scripted/<policy>, "
+                                f"or set ${MODEL_ENV}).")
     provider, _, name = model.partition("/")
     if provider == "scripted" and name and "policy" not in model_args and "outputs" not in model_args:
         if name not in _POLICIES:
