@@ -6,6 +6,7 @@ Measured in one run, on the same container:
 - ``calls_per_s``: the same calls with ``concurrency`` in flight;
 - ``acquire_p50_ms``: ``create()`` from a warm pool; ``cold_start_p50_ms``: ``create()`` with no pool
   (container create + start + exec agent hello);
+- ``spawn_floor_p50_ms``: the same command spawned from inside the sandbox with no channel at all;
 - ``baseline``: the same command (``bash --login -c true``, same user) as one ``docker exec`` per
   call through the Engine API (exec_create + exec_start + exec_inspect), same counts.
 """
@@ -27,6 +28,19 @@ from workers.executor import execute_call
 from workers.sandbox import DEFAULT_IMAGE, DockerSandboxConfig, SandboxSpec
 from workers.tools import bash
 
+# The floor: spawning the same command from inside the sandbox, no channel at all (same container,
+# same limits). It tells what part of p50 is the process spawn itself on this machine.
+_FLOOR = """
+import os, time
+ts = []
+for _ in range({n}):
+    t = time.perf_counter()
+    pid = os.posix_spawnp("bash", ["bash", "--login", "-c", "true"], os.environ)
+    os.waitpid(pid, 0)
+    ts.append(time.perf_counter() - t)
+ts.sort()
+print(ts[len(ts) // 2] * 1000)
+"""
 COLD_STARTS = 5
 ACQUIRES = 10
 WARMUP = 20
@@ -130,6 +144,7 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
             await _latencies(baseline_one, 5)
             base_lat = await _latencies(baseline_one, calls)
             base_rate = await _throughput(baseline_one, calls, concurrency)
+            floor = await env.exec(["python3", "-c", _FLOOR.format(n=min(calls, 200))], timeout=300)
         finally:
             pool.shutdown(wait=False)
     finally:
@@ -144,6 +159,7 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
         "acquire_p50_ms": _ms(acquire, 0.5),
         "cold_start_p50_ms": _ms(cold, 0.5),
         "speedup_p50": round(baseline["p50_ms"] / ours["p50_ms"], 1) if ours["p50_ms"] else None,
+        "spawn_floor_p50_ms": round(float(floor.stdout.strip()), 3) if floor.success else None,
         "mean_ms": round(statistics.fmean(fast_lat) * 1000, 3),
         "baseline": baseline,
     }
