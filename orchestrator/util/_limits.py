@@ -187,9 +187,11 @@ class TimeLimit(Limit):
             self._handle = None
         fired, task = self._fired, self._task
         self._task, self._fired = None, False
-        if fired and task is not None and isinstance(exc, asyncio.CancelledError):
-            # Our own cancellation (not an outer one) becomes the breach, exactly as asyncio.timeout.
-            if task.uncancel() <= self._cancelling:
+        if fired and task is not None:
+            # Withdraw our cancel request whatever happened (as asyncio.timeout does); if it is what
+            # ended the block (and no outer cancel is pending), it becomes the breach.
+            remaining = task.uncancel()
+            if isinstance(exc, asyncio.CancelledError) and remaining <= self._cancelling:
                 raise self.error(self.usage) from exc
         return None
 

@@ -239,3 +239,23 @@ async def test_waiting_time_is_not_working_time(bound) -> None:
 
     state, error = await run(waits, "q", limits=[working_limit(0.2)])
     assert error is None
+
+
+async def test_time_limit_outer_cancellation_is_not_a_breach() -> None:
+    # Cancelling the task for another reason stays a cancellation, even with a time limit active.
+    async def body() -> None:
+        with time_limit(30):
+            await asyncio.sleep(30)
+
+    task = asyncio.ensure_future(body())
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, timeout=10)
+
+
+async def test_time_limit_breach_outside_an_agent() -> None:
+    with pytest.raises(LimitExceededError) as info:
+        with time_limit(0.1):
+            await asyncio.sleep(10)
+    assert info.value.type == "time" and info.value.limit == 0.1
