@@ -150,11 +150,14 @@ def react(
                     if answer is not None:
                         _record_answer(state, answer, submit_config)
                         submissions += 1
-                        if submissions >= attempt_config.attempts or await _is_correct(state, attempt_config):
+                        if submissions >= attempt_config.attempts:
+                            break
+                        correct, score = await _score(state, attempt_config)
+                        if correct:
                             break
                         message = attempt_config.incorrect_message
                         if callable(message):
-                            message = await message(state, None)
+                            message = await message(state, score)
                         state.messages.append(ChatMessageUser(content=message))
                         check_message_limit(len(state.messages))
             elif submit_config is None:
@@ -220,7 +223,8 @@ def _record_answer(state: AgentState, answer: str, config: AgentSubmit) -> None:
     state.output = output
 
 
-async def _is_correct(state: AgentState, config: AgentAttempts) -> bool:
+async def _score(state: AgentState, config: AgentAttempts) -> tuple[bool, Any]:
+    """Score the submission: (correct?, the scorer's value)."""
     scorer = config.scorer or _scorer.get()
     if scorer is None:
         raise RuntimeError(
@@ -231,7 +235,7 @@ async def _is_correct(state: AgentState, config: AgentAttempts) -> bool:
     if inspect.isawaitable(value):
         value = await value
     to_float: Callable[[Any], float] = config.score_value or score_to_float
-    return to_float(value) == 1.0
+    return to_float(value) == 1.0, value
 
 
 def score_to_float(value: Any) -> float:

@@ -62,6 +62,7 @@ class AgentAttempts:
     """Several tries at the answer: score each submission below the limit; stop when correct."""
 
     attempts: int = 1
+    # A string, or an async fn (state, score value) -> message.
     incorrect_message: str | Callable[["AgentState", Any], Awaitable[str]] = DEFAULT_INCORRECT_MESSAGE
     # Scores the state (the answer is state.output.completion). None: the scorer bound with
     # ``attempt_scorer`` (the eval runner binds the task's scorer per sample).

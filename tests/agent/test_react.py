@@ -324,3 +324,16 @@ async def test_continue_message_may_contain_braces(bound) -> None:
     model = scripted(text("hmm"), submit("ok"))
     state = await run(react(model=model, on_continue='Reply as {"answer": ...} via {submit}().'), "task")
     assert texts(state.messages, "user")[1] == 'Reply as {"answer": ...} via submit().'
+
+
+async def test_incorrect_message_may_be_computed_from_the_score(bound) -> None:
+    async def scorer(state: AgentState) -> float:
+        return 0.5 if state.output.completion == "close" else 1.0
+
+    async def hint(state: AgentState, score) -> str:
+        return f"Score {score}; try again."
+
+    model = scripted(submit("close"), submit("exact"))
+    state = await run(react(model=model, attempts=AgentAttempts(attempts=3, scorer=scorer, incorrect_message=hint)), "q")
+    assert texts(state.messages, "user") == ["q", "Score 0.5; try again."]
+    assert state.output.completion == "exact"
