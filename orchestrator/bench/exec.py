@@ -50,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calls", type=int, default=300, help="calls per measurement (p50/p99 and calls/s)")
     parser.add_argument("--concurrency", type=int, default=16, help="calls in flight for calls/s")
     parser.add_argument("--image", default=DEFAULT_IMAGE, help="sandbox image (build: sandbox_images/build.sh)")
+    parser.add_argument("--cpus", type=float, default=DockerSandboxConfig().cpus, help="the sandbox's CPU limit")
 
 
 def _ms(values: list[float], q: float) -> float:
@@ -83,14 +84,15 @@ def _figures(lat: list[float], calls_per_s: float) -> dict[str, Any]:
 
 
 async def run(args: argparse.Namespace | int | None = None, concurrency: int = 16, *, calls: int = 300,
-              image: str = DEFAULT_IMAGE) -> dict[str, Any]:
+              image: str = DEFAULT_IMAGE, cpus: float | None = None) -> dict[str, Any]:
     if isinstance(args, argparse.Namespace):
-        calls, concurrency, image = args.calls, args.concurrency, args.image
+        calls, concurrency, image, cpus = args.calls, args.concurrency, args.image, args.cpus
     elif isinstance(args, int):
         calls = args
+    cpus = DockerSandboxConfig().cpus if cpus is None else cpus
 
     # Cold start: no pool, so create() pays for container create + start + agent hello.
-    cold_driver = DockerSandboxConfig(image=image, pool_size=0).driver()
+    cold_driver = DockerSandboxConfig(image=image, pool_size=0, cpus=cpus).driver()
     cold: list[float] = []
     try:
         await cold_driver.start()
@@ -102,7 +104,7 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
     finally:
         await cold_driver.aclose()
 
-    driver = DockerSandboxConfig(image=image, pool_size=2, max_sandboxes=ACQUIRES + 4).driver()
+    driver = DockerSandboxConfig(image=image, pool_size=2, max_sandboxes=ACQUIRES + 4, cpus=cpus).driver()
     try:
         await driver.start()
         acquire: list[float] = []
@@ -156,6 +158,7 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
         "workload": "exec",
         **ours,
         "concurrency": concurrency,
+        "sandbox_cpus": cpus,
         "acquire_p50_ms": _ms(acquire, 0.5),
         "cold_start_p50_ms": _ms(cold, 0.5),
         "speedup_p50": round(baseline["p50_ms"] / ours["p50_ms"], 1) if ours["p50_ms"] else None,
@@ -165,7 +168,9 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
     }
 
 
-if __name__ == "__main__":  # python -m orchestrator.bench.exec
+if __name__ == "__main__":  # python -m orchestrator.bench.exec [--calls N --concurrency N --cpus N]
     import json
 
-    print(json.dumps(asyncio.run(run())))
+    cli = argparse.ArgumentParser(prog="python -m orchestrator.bench.exec")
+    add_arguments(cli)
+    print(json.dumps(asyncio.run(run(cli.parse_args()))))
