@@ -129,6 +129,22 @@ async def test_reaper_removes_leaked_containers(sandbox_factory, client, sandbox
                 pass
 
 
+async def test_reaper_runs_periodically(sandbox_factory, client, sandbox_image):
+    await sandbox_factory("docker", reap_interval=0.5)
+    leaked = _leak(client, sandbox_image, {**container_labels("e", "s", 3600), EXPIRY: "1"})
+    try:
+        for _ in range(100):
+            if leaked not in {c.id for c in client.containers.list(all=True)}:
+                break
+            await asyncio.sleep(0.2)
+        assert leaked not in {c.id for c in client.containers.list(all=True)}
+    finally:
+        try:
+            client.api.remove_container(leaked, force=True)
+        except docker.errors.NotFound:
+            pass
+
+
 async def test_destroy_removes_the_container(sandbox_factory, client):
     env = await sandbox_factory("docker")
     await sandbox_factory.drivers[-1].destroy(env)
