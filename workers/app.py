@@ -18,6 +18,7 @@ import os
 from celery import Celery
 from celery.backends.redis import RedisBackend
 from celery.worker.consumer import Consumer
+from kombu.transport import redis as kombu_redis
 from pydantic import BaseModel, Field
 
 from . import _names
@@ -36,6 +37,32 @@ class FleetRedisBackend(RedisBackend):
 
     def on_task_call(self, producer, task_id):  # type: ignore[no-untyped-def]
         return None
+
+
+class FleetRedisChannel(kombu_redis.Channel):
+    """kombu's Redis channel, reusing one client per connection pool.
+
+    kombu builds a new ``redis.Redis`` for every queue operation (publish, ack, binding lookup);
+    with redis-py 8 each construction costs ~0.5 ms of CPU (it rebuilds the response-callback
+    table), paid on the worker's consumer thread and the orchestrator's publisher several times a
+    call. A ``redis.Redis`` is safe to share (each command checks a connection out of the pool),
+    so keep one per pool and rebuild it only when kombu replaces the pool (reconnect).
+    """
+
+    _cached_client: tuple[object, object] | None = None
+
+    def _create_client(self, asynchronous=False):  # type: ignore[no-untyped-def]
+        if asynchronous:
+            return super()._create_client(asynchronous=True)
+        pool = self.pool
+        cached = self._cached_client
+        if cached is None or cached[0] is not pool:
+            cached = self._cached_client = (pool, super()._create_client(asynchronous=False))
+        return cached[1]
+
+
+class FleetRedisTransport(kombu_redis.Transport):
+    Channel = FleetRedisChannel
 
 
 class FleetConsumer(Consumer):
@@ -96,6 +123,7 @@ def create_app(config: AppConfig | str | None = None, main: str = "toolfleet") -
         task_default_queue=_names.SHARED_QUEUE,
         worker_hijack_root_logger=False,
         worker_consumer=f"{FleetConsumer.__module__}:{FleetConsumer.__name__}",
+        broker_transport=f"{FleetRedisTransport.__module__}:{FleetRedisTransport.__name__}",
         worker_cancel_long_running_tasks_on_connection_loss=False,
         broker_channel_error_retry=True,
     )

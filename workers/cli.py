@@ -32,12 +32,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-ttl", type=float, default=10.0, help="seconds without a heartbeat before the host is lost")
     p.add_argument("--pool", choices=["threads", "solo"], default="threads",
                    help="threads (default): concurrent calls share one asyncio loop; solo: one call at a time")
+    p.add_argument("--no-task-events", action="store_true",
+                   help="do not send Celery task events (Flower/`celery events` then see no tasks; saves ~3 publishes a call)")
     p.add_argument("--loglevel", "-l", default="WARNING")
     return p
 
 
 def worker_main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    import sys as _sys
+    if os.environ.get("TOOLFLEET_SWITCH_INTERVAL"):
+        _sys.setswitchinterval(float(os.environ["TOOLFLEET_SWITCH_INTERVAL"]))
     os.environ[BROKER_ENV] = args.broker  # so `workers.app` (celery -A workers.app ...) agrees
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # `--import tests.support.sample_tools` from the repo root
@@ -62,7 +67,7 @@ def worker_main(argv: list[str]) -> int:
             "--concurrency", str(1 if args.pool == "solo" else args.concurrency),
             "--queues", f"{_names.SHARED_QUEUE},{_names.host_queue(config.host)}",
             "--hostname", _names.worker_nodename(config.host),
-            "--task-events",
+            *([] if args.no_task_events else ["--task-events"]),
             "--without-gossip",  # gossip/mingle add chatter and start-up delay; inspect/Flower do not need them
             "--without-mingle",
             "--loglevel", args.loglevel,

@@ -153,7 +153,7 @@ async def test_sigterm_drains_running_calls_and_takes_no_new_sandboxes(fleet, ma
     await _until_started(log, "finishing")
     leaving.proc.send_signal(signal.SIGTERM)
     client = fleet.redis.client()
-    for _ in range(500):  # the drain flag goes out at once, before running calls finish
+    for _ in range(1500):  # the drain flag goes out at once, before running calls finish (bounded: 15 s)
         if client.hget(_names.heartbeat_key(leaving.host), "draining") == b"1":
             break
         await asyncio.sleep(0.01)

@@ -1,0 +1,129 @@
+"""A throwaway fleet for distributed benchmarks: redis-server on a free loopback port + worker processes.
+
+Benchmarks start their own services so a figure never depends on what else is running; every
+wait is bounded and everything started is stopped on exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+
+import redis as redis_sync
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class BenchFleet:
+    def __init__(self, workers: int = 1, concurrency: int = 64, slots: int = 64, imports: tuple[str, ...] = ()) -> None:
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._dir = tempfile.mkdtemp(prefix="toolfleet-bench-")
+        self._n, self._concurrency, self._slots, self._imports = workers, concurrency, slots, imports
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self.hosts: list[str] = []
+
+    async def __aenter__(self) -> "BenchFleet":
+        await asyncio.to_thread(self._start)
+        return self
+
+    async def __aexit__(self, *exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]) -> None:
+        await asyncio.to_thread(self._stop)
+
+    def _start(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
+        self._procs.append(subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", self._dir, "--loglevel", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        client = redis_sync.Redis.from_url(self.url, socket_timeout=2)
+        self._wait(lambda: self._ping(client), 10, "redis-server")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+        for _ in range(self._n):
+            host = f"bench-{uuid.uuid4().hex[:6]}"
+            args = [sys.executable, "-m", "workers.cli", "--broker", self.url, "--hostname", host,
+                    "--concurrency", str(self._concurrency), "--slots", str(self._slots)]
+            for module in self._imports:
+                args += ["--import", module]
+            self._procs.append(subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL,
+                                                stderr=subprocess.DEVNULL, start_new_session=True))
+            self.hosts.append(host)
+        for host in self.hosts:
+            self._wait(lambda h=host: bool(client.exists(f"toolfleet:host:{h}")), 60, f"worker {host}")
+        time.sleep(1.0)  # the Celery consumer starts listening just after the first heartbeat
+
+    @staticmethod
+    def _ping(client: redis_sync.Redis) -> bool:
+        try:
+            return bool(client.ping())
+        except redis_sync.RedisError:
+            return False
+
+    def _wait(self, predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            for proc in self._procs:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{what}: a fleet process exited with {proc.returncode}")
+            time.sleep(0.05)
+        raise TimeoutError(f"timed out waiting for {what}")
+
+    def _stop(self) -> None:
+        for proc in reversed(self._procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in reversed(self._procs):
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class LoopLag:
+    """Samples event-loop lag: how late a 10 ms sleep wakes up."""
+
+    def __init__(self, interval: float = 0.01) -> None:
+        self.interval = interval
+        self.samples: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            start = time.perf_counter()
+            await asyncio.sleep(self.interval)
+            self.samples.append(time.perf_counter() - start - self.interval)
+
+    async def stop(self) -> float:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        return percentile_ms(self.samples, 0.99) if self.samples else 0.0
+
+
+def percentile_ms(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 3)

@@ -1,0 +1,154 @@
+"""``toolfleet bench fanout``: many concurrent samples, each running stages of parallel bash calls via Celery.
+
+Starts its own redis-server and ``--workers`` ``toolfleet worker`` processes, opens one sandbox per
+sample through the ``CeleryDispatcher`` (placement spreads them), then every sample runs ``--stages``
+turns of ``--stage`` parallel ``bash true`` calls through ``execute_tools`` (planner, dispatcher,
+splice — the whole orchestrator path), all samples at once.
+
+- ``calls_per_s``: tool calls completed per second of wall time;
+- ``p50_ms`` / ``p99_ms``: per-stage latency (a turn's whole parallel stage);
+- ``loop_lag_p99_ms``: the orchestrator's event-loop lag during the run;
+- ``baseline``: the same calls as ``docker exec`` through the Engine API (exec_create + start +
+  inspect), same number of sandboxes and calls in flight, same run (docker sandboxes only).
+
+Targets (issue 4): >= 300 calls/s on 2 cores, and >= 15x the docker-exec baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from orchestrator._wire import SandboxSpec
+from orchestrator.dispatch import SampleRoute, reset_active_dispatcher, reset_route, set_active_dispatcher, set_route
+
+from ._fleet import BenchFleet, LoopLag, percentile_ms
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--samples", type=int, default=64, help="concurrent samples (one sandbox each)")
+    parser.add_argument("--stages", type=int, default=10, help="turns per sample")
+    parser.add_argument("--stage", type=int, default=4, help="parallel bash calls per turn")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes (hosts)")
+    parser.add_argument("--concurrency", type=int, default=128, help="pool threads per worker")
+    parser.add_argument("--sandbox", choices=["docker", "local"], default="docker")
+    parser.add_argument("--baseline-stages", type=int, default=1, help="turns per sample for the docker-exec baseline")
+
+
+def _sandbox_config(kind: str, samples: int) -> dict[str, Any]:
+    if kind == "docker":
+        return {"type": "docker", "pool_size": 0, "max_sandboxes": samples + 8}
+    return {"type": "local"}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    from orchestrator.dispatch.celery import CeleryDispatcher
+    from orchestrator.model import ChatMessageAssistant, ChatMessageUser, execute_tools
+    from orchestrator.tool import ToolCall, bash
+
+    tools = [bash()]
+    slots = -(-args.samples // args.workers) + 4
+    async with BenchFleet(workers=args.workers, concurrency=args.concurrency, slots=slots) as fleet:
+        dispatcher = CeleryDispatcher(fleet.url)
+        config = _sandbox_config(args.sandbox, args.samples)
+        opening = time.perf_counter()
+        routes: list[SampleRoute] = list(await asyncio.gather(*(
+            dispatcher.open_sandbox(SandboxSpec(eval_id="bench", sample_id=f"fan-{i}", config=config))
+            for i in range(args.samples))))
+        open_s = time.perf_counter() - opening
+        stage_latencies: list[float] = []
+        failures: list[str] = []
+
+        async def sample(route: SampleRoute) -> None:
+            token = set_route(route)
+            try:
+                for turn in range(args.stages):
+                    calls = [ToolCall(id=f"t{turn}c{i}", function="bash", arguments={"cmd": "true"}) for i in range(args.stage)]
+                    messages = [ChatMessageUser(content="go"), ChatMessageAssistant(content="", tool_calls=calls)]
+                    start = time.perf_counter()
+                    result = await execute_tools(messages, tools)
+                    stage_latencies.append(time.perf_counter() - start)
+                    failures.extend(m.error.message for m in result.messages if m.error is not None)  # type: ignore[attr-defined]
+            finally:
+                reset_route(token)
+
+        lag = LoopLag()
+        active = set_active_dispatcher(dispatcher)
+        try:
+            await asyncio.gather(*(sample(routes[0]) for _ in range(1)))  # warm the path
+            stage_latencies.clear()
+            lag.start()
+            start = time.perf_counter()
+            await asyncio.gather(*(sample(r) for r in routes))
+            wall = time.perf_counter() - start
+            lag_p99 = await lag.stop()
+        finally:
+            reset_active_dispatcher(active)
+        baseline = None
+        if args.sandbox == "docker":
+            baseline = await _docker_exec_baseline(fleet, routes, args)
+        await asyncio.gather(*(dispatcher.close_sandbox(r) for r in routes))
+        await dispatcher.aclose()
+    calls = args.samples * args.stages * args.stage
+    rate = calls / wall
+    out: dict[str, Any] = {
+        "workload": "fanout",
+        "sandbox": args.sandbox,
+        "samples": args.samples,
+        "stages": args.stages,
+        "stage": args.stage,
+        "workers": args.workers,
+        "calls": calls,
+        "calls_per_s": round(rate, 1),
+        "p50_ms": percentile_ms(stage_latencies, 0.5),
+        "p99_ms": percentile_ms(stage_latencies, 0.99),
+        "loop_lag_p99_ms": lag_p99,
+        "open_sandboxes_s": round(open_s, 2),
+        "errors": len(failures),
+        "baseline": baseline,
+    }
+    if baseline:
+        out["speedup"] = round(rate / baseline["calls_per_s"], 1) if baseline["calls_per_s"] else None
+    if failures:
+        out["first_error"] = failures[0]
+    return out
+
+
+async def _docker_exec_baseline(fleet: BenchFleet, routes: list[SampleRoute], args: argparse.Namespace) -> dict[str, Any]:
+    """The same stages as one ``docker exec`` per call (Engine API), same concurrency, on the same containers."""
+    import docker
+
+    from workers.sandbox import _docker_labels as labels
+
+    client = docker.APIClient(version="auto", timeout=120, max_pool_size=args.samples * args.stage)
+    pool = ThreadPoolExecutor(max_workers=args.samples * args.stage, thread_name_prefix="bench-docker-exec")
+    loop = asyncio.get_running_loop()
+    try:
+        found = await loop.run_in_executor(pool, lambda: client.containers(filters={"label": f"{labels.EVAL_ID}=bench"}))
+        containers = [c["Id"] for c in found][: len(routes)]
+        if not containers:
+            return {"workload": "fanout", "implementation": "docker exec (Engine API)", "calls_per_s": 0.0,
+                    "note": "no bench containers found"}
+
+        def one(container: str) -> None:
+            exec_id = client.exec_create(container, ["bash", "--login", "-c", "true"])["Id"]
+            client.exec_start(exec_id)
+            if client.exec_inspect(exec_id)["ExitCode"] != 0:
+                raise RuntimeError("baseline docker exec failed")
+
+        async def sample(container: str) -> None:
+            for _ in range(args.baseline_stages):
+                await asyncio.gather(*(loop.run_in_executor(pool, one, container) for _ in range(args.stage)))
+
+        start = time.perf_counter()
+        await asyncio.gather(*(sample(c) for c in containers))
+        wall = time.perf_counter() - start
+        calls = len(containers) * args.baseline_stages * args.stage
+        return {"workload": "fanout", "implementation": "docker exec (Engine API)", "calls": calls,
+                "calls_per_s": round(calls / wall, 1)}
+    finally:
+        pool.shutdown(wait=False)
+        client.close()
