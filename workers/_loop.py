@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import structlog
 from pydantic import BaseModel, Field
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from . import _names
 from ._call_memory import CallMemory
@@ -58,7 +59,7 @@ class WorkerRuntime:
 
     def start(self) -> None:
         self._thread.start()
-        self.submit(self._astart(), timeout=60.0)
+        self.submit(self._astart(), timeout=300.0)
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -77,10 +78,25 @@ class WorkerRuntime:
         self.heartbeat = Heartbeat(self.redis, record, self.config.heartbeat_interval, self.config.heartbeat_ttl)
         self.heartbeat.on_beat(self._on_beat)
         await self._reap()
-        await self.heartbeat.reset_slots()
-        await self.heartbeat.beat()
+        await self._first_beat()
         self.heartbeat.start()
         log.info("worker.ready", host=self.config.host, boot=self.boot, slots=self.config.slots)
+
+    async def _first_beat(self, timeout: float = 120.0) -> None:
+        """Announce the host; in a fresh deployment Redis may still be starting, so retry (bounded)."""
+        assert self.heartbeat is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            try:
+                await self.heartbeat.reset_slots()
+                await self.heartbeat.beat()
+                return
+            except (RedisError, OSError) as exc:
+                if loop.time() > deadline:
+                    raise
+                log.warning("worker.broker_not_ready", error=str(exc))
+                await asyncio.sleep(1.0)
 
     async def _on_beat(self) -> None:
         assert self.memory is not None and self.heartbeat is not None

@@ -40,9 +40,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def worker_main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    import sys as _sys
-    if os.environ.get("TOOLFLEET_SWITCH_INTERVAL"):
-        _sys.setswitchinterval(float(os.environ["TOOLFLEET_SWITCH_INTERVAL"]))
     os.environ[BROKER_ENV] = args.broker  # so `workers.app` (celery -A workers.app ...) agrees
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # `--import tests.support.sample_tools` from the repo root

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Bring the compose stack up with 2 workers, run an eval through it, check the log, tear it down.
+#
+#   deploy/compose-smoke.sh                                   # public base image (needs a registry)
+#   BASE_IMAGE=toolfleet/sandbox-rootfs:bookworm deploy/compose-smoke.sh   # offline (sandbox_images/build.sh first)
+#
+# Exit status 0 when every sample of the eval finished without error. Bounded: each step has a timeout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+COMPOSE=${COMPOSE:-docker-compose}
+WORKERS=${WORKERS:-2}
+export FLEET_WORKERS=$WORKERS EVAL_LIMIT=${EVAL_LIMIT:-6} COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-toolfleet-smoke}
+LOGS=$(mktemp -d)
+trap 'timeout 180 $COMPOSE down -v --remove-orphans >/dev/null 2>&1 || true' EXIT
+
+timeout 120 $COMPOSE config -q
+echo "== build"
+timeout 1800 $COMPOSE build
+echo "== up: redis + $WORKERS workers"
+timeout 300 $COMPOSE up -d --scale worker="$WORKERS" redis worker
+echo "== eval through the fleet"
+timeout 1200 $COMPOSE run --rm -v "$LOGS:/logs" orchestrator
+echo "== celery inspect"
+timeout 120 $COMPOSE exec -T worker celery -A workers.app inspect ping --timeout 10 | tee "$LOGS/inspect.txt"
+test "$(grep -c pong "$LOGS/inspect.txt")" -ge "$WORKERS"
+echo "== result"
+timeout 120 $COMPOSE run --rm -v "$LOGS:/logs" orchestrator toolfleet log list --log-dir /logs | tee "$LOGS/summary.txt"
+echo "smoke OK (logs in $LOGS)"
