@@ -37,6 +37,9 @@ CONTROL_CANCEL = "toolfleet_cancel"  # remote-control command: cancel a running 
 
 # --- Redis keys ---------------------------------------------------------------------------------
 HOSTS_SET = f"{PREFIX}:hosts"  # every host that ever heartbeated (liveness is the heartbeat key)
+# One entry per sandbox placement waiting for a free slot: the sample-load autoscaling signal
+# (a list, so KEDA's Redis list scaler can read its length).
+SANDBOX_DEMAND = f"{PREFIX}.sandbox.demand"
 
 
 def heartbeat_key(host: str) -> str:

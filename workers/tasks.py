@@ -95,6 +95,10 @@ async def run_open(rt: WorkerRuntime, payload: dict[str, Any]) -> dict[str, Any]
 
 async def run_close(rt: WorkerRuntime, handle: str) -> dict[str, Any]:
     host = rt.config.host
+    from .sandbox import _registry
+
+    if handle not in _registry.live_ids():
+        return {"closed": handle, "host": host, "existed": False}  # idempotent: no slot to give back twice
     try:
         from ._sandbox_service import close_sandbox
 

@@ -55,6 +55,7 @@ class CeleryDispatcherConfig(BaseModel):
     lost_grace: float = Field(5.0, ge=0, description="seconds a host's heartbeat may be missing (e.g. Redis restart) before it is lost")
     watch_interval: float = Field(1.0, gt=0, description="how often pending calls' hosts are checked")
     open_timeout: float = Field(300.0, gt=0, description="bound on creating a sandbox on a worker")
+    placement_wait: float = Field(60.0, ge=0, description="how long open_sandbox waits for a free slot (autoscaling)")
     close_timeout: float = Field(60.0, gt=0)
     publish_timeout: float = Field(30.0, gt=0, description="how long publishing retries through a broker outage")
 
@@ -325,9 +326,7 @@ class CeleryDispatcher(Dispatcher):
         await self.start()
         redis = self._listener.redis
         try:
-            host = await placement.reserve(redis)
-        except placement.NoCapacityError as exc:
-            raise SandboxUnavailableError(str(exc)) from exc
+            host = await self._place(redis)
         except (RedisError, OSError) as exc:
             raise SandboxUnavailableError(f"Sandbox placement failed: the broker is unreachable ({exc}).") from exc
         try:
@@ -344,6 +343,33 @@ class CeleryDispatcher(Dispatcher):
         self._sandboxes[handle] = (host.host, host.boot)
         log.debug("dispatch.sandbox_opened", host=host.host, sandbox=handle, sample=spec.sample_id)
         return SampleRoute(sample_id=spec.sample_id, sandbox=handle, queue=host.queue)
+
+    async def _place(self, redis: Any) -> Any:
+        """Reserve a slot; when the fleet is full, wait (bounded by ``placement_wait``) and say so in
+        Redis — the ``toolfleet.sandbox.demand`` list is what the autoscaler watches."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.placement_wait
+        token: str | None = None
+        try:
+            while True:
+                try:
+                    return await placement.reserve(redis)
+                except placement.NoCapacityError as exc:
+                    if loop.time() >= deadline:
+                        raise SandboxUnavailableError(str(exc)) from exc
+                    if token is None:
+                        token = uuid.uuid4().hex
+                        async with redis.pipeline(transaction=False) as pipe:
+                            pipe.rpush(_names.SANDBOX_DEMAND, token)
+                            pipe.expire(_names.SANDBOX_DEMAND, 600)  # a crashed orchestrator's demand fades
+                            await pipe.execute()
+                    await asyncio.sleep(min(1.0, max(0.0, deadline - loop.time())))
+        finally:
+            if token is not None:
+                try:
+                    await redis.lrem(_names.SANDBOX_DEMAND, 0, token)
+                except (RedisError, OSError):
+                    pass
 
     async def close_sandbox(self, route: SampleRoute) -> None:
         if route.sandbox is None:

@@ -46,7 +46,7 @@ async def _until_started(path: str, label: str, count: int = 1) -> None:
 
 async def test_placement_fills_hosts_by_free_slots_and_calls_follow_the_sandbox(fleet, make_dispatcher) -> None:
     a, b = fleet.worker(slots=2), fleet.worker(slots=2)
-    d = make_dispatcher()
+    d = make_dispatcher(placement_wait=0.0)
     routes = [await d.open_sandbox(local_spec(f"s{i}")) for i in range(4)]
     hosts = [_names.host_of_queue(r.queue) for r in routes]
     assert sorted(hosts) == sorted([a.host, a.host, b.host, b.host])
@@ -55,9 +55,20 @@ async def test_placement_fills_hosts_by_free_slots_and_calls_follow_the_sandbox(
     for route, host in zip(routes, hosts):
         outcome = await one(d, bash_request("echo $TOOLFLEET_HOST", route.sandbox), route)
         assert outcome.host == host and outcome.result.strip() == host
+    # A full fleet: the placement waits (and says so in the demand list) until a slot frees up.
+    waiting = asyncio.ensure_future(make_dispatcher(placement_wait=60.0).open_sandbox(local_spec("s-waits")))
+    client = fleet.redis.client()
+    for _ in range(500):
+        if client.llen(_names.SANDBOX_DEMAND) == 1:
+            break
+        await asyncio.sleep(0.02)
+    assert client.llen(_names.SANDBOX_DEMAND) == 1 and not waiting.done()
+    await d.close_sandbox(routes[0])
+    late = await asyncio.wait_for(waiting, BOUND)
+    assert _names.host_of_queue(late.queue) == hosts[0] and client.llen(_names.SANDBOX_DEMAND) == 0
+    routes[0] = late
     for route in routes:
         await d.close_sandbox(route)
-    client = fleet.redis.client()
     assert [int(client.get(_names.slots_used_key(h)) or 0) for h in (a.host, b.host)] == [0, 0]
     await d.close_sandbox(routes[0])  # idempotent
 
