@@ -6,6 +6,7 @@ Measured in one run, on the same container:
 - ``calls_per_s``: the same calls with ``concurrency`` in flight;
 - ``acquire_p50_ms``: ``create()`` from a warm pool; ``cold_start_p50_ms``: ``create()`` with no pool
   (container create + start + exec agent hello);
+- ``exec_true_p50_ms``: ``env.exec(["true"])`` with no bash and no tool layer: the channel's own cost;
 - ``spawn_floor_p50_ms``: the same command spawned from inside the sandbox with no channel at all;
 - ``baseline``: the same command (``bash --login -c true``, same user) as one ``docker exec`` per
   call through the Engine API (exec_create + exec_start + exec_inspect), same counts.
@@ -141,11 +142,18 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
 
         try:
             await _latencies(fast, WARMUP)
-            fast_lat = await _latencies(fast, calls)
-            fast_rate = await _throughput(fast, calls, concurrency)
             await _latencies(baseline_one, 5)
-            base_lat = await _latencies(baseline_one, calls)
+            # Interleaved, call by call: on a shared machine both see the same background load.
+            fast_lat, base_lat = [], []
+            for _ in range(calls):
+                fast_lat += await _latencies(fast, 1)
+                base_lat += await _latencies(baseline_one, 1)
+            fast_rate = await _throughput(fast, calls, concurrency)
             base_rate = await _throughput(baseline_one, calls, concurrency)
+            async def bare_true() -> None:
+                await env.exec(["true"])
+
+            bare_lat = await _latencies(bare_true, calls)
             floor = await env.exec(["python3", "-c", _FLOOR.format(n=min(calls, 200))], timeout=300)
         finally:
             pool.shutdown(wait=False)
@@ -162,6 +170,7 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
         "acquire_p50_ms": _ms(acquire, 0.5),
         "cold_start_p50_ms": _ms(cold, 0.5),
         "speedup_p50": round(baseline["p50_ms"] / ours["p50_ms"], 1) if ours["p50_ms"] else None,
+        "exec_true_p50_ms": _ms(bare_lat, 0.5),
         "spawn_floor_p50_ms": round(float(floor.stdout.strip()), 3) if floor.success else None,
         "mean_ms": round(statistics.fmean(fast_lat) * 1000, 3),
         "baseline": baseline,
