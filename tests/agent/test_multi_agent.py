@@ -267,3 +267,37 @@ async def test_as_tool_time_limit_becomes_a_limit_tool_error(bound) -> None:
     [result] = [m for m in state.messages if isinstance(m, ChatMessageTool)]
     assert (result.error.type, result.error.message) == ("limit", "The tool exceeded its time limit of 0.3.")
     assert state.output.completion == "woke"
+
+
+async def test_handoff_beyond_the_depth_bound_is_an_error_to_the_model(bound) -> None:
+    helper = react(name="helper", model=scripted(submit("never")))
+    parent = Recorder(calls(call("transfer_to_helper")), submit("alone"))
+    with max_agent_depth(0):
+        state = await run(react(tools=[handoff(helper)], model=parent.model()), "task")
+    [result] = [m for m in state.messages if isinstance(m, ChatMessageTool)]
+    assert result.error is not None and "nested at most 0 levels" in result.error.message
+    assert state.output.completion == "alone"
+
+
+async def test_handoff_without_input_filter_passes_the_history_but_not_system_messages(bound) -> None:
+    child = Recorder(submit("ok"))
+    helper = react(name="helper", model=child.model(), prompt=None)
+    parent = Recorder(calls(call("add", x=1, y=1)), calls(call("transfer_to_helper")), submit("done"))
+    await run(react(tools=[at.add(), handoff(helper)], model=parent.model()), "task")
+    seen = child.seen[0]
+    assert roles(seen) == ["user", "assistant", "tool", "assistant", "tool"]
+    assert seen[-1].text == "Successfully transferred to helper."
+
+
+async def test_a_parent_turn_limit_counts_nested_turns(bound) -> None:
+    from orchestrator.util import turn_limit
+
+    child = react(name="child", tools=[at.add()], model=scripted(
+        calls(call("add", x=1, y=1)), calls(call("add", x=1, y=1)), submit("c")))
+    parent = scripted(calls(call("child", input="q")), submit("p"))
+    state, error = await run(react(tools=[as_tool(child)], model=parent), "task", limits=[turn_limit(3)])
+    # Parent turn 1, then the child's turns 2-3; the child's 4th turn breaches the parent's limit,
+    # which reaches the parent as a limit error of the tool, and stops the parent at its next turn.
+    assert error is not None and (error.type, error.limit) == ("turn", 3)
+    [result] = [m for m in state.messages if isinstance(m, ChatMessageTool)]
+    assert result.error is not None and result.error.type == "limit"
