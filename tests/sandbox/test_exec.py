@@ -153,3 +153,16 @@ async def test_registry_resolves_live_sandboxes(env, sandbox_factory):
         await env.exec(["true"])
     await driver.destroy(env)  # idempotent
 
+
+
+async def test_background_processes_do_not_outlive_the_sandbox(env, sandbox_factory):
+    marker = "1000.8383"
+    result = await env.exec(["bash", "-c", f"sleep {marker} > /dev/null 2>&1 & echo started"], timeout=30)
+    assert result.stdout == "started\n"
+    assert await _count_in_sandbox(env, marker) == 1  # a backgrounded process keeps running meanwhile
+    await sandbox_factory.drivers[-1].destroy(env)
+    for _ in range(50):
+        if not _survivors(f"sleep {marker}", env):
+            break
+        await asyncio.sleep(0.1)
+    assert _survivors(f"sleep {marker}", env) == 0

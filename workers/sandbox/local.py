@@ -65,8 +65,12 @@ class LocalSandboxEnvironment(AgentSandboxEnvironment):
         return channel
 
     async def aclose(self) -> None:
-        await super().aclose()
+        await super().aclose()  # closes the agents' stdin: each kills what its commands left running
         for proc in self._procs:
+            try:
+                await asyncio.wait_for(proc.wait(), 2.0)
+            except TimeoutError:
+                pass
             if proc.returncode is None:
                 try:
                     proc.kill()

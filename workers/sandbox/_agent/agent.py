@@ -53,6 +53,14 @@ def oom_kills():
     return None
 
 
+def start_time(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[19]  # field 22: start time in clock ticks
+    except (OSError, IndexError):
+        return None
+
+
 class Job:
     __slots__ = ("req_id", "pid", "cap", "deadline", "bufs", "open_reads", "stdin_fd", "pending",
                  "code", "exited_at", "timed_out", "truncated")
@@ -86,6 +94,7 @@ class Agent:
         self.devnull = os.open(os.devnull, os.O_RDONLY)  # non-inheritable, like every fd Python opens
         self.oom_seen = oom_kills()
         self.running = True
+        self.sessions = {}  # leader pid -> its start time
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
@@ -166,6 +175,7 @@ class Agent:
                 os.close(here)
         os.close(out_w)
         os.close(err_w)
+        self.remember_session(pid)
         job = Job(req_id, pid, int(spec.get("cap") or 10 * 1024 * 1024), spec.get("timeout"))
         self.jobs[req_id] = job
         self.sel.register(out_r, selectors.EVENT_READ, ("out", (job, 1)))
@@ -178,6 +188,23 @@ class Agent:
                 self.sel.register(in_w, selectors.EVENT_WRITE, ("in", job))
             else:
                 os.close(in_w)
+
+    def remember_session(self, pid):
+        # Every command leads its own session; what it leaves running in the background is killed
+        # when the agent stops (the local driver has no container to take it down).
+        self.sessions[pid] = start_time(pid)
+        if len(self.sessions) > 10000:
+            self.sessions.pop(next(iter(self.sessions)))
+
+    def kill_sessions(self):
+        for pid, started in self.sessions.items():
+            now = start_time(pid)
+            if now is not None and now != started:
+                continue  # the pid was reused by an unrelated process
+            try:
+                os.killpg(pid, signal.SIGKILL)  # a pgid in use is never reused, so this is ours
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def on_output(self, fd, job, stream):
         chunk = os.read(fd, CHUNK)
@@ -280,6 +307,7 @@ class Agent:
                     self.reap()
         for job in self.jobs.values():  # the host is gone: nothing may outlive the channel
             job.kill()
+        self.kill_sessions()
 
 
 if __name__ == "__main__":
