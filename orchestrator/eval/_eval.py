@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from orchestrator import __version__
 from orchestrator.dataset import Sample
-from orchestrator.dispatch import Dispatcher, InProcessDispatcher
+from orchestrator.dispatch import Dispatcher, InProcessDispatcher, SampleRoute
 from orchestrator.model._model import Model, model_context
 from orchestrator.scorer._score import scorer_info
 from orchestrator.solver._solver import solver_name
@@ -38,6 +38,7 @@ from ._log import (
     EvalSpec,
     LogFormatError,
     LogWriter,
+    SandboxRecord,
     read_eval_log,
     sample_key,
 )
@@ -50,6 +51,7 @@ from ._task import Task, TaskError, import_task_file, load_task
 
 DEFAULT_MAX_SAMPLES = 32
 DEFAULT_LOG_DIR = "logs"
+LEFTOVER_CLOSE_TIMEOUT_S = 60.0
 
 DisplayKind = Literal["auto", "rich", "log", "none"]
 
@@ -247,6 +249,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
         spec = existing.eval
         finished = {s.key: s for s in existing.samples if s.error is None}
         writer = await LogWriter.resume(path)
+        await _close_leftovers(existing.open_sandboxes, dispatcher, writer)
     else:
         spec = _build_spec(task, model, samples, o, sandbox)
         stamp = time.strftime("%Y-%m-%dT%H-%M-%S", time.gmtime(spec.created))
@@ -262,7 +265,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
         task=task, model=model, dispatcher=dispatcher, eval_id=spec.eval_id, run_id=run_id, sandbox_config=sandbox,
         approval=approval, review=review, retry_on_error=o.retry_on_error,
         sandbox_slots=asyncio.Semaphore(o.max_sandboxes) if o.max_sandboxes else None, progress=progress,
-        epochs=epochs)
+        epochs=epochs, journal=None if isinstance(dispatcher, InProcessDispatcher) else writer)
     results: dict[tuple[str, int], EvalSample] = dict(finished)
     started_at = time.time()
 
@@ -307,6 +310,21 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
                           "re-run them with `toolfleet eval-retry LOG`.")
     await writer.footer(status, eval_results(task, results, progress.total), eval_stats(results, started_at), error)  # type: ignore[arg-type]
     return read_eval_log(path)
+
+
+async def _close_leftovers(records: list[SandboxRecord], dispatcher: Dispatcher, writer: LogWriter) -> None:
+    """Close sandboxes a killed run left open on worker hosts (bounded; a gone host needs nothing)."""
+
+    async def close(rec: SandboxRecord) -> None:
+        try:
+            await asyncio.wait_for(dispatcher.close_sandbox(
+                SampleRoute(sample_id=None if rec.sample_id is None else str(rec.sample_id), sandbox=rec.handle,
+                            queue=rec.queue)), LEFTOVER_CLOSE_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - best effort: the worker's reaper/expiry is the backstop
+            return
+        await writer.sandbox("close", rec)
+
+    await asyncio.gather(*(close(rec) for rec in records))
 
 
 def _slug(name: str) -> str:

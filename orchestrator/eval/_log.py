@@ -9,6 +9,11 @@ Format ``toolfleet-eval-log`` version 1 — one JSON object per line, each with 
             A sample may appear again after a resume re-ran it (it had errored); the **last** line for an
             ``(id, epoch)`` wins.
 ``footer``  when a run finishes: ``{"type": "footer", "status", "results", "stats", "error"}``.
+``sandbox`` (distributed mode) a sandbox opened on / closed by a worker host:
+            ``{"type": "sandbox", "event": "open"|"close", "handle", "queue", "sample_id", "epoch", "run_id"}``;
+            a resume closes the ones a killed run left open (``open_sandboxes``).
+
+Readers ignore line types they do not know, so adding one is not a version change.
 
 Durability: each line is written, flushed and ``fsync``'d before the eval moves on (the progress display
 only counts a sample once its line is on disk), so a SIGKILL or power loss loses at most the samples
@@ -154,6 +159,14 @@ class EvalRun(BaseModel):
     resumed: bool = False
 
 
+class SandboxRecord(BaseModel):
+    handle: str
+    queue: str | None = None
+    sample_id: int | str | None = None
+    epoch: int | None = None
+    run_id: str | None = None
+
+
 class EvalLog(BaseModel):
     format: str = LOG_FORMAT
     version: int = LOG_VERSION
@@ -165,6 +178,7 @@ class EvalLog(BaseModel):
     error: EvalError | None = None
     samples: list[EvalSample] = Field(default_factory=list)
     location: str | None = None
+    open_sandboxes: list[SandboxRecord] = Field(default_factory=list)  # opened, never closed (a killed run's)
 
 
 class LogFormatError(EvalSetupError):
@@ -178,6 +192,7 @@ def read_eval_log(path: str | Path, header_only: bool = False) -> EvalLog:
         raise LogFormatError(f"Log file '{path}' does not exist.")
     log: EvalLog | None = None
     samples: dict[tuple[str, int], EvalSample] = {}
+    sandboxes: dict[str, SandboxRecord] = {}
     with path.open("rb") as f:
         lines = f.read().split(b"\n")
     for n, raw in enumerate(lines, 1):
@@ -205,6 +220,12 @@ def read_eval_log(path: str | Path, header_only: bool = False) -> EvalLog:
         elif kind == "sample":
             sample = EvalSample.model_validate(record["sample"])
             samples[sample.key] = sample
+        elif kind == "sandbox":
+            rec = SandboxRecord.model_validate(record)
+            if record.get("event") == "open":
+                sandboxes[rec.handle] = rec
+            else:
+                sandboxes.pop(rec.handle, None)
         elif kind == "footer":
             log.status = record["status"]
             log.results = EvalResults.model_validate(record["results"]) if record.get("results") else None
@@ -213,6 +234,7 @@ def read_eval_log(path: str | Path, header_only: bool = False) -> EvalLog:
     if log is None:
         raise LogFormatError(f"'{path}' is empty: not a toolfleet eval log.")
     log.samples = list(samples.values())
+    log.open_sandboxes = list(sandboxes.values())
     return log
 
 
@@ -242,6 +264,9 @@ class LogWriter:
 
     async def sample(self, sample: EvalSample) -> None:
         await self._write({"type": "sample", "sample": sample.model_dump(mode="json")})
+
+    async def sandbox(self, event: Literal["open", "close"], record: SandboxRecord) -> None:
+        await self._write({"type": "sandbox", "event": event, **record.model_dump(mode="json")})
 
     async def footer(self, status: EvalStatus, results: EvalResults | None, stats: EvalStats,
                      error: EvalError | None = None) -> None:

@@ -42,7 +42,7 @@ from orchestrator.util._limit import LimitExceededError, TerminateSampleError
 from orchestrator.util._limits import apply_limits, message_limit, time_limit, token_limit
 from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableError, bind_sandbox
 
-from ._log import EvalError, EvalSample, EvalSampleLimit
+from ._log import EvalError, EvalSample, EvalSampleLimit, LogWriter, SandboxRecord
 from ._progress import EvalProgress
 from ._task import Task
 
@@ -74,6 +74,9 @@ class SampleRunner:
     sandbox_slots: asyncio.Semaphore | None
     progress: EvalProgress
     epochs: int = 1
+    # Distributed mode: sandboxes opened/closed are journaled in the log, so a resume can close the ones
+    # a killed orchestrator left on worker hosts (embedded sandboxes die with the process or are reaped).
+    journal: LogWriter | None = None
 
     async def run(self, sample: Sample, epoch: int) -> EvalSample:
         """Run the sample (with retries); never raises for a sample error — it is in the result."""
@@ -140,6 +143,10 @@ class SampleRunner:
                     route = await self.dispatcher.open_sandbox(SandboxSpec(
                         eval_id=self.eval_id, sample_id=self._sandbox_sample_id(sample.id, epoch),
                         config=_config_json(config), files=sample.files or {}, setup=sample.setup))
+                    if self.journal is not None:
+                        await self.journal.sandbox("open", SandboxRecord(
+                            handle=str(route.sandbox), queue=route.queue, sample_id=sample.id, epoch=epoch,
+                            run_id=self.run_id))
                     route_token = set_route(route)
                     stack.callback(reset_route, route_token)
                     # Scorers and solvers may call sandbox() themselves (Inspect style).
@@ -231,11 +238,17 @@ class SampleRunner:
     async def _close(self, route: SampleRoute) -> None:
         # Shielded and bounded: cancellation (Ctrl-C) must still tear the sandbox down, but a lost
         # worker must not hang the eval (its reaper removes what we could not).
-        close = asyncio.ensure_future(self.dispatcher.close_sandbox(route))
+        close = asyncio.ensure_future(self._close_and_record(route))
         try:
             await asyncio.wait_for(asyncio.shield(close), CLOSE_TIMEOUT_S)
         except (Exception, asyncio.CancelledError):  # noqa: BLE001 - best effort
             pass
+
+    async def _close_and_record(self, route: SampleRoute) -> None:
+        await self.dispatcher.close_sandbox(route)
+        if self.journal is not None:
+            await self.journal.sandbox("close", SandboxRecord(handle=str(route.sandbox), queue=route.queue,
+                                                              run_id=self.run_id))
 
     def _sandbox_sample_id(self, sample_id: int | str, epoch: int) -> str:
         return str(sample_id) if self.epochs == 1 else f"{sample_id}#{epoch}"

@@ -35,3 +35,42 @@ async def test_lost_worker_host_retries_samples_on_another_host(tmp_path: Path, 
         assert s.error_retries[0].type in ("SandboxLostError", "SandboxUnavailableError")
         hosts = {e.host for e in s.events if e.event == "tool" and e.function == "bash"}
         assert hosts == {survivor.host}  # the final attempt ran on the surviving host
+
+
+def test_resume_after_sigkill_closes_the_dead_runs_sandboxes_on_workers(tmp_path: Path, fleet) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import subprocess
+    import sys
+    from collections import Counter
+
+    from orchestrator.eval import read_eval_log
+
+    from .test_resume import _kill_after_samples
+
+    fleet.worker(concurrency=8, slots=8)
+    boxes = tmp_path / "boxes"
+    boxes.mkdir()
+    marker = tmp_path / "runs.txt"
+    log_dir = tmp_path / "logs"
+    env = {**os.environ, "TOOLFLEET_TEST_MARKER": str(marker)}
+    cmd = [sys.executable, "-m", "orchestrator.cli", "eval", f"{BASIC}@sandboxed", "--model", "scripted/bash_then_answer",
+           "-T", "n=8", "-T", f"sandbox={{type: local, root_dir: {boxes}}}", "--broker", fleet.redis.url,
+           "--max-samples", "3", "--log-dir", str(log_dir), "--display", "none"]
+    # Kill while every slot holds a journaled sandbox (so no open is in flight: a sandbox whose open had
+    # not returned when the orchestrator died is the worker's orphan reaping's to remove, not the resume's).
+    path = _kill_after_samples(cmd, log_dir, env, at_least=2, open_sandboxes=3)
+
+    before = read_eval_log(path)
+    finished = {str(s.id) for s in before.samples}
+    assert before.open_sandboxes, "the killed run had sandboxes open on the worker"
+    assert any(boxes.iterdir()), "their directories are still on the worker host"
+
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "eval-retry", str(path), "--display", "none"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    after = read_eval_log(path)
+    assert after.status == "success" and len(after.samples) == 8
+    assert after.open_sandboxes == []
+    assert list(boxes.iterdir()) == []  # nothing leaked on the worker host
+    runs = Counter(marker.read_text().split())
+    assert all(runs[s] == 1 for s in finished)

@@ -34,13 +34,24 @@ def _sample_lines(log_dir: Path) -> tuple[Path | None, int]:
     return logs[0], sum(1 for line in text if line.startswith(b'{"type": "sample"'))
 
 
-def _kill_after_samples(cmd: list[str], log_dir: Path, env: dict[str, str], at_least: int) -> Path:
+def _open_sandbox_lines(path: Path) -> int:
+    opened = closed = 0
+    for line in path.read_bytes().split(b"\n"):
+        if line.startswith(b'{"type": "sandbox", "event": "open"'):
+            opened += 1
+        elif line.startswith(b'{"type": "sandbox", "event": "close"'):
+            closed += 1
+    return opened - closed
+
+
+def _kill_after_samples(cmd: list[str], log_dir: Path, env: dict[str, str], at_least: int,
+                        open_sandboxes: int = 0) -> Path:
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             path, n = _sample_lines(log_dir)
-            if n >= at_least:
+            if n >= at_least and (not open_sandboxes or (path is not None and _open_sandbox_lines(path) >= open_sandboxes)):
                 break
             if proc.poll() is not None:
                 raise AssertionError("the eval finished before it could be killed")
