@@ -112,7 +112,12 @@ async def universal_exec(
             await asyncio.gather(feeder, return_exceptions=True)
         writer.close()
         sock.close()
-    info = await api.call(api.api.exec_inspect, exec_id)
+    # The stream can end a moment before the daemon records the exit code: poll briefly (bounded).
+    for _ in range(100):
+        info = await api.call(api.api.exec_inspect, exec_id)
+        if not info.get("Running") and info.get("ExitCode") is not None:
+            break
+        await asyncio.sleep(0.02)
     code = info.get("ExitCode")
     elapsed = time.monotonic() - started
     timed_out = host_timed_out or (
