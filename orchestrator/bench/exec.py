@@ -134,8 +134,13 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
         def docker_exec() -> None:
             exec_id = api.exec_create(env.container_id, ["bash", "--login", "-c", "true"], user=driver.exec_user)["Id"]
             api.exec_start(exec_id)
-            if api.exec_inspect(exec_id)["ExitCode"] != 0:
-                raise RuntimeError("baseline docker exec failed")
+            for _ in range(100):  # the exit code can trail the end of the stream slightly
+                code = api.exec_inspect(exec_id)["ExitCode"]
+                if code is not None:
+                    break
+                time.sleep(0.005)
+            if code != 0:
+                raise RuntimeError(f"baseline docker exec failed ({code})")
 
         async def baseline_one() -> None:
             await loop.run_in_executor(pool, docker_exec)
