@@ -41,6 +41,7 @@ class WorkerConfig(BaseModel):
     max_call_seconds: float = Field(3600.0, gt=0, description="bound on a call that has no timeout of its own")
     call_grace: float = Field(30.0, ge=0, description="extra wait beyond a call's own timeout")
     open_timeout: float = Field(300.0, gt=0, description="bound on creating a sandbox")
+    orphan_grace: float = Field(30.0, gt=0, description="seconds an owner's lease may be missing before its sandboxes are closed")
 
 
 class WorkerRuntime:
@@ -54,6 +55,8 @@ class WorkerRuntime:
         self.memory: CallMemory | None = None
         self.heartbeat: Heartbeat | None = None
         self.draining = False
+        self.owners: dict[str, str] = {}  # sandbox handle -> the orchestrator lease that owns it
+        self._owner_missing: dict[str, float] = {}  # owner -> when its lease was first seen missing
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -102,6 +105,31 @@ class WorkerRuntime:
         assert self.memory is not None and self.heartbeat is not None
         self.heartbeat.record.running = len(self.memory.running_ids())
         await self.memory.reassert_claims(self.config.max_call_seconds)
+        await self._close_orphans()
+
+    async def _close_orphans(self) -> None:
+        """Close sandboxes whose orchestrator is gone (its lease lapsed): a crashed or killed eval
+        must not leak sandboxes here, including ones it was still opening when it died."""
+        owners = sorted(set(self.owners.values()))
+        if not owners or self.redis is None:
+            return
+        leases = await self.redis.mget([_names.lease_key(o) for o in owners])
+        now = asyncio.get_running_loop().time()
+        gone: set[str] = set()
+        for owner, lease in zip(owners, leases):
+            if lease is not None:
+                self._owner_missing.pop(owner, None)
+            elif now - self._owner_missing.setdefault(owner, now) >= self.config.orphan_grace:
+                gone.add(owner)
+        if not gone:
+            return
+        from .tasks import run_close
+
+        for handle in [h for h, o in self.owners.items() if o in gone]:
+            log.warning("worker.sandbox_orphaned", host=self.config.host, sandbox=handle, owner=self.owners.get(handle))
+            await run_close(self, handle)
+        for owner in gone:
+            self._owner_missing.pop(owner, None)
 
     async def _reap(self) -> None:
         """Remove sandboxes a previous incarnation of this host left behind (at every start)."""

@@ -52,6 +52,12 @@ def slots_used_key(host: str) -> str:
     return f"{PREFIX}:host:{host}:used"
 
 
+def lease_key(client_id: str) -> str:
+    """An orchestrator's (dispatcher's) lease, refreshed while it runs: sandboxes it opened live only
+    as long as it does (a worker closes those whose owner's lease has been gone for a while)."""
+    return f"{PREFIX}:lease:{client_id}"
+
+
 def call_key(call_id: str) -> str:
     """Marker of a call being executed (``running:<host>``), so a redelivery is not run twice."""
     return f"{PREFIX}:call:{call_id}"

@@ -30,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slots", type=int, default=16, help="sandboxes this host accepts")
     p.add_argument("--heartbeat-interval", type=float, default=2.0)
     p.add_argument("--heartbeat-ttl", type=float, default=10.0, help="seconds without a heartbeat before the host is lost")
+    p.add_argument("--orphan-grace", type=float, default=30.0,
+                   help="seconds an orchestrator may be gone before the sandboxes it opened here are closed")
     p.add_argument("--pool", choices=["threads", "solo"], default="threads",
                    help="threads (default): concurrent calls share one asyncio loop; solo: one call at a time")
     p.add_argument("--no-task-events", action="store_true",
@@ -46,7 +48,8 @@ def worker_main(argv: list[str]) -> int:
     for module in args.imports:
         importlib.import_module(module)
     config_kwargs = {"broker_url": args.broker, "slots": args.slots,
-                     "heartbeat_interval": args.heartbeat_interval, "heartbeat_ttl": args.heartbeat_ttl}
+                     "heartbeat_interval": args.heartbeat_interval, "heartbeat_ttl": args.heartbeat_ttl,
+                     "orphan_grace": args.orphan_grace}
     if args.hostname:
         config_kwargs["host"] = args.hostname
     config = WorkerConfig(**config_kwargs)

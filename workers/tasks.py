@@ -76,7 +76,7 @@ async def run_call(rt: WorkerRuntime, payload: dict[str, Any], task_id: str) -> 
     return data
 
 
-async def run_open(rt: WorkerRuntime, payload: dict[str, Any]) -> dict[str, Any]:
+async def run_open(rt: WorkerRuntime, payload: dict[str, Any], owner: str | None = None) -> dict[str, Any]:
     host = rt.config.host
     if rt.draining:
         return {"error": {"type": "draining", "message": f"Worker host '{host}' is draining and takes no new sandboxes."}}
@@ -90,6 +90,8 @@ async def run_open(rt: WorkerRuntime, payload: dict[str, Any]) -> dict[str, Any]
         return {"error": {"type": type(exc).__name__, "message": str(exc)}, "host": host}
     if rt.heartbeat is not None:
         rt.heartbeat.record.sandboxes += 1
+    if owner:
+        rt.owners[handle] = owner
     return {"handle": handle, "host": host}
 
 
@@ -107,6 +109,7 @@ async def run_close(rt: WorkerRuntime, handle: str) -> dict[str, Any]:
         log.warning("worker.close_sandbox_failed", host=host, handle=handle, error=str(exc))
         return {"error": {"type": type(exc).__name__, "message": str(exc)}, "host": host}
     finally:
+        rt.owners.pop(handle, None)
         if rt.heartbeat is not None:
             rt.heartbeat.record.sandboxes = max(0, rt.heartbeat.record.sandboxes - 1)
         if rt.redis is not None:
@@ -156,10 +159,10 @@ def register_tasks(app: Celery) -> None:
             return _error_outcome(task_id, rt.config.host, "timeout", "Command timed out before completing.")
 
     @app.task(name=_names.TASK_OPEN_SANDBOX, bind=True, acks_late=True, Request=_REQUEST)
-    def open_sandbox(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    def open_sandbox(self: Any, payload: dict[str, Any], owner: str | None = None) -> dict[str, Any]:
         rt = runtime(app.conf.broker_url)
         try:
-            return rt.submit(run_open(rt, payload), timeout=rt.config.open_timeout)
+            return rt.submit(run_open(rt, payload, owner), timeout=rt.config.open_timeout)
         except TimeoutError as exc:
             return {"error": {"type": "TimeoutError", "message": str(exc)}, "host": rt.config.host}
 

@@ -56,6 +56,7 @@ class CeleryDispatcherConfig(BaseModel):
     watch_interval: float = Field(1.0, gt=0, description="how often pending calls' hosts are checked")
     open_timeout: float = Field(300.0, gt=0, description="bound on creating a sandbox on a worker")
     placement_wait: float = Field(60.0, ge=0, description="how long open_sandbox waits for a free slot (autoscaling)")
+    lease_ttl: float = Field(3.0, gt=0, description="seconds this orchestrator's sandbox lease outlives its last renewal")
     close_timeout: float = Field(60.0, gt=0)
     publish_timeout: float = Field(30.0, gt=0, description="how long publishing retries through a broker outage")
 
@@ -102,6 +103,7 @@ class CeleryDispatcher(Dispatcher):
         self._start_lock: asyncio.Lock | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._closed = False
+        self.client_id = uuid.uuid4().hex  # owner of the sandboxes this dispatcher opens (lease)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -330,7 +332,9 @@ class CeleryDispatcher(Dispatcher):
         except (RedisError, OSError) as exc:
             raise SandboxUnavailableError(f"Sandbox placement failed: the broker is unreachable ({exc}).") from exc
         try:
-            meta = await self._lifecycle_task("open", _names.TASK_OPEN_SANDBOX, spec.model_dump(mode="json"), host.queue, host.host, host.boot)
+            await self._listener.redis.set(_names.lease_key(self.client_id), 1, ex=max(1, int(self.config.lease_ttl)))
+            meta = await self._lifecycle_task("open", _names.TASK_OPEN_SANDBOX, [spec.model_dump(mode="json"), self.client_id],
+                                              host.queue, host.host, host.boot)
         except BaseException:
             await self._release(host.host)
             raise
@@ -378,7 +382,7 @@ class CeleryDispatcher(Dispatcher):
         if host is None or self._is_lost(host, boot) or self._closed:
             return  # nothing left to close: the host (and the sandbox) is gone
         try:
-            await self._lifecycle_task("close", _names.TASK_CLOSE_SANDBOX, route.sandbox, _names.host_queue(host), host, boot)
+            await self._lifecycle_task("close", _names.TASK_CLOSE_SANDBOX, [route.sandbox], _names.host_queue(host), host, boot)
         except (SandboxUnavailableError, TimeoutError, asyncio.CancelledError) as exc:
             if isinstance(exc, asyncio.CancelledError):
                 raise
@@ -386,13 +390,14 @@ class CeleryDispatcher(Dispatcher):
 
     async def _lifecycle_task(self, kind: Literal["open", "close"], name: str, arg: Any, queue: str,
                               host: str, boot: str | None) -> dict[str, Any]:
+        await self.start()  # a resumed eval may close a dead run's sandboxes before anything else
         loop = asyncio.get_running_loop()
         rec = _Pending(task_id=uuid.uuid4().hex, future=loop.create_future(), kind=kind, function=f"{kind}_sandbox",
                        payload=arg, queue=queue, host=host, boot=boot)
         rec.future.add_done_callback(lambda f: self._on_done(rec, f))
         await self._track([rec])
         try:
-            await loop.run_in_executor(self._publisher, self._publish_one, name, [arg], rec.task_id, queue)
+            await loop.run_in_executor(self._publisher, self._publish_one, name, arg, rec.task_id, queue)
         except Exception as exc:  # noqa: BLE001
             rec.future.cancel()
             raise SandboxUnavailableError(f"Could not reach the worker fleet to {kind} a sandbox: {exc}") from exc
@@ -414,6 +419,7 @@ class CeleryDispatcher(Dispatcher):
 
     async def _watch(self) -> None:
         while True:
+            await self._renew_lease()
             await asyncio.sleep(self.config.watch_interval)
             hosts = {rec.host for rec in self._pending.values() if rec.host is not None}
             if not hosts:
@@ -422,6 +428,15 @@ class CeleryDispatcher(Dispatcher):
                 await self._check_hosts(sorted(hosts))
             except (RedisError, OSError) as exc:
                 log.debug("dispatch.watch_skipped", error=str(exc))  # Redis down: judge nobody meanwhile
+
+    async def _renew_lease(self) -> None:
+        """Workers close the sandboxes of an orchestrator whose lease lapsed (it crashed)."""
+        if not self._sandboxes:
+            return
+        try:
+            await self._listener.redis.set(_names.lease_key(self.client_id), 1, ex=max(1, int(self.config.lease_ttl)))
+        except (RedisError, OSError) as exc:
+            log.debug("dispatch.lease_failed", error=str(exc))
 
     async def _check_hosts(self, hosts: list[str]) -> None:
         redis = self._listener.redis

@@ -175,3 +175,21 @@ async def test_sigterm_drains_running_calls_and_takes_no_new_sandboxes(fleet, ma
     assert outcome.result == "finishing" and outcome.error is None
     assert await asyncio.to_thread(leaving.proc.wait, 60) == 0
     assert not client.exists(_names.heartbeat_key(leaving.host))  # gone from placement at once
+
+
+async def test_sandboxes_of_a_vanished_orchestrator_are_closed_by_their_host(fleet, make_dispatcher, tmp_path) -> None:
+    worker = fleet.worker()
+    d = make_dispatcher(lease_ttl=1.0)
+    boxes = tmp_path / "boxes"
+    boxes.mkdir()
+    route = await d.open_sandbox(local_spec("orphan").model_copy(update={"config": {"type": "local", "root_dir": str(boxes)}}))
+    assert len(list(boxes.iterdir())) == 1
+    await d.aclose()  # stands in for a crashed orchestrator: its lease is no longer renewed
+    client = fleet.redis.client()
+    for _ in range(1500):  # bounded (30 s): lease TTL + the worker's orphan grace
+        if not list(boxes.iterdir()) and int(client.get(_names.slots_used_key(worker.host)) or 0) == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert list(boxes.iterdir()) == []
+    assert int(client.get(_names.slots_used_key(worker.host)) or 0) == 0
+    assert route.sandbox is not None

@@ -99,13 +99,14 @@ class WorkerProcess:
 
     def __init__(self, broker_url: str, host: str | None = None, concurrency: int = 16, slots: int = 16,
                  imports: tuple[str, ...] = (SAMPLE_TOOLS,), heartbeat_interval: float = 0.5,
-                 heartbeat_ttl: float = 3.0, extra_args: tuple[str, ...] = ()) -> None:
+                 heartbeat_ttl: float = 3.0, orphan_grace: float = 2.0, extra_args: tuple[str, ...] = ()) -> None:
         self.broker_url = broker_url
         self.host = host or f"w-{uuid.uuid4().hex[:8]}"
         self.args = [
             sys.executable, "-m", "workers.cli", "--broker", broker_url, "--hostname", self.host,
             "--concurrency", str(concurrency), "--slots", str(slots),
             "--heartbeat-interval", str(heartbeat_interval), "--heartbeat-ttl", str(heartbeat_ttl),
+            "--orphan-grace", str(orphan_grace),
             "--loglevel", os.environ.get("TOOLFLEET_TEST_WORKER_LOGLEVEL", "WARNING"),
             *[a for m in imports for a in ("--import", m)], *extra_args,
         ]
