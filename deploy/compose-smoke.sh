@@ -15,6 +15,7 @@ LOGS=$(mktemp -d)
 trap 'timeout 180 $COMPOSE down -v --remove-orphans >/dev/null 2>&1 || true' EXIT
 
 timeout 120 $COMPOSE config -q
+if [ -n "${EXTRA_CA:-}" ]; then cp "$EXTRA_CA" deploy/docker/extra-ca.crt; fi   # e.g. EXTRA_CA=/etc/ssl/certs/ca-certificates.crt
 echo "== build"
 timeout 1800 $COMPOSE build
 echo "== up: redis + $WORKERS workers"

@@ -18,7 +18,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import structlog
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -33,6 +33,7 @@ HOST_ENV = "TOOLFLEET_HOST"
 
 
 class WorkerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     broker_url: str
     host: str = Field(default_factory=lambda: os.environ.get(HOST_ENV) or socket.gethostname())
     slots: int = Field(16, ge=0, description="sandboxes this host accepts")

@@ -19,7 +19,7 @@ from celery import Celery
 from celery.backends.redis import RedisBackend
 from celery.worker.consumer import Consumer
 from kombu.transport import redis as kombu_redis
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from . import _names
 
@@ -83,6 +83,7 @@ class FleetConsumer(Consumer):
 
 
 class AppConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     """What differs between deployments; everything else is fixed by the design."""
 
     broker_url: str = Field(default_factory=lambda: os.environ.get(BROKER_ENV, DEFAULT_BROKER))

@@ -31,7 +31,7 @@ from typing import Any, Literal
 import structlog
 from celery import group
 from kombu import Exchange, Queue
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
 from orchestrator._wire import CallOutcome, FatalError, SandboxSpec
@@ -47,6 +47,7 @@ log = structlog.get_logger("toolfleet.dispatch")
 
 
 class CeleryDispatcherConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     type: Literal["celery"] = "celery"
     broker_url: str = Field(default_factory=lambda: AppConfig().broker_url)
     max_payload_bytes: int = Field(8 * 1024 * 1024, gt=0, description="cap on a call's JSON request")
