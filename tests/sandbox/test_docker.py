@@ -215,6 +215,9 @@ async def test_fallback_on_an_image_without_python3(sandbox_factory):
     assert "1000.77" not in ps.stdout
     await env.write_file("/tmp/f.bin", b"\x00\xff data")
     assert await env.read_file("/tmp/f.bin", text=False) == b"\x00\xff data"
+    big_file = bytes(range(256)) * (48 * 1024)  # 12 MiB: above the exec cap, below the read_file limit
+    await env.write_file("/tmp/big.bin", big_file)
+    assert await env.read_file("/tmp/big.bin", text=False) == big_file
 
 
 async def test_missing_image_is_a_clear_error(sandbox_image):

@@ -131,6 +131,9 @@ async def test_binary_output(env):
 async def test_files(env):
     await env.write_file("dir/a.txt", "héllo\n")
     assert await env.read_file("dir/a.txt") == "héllo\n"
+    big = bytes(range(256)) * (48 * 1024)  # 12 MiB: files are not held to the per-command output cap
+    await env.write_file("dir/big.bin", big)
+    assert await env.read_file("dir/big.bin", text=False) == big
     with pytest.raises(FileNotFoundError):
         await env.read_file("nope.txt")
     with pytest.raises(IsADirectoryError):

@@ -62,7 +62,7 @@ class AgentSandboxEnvironment(SandboxEnvironment):
 
     async def _universal_exec(
         self, argv: list[str], input: bytes | None, cwd: str | None, env: dict[str, str] | None,
-        user: str | None, timeout: float | None,
+        user: str | None, timeout: float | None, cap: int,
     ) -> RawResult:
         raise SandboxUnavailableError(f"Sandbox '{self.sandbox_id}': the exec agent could not start.")
 
@@ -117,7 +117,7 @@ class AgentSandboxEnvironment(SandboxEnvironment):
                 if raw.oom:
                     raise await self._explain_failure(SandboxOutOfMemoryError(self._oom_message()))
                 return raw
-        return await self._universal_exec(list(cmd), data, cwd, env, user, timeout)
+        return await self._universal_exec(list(cmd), data, cwd, env, user, timeout, cap)
 
     def _oom_message(self) -> str:
         return f"The sandbox ran out of memory: the command in sandbox '{self.sandbox_id}' was killed by the OOM killer."

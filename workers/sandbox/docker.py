@@ -52,7 +52,7 @@ class DockerSandboxEnvironment(AgentSandboxEnvironment):
 
     async def _universal_exec(
         self, argv: list[str], input: bytes | None, cwd: str | None, env: dict[str, str] | None,
-        user: str | None, timeout: float | None,
+        user: str | None, timeout: float | None, cap: int,
     ) -> RawResult:
         api = self.driver.api
         try:
@@ -62,7 +62,7 @@ class DockerSandboxEnvironment(AgentSandboxEnvironment):
                 self._has_timeout = probe.returncode == 0
             user = user or self.driver.exec_user
             return await universal_exec(api, self.container_id, argv, input, cwd, env, user, timeout,
-                                        self.output_cap, self._has_timeout)
+                                        cap, self._has_timeout)
         except (APIError, DockerException, ConnectionError, OSError) as exc:
             raise await self._explain_failure(exc) from exc
 
