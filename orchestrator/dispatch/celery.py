@@ -97,7 +97,7 @@ class CeleryDispatcher(Dispatcher):
         self._publisher = ThreadPoolExecutor(1, thread_name_prefix="toolfleet-publish")
         self._pending: dict[str, _Pending] = {}
         self._sandboxes: dict[str, tuple[str, str]] = {}  # sandbox handle -> (host, boot at open)
-        self._lost: dict[str, str | None] = {}  # host -> boot that was lost (None: any)
+        self._lost: dict[str, set[str]] = {}  # host -> boot ids (process incarnations) known to be lost
         self._missing_since: dict[str, float] = {}
         self._cancels: list[tuple[str, str | None]] = []
         self._declared: set[str] = set()  # queues declared since the broker (re)started; publisher thread only
@@ -413,10 +413,9 @@ class CeleryDispatcher(Dispatcher):
     # --- host liveness and Redis restarts ------------------------------------------------------
 
     def _is_lost(self, host: str, boot: str | None) -> bool:
-        if host not in self._lost:
-            return False
-        lost_boot = self._lost[host]
-        return lost_boot is None or boot is None or boot == lost_boot
+        """Whether what ``host`` held under ``boot`` is known to be gone (a host that comes back, or
+        restarts under the same name, serves new sandboxes: only the lost incarnations are gone)."""
+        return boot is not None and boot in self._lost.get(host, ())
 
     async def _watch(self) -> None:
         while True:
@@ -458,7 +457,10 @@ class CeleryDispatcher(Dispatcher):
                 self._host_lost(host, rec.boot)  # the host restarted: what the old process held is gone
 
     def _host_lost(self, host: str, boot: str | None) -> None:
-        self._lost[host] = boot
+        """``boot=None``: the host's heartbeat is gone, so every incarnation we know of is lost."""
+        known = {b for h, b in self._sandboxes.values() if h == host} | {
+            r.boot for r in self._pending.values() if r.host == host and r.boot is not None}
+        self._lost.setdefault(host, set()).update(known if boot is None else {boot})
         victims = [r for r in self._pending.values() if r.host == host and (boot is None or r.boot == boot)]
         if victims:
             log.warning("dispatch.host_lost", host=host, pending=len(victims))
