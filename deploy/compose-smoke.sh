@@ -12,6 +12,7 @@ COMPOSE=${COMPOSE:-docker-compose}
 WORKERS=${WORKERS:-2}
 export FLEET_WORKERS=$WORKERS EVAL_LIMIT=${EVAL_LIMIT:-6} COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-toolfleet-smoke}
 LOGS=$(mktemp -d)
+export TOOLFLEET_LOG_DIR=$LOGS   # the orchestrator's /logs
 trap 'timeout 180 $COMPOSE down -v --remove-orphans >/dev/null 2>&1 || true' EXIT
 
 timeout 120 $COMPOSE config -q
@@ -21,10 +22,10 @@ timeout 1800 $COMPOSE build
 echo "== up: redis + $WORKERS workers"
 timeout 300 $COMPOSE up -d --scale worker="$WORKERS" redis worker
 echo "== eval through the fleet"
-timeout 1200 $COMPOSE run --rm -v "$LOGS:/logs" orchestrator
+timeout 1200 $COMPOSE run --rm orchestrator
 echo "== celery inspect"
 timeout 120 $COMPOSE exec -T worker celery -A workers.app inspect ping --timeout 10 | tee "$LOGS/inspect.txt"
 test "$(grep -c pong "$LOGS/inspect.txt")" -ge "$WORKERS"
 echo "== result"
-timeout 120 $COMPOSE run --rm -v "$LOGS:/logs" orchestrator toolfleet log list --log-dir /logs | tee "$LOGS/summary.txt"
+timeout 120 $COMPOSE run --rm orchestrator toolfleet log list --log-dir /logs | tee "$LOGS/summary.txt"
 echo "smoke OK (logs in $LOGS)"
