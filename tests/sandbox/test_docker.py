@@ -105,6 +105,11 @@ def _leak(client, sandbox_image: str, labels: dict[str, str]) -> str:
     return container.id
 
 
+def _container_ids(client) -> set[str]:
+    # The low-level list: containers.list() inspects each one and races with concurrent removals.
+    return {c["Id"] for c in client.api.containers(all=True)}
+
+
 async def test_reaper_removes_leaked_containers(sandbox_factory, client, sandbox_image):
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -113,13 +118,13 @@ async def test_reaper_removes_leaked_containers(sandbox_factory, client, sandbox
     env = await sandbox_factory("docker")  # driver start reaps
     kept = _leak(client, sandbox_image, container_labels("e", "s", 3600))  # owned by this live process
     try:
-        ids = {c.id for c in client.containers.list(all=True)}
+        ids = _container_ids(client)
         assert orphan not in ids and expired not in ids
         assert env.container_id in ids and kept in ids
         client.api.kill(kept)  # an exited container of ours that no driver holds goes next
         await asyncio.sleep(0.5)
         assert await sandbox_factory.drivers[-1].reap() >= 1
-        ids = {c.id for c in client.containers.list(all=True)}
+        ids = _container_ids(client)
         assert kept not in ids and env.container_id in ids
     finally:
         for cid in (orphan, expired, kept):
@@ -134,10 +139,10 @@ async def test_reaper_runs_periodically(sandbox_factory, client, sandbox_image):
     leaked = _leak(client, sandbox_image, {**container_labels("e", "s", 3600), EXPIRY: "1"})
     try:
         for _ in range(100):
-            if leaked not in {c.id for c in client.containers.list(all=True)}:
+            if leaked not in _container_ids(client):
                 break
             await asyncio.sleep(0.2)
-        assert leaked not in {c.id for c in client.containers.list(all=True)}
+        assert leaked not in _container_ids(client)
     finally:
         try:
             client.api.remove_container(leaked, force=True)
