@@ -49,7 +49,8 @@ def local_spec(sample_id: str = "s1") -> SandboxSpec:
 def starts(path: str, label: str | None = None) -> int:
     """How many times the ``record`` tool started (optionally for one label)."""
     try:
-        lines = open(path).read().splitlines()
+        with open(path) as f:
+            lines = f.read().splitlines()
     except FileNotFoundError:
         return 0
     return sum(1 for line in lines if line.startswith("start") and (label is None or line.split()[1] == label))
