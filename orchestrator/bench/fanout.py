@@ -35,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=1, help="worker processes (hosts)")
     parser.add_argument("--concurrency", type=int, default=128, help="pool threads per worker")
     parser.add_argument("--sandbox", choices=["docker", "local"], default="docker")
+    parser.add_argument("--lean", action="store_true",
+                        help="no Celery task events (worker) and no task-sent events (orchestrator): Flower sees less")
     parser.add_argument("--baseline-stages", type=int, default=1, help="turns per sample for the docker-exec baseline")
 
 
@@ -45,14 +47,14 @@ def _sandbox_config(kind: str, samples: int) -> dict[str, Any]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from orchestrator.dispatch.celery import CeleryDispatcher
+    from orchestrator.dispatch.celery import CeleryDispatcher, CeleryDispatcherConfig
     from orchestrator.model import ChatMessageAssistant, ChatMessageUser, execute_tools
     from orchestrator.tool import ToolCall, bash
 
     tools = [bash()]
     slots = -(-args.samples // args.workers) + 4
-    async with BenchFleet(workers=args.workers, concurrency=args.concurrency, slots=slots) as fleet:
-        dispatcher = CeleryDispatcher(fleet.url)
+    async with BenchFleet(workers=args.workers, concurrency=args.concurrency, slots=slots, task_events=not args.lean) as fleet:
+        dispatcher = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=fleet.url, send_sent_events=not args.lean))
         config = _sandbox_config(args.sandbox, args.samples)
         opening = time.perf_counter()
         routes: list[SampleRoute] = list(await asyncio.gather(*(
@@ -97,6 +99,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
         "workload": "fanout",
         "sandbox": args.sandbox,
+        "lean": args.lean,
         "samples": args.samples,
         "stages": args.stages,
         "stage": args.stage,

@@ -57,6 +57,8 @@ class CeleryDispatcherConfig(BaseModel):
     watch_interval: float = Field(1.0, gt=0, description="how often pending calls' hosts are checked")
     open_timeout: float = Field(300.0, gt=0, description="bound on creating a sandbox on a worker")
     placement_wait: float = Field(60.0, ge=0, description="how long open_sandbox waits for a free slot (autoscaling)")
+    send_sent_events: bool = Field(True, description="Celery task-sent events (Flower's SENT state); each costs one more "
+                                   "broker round trip per call on the publisher")
     lease_ttl: float = Field(3.0, gt=0, description="seconds this orchestrator's sandbox lease outlives its last renewal")
     close_timeout: float = Field(60.0, gt=0)
     publish_timeout: float = Field(30.0, gt=0, description="how long publishing retries through a broker outage")
@@ -93,6 +95,7 @@ class CeleryDispatcher(Dispatcher):
     def __init__(self, broker_url: str | None = None, config: CeleryDispatcherConfig | None = None) -> None:
         self.config = config or CeleryDispatcherConfig(**({"broker_url": broker_url} if broker_url else {}))
         self.app = create_app(AppConfig(broker_url=self.config.broker_url, max_payload_bytes=self.config.max_payload_bytes))
+        self.app.conf.task_send_sent_event = self.config.send_sent_events
         self._listener = ResultListener(self.config.broker_url, on_reconnect=self._after_reconnect)
         self._publisher = ThreadPoolExecutor(1, thread_name_prefix="toolfleet-publish")
         self._pending: dict[str, _Pending] = {}
