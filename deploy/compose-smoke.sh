@@ -13,7 +13,7 @@ WORKERS=${WORKERS:-2}
 export FLEET_WORKERS=$WORKERS EVAL_LIMIT=${EVAL_LIMIT:-6} COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-toolfleet-smoke}
 LOGS=$(mktemp -d)
 export TOOLFLEET_LOG_DIR=$LOGS   # the orchestrator's /logs
-trap 'timeout 180 $COMPOSE down -v --remove-orphans >/dev/null 2>&1 || true' EXIT
+trap 'timeout 180 $COMPOSE down -v --remove-orphans >/dev/null 2>&1 || true; rm -f deploy/docker/extra-ca.crt' EXIT
 
 timeout 120 $COMPOSE config -q
 if [ -n "${EXTRA_CA:-}" ]; then cp "$EXTRA_CA" deploy/docker/extra-ca.crt; fi   # e.g. EXTRA_CA=/etc/ssl/certs/ca-certificates.crt
