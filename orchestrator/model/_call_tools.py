@@ -9,7 +9,8 @@ order the model declared the calls, whatever order they complete in.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,9 +74,11 @@ async def _execute(
     output: ModelOutput | None = None
 
     for stage in stages:
-        if len(stage) == 1:
-            prepared = [await prepare_call(stage[0], enabled, message, history, approval, route.sample_id, route.sandbox)]
-        else:
+        if len(stage) == 1 or approval is None:
+            # Without approvers, preparing a call never waits on anyone: no tasks needed.
+            prepared = [await prepare_call(c, enabled, message, history, approval, route.sample_id, route.sandbox)
+                        for c in stage]
+        else:  # approvers may wait (on a model or a person): ask about a stage's calls concurrently
             prepared = list(await asyncio.gather(
                 *(prepare_call(c, enabled, message, history, approval, route.sample_id, route.sandbox) for c in stage)))
         runnable: list[Prepared] = []
@@ -180,15 +183,32 @@ async def _run_stage(stage: list[Prepared], ctx: FinishContext) -> list[tuple[Pr
     return [(t.p, task.result()) for t, task in zip(tracks, tasks)]
 
 
+async def _as_completed(futures: list[asyncio.Future[CallOutcome]]) -> AsyncIterator[asyncio.Future[CallOutcome]]:
+    """Yield futures as they complete: one done-callback each, one wake-up future per wait (O(n))."""
+    done: deque[asyncio.Future[CallOutcome]] = deque()
+    wake: list[asyncio.Future[None]] = []
+
+    def on_done(future: asyncio.Future[CallOutcome]) -> None:
+        done.append(future)
+        if wake and not wake[-1].done():
+            wake[-1].set_result(None)
+
+    for future in futures:
+        future.add_done_callback(on_done)
+    loop = asyncio.get_running_loop()
+    for _ in futures:
+        while not done:
+            wake.append(loop.create_future())
+            await wake[-1]
+        yield done.popleft()
+
+
 async def _finish_in_completion_order(tracks: list[_Track], ctx: FinishContext) -> list[tuple[Prepared, ChatMessageTool]]:
     by_future = {t.future: t for t in tracks}
-    completed: asyncio.Queue[asyncio.Future[CallOutcome]] = asyncio.Queue()
-    for track in tracks:
-        track.future.add_done_callback(completed.put_nowait)  # type: ignore[union-attr]
     try:
-        for _ in tracks:
-            track = by_future[await completed.get()]
-            track.outcome = track.future.result()  # type: ignore[union-attr]
+        async for future in _as_completed(list(by_future)):  # type: ignore[arg-type]
+            track = by_future[future]
+            track.outcome = future.result()
             with span(name=track.p.call.function, type="tool"):
                 await _complete(track, ctx)
     except BaseException as exc:
