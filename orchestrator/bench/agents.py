@@ -21,6 +21,11 @@ import time
 from typing import Any
 
 LAG_INTERVAL = 0.01  # seconds between event-loop lag probes
+# Thousands of samples are concurrent because each waits on its model most of the time: a mean of
+# 10 s per turn is typical of agentic LLM turns. With an instant model every sample is runnable at
+# once and loop lag is N x the cost of one step whatever the design, so that is a throughput run.
+DEFAULT_LATENCY = 10.0
+DEFAULT_RAMP = 2.0
 CHILD_TIMEOUT = 1800.0  # bound on one N's subprocess
 
 
@@ -28,21 +33,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--samples", type=int, nargs="+", default=[1000, 5000], help="concurrent samples (one run per N)")
     parser.add_argument("--turns", type=int, default=10, help="tool-calling turns per sample (a submit turn follows)")
     parser.add_argument("--calls", type=int, default=2, help="parallel tool calls per turn")
-    parser.add_argument("--latency", type=float, default=0.0,
-                        help="mean scripted-model latency in seconds (uniform +-50%%); 0 answers at once")
+    parser.add_argument("--latency", type=float, default=DEFAULT_LATENCY,
+                        help="mean scripted-model latency in seconds (uniform +-50%%); 0 answers at once "
+                             "(CPU-bound: measures throughput, and lag is then N x one step by construction)")
+    parser.add_argument("--ramp", type=float, default=DEFAULT_RAMP,
+                        help="seconds over which the N samples start (as an eval runner admits them)")
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     runs = []
     for n in args.samples:
-        runs.append(await _run_child(n, args.turns, args.calls, args.latency))
+        runs.append(await _run_child(n, args.turns, args.calls, args.latency, args.ramp))
     return {"workload": "agents", "turns": args.turns, "calls_per_turn": args.calls,
-            "model_latency_s": args.latency, "runs": runs}
+            "model_latency_s": args.latency, "ramp_s": args.ramp, "runs": runs}
 
 
-async def _run_child(samples: int, turns: int, calls: int, latency: float) -> dict[str, Any]:
+async def _run_child(samples: int, turns: int, calls: int, latency: float, ramp: float) -> dict[str, Any]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "orchestrator.bench.agents", str(samples), str(turns), str(calls), str(latency),
+        sys.executable, "-m", "orchestrator.bench.agents", str(samples), str(turns), str(calls), str(latency), str(ramp),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     try:
@@ -103,7 +111,7 @@ def _policy(turns: int, calls: int, latency: float) -> Any:
     return slow_policy if latency > 0 else policy
 
 
-async def _measure(samples: int, turns: int, calls: int, latency: float = 0.0) -> dict[str, Any]:
+async def _measure(samples: int, turns: int, calls: int, latency: float = 0.0, ramp: float = 0.0) -> dict[str, Any]:
     from orchestrator.agent import react, run
     from orchestrator.log import Transcript, bind_transcript
     from orchestrator.model import get_model, usage_scope
@@ -114,6 +122,8 @@ async def _measure(samples: int, turns: int, calls: int, latency: float = 0.0) -
     completed: list[int] = []
 
     async def sample(i: int) -> None:
+        if ramp > 0:
+            await asyncio.sleep(ramp * i / samples)
         with bind_transcript(Transcript()), usage_scope(f"sample-{i}"):
             state = await run(agent, f"sample {i}")
         if state.output.completion != "done":
@@ -162,4 +172,6 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 if __name__ == "__main__":
     n, t, c = (int(a) for a in sys.argv[1:4])
-    print(json.dumps(asyncio.run(_measure(n, t, c, float(sys.argv[4]) if len(sys.argv) > 4 else 0.0))))
+    lat = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
+    ramp_s = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
+    print(json.dumps(asyncio.run(_measure(n, t, c, lat, ramp_s))))
