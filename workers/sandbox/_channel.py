@@ -82,10 +82,14 @@ class AgentChannel:
         env: dict[str, str] | None,
         timeout: float | None,
         cap: int,
+        spares: int = 0,
     ) -> RawResult:
-        spec = json.dumps(
-            {"argv": argv, "cwd": cwd, "env": env, "timeout": timeout, "cap": cap, "input": input is not None}
-        ).encode()
+        # `spares`: how many warm processes the agent keeps for this command if it is the python
+        # tool's form (protocol 3; older agents ignore the field and spawn cold).
+        body = {"argv": argv, "cwd": cwd, "env": env, "timeout": timeout, "cap": cap, "input": input is not None}
+        if spares:
+            body["spares"] = spares
+        spec = json.dumps(body).encode()
         payload = U32.pack(len(spec)) + spec + (input or b"")
         # The agent enforces `timeout`; the host bound only guards against a wedged agent.
         bound = None if timeout is None else timeout + 30.0

@@ -28,6 +28,7 @@ from ._errors import SandboxOutOfMemoryError
 
 log = structlog.get_logger("toolfleet.sandbox")
 
+WARM_SPARES = 2
 READ_FILE_LIMIT = 100 * 1024 * 1024  # larger files are an OutputLimitExceededError, as in Inspect
 # Exit codes of the file scripts below, mapped to the exceptions tools expect.
 _READ_SCRIPT = (
@@ -53,6 +54,9 @@ class AgentSandboxEnvironment(SandboxEnvironment):
         self.fast_path = True  # False once the agent could not start: the universal path is used
         self._had_agent = False
         self.closed = False
+        # Warm spares per (user, cwd, env) for the python tool's exact command; 0 disables. Each
+        # is one idle process (counted against the pids limit; the agent frees them when short).
+        self.warm_spares = WARM_SPARES
 
     # --- subclass hooks -------------------------------------------------------------------------
 
@@ -110,7 +114,9 @@ class AgentSandboxEnvironment(SandboxEnvironment):
         if self.fast_path:
             try:
                 channel = await self._channel(user)
-                raw = None if channel is None else await channel.run(list(cmd), data, cwd, env, timeout, cap)
+                raw = None if channel is None else await channel.run(
+                    list(cmd), data, cwd, env, timeout, cap, self.warm_spares
+                )
             except ChannelClosed as exc:
                 raise await self._explain_failure(exc) from exc
             if raw is not None:

@@ -17,8 +17,14 @@ loop, so concurrent commands cost no threads. Commands start with ``posix_spawn`
 new session, so a timeout kills the whole process group; output is capped here, at the source
 (bytes beyond the cap are read and dropped, never held). The agent never switches users: the host
 starts one agent per user (Docker capabilities stay dropped).
+
+Warm spares (protocol 3; RUN spec ``"spares": n``, 0 disables): the python tool's exact command
+(``bash --login -c "python3 -"`` with the code on stdin) is pre-spawned — same argv, env, cwd — with
+its output pipes already the future call's and a bootstrap on stdin; see ``Spare``. Only that form
+is warm: every other argv spawns cold, exactly as before.
 """
 
+import glob
 import json
 import os
 import selectors
@@ -27,7 +33,7 @@ import signal
 import struct
 import time
 
-VERSION = 2
+VERSION = 3
 HEADER = struct.Struct(">IBI")
 U32 = struct.Struct(">I")
 RUN, KILL, PING, RESULT, PONG = 1, 2, 3, 4, 5
@@ -86,6 +92,87 @@ class Job:
             pass
 
 
+# --- warm spares ------------------------------------------------------------------------------
+
+# The python tool's command (workers/tools/_execute.py). Only this exact form, with input, is warm.
+PYTHON_ARGV = ["bash", "--login", "-c", "python3 -"]
+MAX_WARM_KEYS = 2  # distinct (cwd, env) combinations kept warm; the oldest is dropped
+# The bootstrap is the spare's stdin, so `python3 -` runs it as __main__ with sys.argv == ["-"]
+# exactly as a cold run would. It then swaps in the call's stdin (fd 3), reads the code there —
+# blocking until the call comes — and runs it in a pristine __main__ under the name "<stdin>".
+# It imports nothing new (os is loaded by start-up) and hides its own frame from tracebacks.
+BOOT = b"""def _toolfleet_boot():
+    import sys
+    g = sys.modules["__main__"].__dict__
+    del g["_toolfleet_boot"]
+    os = sys.modules.get("os") or __import__("os")
+    os.dup2(3, 0)
+    os.close(3)
+    parts = []
+    while True:
+        part = os.read(0, 65536)
+        if not part:
+            break
+        parts.append(part)
+    try:
+        code = compile(b"".join(parts), "<stdin>", "exec", dont_inherit=True)
+        del parts, part
+        exec(code, g)
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        tb = exc.__traceback__.tb_next
+        exc.__traceback__ = tb
+        sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, tb
+        if sys.version_info >= (3, 12):
+            sys.last_exc = exc
+        sys.excepthook(type(exc), exc, tb)
+        raise SystemExit(1)
+_toolfleet_boot()
+"""
+
+
+def stamp_paths(env):
+    """Files and directories whose state a spare's start-up read: profiles, PATH, site dirs.
+
+    A directory's mtime changes when an entry is added or removed (a new .pth file, a new user
+    site, a newly installed binary), so a spare that predates such a change is never used.
+    """
+    home = env.get("HOME") or os.path.expanduser("~")
+    paths = ["/etc/profile", "/etc/profile.d", "/etc/bash.bashrc", "/usr/lib/python3/dist-packages"]
+    paths += [os.path.join(home, name) for name in (".bash_profile", ".bash_login", ".profile", ".bashrc",
+                                                    ".local", ".local/lib")]
+    path_dirs = [d for d in env.get("PATH", "").split(":") if d]
+    paths += path_dirs
+    roots = ["/usr/lib", "/usr/local/lib", os.path.join(home, ".local/lib")]
+    roots += [os.path.join(os.path.dirname(d), "lib") for d in path_dirs]  # venvs and prefixes on PATH
+    for root in roots:
+        for lib in glob.glob(os.path.join(root, "python3*")):
+            paths += [lib, os.path.join(lib, "site-packages"), os.path.join(lib, "dist-packages")]
+    return sorted(set(paths))
+
+
+def stamp(paths):
+    out = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+            out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+class Spare:
+    """A pre-spawned python tool process: its stdout/stderr are the future call's, its stdin (fd 3 at
+    first) waits for the call's code. Used by one call only, like any cold process."""
+
+    __slots__ = ("pid", "out_r", "err_r", "in_w", "stamp")
+
+    def __init__(self, pid, out_r, err_r, in_w, stamp_):
+        self.pid, self.out_r, self.err_r, self.in_w, self.stamp = pid, out_r, err_r, in_w, stamp_
+
+
 class Agent:
     def __init__(self):
         self.sel = selectors.DefaultSelector()
@@ -95,6 +182,10 @@ class Agent:
         self.oom_seen = oom_kills()
         self.running = True
         self.sessions = {}  # leader pid -> its start time
+        self.spares = {}  # warm key -> [Spare]; insertion order = least recently used first
+        self.spare_env = {}  # warm key -> (argv env, cwd, stamp paths, wanted count)
+        self.refills = []  # warm keys to top up when the loop is idle
+        self.dying = set()  # killed spares still to reap
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
@@ -143,12 +234,45 @@ class Agent:
         if spec.get("env"):
             env = dict(os.environ)
             env.update(spec["env"])
+        cwd = spec.get("cwd")
+        key = self.warm_key(spec, stdin_data)
+        if key is not None:
+            if key not in self.spare_env:
+                self.spare_env[key] = (env, cwd, stamp_paths(env), int(spec["spares"]))
+            if self.take(req_id, key, spec, stdin_data):
+                return
         has_input = bool(spec.get("input"))
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         in_r, in_w = os.pipe() if has_input else (self.devnull, None)
         actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
-        cwd = spec.get("cwd")
+        try:
+            try:
+                pid = self.spawn(argv, env, cwd, actions)
+            except BlockingIOError:
+                # Out of pids (EAGAIN): idle spares must never cost a call; free theirs and retry.
+                if not self.drop_all_spares():
+                    raise
+                pid = self.spawn(argv, env, cwd, actions)
+        except OSError as exc:
+            for fd in (out_r, out_w, err_r, err_w) + ((in_r, in_w) if has_input else ()):
+                os.close(fd)
+            # Same codes a shell uses: 127 not found, 126 found but not executable.
+            code = 127 if isinstance(exc, FileNotFoundError) else 126
+            where = cwd if (cwd and not os.path.isdir(cwd)) else argv[0]
+            message = ("%s: %s" % (exc.filename or where, exc.strerror)).encode()
+            self.finish_raw(req_id, {"returncode": code, "timed_out": False, "truncated": False, "oom": False,
+                                     "error": {"errno": exc.errno, "strerror": exc.strerror}}, b"", message)
+            return
+        os.close(out_w)
+        os.close(err_w)
+        if has_input:
+            os.close(in_r)
+        self.add_job(req_id, pid, spec, out_r, err_r, in_w if has_input else None, stdin_data)
+        if key is not None:
+            self.want_refill(key)
+
+    def spawn(self, argv, env, cwd, actions):
         here = None
         try:
             if cwd:
@@ -159,35 +283,138 @@ class Agent:
             if "/" not in path and env is not os.environ:
                 path = shutil.which(path, path=env.get("PATH")) or path  # look up with the command's PATH
             pid = os.posix_spawnp(path, argv, env, file_actions=actions, setsid=True, setsigdef=DEFAULT_SIGNALS)
-        except OSError as exc:
-            for fd in (out_r, out_w, err_r, err_w) + ((in_r, in_w) if has_input else ()):
-                os.close(fd)
-            # Same codes a shell uses: 127 not found, 126 found but not executable.
-            code = 127 if isinstance(exc, FileNotFoundError) else 126
-            where = cwd if (cwd and here is not None and os.getcwd() != cwd) else argv[0]
-            message = ("%s: %s" % (exc.filename or where, exc.strerror)).encode()
-            self.finish_raw(req_id, {"returncode": code, "timed_out": False, "truncated": False, "oom": False,
-                                     "error": {"errno": exc.errno, "strerror": exc.strerror}}, b"", message)
-            return
         finally:
             if here is not None:
                 os.fchdir(here)
                 os.close(here)
-        os.close(out_w)
-        os.close(err_w)
         self.remember_session(pid)
+        return pid
+
+    def add_job(self, req_id, pid, spec, out_r, err_r, in_w, stdin_data):
         job = Job(req_id, pid, int(spec.get("cap") or 10 * 1024 * 1024), spec.get("timeout"))
         self.jobs[req_id] = job
         self.sel.register(out_r, selectors.EVENT_READ, ("out", (job, 1)))
         self.sel.register(err_r, selectors.EVENT_READ, ("out", (job, 2)))
-        if has_input:
-            os.close(in_r)
+        if in_w is not None:
             if stdin_data:
                 os.set_blocking(in_w, False)
                 job.stdin_fd, job.pending = in_w, memoryview(stdin_data)
                 self.sel.register(in_w, selectors.EVENT_WRITE, ("in", job))
             else:
                 os.close(in_w)
+
+    # --- warm spares ------------------------------------------------------------------------------
+
+    def warm_key(self, spec, stdin_data):
+        if not spec.get("spares") or spec["argv"] != PYTHON_ARGV or not spec.get("input"):
+            return None
+        if b"coding" in b"\n".join(stdin_data.split(b"\n", 2)[:2]):
+            # A PEP 263 cookie: CPython reads stdin source differently from compile() (it rejects
+            # non-UTF-8 cookies there), so such code runs cold to behave exactly as before.
+            return None
+        return json.dumps([spec.get("cwd"), spec.get("env") or {}], sort_keys=True)
+
+    def take(self, req_id, key, spec, stdin_data):
+        """Hand the call to a live, up-to-date spare; False when there is none (spawn cold)."""
+        pool = self.spares.pop(key, None)
+        if pool is None:
+            return False
+        self.spares[key] = pool  # most recently used now
+        current = None
+        while pool:
+            spare = pool.pop(0)
+            if current is None:
+                current = stamp(self.spare_env[key][2])
+            try:
+                gone = os.waitpid(spare.pid, os.WNOHANG)[0] != 0  # e.g. a call's `pkill python3`
+            except ChildProcessError:
+                gone = True
+            if gone or spare.stamp != current:
+                self.discard(spare, reaped=gone)
+                continue
+            self.add_job(req_id, spare.pid, spec, spare.out_r, spare.err_r, spare.in_w, stdin_data)
+            self.want_refill(key)
+            return True
+        self.want_refill(key)
+        return False
+
+    def want_refill(self, key):
+        if key not in self.refills:
+            self.refills.append(key)
+
+    def refill(self):
+        """Start one spare for the first key that lacks one (called when the loop is idle)."""
+        while self.refills:
+            key = self.refills[0]
+            env, cwd, paths, wanted = self.spare_env[key]
+            pool = self.spares.setdefault(key, [])
+            if len(pool) >= wanted:
+                self.refills.pop(0)
+                continue
+            spare = self.spawn_spare(env, cwd, paths)
+            if spare is None:  # e.g. the pids limit: run cold until a later call retries
+                self.refills.pop(0)
+                return
+            pool.append(spare)
+            while len(self.spares) > MAX_WARM_KEYS:
+                old = next(iter(self.spares))
+                for dead in self.spares.pop(old):
+                    self.discard(dead)
+            return
+
+    def spawn_spare(self, env, cwd, paths):
+        stamp_ = stamp(paths)  # taken before the spawn: a later change always invalidates it
+        boot_r, boot_w = os.pipe()
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        actions = [(os.POSIX_SPAWN_DUP2, boot_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1),
+                   (os.POSIX_SPAWN_DUP2, err_w, 2), (os.POSIX_SPAWN_DUP2, in_r, 3)]
+        try:
+            pid = self.spawn(PYTHON_ARGV, env, cwd, actions)
+        except OSError:
+            for fd in (boot_r, boot_w, in_r, in_w, out_r, out_w, err_r, err_w):
+                os.close(fd)
+            return None
+        for fd in (boot_r, in_r, out_w, err_w):
+            os.close(fd)
+        try:
+            os.write(boot_w, BOOT)  # far below a pipe's capacity: never blocks
+        except OSError:
+            pass  # the spare died already; take() notices
+        os.close(boot_w)
+        return Spare(pid, out_r, err_r, in_w, stamp_)
+
+    def discard(self, spare, reaped=False):
+        if not reaped:
+            try:
+                os.killpg(spare.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.dying.add(spare.pid)
+        for fd in (spare.out_r, spare.err_r, spare.in_w):
+            os.close(fd)
+
+    def drop_all_spares(self):
+        """Kill every idle spare and wait (bounded) until their pids are free; False if none."""
+        spares = [s for pool in self.spares.values() for s in pool]
+        self.spares.clear()
+        for spare in spares:
+            self.discard(spare)
+        deadline = time.monotonic() + 0.5
+        while self.dying and time.monotonic() < deadline:
+            self.reap_dying()
+            time.sleep(0.005)
+        return bool(spares)
+
+    def reap_dying(self):
+        for pid in list(self.dying):
+            try:
+                done = os.waitpid(pid, os.WNOHANG)[0] != 0
+            except ChildProcessError:
+                done = True
+            if done:
+                self.dying.discard(pid)
 
     def remember_session(self, pid):
         # Every command leads its own session; what it leaves running in the background is killed
@@ -238,6 +465,7 @@ class Agent:
             job.stdin_fd = None
 
     def reap(self):
+        self.reap_dying()
         now = time.monotonic()
         for job in self.jobs.values():
             if job.code is None:
@@ -291,7 +519,11 @@ class Agent:
 
     def run(self):
         while self.running:
-            for key, _ in self.sel.select(self.tick()):
+            wait = self.tick()
+            events = self.sel.select(0 if self.refills else wait)
+            if not events and self.refills:
+                self.refill()  # only when idle: a call's own output goes first
+            for key, _ in events:
                 kind, data = key.data
                 if kind == "out":
                     self.on_output(key.fd, *data)
@@ -307,6 +539,9 @@ class Agent:
                     self.reap()
         for job in self.jobs.values():  # the host is gone: nothing may outlive the channel
             job.kill()
+        for pool in self.spares.values():
+            for spare in pool:
+                self.discard(spare)
         self.kill_sessions()
 
 

@@ -1,0 +1,134 @@
+"""Warm spares for the python tool's command: identical to a cold spawn (parametrised: local + docker).
+
+Each case runs the same code cold (``warm_spares = 0``) and warm, and compares whole results.
+``_warm_pids`` proves the warm path was taken: a spare is spawned before the call is issued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from orchestrator.util import SandboxTimeoutError
+
+pytestmark = pytest.mark.timeout(180)
+
+PY = ["bash", "--login", "-c", "python3 -"]  # the python tool's exact form
+
+
+async def _settle(env) -> None:
+    # Spares start when the agent is idle; give them time to be spawned (not a timing assertion).
+    await asyncio.sleep(0.5)
+
+
+async def _spare_pids(env) -> set[int]:
+    """Pids of idle spares: `python3 -` processes other than the one asking."""
+    env.warm_spares = 0
+    try:
+        out = await env.exec(["ps", "-eo", "pid=,args="], timeout=30)
+    finally:
+        env.warm_spares = 2
+    return {int(line.split()[0]) for line in out.stdout.splitlines() if line.split()[1:] == ["python3", "-"]}
+
+
+async def _cold_and_warm(box, code: str, **kw):
+    box.warm_spares = 0
+    cold = await box.exec(PY, input=code, **kw)
+    box.warm_spares = 2
+    await box.exec(PY, input="pass", **kw)  # first call with this (cwd, env): spares start after it
+    await _settle(box)
+    warm = await box.exec(PY, input=code, **kw)
+    return cold, warm
+
+
+CASES = [
+    "print('out'); import sys; print('err', file=sys.stderr)",
+    "import sys; print(sys.argv, sys.orig_argv, __name__, sorted(globals()))",
+    "import sys; print(sorted(m for m in sys.modules))",
+    "1/0",
+    "def f(:\n",
+    "raise SystemExit(3)",
+    "import sys; sys.exit('bye')",
+    "import os; os.kill(os.getpid(), 9)",
+    "import sys; print(repr(sys.stdin.read()))",
+    "import os; print(os.getpid() == os.getsid(0), os.getpgrp() == os.getpid())",
+    "import os; print(sorted(os.listdir('/proc/self/fd')))",
+    "import atexit; atexit.register(print, 'at exit')\nclass A:\n    def __del__(self): print('del')\na = A()",
+    "# -*- coding: latin-1 -*-\nprint('\xe9')",
+    "import sys, traceback\ntry:\n    1/0\nexcept Exception:\n    traceback.print_exc()",
+    "import os; print(os.environ.get('SHLVL'), os.environ.get('_'), os.getcwd())",
+]
+
+
+@pytest.mark.parametrize("code", CASES)
+async def test_warm_matches_cold(env, code):
+    cold, warm = await _cold_and_warm(env, code)
+    assert warm == cold
+
+
+async def test_the_warm_path_is_taken_and_every_call_is_a_fresh_process(env):
+    await env.exec(PY, input="pass")
+    await _settle(env)
+    spares = await _spare_pids(env)
+    assert len(spares) == 2
+    got = await env.exec(PY, input="import os; print(os.getpid())")
+    pid = int(got.stdout)
+    assert pid in spares  # the call ran in a pre-started process...
+    await _settle(env)
+    later = await _spare_pids(env)
+    assert pid not in later and len(later) == 2  # ...which is gone, and was replaced
+    # No state leaks: each call is a new interpreter.
+    await env.exec(PY, input="import builtins; builtins.leak = 1")
+    assert (await env.exec(PY, input="import builtins; print(hasattr(builtins, 'leak'))")).stdout == "False\n"
+
+
+async def test_cwd_and_env_are_the_calls(env):
+    home = (await env.exec(["pwd"])).stdout.strip()
+    await env.exec(["mkdir", "-p", "wd"])
+    code = "import os; print(os.getcwd(), os.environ.get('A'))"
+    for kw in ({"cwd": f"{home}/wd"}, {"env": {"A": "1"}}, {"env": {"A": "2"}, "cwd": f"{home}/wd"}):
+        cold, warm = await _cold_and_warm(env, code, **kw)
+        assert warm == cold
+    assert (await env.exec(PY, input=code, env={"A": "3"})).stdout == f"{home} 3\n"
+
+
+async def test_timeout_keeps_partial_output_on_the_warm_path(env):
+    await env.exec(PY, input="pass")
+    await _settle(env)
+    with pytest.raises(SandboxTimeoutError) as info:
+        await env.exec(PY, input="import time, sys\nprint('partial', flush=True)\ntime.sleep(1000)", timeout=1)
+    assert info.value.stdout == "partial\n"
+
+
+async def test_startup_inputs_changed_after_a_spare_started_are_seen(env):
+    """A new user site (e.g. `pip install --user`) appears after the spares started: not stale."""
+    await env.exec(PY, input="pass")
+    await _settle(env)
+    site = (await env.exec(PY, input="import site; print(site.getusersitepackages())")).stdout.strip()
+    await _settle(env)
+    assert (await env.exec(["mkdir", "-p", site])).returncode == 0
+    await env.exec(["sh", "-c", f"echo 'X = 42' > '{site}/tf_warm_mod.py'"])
+    try:
+        got = await env.exec(PY, input="import tf_warm_mod; print(tf_warm_mod.X)")
+        assert got.stdout == "42\n", got.stderr
+    finally:
+        await env.exec(["rm", "-f", f"{site}/tf_warm_mod.py"])
+
+
+async def test_killed_spares_fall_back_to_a_cold_spawn(env):
+    await env.exec(PY, input="pass")
+    await _settle(env)
+    for pid in await _spare_pids(env):
+        await env.exec(["kill", "-9", str(pid)])
+    assert (await env.exec(PY, input="print('fine')")).stdout == "fine\n"
+
+
+async def test_other_commands_stay_cold(env):
+    await env.exec(["bash", "--login", "-c", "python3 -"], input="pass")
+    await _settle(env)
+    before = await _spare_pids(env)
+    # Not the tool's form (no input / another argv): spawned cold, spares untouched.
+    assert (await env.exec(["bash", "--login", "-c", "python3 -"])).returncode == 0
+    assert (await env.exec(["python3", "-"], input="print(2)")).stdout == "2\n"
+    assert await _spare_pids(env) == before
