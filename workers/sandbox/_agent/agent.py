@@ -101,11 +101,14 @@ MAX_WARM_KEYS = 2  # distinct (cwd, env) combinations kept warm; the oldest is d
 # exactly as a cold run would. It then swaps in the call's stdin (fd 3), reads the code there —
 # blocking until the call comes — and runs it in a pristine __main__ under the name "<stdin>".
 # It imports nothing new (os is loaded by start-up) and hides its own frame from tracebacks.
+# Before blocking it compiles and runs a throwaway snippet: on fuse-overlayfs the first use of the
+# compiler and eval loop pages in code through FUSE (~2 ms), which the call should not pay.
 BOOT = b"""def _toolfleet_boot():
     import sys
     g = sys.modules["__main__"].__dict__
     del g["_toolfleet_boot"]
     os = sys.modules.get("os") or __import__("os")
+    exec(compile(b"x = 1\\n", "<stdin>", "exec", dont_inherit=True), {})
     os.dup2(3, 0)
     os.close(3)
     parts = []
@@ -149,7 +152,15 @@ def stamp_paths(env):
     for root in roots:
         for lib in glob.glob(os.path.join(root, "python3*")):
             paths += [lib, os.path.join(lib, "site-packages"), os.path.join(lib, "dist-packages")]
-    return sorted(set(paths))
+    # A missing path is watched through its nearest existing ancestor, whose mtime changes when
+    # it appears: fewer (and no negative) lookups, which are slow through FUSE. Once something
+    # changed, the agent recomputes this list for the next spares.
+    watched = set()
+    for path in paths:
+        while path and path != "/" and not os.path.exists(path):
+            path = os.path.dirname(path)
+        watched.add(path or "/")
+    return sorted(watched)
 
 
 def stamp(paths):
@@ -167,10 +178,11 @@ class Spare:
     """A pre-spawned python tool process: its stdout/stderr are the future call's, its stdin (fd 3 at
     first) waits for the call's code. Used by one call only, like any cold process."""
 
-    __slots__ = ("pid", "out_r", "err_r", "in_w", "stamp")
+    __slots__ = ("pid", "out_r", "err_r", "in_w", "paths", "stamp")
 
-    def __init__(self, pid, out_r, err_r, in_w, stamp_):
-        self.pid, self.out_r, self.err_r, self.in_w, self.stamp = pid, out_r, err_r, in_w, stamp_
+    def __init__(self, pid, out_r, err_r, in_w, paths, stamp_):
+        self.pid, self.out_r, self.err_r, self.in_w = pid, out_r, err_r, in_w
+        self.paths, self.stamp = paths, stamp_
 
 
 class Agent:
@@ -238,7 +250,7 @@ class Agent:
         key = self.warm_key(spec, stdin_data)
         if key is not None:
             if key not in self.spare_env:
-                self.spare_env[key] = (env, cwd, stamp_paths(env), int(spec["spares"]))
+                self.spare_env[key] = [env, cwd, None, int(spec["spares"])]  # paths: at first spawn
             if self.take(req_id, key, spec, stdin_data):
                 return
         has_input = bool(spec.get("input"))
@@ -320,16 +332,19 @@ class Agent:
         if pool is None:
             return False
         self.spares[key] = pool  # most recently used now
-        current = None
+        current = {}  # paths -> stamp: spares of one key usually share their path list
         while pool:
             spare = pool.pop(0)
-            if current is None:
-                current = stamp(self.spare_env[key][2])
+            if spare.paths not in current:
+                current[spare.paths] = stamp(spare.paths)
             try:
                 gone = os.waitpid(spare.pid, os.WNOHANG)[0] != 0  # e.g. a call's `pkill python3`
             except ChildProcessError:
                 gone = True
-            if gone or spare.stamp != current:
+            stale = current[spare.paths] != spare.stamp
+            if stale:
+                self.spare_env[key][2] = None  # new files may need watching: recompute the list
+            if gone or stale:
                 self.discard(spare, reaped=gone)
                 continue
             self.add_job(req_id, spare.pid, spec, spare.out_r, spare.err_r, spare.in_w, stdin_data)
@@ -337,6 +352,9 @@ class Agent:
             return True
         self.want_refill(key)
         return False
+
+    def starved(self):
+        return any(not self.spares.get(key) for key in self.refills)
 
     def want_refill(self, key):
         if key not in self.refills:
@@ -351,6 +369,8 @@ class Agent:
             if len(pool) >= wanted:
                 self.refills.pop(0)
                 continue
+            if paths is None:
+                paths = self.spare_env[key][2] = tuple(stamp_paths(env))
             spare = self.spawn_spare(env, cwd, paths)
             if spare is None:  # e.g. the pids limit: run cold until a later call retries
                 self.refills.pop(0)
@@ -383,7 +403,7 @@ class Agent:
         except OSError:
             pass  # the spare died already; take() notices
         os.close(boot_w)
-        return Spare(pid, out_r, err_r, in_w, stamp_)
+        return Spare(pid, out_r, err_r, in_w, paths, stamp_)
 
     def discard(self, spare, reaped=False):
         if not reaped:
@@ -520,9 +540,13 @@ class Agent:
     def run(self):
         while self.running:
             wait = self.tick()
-            events = self.sel.select(0 if self.refills else wait)
-            if not events and self.refills:
-                self.refill()  # only when idle: a call's own output goes first
+            # Refill only when idle and no call is running: a spare's start-up is CPU-heavy and the
+            # sandbox's CPU quota is the call's; under sustained load a key with no spare left
+            # still gets one, so concurrent calls keep some warm processes.
+            refill = bool(self.refills) and (not self.jobs or self.starved())
+            events = self.sel.select(0 if refill else wait)
+            if not events and refill:
+                self.refill()
             for key, _ in events:
                 kind, data = key.data
                 if kind == "out":
