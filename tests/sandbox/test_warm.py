@@ -132,3 +132,40 @@ async def test_other_commands_stay_cold(env):
     assert (await env.exec(["bash", "--login", "-c", "python3 -"])).returncode == 0
     assert (await env.exec(["python3", "-"], input="print(2)")).stdout == "2\n"
     assert await _spare_pids(env) == before
+
+
+FILL = """
+import os, time
+n = 0
+while True:
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        os.closerange(0, 256)  # let the call finish; the child only holds a pid
+        time.sleep(1000)
+        os._exit(0)
+    n += 1
+print(n)
+"""
+
+
+@pytest.mark.docker
+async def test_an_exhausted_pids_limit_never_breaks_a_call(sandbox_factory):
+    env = await sandbox_factory("docker", pids_limit=40)
+    await env.exec(PY, input="pass")
+    await _settle(env)
+    assert len(await _spare_pids(env)) == 2
+    env.warm_spares = 0  # the spares stay (for their key); new calls start none
+    filled = await env.exec(["python3", "-c", FILL], timeout=60)
+    assert int(filled.stdout) > 0
+    # The filler's own pid is free again: take it with a long-running call, so none is left.
+    hog = asyncio.ensure_future(env.exec(["sleep", "1000"], timeout=120))
+    try:
+        await asyncio.sleep(0.5)
+        result = await env.exec(["sh", "-c", "echo spawned"], timeout=30)
+        assert result.returncode == 0 and result.stdout == "spawned\n", result
+    finally:
+        hog.cancel()
+        await asyncio.gather(hog, return_exceptions=True)
