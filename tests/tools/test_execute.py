@@ -82,3 +82,14 @@ async def test_parallel_calls_share_the_sandbox(env):
 async def test_user_argument(env):
     me = (await ok(env, bash(), cmd="id -un")).strip()
     assert (await ok(env, bash(user=me), cmd="id -un")).strip() == me
+
+
+async def test_python_tool_calls_take_a_warm_spare(env):
+    """The tool's command is exactly the form the exec agent keeps warm (see test_warm.py)."""
+    await ok(env, python(), code="pass")
+    await asyncio.sleep(0.5)  # spares start when the agent is idle
+    listing = await env.exec(["ps", "-eo", "pid=,args="])
+    spares = {int(line.split()[0]) for line in listing.stdout.splitlines() if line.split()[1:] == ["python3", "-"]}
+    assert len(spares) == 2
+    pid = int(await ok(env, python(), code="import os; print(os.getpid())"))
+    assert pid in spares

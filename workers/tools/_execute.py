@@ -59,7 +59,9 @@ def python(timeout: int | None = None, user: str | None = None) -> Tool:
         Returns:
           The output of the Python code (stderr, then stdout).
         """
-        # The code travels on stdin, so it needs no quoting and has no argv size limit.
+        # The code travels on stdin, so it needs no quoting and has no argv size limit. The exec
+        # agent keeps warm processes for exactly this argv with input (its PYTHON_ARGV): change
+        # both together (tests/tools/test_execute.py checks that calls take a spare).
         result = await sandbox().exec(["bash", "--login", "-c", "python3 -"], input=code, timeout=timeout, user=user)
         return format_output(result)
 
