@@ -9,7 +9,12 @@ Measured in one run, on the same container:
 - ``exec_true_p50_ms``: ``env.exec(["true"])`` with no bash and no tool layer: the channel's own cost;
 - ``spawn_floor_p50_ms``: the same command spawned from inside the sandbox with no channel at all;
 - ``baseline``: the same command (``bash --login -c true``, same user) as one ``docker exec`` per
-  call through the Engine API (exec_create + exec_start + exec_inspect), same counts.
+  call through the Engine API (exec_create + exec_start + exec_inspect), same counts;
+- ``python``: ``python`` tool calls (``print(1)``) through the executor: ``warm_p50_ms`` with the
+  agent's warm spares and ``THINK_S`` between calls (a model's turn; the spare is replaced
+  meanwhile), ``back_to_back_p50_ms`` with no pause, ``cold_p50_ms`` with spares disabled.
+  ``bash`` calls are never warm (a deferred command string cannot behave exactly like
+  ``bash --login -c CMD``; see ``workers/sandbox/_agent/agent.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from orchestrator._wire import CallRequest
 from orchestrator.tool._registry import tool_meta
 from workers.executor import execute_call
 from workers.sandbox import DEFAULT_IMAGE, DockerSandboxConfig, SandboxSpec
-from workers.tools import bash
+from workers.tools import bash, python
 
 # The floor: spawning the same command from inside the sandbox, no channel at all (same container,
 # same limits). It tells what part of p50 is the process spawn itself on this machine.
@@ -46,6 +51,8 @@ COLD_STARTS = 5
 ACQUIRES = 10
 WARMUP = 20
 BLOCK = 50
+THINK_S = 0.1
+PYTHON_CALLS = 60
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -164,6 +171,7 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
                 await env.exec(["true"])
 
             bare_lat = await _latencies(bare_true, calls)
+            py = await _python_figures(env, min(calls, PYTHON_CALLS))
             floor = await env.exec(["python3", "-c", _FLOOR.format(n=min(calls, 200))], timeout=300)
         finally:
             pool.shutdown(wait=False)
@@ -183,8 +191,37 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
         "exec_true_p50_ms": _ms(bare_lat, 0.5),
         "spawn_floor_p50_ms": round(float(floor.stdout.strip()), 3) if floor.success else None,
         "mean_ms": round(statistics.fmean(fast_lat) * 1000, 3),
+        "python": py,
         "baseline": baseline,
     }
+
+
+async def _python_figures(env: Any, n: int) -> dict[str, Any]:
+    tool = python()
+    ref = tool_meta(tool).ref  # type: ignore[union-attr]
+
+    async def one() -> None:
+        request = CallRequest(call_id=uuid.uuid4().hex, function="python", tool=ref,
+                              arguments={"code": "print(1)"}, sandbox=env.sandbox_id)
+        outcome = await execute_call(request, tool=tool, env=env)
+        if outcome.error is not None or outcome.fatal is not None or outcome.result != "1\n":
+            raise RuntimeError(f"bench call failed: {outcome}")
+
+    figures: dict[str, Any] = {"calls": n, "think_s": THINK_S}
+    for name, spares in (("cold_p50_ms", 0), ("warm_p50_ms", env.warm_spares)):
+        env.warm_spares = spares
+        await one()  # the first call with a (cwd, env) starts that key's spares
+        lat: list[float] = []
+        for _ in range(n):
+            await asyncio.sleep(THINK_S)  # the model's turn: not timed
+            start = time.perf_counter()
+            await one()
+            lat.append(time.perf_counter() - start)
+        figures[name] = _ms(lat, 0.5)
+        figures[name.replace("p50", "p99")] = _ms(lat, 0.99)
+    figures["back_to_back_p50_ms"] = _ms(await _latencies(one, n), 0.5)
+    figures["speedup_p50"] = round(figures["cold_p50_ms"] / figures["warm_p50_ms"], 1)
+    return figures
 
 
 if __name__ == "__main__":  # python -m orchestrator.bench.exec [--calls N --concurrency N --cpus N]
