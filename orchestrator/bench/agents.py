@@ -174,4 +174,7 @@ if __name__ == "__main__":
     n, t, c = (int(a) for a in sys.argv[1:4])
     lat = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
     ramp_s = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
+    from orchestrator.util import tune_gc_for_many_samples
+
+    tune_gc_for_many_samples()  # as `toolfleet eval` does
     print(json.dumps(asyncio.run(_measure(n, t, c, lat, ramp_s))))

@@ -57,7 +57,9 @@ def _common_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_eval(args: argparse.Namespace) -> int:
     from orchestrator.eval import eval_async
+    from orchestrator.util import tune_gc_for_many_samples
 
+    tune_gc_for_many_samples()  # this process is the orchestrator: thousands of live samples
     kwargs = _common_kwargs(args)
     kwargs["retry_on_error"] = kwargs["retry_on_error"] or 0
     [log] = asyncio.run(eval_async(args.task, args.model, task_args=parse_kv(args.task_args, "-T"),
@@ -69,6 +71,9 @@ def run_eval(args: argparse.Namespace) -> int:
 
 def run_eval_retry(args: argparse.Namespace) -> int:
     from orchestrator.eval import eval_retry_async
+    from orchestrator.util import tune_gc_for_many_samples
+
+    tune_gc_for_many_samples()
 
     kwargs = {k: v for k, v in _common_kwargs(args).items() if v is not None}
     if args.log_dir:

@@ -1,5 +1,6 @@
 """Utilities shared by tools and agents (mirrors ``inspect_ai.util``)."""
 
+from ._gc import tune_gc_for_many_samples
 from ._limit import LimitExceededError, TerminateSampleError
 from ._limits import (
     Limit,
@@ -49,4 +50,5 @@ __all__ = [
     "working_limit",
     "bind_sandbox",
     "sandbox",
+    "tune_gc_for_many_samples",
 ]
