@@ -7,10 +7,12 @@ current span id, so agent, tool, handoff and model spans nest into a tree.
 from __future__ import annotations
 
 import contextlib
-import uuid
+import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
+
+from orchestrator._ids import new_id
 
 from ._events import BaseEvent, InfoEvent, SpanBeginEvent, SpanEndEvent
 
@@ -64,13 +66,15 @@ def bind_transcript(t: Transcript) -> Iterator[Transcript]:
 @contextlib.contextmanager
 def span(name: str, type: str | None = None) -> Iterator[str]:
     """Open a span; events recorded inside carry its id; nested spans become its children."""
-    span_id = uuid.uuid4().hex[:16]
+    span_id = new_id()
     parent = _current_span.get()
     t = transcript()
-    t.record(SpanBeginEvent(id=span_id, parent_id=parent, type=type, name=name, span_id=parent))
+    # Span events are built from values we own: skip validation (two per tool call and model call).
+    t.record(SpanBeginEvent.model_construct(uuid=new_id(), timestamp=time.time(), id=span_id, parent_id=parent,
+                                            type=type, name=name, span_id=parent))
     token = _current_span.set(span_id)
     try:
         yield span_id
     finally:
         _current_span.reset(token)
-        t.record(SpanEndEvent(id=span_id, span_id=parent))
+        t.record(SpanEndEvent.model_construct(uuid=new_id(), timestamp=time.time(), id=span_id, span_id=parent))

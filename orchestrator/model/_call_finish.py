@@ -9,9 +9,11 @@ truncated message. ``keep_result`` records an executed call whose sample stopped
 from __future__ import annotations
 
 import inspect
+import time
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator._ids import new_id
 from orchestrator._wire import CallOutcome, ToolExecutionFatal
 from orchestrator.log._events import ToolEvent
 from orchestrator.log._transcript import transcript
@@ -80,7 +82,12 @@ def _record(p: Prepared, result: Any, error: ToolCallError | None, outcome: Call
             truncated: tuple[int, int] | None = None, failed: bool = False) -> None:
     started = outcome.started if outcome else None
     completed = outcome.completed if outcome else None
-    transcript().record(ToolEvent(
+    # Built from values the engine owns (already validated): skip re-validation on this hot path.
+    transcript().record(ToolEvent.model_construct(
+        uuid=new_id(),
+        timestamp=time.time(),
+        span_id=None,
+        agent=None,
         id=p.call.id,
         function=p.call.function,
         arguments=p.call.arguments,

@@ -38,6 +38,8 @@ class Prepared:
 
 def argument_depth(value: Any) -> int:
     """Nesting depth of a JSON value (iterative, so hostile input cannot blow the stack)."""
+    if isinstance(value, dict) and not any(isinstance(v, (dict, list)) for v in value.values()):
+        return 1  # the common case: flat arguments
     depth = 0
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
