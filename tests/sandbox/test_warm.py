@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from orchestrator.util import SandboxTimeoutError
+from orchestrator.util import ExecResult, SandboxTimeoutError
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -23,13 +23,15 @@ async def _settle(env) -> None:
 
 
 async def _spare_pids(env) -> set[int]:
-    """Pids of idle spares: `python3 -` processes other than the one asking."""
-    env.warm_spares = 0
+    """Pids of this sandbox's idle spares: `python3 -` children of its (default user's) agent."""
+    spares, env.warm_spares = env.warm_spares, 0
     try:
-        out = await env.exec(["ps", "-eo", "pid=,args="], timeout=30)
+        out = await env.exec(["ps", "-eo", "pid=,ppid=,args="], timeout=30)
     finally:
-        env.warm_spares = 2
-    return {int(line.split()[0]) for line in out.stdout.splitlines() if line.split()[1:] == ["python3", "-"]}
+        env.warm_spares = spares
+    agent = env._channels[None].info["pid"]
+    rows = [line.split() for line in out.stdout.splitlines()]
+    return {int(r[0]) for r in rows if r[2:] == ["python3", "-"] and int(r[1]) == agent}
 
 
 async def _cold_and_warm(box, code: str, **kw):
@@ -121,7 +123,7 @@ async def test_killed_spares_fall_back_to_a_cold_spawn(env):
     await _settle(env)
     for pid in await _spare_pids(env):
         await env.exec(["kill", "-9", str(pid)])
-    assert (await env.exec(PY, input="print('fine')")).stdout == "fine\n"
+    assert await env.exec(PY, input="print('fine')") == ExecResult(returncode=0, stdout="fine\n", stderr="", truncated=False)
 
 
 async def test_other_commands_stay_cold(env):
@@ -169,3 +171,14 @@ async def test_an_exhausted_pids_limit_never_breaks_a_call(sandbox_factory):
     finally:
         hog.cancel()
         await asyncio.gather(hog, return_exceptions=True)
+
+
+async def test_warm_spares_are_configurable_and_zero_disables(env, sandbox_factory):
+    assert env.warm_spares == 2  # the config default
+    kind = "docker" if "docker" in type(env).__name__.lower() else "local"
+    for n in (0, 1):
+        box = await sandbox_factory(kind, warm_spares=n)
+        assert box.warm_spares == n
+        await box.exec(PY, input="pass")
+        await _settle(box)
+        assert len(await _spare_pids(box)) == n

@@ -59,6 +59,7 @@ class _BaseConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     output_cap: int = Field(DEFAULT_OUTPUT_CAP, gt=0, description="bytes kept per stream per command")
+    warm_spares: int = Field(2, ge=0, le=16, description="pre-started python tool processes per user; 0: off")
 
     driver_module: ClassVar[str] = ""
     driver_class_name: ClassVar[str] = ""

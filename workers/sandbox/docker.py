@@ -41,6 +41,7 @@ _KEEPALIVE = ["/bin/sh", "-c", "exec sleep infinity 2>/dev/null || while :; do s
 class DockerSandboxEnvironment(AgentSandboxEnvironment):
     def __init__(self, driver: DockerSandboxDriver, container_id: str, sandbox_id: str) -> None:
         super().__init__(sandbox_id, driver.config.output_cap)
+        self.warm_spares = driver.config.warm_spares
         self.driver = driver
         self.container_id = container_id
         self._has_timeout: bool | None = None

@@ -93,6 +93,7 @@ class LocalSandboxDriver(SandboxDriver):
         sandbox_id = f"local-{uuid.uuid4().hex[:12]}"
         root = await asyncio.to_thread(tempfile.mkdtemp, prefix="toolfleet-", dir=self.config.root_dir)
         env = LocalSandboxEnvironment(sandbox_id, root, self.config.output_cap, spec.env)
+        env.warm_spares = self.config.warm_spares
         try:
             await env._channel(None)  # start the agent now: fail at create, not at the first call
         except (ChannelClosed, OSError) as exc:

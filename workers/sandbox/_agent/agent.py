@@ -24,6 +24,7 @@ its output pipes already the future call's and a bootstrap on stdin; see ``Spare
 is warm: every other argv spawns cold, exactly as before.
 """
 
+import fcntl
 import glob
 import json
 import os
@@ -31,6 +32,7 @@ import selectors
 import shutil
 import signal
 import struct
+import termios
 import time
 
 VERSION = 3
@@ -69,7 +71,7 @@ def start_time(pid):
 
 class Job:
     __slots__ = ("req_id", "pid", "cap", "deadline", "bufs", "open_reads", "stdin_fd", "pending",
-                 "code", "exited_at", "timed_out", "truncated")
+                 "code", "exited_at", "timed_out", "truncated", "retry")
 
     def __init__(self, req_id, pid, cap, timeout):
         self.req_id = req_id
@@ -84,6 +86,7 @@ class Job:
         self.exited_at = None
         self.timed_out = False
         self.truncated = False
+        self.retry = None  # warm jobs: (spec, stdin, read end of its stdin) to rerun cold if need be
 
     def kill(self):
         try:
@@ -163,6 +166,13 @@ def stamp_paths(env):
     return sorted(watched)
 
 
+def unread_bytes(fd):
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    except OSError:
+        return 0
+
+
 def stamp(paths):
     out = []
     for path in paths:
@@ -178,10 +188,10 @@ class Spare:
     """A pre-spawned python tool process: its stdout/stderr are the future call's, its stdin (fd 3 at
     first) waits for the call's code. Used by one call only, like any cold process."""
 
-    __slots__ = ("pid", "out_r", "err_r", "in_w", "paths", "stamp")
+    __slots__ = ("pid", "out_r", "err_r", "in_r", "in_w", "paths", "stamp")
 
-    def __init__(self, pid, out_r, err_r, in_w, paths, stamp_):
-        self.pid, self.out_r, self.err_r, self.in_w = pid, out_r, err_r, in_w
+    def __init__(self, pid, out_r, err_r, in_r, in_w, paths, stamp_):
+        self.pid, self.out_r, self.err_r, self.in_r, self.in_w = pid, out_r, err_r, in_r, in_w
         self.paths, self.stamp = paths, stamp_
 
 
@@ -314,6 +324,7 @@ class Agent:
                 self.sel.register(in_w, selectors.EVENT_WRITE, ("in", job))
             else:
                 os.close(in_w)
+        return job
 
     # --- warm spares ------------------------------------------------------------------------------
 
@@ -347,7 +358,8 @@ class Agent:
             if gone or stale:
                 self.discard(spare, reaped=gone)
                 continue
-            self.add_job(req_id, spare.pid, spec, spare.out_r, spare.err_r, spare.in_w, stdin_data)
+            job = self.add_job(req_id, spare.pid, spec, spare.out_r, spare.err_r, spare.in_w, stdin_data)
+            job.retry = (spec, stdin_data, spare.in_r)
             self.want_refill(key)
             return True
         self.want_refill(key)
@@ -396,14 +408,14 @@ class Agent:
             for fd in (boot_r, boot_w, in_r, in_w, out_r, out_w, err_r, err_w):
                 os.close(fd)
             return None
-        for fd in (boot_r, in_r, out_w, err_w):
-            os.close(fd)
+        for fd in (boot_r, out_w, err_w):
+            os.close(fd)  # in_r stays: finish() asks it whether the spare ever read its code
         try:
             os.write(boot_w, BOOT)  # far below a pipe's capacity: never blocks
         except OSError:
             pass  # the spare died already; take() notices
         os.close(boot_w)
-        return Spare(pid, out_r, err_r, in_w, paths, stamp_)
+        return Spare(pid, out_r, err_r, in_r, in_w, paths, stamp_)
 
     def discard(self, spare, reaped=False):
         if not reaped:
@@ -412,7 +424,7 @@ class Agent:
             except (ProcessLookupError, PermissionError):
                 pass
             self.dying.add(spare.pid)
-        for fd in (spare.out_r, spare.err_r, spare.in_w):
+        for fd in (spare.out_r, spare.err_r, spare.in_r, spare.in_w):
             os.close(fd)
 
     def drop_all_spares(self):
@@ -522,6 +534,16 @@ class Agent:
                 self.sel.unregister(key.fd)
                 os.close(key.fd)
         code = job.code
+        if job.retry is not None:
+            spec, data, in_r = job.retry
+            unread = unread_bytes(in_r)
+            os.close(in_r)
+            # Killed before it read (all of) its code — e.g. by a previous call's `pkill python3`
+            # just before this call took it: the code never ran, so run it cold, as if the spare
+            # had not existed. (Empty code has no effects either, so rerunning it is harmless.)
+            if code < 0 and not job.timed_out and (unread or not data):
+                self.start(job.req_id, dict(spec, spares=0), data)
+                return
         status = {"returncode": 128 - code if code < 0 else code, "timed_out": job.timed_out,
                   "truncated": job.truncated, "oom": False}
         if code == -signal.SIGKILL and not job.timed_out:
