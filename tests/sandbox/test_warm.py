@@ -123,7 +123,8 @@ async def test_killed_spares_fall_back_to_a_cold_spawn(env):
     await _settle(env)
     for pid in await _spare_pids(env):
         await env.exec(["kill", "-9", str(pid)])
-    assert await env.exec(PY, input="print('fine')") == ExecResult(returncode=0, stdout="fine\n", stderr="", truncated=False)
+    fine = ExecResult(returncode=0, stdout="fine\n", stderr="", truncated=False)
+    assert await env.exec(PY, input="print('fine')") == fine
 
 
 async def test_other_commands_stay_cold(env):

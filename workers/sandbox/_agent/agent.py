@@ -188,7 +188,7 @@ class Spare:
     """A pre-spawned python tool process: its stdout/stderr are the future call's, its stdin (fd 3 at
     first) waits for the call's code. Used by one call only, like any cold process."""
 
-    __slots__ = ("pid", "out_r", "err_r", "in_r", "in_w", "paths", "stamp")
+    __slots__ = ("err_r", "in_r", "in_w", "out_r", "paths", "pid", "stamp")
 
     def __init__(self, pid, out_r, err_r, in_r, in_w, paths, stamp_):
         self.pid, self.out_r, self.err_r, self.in_r, self.in_w = pid, out_r, err_r, in_r, in_w
