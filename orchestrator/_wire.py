@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Union
 
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, Field
 
 from orchestrator.tool._content import ContentImage, ContentText
 from orchestrator.tool._registry import TimeoutBehavior, ToolRef
@@ -64,7 +64,8 @@ class CallOutcome(BaseModel):
     completed: float = 0.0
     host: str | None = None  # which host executed it
     replayed: bool = False  # a redelivered call answered from the executing side's memory
-    _exception: BaseException | None = PrivateAttr(default=None)  # in-process only: the original
+    # In-process only: the original exception behind ``fatal`` (never serialised, never on the wire).
+    exception: Any = Field(default=None, exclude=True, repr=False)
 
 
 class ToolExecutionFatal(Exception):

@@ -17,6 +17,7 @@ from typing import Any
 from orchestrator._wire import CallOutcome, CallRequest, FatalError
 from orchestrator.tool._content import ContentImage, ContentText
 from orchestrator.tool._registry import ToolNotRegisteredError, rebuild_tool
+from orchestrator.tool._tool_call import ToolCallError
 from orchestrator.tool._tool_def import tool_def
 from orchestrator.util._sandbox import OutputLimitExceededError, SandboxEnvironment, SandboxTimeoutError, SandboxUnavailableError, bind_sandbox
 
@@ -71,7 +72,10 @@ async def execute_call(
     that already carry the sample's context pass ``bind=False``).
     """
     started = time.time()
-    outcome = CallOutcome(call_id=request.call_id, started=started, host=HOST)
+    result: Any = None
+    error: ToolCallError | None = None
+    fatal: FatalError | None = None
+    exception: BaseException | None = None
     try:
         if tool is None:
             if request.tool is None:
@@ -81,30 +85,28 @@ async def execute_call(
         kwargs = definition.deserialize(request.arguments)
         if bind:
             with bind_sandbox(env):
-                result = await _call_with_timeout(definition.tool, kwargs, request)
+                value = await _call_with_timeout(definition.tool, kwargs, request)
         else:
-            result = await _call_with_timeout(definition.tool, kwargs, request)
-        outcome.result = _wire_result(result)
-        _enforce_result_cap(outcome.result, request.max_result_bytes)
+            value = await _call_with_timeout(definition.tool, kwargs, request)
+        result = _wire_result(value)
+        _enforce_result_cap(result, request.max_result_bytes)
     except ToolNotRegisteredError as exc:
-        outcome.fatal = FatalError(type="ToolNotRegisteredError", message=str(exc))
+        fatal = FatalError(type="ToolNotRegisteredError", message=str(exc))
     except _ToolTimedOut as exc:
-        outcome.error = classify_exception(TimeoutError(), request.function)
-        outcome.error.message = exc.message  # type: ignore[union-attr]
+        error = ToolCallError(type="timeout", message=exc.message)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - classified below; anything unknown is fatal
+        result = None
         error = None if isinstance(exc, ToolTimeoutError) else classify_exception(exc, request.function)
         if error is None:
-            outcome.fatal = FatalError(type=type(exc).__name__, message=str(exc), traceback=traceback.format_exc())
-            outcome._exception = exc  # in-process: keep the original for the traceback
+            fatal = FatalError(type=type(exc).__name__, message=str(exc), traceback=traceback.format_exc())
+            exception = exc  # in-process: keep the original for the traceback
         else:
-            outcome.error = error
-            partial = _timeout_partial(exc)
-            if partial is not None:
-                outcome.result = partial
-    outcome.completed = time.time()
-    return outcome
+            result = _timeout_partial(exc)
+    # Built once at the end: setting fields one by one on a pydantic model costs more than the call.
+    return CallOutcome(call_id=request.call_id, result=result, error=error, fatal=fatal, started=started,
+                       completed=time.time(), host=HOST, exception=exception)
 
 
 async def execute_request(request: CallRequest, tool: Callable[..., Any] | None = None) -> CallOutcome:

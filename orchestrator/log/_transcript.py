@@ -7,7 +7,6 @@ current span id, so agent, tool, handoff and model spans nest into a tree.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
@@ -69,12 +68,10 @@ def span(name: str, type: str | None = None) -> Iterator[str]:
     span_id = new_id()
     parent = _current_span.get()
     t = transcript()
-    # Span events are built from values we own: skip validation (two per tool call and model call).
-    t.record(SpanBeginEvent.model_construct(uuid=new_id(), timestamp=time.time(), id=span_id, parent_id=parent,
-                                            type=type, name=name, span_id=parent))
+    t.record(SpanBeginEvent(id=span_id, parent_id=parent, type=type, name=name, span_id=parent))
     token = _current_span.set(span_id)
     try:
         yield span_id
     finally:
         _current_span.reset(token)
-        t.record(SpanEndEvent.model_construct(uuid=new_id(), timestamp=time.time(), id=span_id, span_id=parent))
+        t.record(SpanEndEvent(id=span_id, span_id=parent))

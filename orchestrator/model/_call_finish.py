@@ -9,11 +9,9 @@ truncated message. ``keep_result`` records an executed call whose sample stopped
 from __future__ import annotations
 
 import inspect
-import time
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator._ids import new_id
 from orchestrator._wire import CallOutcome, ToolExecutionFatal
 from orchestrator.log._events import ToolEvent
 from orchestrator.log._transcript import transcript
@@ -82,12 +80,7 @@ def _record(p: Prepared, result: Any, error: ToolCallError | None, outcome: Call
             truncated: tuple[int, int] | None = None, failed: bool = False) -> None:
     started = outcome.started if outcome else None
     completed = outcome.completed if outcome else None
-    # Built from values the engine owns (already validated): skip re-validation on this hot path.
-    transcript().record(ToolEvent.model_construct(
-        uuid=new_id(),
-        timestamp=time.time(),
-        span_id=None,
-        agent=None,
+    transcript().record(ToolEvent(
         id=p.call.id,
         function=p.call.function,
         arguments=p.call.arguments,
@@ -118,7 +111,7 @@ async def complete_call(p: Prepared, outcome: CallOutcome, ctx: FinishContext) -
     """Guardrails, truncation and the ``ToolEvent`` for an executed call (raises if fatal); no review."""
     if outcome.fatal is not None:
         _record(p, outcome.fatal.message, None, outcome, failed=True)
-        raise ToolExecutionFatal(outcome.fatal, p.call.function) from outcome._exception
+        raise ToolExecutionFatal(outcome.fatal, p.call.function) from outcome.exception
     output = outcome.result
     for guardrail in p.tool.output_guardrails:  # type: ignore[union-attr]
         verdict = guardrail(p.call, output)

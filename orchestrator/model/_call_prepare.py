@@ -124,8 +124,7 @@ async def prepare_call(
         if verdict.behavior == "raise":
             raise ToolGuardrailTripwire(getattr(guardrail, "__name__", "input_guardrail"), verdict.message)
 
-    request = CallRequest.model_construct(
-        v=1,
+    request = CallRequest(
         call_id=new_id(),
         function=call.function,
         tool=tool.ref,

@@ -46,6 +46,7 @@ class ToolMeta:
     # Set by set_tool_description / tool_with: override extracted descriptions.
     description: str | None = None
     param_descriptions: dict[str, str] = field(default_factory=dict)
+    version: int = 0  # bumped by every override, so cached ToolDefs know when to rebuild
 
 
 _REGISTRY: dict[str, Callable[..., Any]] = {}

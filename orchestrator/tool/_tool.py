@@ -120,6 +120,7 @@ def set_tool_description(tool: Tool, description: str | None = None, parameters:
         meta.description = description
     if parameters:
         meta.param_descriptions.update(parameters)
+    meta.version += 1
     return tool
 
 

@@ -215,27 +215,24 @@ def deserialize_arguments(parsed: ParsedFunction, arguments: dict[str, Any]) -> 
     return kwargs
 
 
-_TOOLDEF_CACHE: "weakref.WeakKeyDictionary[Any, tuple[Any, ToolDef]]" = weakref.WeakKeyDictionary()
-
-
-def _meta_signature(tool: Any) -> Any:
-    meta = tool_meta(tool)
-    return None if meta is None else (meta.name, meta.description, tuple(sorted(meta.param_descriptions.items())))
+_TOOLDEF_CACHE: "weakref.WeakKeyDictionary[Any, tuple[Any, int, ToolDef]]" = weakref.WeakKeyDictionary()
 
 
 def tool_def(tool: Callable[..., Any] | ToolDef) -> ToolDef:
     """The cached ``ToolDef`` for a tool instance (rebuilt only if its overrides change)."""
     if isinstance(tool, ToolDef):
         return tool
-    signature = _meta_signature(tool)
+    meta = tool_meta(tool)
+    version = meta.version if meta is not None else 0
     try:
         cached = _TOOLDEF_CACHE.get(tool)
     except TypeError:  # not weak-referenceable
         return ToolDef(tool)
-    if cached is None or cached[0] != signature:
-        cached = (signature, ToolDef(tool))
+    # Rebuild when the tool's metadata was replaced (as_tool) or overridden (set_tool_description).
+    if cached is None or cached[0] is not meta or cached[1] != version:
+        cached = (meta, version, ToolDef(tool))
         _TOOLDEF_CACHE[tool] = cached
-    return cached[1]
+    return cached[2]
 
 
 def tool_defs(tools: Sequence[Callable[..., Any] | ToolDef]) -> list[ToolDef]:
