@@ -7,29 +7,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pexpect
 import pytest
 
+from tests.support import console
+from tests.support.console import DRIVER, ROOT, finish
+
 pytestmark = pytest.mark.timeout(60)
 
-ROOT = Path(__file__).resolve().parents[2]
-DRIVER = str(ROOT / "tests" / "review" / "console_driver.py")
-
-
 def spawn(*args: str) -> pexpect.spawn:
-    return pexpect.spawn(sys.executable, [DRIVER, "approve", *args], cwd=str(ROOT), encoding="utf-8", timeout=20,
-                         dimensions=(50, 200))
-
-
-def finish(child: pexpect.spawn) -> str:
-    child.expect("DRIVER DONE")
-    out = child.before
-    child.expect(pexpect.EOF)
-    child.close()
-    assert child.exitstatus == 0, out
-    return out
+    return console.spawn("approve", *args)
 
 
 def test_approve_shows_the_call_and_its_view_and_runs_it() -> None:

@@ -9,30 +9,12 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
-import pexpect
 import pytest
 
+from tests.support.console import DRIVER, ROOT, finish, spawn
+
 pytestmark = pytest.mark.timeout(60)
-
-DRIVER = str(Path(__file__).with_name("console_driver.py"))
-ROOT = str(Path(__file__).resolve().parents[2])
-
-
-def spawn(*args: str) -> pexpect.spawn:
-    child = pexpect.spawn(sys.executable, [DRIVER, *args], cwd=ROOT, encoding="utf-8", timeout=20, dimensions=(50, 200))
-    return child
-
-
-def finish(child: pexpect.spawn) -> str:
-    child.expect("DRIVER DONE")
-    out = child.before
-    child.expect(pexpect.EOF)
-    child.close()
-    assert child.exitstatus == 0, out
-    return out
-
 
 def test_s15_s18_human_reviewer_shows_call_view_and_result_and_continue_shows_as_approve() -> None:
     """"human_reviewer() shows the operator the tool call together with the result it returned and asks for a
@@ -132,7 +114,7 @@ def test_cancelling_a_call_while_a_human_review_is_pending_frees_the_terminal() 
 
 def test_no_terminal_is_a_clear_error_not_a_hang() -> None:
     """Without an interactive terminal the human reviewer fails at once with a clear error."""
-    proc = subprocess.run([sys.executable, DRIVER, "review"], cwd=ROOT, stdin=subprocess.DEVNULL,
+    proc = subprocess.run([sys.executable, DRIVER, "review"], cwd=str(ROOT), stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 3, proc.stderr
     assert "OUTCOME no-terminal: A human review decision is needed but stdin is not an interactive terminal" in proc.stdout
