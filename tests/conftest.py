@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 
-from orchestrator.dispatch import InProcessDispatcher
+from orchestrator.dispatch import InProcessDispatcher, reset_active_dispatcher, set_active_dispatcher
+from orchestrator.log import Transcript, bind_transcript
 from tests.support.fleet import own_redis, fleet, redis_server, session_worker  # noqa: F401  (fixtures)
 
 
@@ -20,3 +23,15 @@ async def dispatcher(request):
         d = CeleryDispatcher(worker.broker_url)
     yield d
     await d.aclose()
+
+
+@pytest.fixture
+async def bound(dispatcher) -> AsyncIterator[Transcript]:
+    """The active dispatcher and a fresh transcript, as a sample runner would bind them."""
+    transcript = Transcript()
+    token = set_active_dispatcher(dispatcher)
+    try:
+        with bind_transcript(transcript):
+            yield transcript
+    finally:
+        reset_active_dispatcher(token)

@@ -5,14 +5,12 @@ Runs real ``react`` agents driven by scripted models over every dispatcher.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from orchestrator.agent import handoff, react, run
-from orchestrator.dispatch import reset_active_dispatcher, set_active_dispatcher
-from orchestrator.log import ReviewEvent, ToolEvent, Transcript, bind_transcript
+from orchestrator.log import ReviewEvent, ToolEvent, Transcript
 from orchestrator.model import ModelOutput, get_model
 from orchestrator.review import ReviewPolicy, active_review_policy, review_policy_scope
 from orchestrator.tool import ToolCall
@@ -23,15 +21,6 @@ from tests.support import sample_tools as st
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-async def bound(dispatcher) -> AsyncIterator[Transcript]:
-    transcript = Transcript()
-    token = set_active_dispatcher(dispatcher)
-    try:
-        with bind_transcript(transcript):
-            yield transcript
-    finally:
-        reset_active_dispatcher(token)
 
 
 def tool_turn(function: str, call_id: str, **arguments: Any) -> ModelOutput:
