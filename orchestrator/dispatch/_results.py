@@ -51,7 +51,8 @@ class ResultListener:
 
     # --- lifecycle -----------------------------------------------------------------------------
 
-    async def start(self, timeout: float = 10.0) -> None:
+    async def start(self, timeout: float = 30.0) -> None:
+        """Connect and subscribe; bounded (a loaded machine can take seconds to answer the first connect)."""
         if self._task is None:
             self._task = asyncio.ensure_future(self._run())
             self._health = asyncio.ensure_future(self._ping_loop())
