@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import hypothesis  # noqa: F401  (imported here, at a shallow stack: its pytest plugin otherwise imports it
+# lazily in the terminal summary, where CPython 3.11.7's AST depth check fails on a deep stack)
 import pytest
 
 from orchestrator.dispatch import InProcessDispatcher, reset_active_dispatcher, set_active_dispatcher

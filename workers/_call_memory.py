@@ -10,6 +10,9 @@ Two layers, checked in order:
    learns the claiming process is gone — then the call is *not* run again (it may have had effects)
    and the answer is a ``sandbox_unavailable`` error saying so.
 
+Redis may be restarting while a call arrives: the claim retries (bounded by ``redis_patience``)
+rather than failing the call, and a claim whose reply was lost is recognised as this process's own.
+
 All methods run on the worker's asyncio loop (single-threaded), so the local maps need no locks.
 """
 
@@ -20,13 +23,17 @@ import json
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from orchestrator._wire import CallOutcome
 from orchestrator.tool._tool_call import ToolCallError
 
 from . import _names
+
+T = TypeVar("T")
 
 
 class CallRunningElsewhere(Exception):
@@ -34,8 +41,10 @@ class CallRunningElsewhere(Exception):
 
 
 class CallMemory:
-    def __init__(self, redis: Redis | None, owner: str, max_entries: int = 10_000, max_age: float = 3600.0) -> None:
+    def __init__(self, redis: Redis | None, owner: str, max_entries: int = 10_000, max_age: float = 3600.0,
+                 redis_patience: float = 30.0) -> None:
         self._redis = redis
+        self._redis_patience = redis_patience
         self._owner = owner  # "<host>/<boot id>": identifies this process across restarts
         self._running: dict[str, asyncio.Task[CallOutcome]] = {}
         self._done: OrderedDict[str, tuple[float, CallOutcome]] = OrderedDict()
@@ -88,11 +97,8 @@ class CallMemory:
         if running is not None:
             outcome = await asyncio.shield(running)
             return outcome.model_copy(update={"replayed": True})
-        if self._redis is not None and not await self._claim(call_id, claim_ttl):
-            return await self._answer_duplicate(call_id)
-        if call_id in self._cancelled:
-            raise asyncio.CancelledError()  # the cancel arrived while the claim was in flight
-        task = asyncio.ensure_future(execute())
+        # Registered before the claim's round trip, so a copy arriving meanwhile joins this run.
+        task = asyncio.ensure_future(self._claim_and_run(call_id, execute, claim_ttl))
         self._running[call_id] = task
         try:
             outcome = await asyncio.shield(task)
@@ -105,6 +111,15 @@ class CallMemory:
         self.remember(outcome)
         return outcome
 
+    async def _claim_and_run(
+        self, call_id: str, execute: Callable[[], Awaitable[CallOutcome]], claim_ttl: float
+    ) -> CallOutcome:
+        if self._redis is not None and not await self._claim(call_id, claim_ttl):
+            return await self._answer_duplicate(call_id)
+        if call_id in self._cancelled:
+            raise asyncio.CancelledError()  # the cancel arrived while the claim was in flight
+        return await execute()
+
     async def reassert_claims(self, ttl: float) -> None:
         """Re-write the claims of running calls (after a Redis restart wiped them)."""
         if self._redis is None or not self._running:
@@ -114,13 +129,37 @@ class CallMemory:
                 pipe.set(_names.call_key(call_id), self._owner, ex=max(1, int(ttl)))
             await pipe.execute()
 
+    async def _patiently(self, op: Callable[[], Awaitable[T]]) -> T:
+        """Run a Redis operation, retrying through a restart (bounded by ``redis_patience``)."""
+        loop = asyncio.get_running_loop()
+        deadline, delay = loop.time() + self._redis_patience, 0.05
+        while True:
+            try:
+                return await op()
+            except (RedisError, OSError):
+                if loop.time() + delay > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
     async def _claim(self, call_id: str, ttl: float) -> bool:
-        assert self._redis is not None
-        return bool(await self._redis.set(_names.call_key(call_id), self._owner, nx=True, ex=max(1, int(ttl))))
+        redis, key = self._redis, _names.call_key(call_id)
+        assert redis is not None
+
+        async def claim() -> bool:
+            if await redis.set(key, self._owner, nx=True, ex=max(1, int(ttl))):
+                return True
+            # Held by this process already: an earlier attempt that lost only its reply, or
+            # reassert_claims after a Redis restart. (One run per call id per process: _running.)
+            owner = await redis.get(key)
+            return (owner.decode() if isinstance(owner, bytes) else owner) == self._owner
+
+        return await self._patiently(claim)
 
     async def _answer_duplicate(self, call_id: str) -> CallOutcome:
         assert self._redis is not None
-        stored, owner = await self._redis.mget(_names.result_key(call_id), _names.call_key(call_id))
+        redis = self._redis
+        stored, owner = await self._patiently(lambda: redis.mget(_names.result_key(call_id), _names.call_key(call_id)))
         if stored is not None:
             meta = json.loads(stored)
             if meta.get("status") == "SUCCESS" and isinstance(meta.get("result"), dict):

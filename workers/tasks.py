@@ -25,6 +25,7 @@ from celery.exceptions import Ignore
 from celery.worker.request import Request
 from celery.worker.control import control_command
 from pydantic import ValidationError
+from redis.exceptions import RedisError
 
 from orchestrator._wire import CallOutcome, CallRequest, FatalError, SandboxSpec
 from orchestrator.tool._tool_call import ToolCallError
@@ -67,6 +68,9 @@ async def run_call(rt: WorkerRuntime, payload: dict[str, Any], task_id: str) -> 
         outcome = await rt.memory.run_once(call_id, lambda: execute_request(request), claim_ttl=deadline)
     except asyncio.CancelledError:
         return _error_outcome(call_id, host, "cancelled", "The call was cancelled.")
+    except (RedisError, OSError) as exc:  # Redis stayed down past the claim's patience
+        return _error_outcome(call_id, host, "sandbox_unavailable",
+                              f"The worker could not claim the call in Redis ({exc}); it was not run.")
     outcome.host = host
     data = outcome.model_dump(mode="json")
     if len(json.dumps(data, separators=(",", ":"))) > request.max_result_bytes:

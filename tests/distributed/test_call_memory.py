@@ -1,0 +1,94 @@
+"""The executing side's call memory (one run per call id) against a real, restartable Redis."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from orchestrator._wire import CallOutcome
+from workers import _names
+from workers._call_memory import CallMemory, CallRunningElsewhere
+
+pytestmark = pytest.mark.celery
+
+OWNER = "host-a/boot-1"
+
+
+class Counting:
+    """An ``execute`` that counts its runs and takes ``delay`` seconds."""
+
+    def __init__(self, call_id: str, delay: float = 0.0) -> None:
+        self.call_id, self.delay, self.runs = call_id, delay, 0
+
+    async def __call__(self) -> CallOutcome:
+        self.runs += 1
+        await asyncio.sleep(self.delay)
+        return CallOutcome(call_id=self.call_id, result=f"ran {self.runs}")
+
+
+@pytest.fixture
+async def redis(own_redis):
+    client = Redis.from_url(own_redis.url, socket_connect_timeout=1)
+    yield client
+    await client.aclose()
+
+
+async def test_a_call_that_arrives_while_redis_restarts_runs_once_it_is_back(own_redis, redis) -> None:
+    memory = CallMemory(redis, OWNER, redis_patience=20.0)
+    execute = Counting("c1")
+    await asyncio.to_thread(own_redis.stop)
+    running = asyncio.ensure_future(memory.run_once("c1", execute, claim_ttl=60))
+    await asyncio.sleep(0.5)
+    assert not running.done() and execute.runs == 0  # waiting for the claim, not failing
+    await asyncio.to_thread(own_redis.start)
+    outcome = await asyncio.wait_for(running, 20)
+    assert (outcome.result, outcome.error, execute.runs) == ("ran 1", None, 1)
+    assert (await redis.get(_names.call_key("c1"))).decode() == OWNER
+
+
+async def test_redis_down_longer_than_the_patience_raises_instead_of_running(own_redis, redis) -> None:
+    memory = CallMemory(redis, OWNER, redis_patience=0.5)
+    execute = Counting("c2")
+    await asyncio.to_thread(own_redis.stop)
+    with pytest.raises(RedisConnectionError):
+        await asyncio.wait_for(memory.run_once("c2", execute, claim_ttl=60), 10)
+    assert execute.runs == 0
+
+
+async def test_a_copy_arriving_during_the_claim_joins_the_first_run(redis) -> None:
+    memory = CallMemory(redis, OWNER)
+    execute = Counting("c3", delay=0.2)
+    first, second = await asyncio.gather(memory.run_once("c3", execute, 60), memory.run_once("c3", execute, 60))
+    assert execute.runs == 1
+    assert (first.result, first.replayed, second.result, second.replayed) == ("ran 1", False, "ran 1", True)
+
+
+async def test_a_claim_this_process_already_holds_does_not_block_the_call(redis) -> None:
+    """After a Redis restart the worker re-asserts its claims; a call still claiming must not then
+    mistake its own claim for another execution."""
+    await redis.set(_names.call_key("c4"), OWNER)
+    execute = Counting("c4")
+    outcome = await CallMemory(redis, OWNER).run_once("c4", execute, 60)
+    assert (outcome.result, execute.runs) == ("ran 1", 1)
+
+
+async def test_a_claim_held_by_a_live_process_elsewhere_defers_to_it(redis) -> None:
+    await redis.set(_names.call_key("c5"), "host-b/boot-9")
+    await redis.hset(_names.heartbeat_key("host-b"), "boot", "boot-9")
+    execute = Counting("c5")
+    with pytest.raises(CallRunningElsewhere):
+        await CallMemory(redis, OWNER).run_once("c5", execute, 60)
+    assert execute.runs == 0
+
+
+async def test_a_claim_held_by_a_lost_process_is_answered_without_running_again(redis) -> None:
+    await redis.set(_names.call_key("c6"), "host-b/boot-1")
+    await redis.hset(_names.heartbeat_key("host-b"), "boot", "boot-2")  # host-b restarted since
+    execute = Counting("c6")
+    outcome = await CallMemory(redis, OWNER).run_once("c6", execute, 60)
+    assert execute.runs == 0
+    assert outcome.error is not None and outcome.error.type == "sandbox_unavailable"
+    assert "host-b/boot-1" in outcome.error.message and "not run again" in outcome.error.message
