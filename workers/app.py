@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import os
 
-from celery import Celery
+from celery import Celery, states
+from celery.backends.base import BackendStoreError
 from celery.backends.redis import RedisBackend
 from celery.worker.consumer import Consumer
 from kombu.transport import redis as kombu_redis
+from kombu.utils.encoding import bytes_to_str
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import _names
@@ -28,15 +30,55 @@ BROKER_ENV = "TOOLFLEET_BROKER"
 
 
 class FleetRedisBackend(RedisBackend):
-    """Celery's Redis result backend, minus the publisher-side result consumer.
+    """Celery's Redis result backend, minus the publisher-side result consumer, one round trip a store.
 
-    On publish Celery subscribes a per-thread pubsub connection to each task's result channel and
-    only drains it inside ``AsyncResult.get()``. toolfleet never calls ``get()`` (one asyncio listener
-    per dispatcher reads the same channels), so that subscription would only pile up unread messages.
+    * On publish (and for every member of a group) Celery subscribes a per-thread pubsub connection
+      to the task's result channel — a round trip — and unsubscribes when the ``AsyncResult`` is
+      collected — another. It only drains that connection inside ``AsyncResult.get()``, which
+      toolfleet never calls (one asyncio listener per dispatcher reads the same channels).
+    * Storing a result, Celery first GETs the stored one so that a late duplicate never overwrites a
+      SUCCESS, then SETs and PUBLISHes: two round trips. One Lua script does the same atomically.
     """
+
+    _STORE_UNLESS_SUCCESS = """
+local current = redis.call('GET', KEYS[1])
+if current then
+    local ok, meta = pcall(cjson.decode, current)
+    if ok and type(meta) == 'table' and meta['status'] == 'SUCCESS' then return 0 end
+end
+if tonumber(ARGV[2]) > 0 then
+    redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+else
+    redis.call('SET', KEYS[1], ARGV[1])
+end
+redis.call('PUBLISH', KEYS[1], ARGV[1])
+return 1
+"""
 
     def on_task_call(self, producer, task_id):  # type: ignore[no-untyped-def]
         return None
+
+    def add_pending_result(self, result, weak=False, start_drainer=True):  # type: ignore[no-untyped-def]
+        return result
+
+    def remove_pending_result(self, result):  # type: ignore[no-untyped-def]
+        return result
+
+    def _store_result(self, task_id, result, state, traceback=None, request=None, **kwargs):  # type: ignore[no-untyped-def]
+        meta = self._get_result_meta(result=result, state=state, traceback=traceback, request=request)
+        meta["task_id"] = bytes_to_str(task_id)
+        value = self.encode(meta)
+        if isinstance(value, str) and len(value) > self._MAX_STR_VALUE_SIZE:
+            raise BackendStoreError("value too large for Redis backend", state=state, task_id=task_id)
+        expires = self.failure_expires if state == states.FAILURE else self.expires
+        self.ensure(self._store_unless_success, (self.get_key_for_task(task_id), value, int(expires or 0)))
+        return result
+
+    def _store_unless_success(self, key, value, expires):  # type: ignore[no-untyped-def]
+        script = self.__dict__.get("_store_script")
+        if script is None:  # registered once per backend (the client keeps its connection pool)
+            script = self.__dict__["_store_script"] = self.client.register_script(self._STORE_UNLESS_SUCCESS)
+        script(keys=[key], args=[value, expires])
 
 
 class FleetRedisChannel(kombu_redis.Channel):

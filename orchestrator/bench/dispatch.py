@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, default=16, help="stages in flight for calls/s")
     parser.add_argument("--sandbox", choices=["docker", "local"], default="docker")
     parser.add_argument("--lean", action="store_true",
-                        help="no Celery task events (worker) and no task-sent events (orchestrator): Flower sees less")
+                        help="no Celery task events from the worker (Flower then sees no tasks)")
     parser.add_argument("--baseline-calls", type=int, default=100, help="plain-Celery round trips (it polls: slow)")
 
 
@@ -56,7 +56,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from orchestrator.dispatch.celery import CeleryDispatcher, CeleryDispatcherConfig
 
     async with BenchFleet(workers=1, concurrency=max(16, args.stage * args.concurrency), task_events=not args.lean) as fleet:
-        dispatcher = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=fleet.url, send_sent_events=not args.lean))
+        dispatcher = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=fleet.url))
         route = await dispatcher.open_sandbox(SandboxSpec(eval_id="bench", sample_id="dispatch",
                                                           config={"type": args.sandbox}))
         token = set_route(route)
@@ -112,23 +112,29 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _plain_celery(dispatcher: Any, route: SampleRoute, calls: int, stage: int) -> dict[str, Any]:
     """The same task through Celery's own API, waiting with ``.get()`` (a thread: it blocks)."""
-    from celery import group
+    from celery import Celery, group
 
     from workers import _names
 
-    app = dispatcher.app
+    # Stock Celery (its own Redis result backend and consumer), not toolfleet's publisher-side app.
+    app = Celery("plain", broker=dispatcher.config.broker_url, backend=dispatcher.config.broker_url, set_as_current=False)
+    app.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"],
+                    result_accept_content=["json"])
     single, grouped = [], []
-    for _ in range(calls):
-        payload = _bash_request(route).model_dump(mode="json")
-        start = time.perf_counter()
-        app.send_task(_names.TASK_CALL, args=[payload], queue=route.queue).get(timeout=60)
-        single.append(time.perf_counter() - start)
-    for _ in range(max(1, calls // 10)):
-        sigs = [app.signature(_names.TASK_CALL, args=[_bash_request(route).model_dump(mode="json")], queue=route.queue)
-                for _ in range(stage)]
-        start = time.perf_counter()
-        group(sigs).apply_async().get(timeout=60)
-        grouped.append(time.perf_counter() - start)
+    try:
+        for _ in range(calls):
+            payload = _bash_request(route).model_dump(mode="json")
+            start = time.perf_counter()
+            app.send_task(_names.TASK_CALL, args=[payload], queue=route.queue).get(timeout=60)
+            single.append(time.perf_counter() - start)
+        for _ in range(max(1, calls // 10)):
+            sigs = [app.signature(_names.TASK_CALL, args=[_bash_request(route).model_dump(mode="json")], queue=route.queue)
+                    for _ in range(stage)]
+            start = time.perf_counter()
+            group(sigs).apply_async().get(timeout=60)
+            grouped.append(time.perf_counter() - start)
+    finally:
+        app.close()
     return {
         "workload": "dispatch",
         "implementation": "plain Celery: send_task().get() / GroupResult.get()",

@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, default=128, help="pool threads per worker")
     parser.add_argument("--sandbox", choices=["docker", "local"], default="docker")
     parser.add_argument("--lean", action="store_true",
-                        help="no Celery task events (worker) and no task-sent events (orchestrator): Flower sees less")
+                        help="no Celery task events from the worker (Flower then sees no tasks)")
     parser.add_argument("--baseline-stages", type=int, default=1, help="turns per sample for the docker-exec baseline")
 
 
@@ -54,7 +54,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     tools = [bash()]
     slots = -(-args.samples // args.workers) + 4
     async with BenchFleet(workers=args.workers, concurrency=args.concurrency, slots=slots, task_events=not args.lean) as fleet:
-        dispatcher = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=fleet.url, send_sent_events=not args.lean))
+        dispatcher = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=fleet.url))
         config = _sandbox_config(args.sandbox, args.samples)
         opening = time.perf_counter()
         routes: list[SampleRoute] = list(await asyncio.gather(*(

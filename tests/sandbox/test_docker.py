@@ -241,3 +241,14 @@ async def test_unknown_user_is_a_permission_error(sandbox_factory):
     with pytest.raises(PermissionError, match="no-such-user"):
         await env.exec(["true"], user="no-such-user")
     assert (await env.exec(["true"])).returncode == 0
+
+
+async def test_the_default_image_speaks_utf8_from_its_locale_archive(sandbox_factory):
+    """LANG=C.UTF-8 served from one locale archive (see the Dockerfile): multibyte-aware shells and
+    Python, without glibc opening each LC_* file in every process it starts."""
+    env = await sandbox_factory("docker")
+    shell = await env.exec(["bash", "--login", "-c", 'X="héllo"; echo "${#X} $(locale charmap)"'])
+    assert shell.stdout.strip() == "5 UTF-8", shell.stderr
+    py = await env.exec(["python3", "-c", "import locale, sys; print(locale.getpreferredencoding(), sys.stdout.encoding)"])
+    assert py.stdout.split() == ["UTF-8", "utf-8"]
+    assert (await env.exec(["localedef", "--list-archive"])).stdout.split() == ["C.utf8"]
