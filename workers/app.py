@@ -1,4 +1,4 @@
-"""The Celery app: Redis broker and result store, JSON only, late acks, task events on.
+"""The Celery app: Redis broker and result store, JSON only, late acks, task events on request.
 
 ``app`` is the worker-side instance (configured from ``TOOLFLEET_BROKER``, so ``celery -A workers.app
 inspect active`` works against the fleet); ``create_app(url)`` builds another for a publisher (the
@@ -151,7 +151,9 @@ def create_app(config: AppConfig | str | None = None, main: str = "toolfleet") -
         task_acks_late=True,  # a call's message is acked only when it finished: a lost host's calls are not lost
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=config.prefetch_multiplier,
-        worker_send_task_events=True,  # Flower / `celery events`
+        # Off by default, as in Celery: Flower turns them on with the `enable_events` control command
+        # (or `toolfleet worker -E`). They are ~15% of a worker's CPU per call.
+        worker_send_task_events=False,
         task_send_sent_event=True,
         task_track_started=False,  # a STARTED write per call would double result-store traffic
         result_expires=config.result_expires,

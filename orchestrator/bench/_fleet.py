@@ -32,7 +32,7 @@ def _free_port() -> int:
 
 class BenchFleet:
     def __init__(self, workers: int = 1, concurrency: int = 64, slots: int = 64, imports: tuple[str, ...] = (),
-                 task_events: bool = True) -> None:
+                 task_events: bool = False) -> None:
         self.port = _free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._dir = tempfile.mkdtemp(prefix="toolfleet-bench-")
@@ -64,8 +64,8 @@ class BenchFleet:
                     "--concurrency", str(self._concurrency), "--slots", str(self._slots)]
             for module in self._imports:
                 args += ["--import", module]
-            if not self._task_events:
-                args.append("--no-task-events")
+            if self._task_events:
+                args.append("--task-events")
             self._procs.append(subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL,
                                                 stderr=subprocess.DEVNULL, start_new_session=True))
             self.hosts.append(host)

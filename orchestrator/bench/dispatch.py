@@ -34,8 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stage", type=int, default=4, help="parallel calls per stage for calls/s")
     parser.add_argument("--concurrency", type=int, default=16, help="stages in flight for calls/s")
     parser.add_argument("--sandbox", choices=["docker", "local"], default="docker")
-    parser.add_argument("--lean", action="store_true",
-                        help="no Celery task events from the worker (Flower then sees no tasks)")
+    parser.add_argument("--task-events", action="store_true",
+                        help="workers send Celery task events (as when Flower watches the fleet)")
     parser.add_argument("--baseline-calls", type=int, default=100, help="plain-Celery round trips (it polls: slow)")
 
 
@@ -55,7 +55,7 @@ def _check(outcome: Any) -> None:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from orchestrator.dispatch.celery import CeleryDispatcher, CeleryDispatcherConfig
 
-    async with BenchFleet(workers=1, concurrency=max(16, args.stage * args.concurrency), task_events=not args.lean) as fleet:
+    async with BenchFleet(workers=1, concurrency=max(16, args.stage * args.concurrency), task_events=args.task_events) as fleet:
         dispatcher = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=fleet.url))
         route = await dispatcher.open_sandbox(SandboxSpec(eval_id="bench", sample_id="dispatch",
                                                           config={"type": args.sandbox}))
@@ -98,7 +98,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "workload": "dispatch",
         "sandbox": args.sandbox,
-        "lean": args.lean,
+        "task_events": args.task_events,
         "p50_ms": percentile_ms(latencies, 0.5),
         "p99_ms": percentile_ms(latencies, 0.99),
         "calls_per_s": round(rate, 1),

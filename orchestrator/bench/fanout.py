@@ -35,8 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=1, help="worker processes (hosts)")
     parser.add_argument("--concurrency", type=int, default=128, help="pool threads per worker")
     parser.add_argument("--sandbox", choices=["docker", "local"], default="docker")
-    parser.add_argument("--lean", action="store_true",
-                        help="no Celery task events from the worker (Flower then sees no tasks)")
+    parser.add_argument("--task-events", action="store_true",
+                        help="workers send Celery task events (as when Flower watches the fleet)")
     parser.add_argument("--baseline-stages", type=int, default=1, help="turns per sample for the docker-exec baseline")
 
 
@@ -53,7 +53,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     tools = [bash()]
     slots = -(-args.samples // args.workers) + 4
-    async with BenchFleet(workers=args.workers, concurrency=args.concurrency, slots=slots, task_events=not args.lean) as fleet:
+    async with BenchFleet(workers=args.workers, concurrency=args.concurrency, slots=slots, task_events=args.task_events) as fleet:
         dispatcher = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=fleet.url))
         config = _sandbox_config(args.sandbox, args.samples)
         opening = time.perf_counter()
@@ -99,7 +99,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
         "workload": "fanout",
         "sandbox": args.sandbox,
-        "lean": args.lean,
+        "task_events": args.task_events,
         "samples": args.samples,
         "stages": args.stages,
         "stage": args.stage,

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import uuid
 
 import pytest
@@ -126,6 +127,70 @@ async def test_celery_inspect_sees_the_fleet_and_its_running_calls(celery_dispat
     running = json.loads(active.stdout)[node]
     assert any(t.get("name") == _names.TASK_CALL for t in running), active.stdout
     fut.cancel()  # the worker stops it (toolfleet_cancel control command)
+
+
+class _EventTap:
+    """Celery's own event receiver (what Flower runs), capturing in a thread until stopped."""
+
+    def __init__(self, broker: str) -> None:
+        from workers.app import create_app
+
+        self.app = create_app(broker)
+        self.events: list[dict] = []
+        self._receiver = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with self.app.connection_for_read() as conn:
+            self._receiver = self.app.events.Receiver(conn, handlers={"*": self.events.append})
+            self._receiver.capture(limit=None, timeout=None, wakeup=False)
+
+    def start(self) -> "_EventTap":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._receiver is not None:
+            self._receiver.should_stop = True
+        self._thread.join(10)
+        self.app.close()
+
+    def task_events(self, task_id: str) -> dict[str, dict]:
+        return {e["type"]: e for e in list(self.events) if e.get("uuid") == task_id}
+
+
+async def test_task_events_for_flower_are_off_until_switched_on_as_flower_does(celery_dispatcher, session_worker) -> None:
+    broker, node = session_worker.broker_url, _names.worker_nodename(session_worker.host)
+    tap = _EventTap(broker).start()
+    try:
+        for _ in range(100):  # the tap is live once it hears the worker's heartbeat (every 2 s)
+            if any(e.get("type") == "worker-heartbeat" for e in list(tap.events)):
+                break
+            await asyncio.sleep(0.1)
+        assert any(e.get("type") == "worker-heartbeat" for e in list(tap.events))
+        # Off by default (they cost the worker ~15% CPU a call): calls go through, no task events.
+        for _ in range(3):
+            quiet = request("noop")
+            await one(celery_dispatcher, quiet)
+        await asyncio.sleep(1.0)
+        assert tap.task_events(quiet.call_id) == {}
+        # Flower's start-up sends `enable_events`; then every call shows up with what it is.
+        enabled = await asyncio.to_thread(_celery, broker, "control", "enable_events", "-d", node, "--timeout", "10")
+        assert enabled.returncode == 0 and "enabled" in enabled.stdout.lower(), enabled.stdout + enabled.stderr
+        for _ in range(60):  # bounded: the receiver subscribes asynchronously
+            seen = request("noop")
+            await one(celery_dispatcher, seen)
+            await asyncio.sleep(0.5)
+            events = tap.task_events(seen.call_id)
+            if "task-succeeded" in events and "task-received" in events:
+                break
+        assert {"task-received", "task-succeeded"} <= set(events), events
+        assert events["task-received"]["name"] == _names.TASK_CALL
+        assert json.loads(events["task-received"]["args"]) == [
+            {"function": "noop", "call_id": seen.call_id, "sample_id": seen.sample_id, "sandbox": None}]
+    finally:
+        await asyncio.to_thread(_celery, broker, "control", "disable_events", "-d", node, "--timeout", "10")
+        await asyncio.to_thread(tap.stop)
 
 
 # --- helpers ------------------------------------------------------------------------------------
