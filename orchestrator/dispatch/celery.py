@@ -1,8 +1,8 @@
 """Celery dispatcher: the same seam as the in-process one, with Redis and a worker fleet in between.
 
 * A parallel stage is published as one Celery ``group``; a one-call stage as a single task. The
-  call id is the task id. Publishing runs in one dedicated thread (kombu's producer is blocking), so
-  the event loop never waits on the broker.
+  call id is the task id. Publishing runs in one dedicated thread (``_publisher``: kombu's producer
+  blocks), so the event loop never waits on the broker.
 * Results come back through one ``ResultListener`` (pubsub on the result backend's channels); each
   call's future resolves when its message arrives — no ``GroupResult.get()`` polling.
 * Sandbox affinity: ``open_sandbox`` reserves a slot on a live host (``workers.placement``) and sends
@@ -23,14 +23,11 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import structlog
-from celery import group
-from kombu import Exchange, Queue
 from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
@@ -41,6 +38,7 @@ from workers import _names, placement
 from workers.app import AppConfig, create_app
 
 from ._dispatcher import Dispatch, Dispatcher, SampleRoute, current_route
+from ._publisher import Publisher, TaskMessage
 from ._results import ResultListener
 
 log = structlog.get_logger("toolfleet.dispatch")
@@ -85,6 +83,10 @@ def _error_outcome(call_id: str, type_: str, message: str, host: str | None = No
     return CallOutcome(call_id=call_id, error=ToolCallError(type=type_, message=message), started=now, completed=now, host=host)  # type: ignore[arg-type]
 
 
+def _call_messages(records: list[_Pending]) -> list[TaskMessage]:
+    return [TaskMessage(rec.task_id, _names.TASK_CALL, [rec.payload], rec.queue, _argsrepr(rec)) for rec in records]
+
+
 def _argsrepr(rec: _Pending) -> str:
     """What Flower and ``celery inspect`` show as the task's args: which call of which sample. Given
     explicitly, because Celery's default (``saferepr`` of the whole payload) is a large share of the
@@ -106,13 +108,12 @@ class CeleryDispatcher(Dispatcher):
         self.app = create_app(AppConfig(broker_url=self.config.broker_url, max_payload_bytes=self.config.max_payload_bytes))
         self.app.conf.task_send_sent_event = self.config.send_sent_events
         self._listener = ResultListener(self.config.broker_url, on_reconnect=self._after_reconnect)
-        self._publisher = ThreadPoolExecutor(1, thread_name_prefix="toolfleet-publish")
+        self._publisher = Publisher(self.app, self.config.publish_timeout)
         self._pending: dict[str, _Pending] = {}
         self._sandboxes: dict[str, tuple[str, str]] = {}  # sandbox handle -> (host, boot at open)
         self._lost: dict[str, set[str]] = {}  # host -> boot ids (process incarnations) known to be lost
         self._missing_since: dict[str, float] = {}
         self._cancels: list[tuple[str, str | None]] = []
-        self._declared: set[str] = set()  # queues declared since the broker (re)started; publisher thread only
         self._start_lock: asyncio.Lock | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._closed = False
@@ -142,8 +143,7 @@ class CeleryDispatcher(Dispatcher):
                 rec.future.cancel()
         await self._flush_cancels()
         await self._listener.aclose()
-        await asyncio.get_running_loop().run_in_executor(self._publisher, self.app.close)
-        self._publisher.shutdown(wait=False)
+        await self._publisher.aclose()
 
     # --- calls ---------------------------------------------------------------------------------
 
@@ -186,7 +186,7 @@ class CeleryDispatcher(Dispatcher):
         try:
             await self.start()
             await self._track(sendable)
-            await asyncio.get_running_loop().run_in_executor(self._publisher, self._publish_calls, sendable)
+            await self._publisher.stage(_call_messages(sendable))
         except Exception as exc:  # noqa: BLE001 - the broker is unreachable: the calls fail clearly
             log.error("dispatch.publish_failed", error=str(exc), calls=len(sendable))
             for rec in sendable:
@@ -208,58 +208,6 @@ class CeleryDispatcher(Dispatcher):
             rec.raw = raw
             raw.add_done_callback(lambda r, rec=rec: self._on_meta(rec, r))
         return raws
-
-    def _with_retry(self, publish: Callable[[], None]) -> None:
-        """Publisher thread: retry through a broker outage (bounded by ``publish_timeout``)."""
-        deadline = time.monotonic() + self.config.publish_timeout
-        delay = 0.05
-        while True:
-            try:
-                return publish()
-            except Exception as exc:  # noqa: BLE001 - kombu/redis raise many kinds; give up only at the bound
-                if time.monotonic() + delay > deadline:
-                    raise
-                log.warning("dispatch.publish_retry", error=str(exc))
-                self._declared.clear()  # a restarted Redis lost the queue bindings too
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
-
-    def _declare(self, queues: set[str]) -> None:
-        """Publisher thread: make sure the queues' bindings exist before publishing to them.
-
-        kombu's Redis transport silently drops a message whose exchange has no binding, and a
-        restarted Redis has none until the workers reconnect; declaring here closes that gap.
-        """
-        missing = queues - self._declared
-        if not missing:
-            return
-        with self.app.producer_or_acquire() as producer:
-            for name in sorted(missing):
-                Queue(name, Exchange(name, type="direct"), routing_key=name).declare(channel=producer.channel)
-        self._declared |= missing
-
-    def _publish_calls(self, records: list[_Pending]) -> None:
-        self._with_retry(lambda: self._publish_calls_once(records))
-
-    def _publish_calls_once(self, records: list[_Pending]) -> None:
-        """Publisher thread: one task, or one group for a parallel stage."""
-        self._declare({rec.queue for rec in records})
-        signatures = [
-            self.app.signature(_names.TASK_CALL, args=[rec.payload], task_id=rec.task_id, queue=rec.queue,
-                               argsrepr=_argsrepr(rec), kwargsrepr="{}")
-            for rec in records
-        ]
-        if len(signatures) == 1:
-            signatures[0].apply_async()
-        else:
-            group(signatures).apply_async()
-
-    def _publish_one(self, name: str, args: list[Any], task_id: str, queue: str) -> None:
-        def publish() -> None:
-            self._declare({queue})
-            self.app.send_task(name, args=args, task_id=task_id, queue=queue)
-
-        self._with_retry(publish)
 
     # --- resolution ----------------------------------------------------------------------------
 
@@ -327,14 +275,11 @@ class CeleryDispatcher(Dispatcher):
         for task_id, host in cancels:
             by_host.setdefault(host, []).append(task_id)
         try:
-            await asyncio.get_running_loop().run_in_executor(self._publisher, self._broadcast_cancels, by_host)
+            for host, ids in by_host.items():
+                destination = [_names.worker_nodename(host)] if host else None
+                await self._publisher.broadcast(_names.CONTROL_CANCEL, {"call_ids": ids}, destination)
         except Exception as exc:  # noqa: BLE001 - best effort: the worker's own deadline still applies
             log.warning("dispatch.cancel_failed", error=str(exc))
-
-    def _broadcast_cancels(self, by_host: dict[str | None, list[str]]) -> None:
-        for host, ids in by_host.items():
-            destination = [_names.worker_nodename(host)] if host else None
-            self.app.control.broadcast(_names.CONTROL_CANCEL, arguments={"call_ids": ids}, destination=destination, reply=False)
 
     # --- sandboxes -----------------------------------------------------------------------------
 
@@ -411,7 +356,7 @@ class CeleryDispatcher(Dispatcher):
         rec.future.add_done_callback(lambda f: self._on_done(rec, f))
         await self._track([rec])
         try:
-            await loop.run_in_executor(self._publisher, self._publish_one, name, arg, rec.task_id, queue)
+            await self._publisher.stage([TaskMessage(rec.task_id, name, arg, queue)])
         except Exception as exc:  # noqa: BLE001
             rec.future.cancel()
             raise SandboxUnavailableError(f"Could not reach the worker fleet to {kind} a sandbox: {exc}") from exc
@@ -485,7 +430,7 @@ class CeleryDispatcher(Dispatcher):
 
     async def _after_reconnect(self) -> None:
         """Redis came back: give workers time to re-assert their claims, then republish lost calls."""
-        self._declared.clear()  # the bindings went with the old Redis (read in the publisher thread: a set swap is atomic enough)
+        self._publisher.broker_restarted()
         await asyncio.sleep(self.config.lost_grace)
         pending = [r for r in self._pending.values() if r.kind == "call" and not r.future.done()]
         if not pending:
@@ -501,7 +446,7 @@ class CeleryDispatcher(Dispatcher):
         if lost:
             log.warning("dispatch.republish", calls=len(lost))
             try:
-                await asyncio.get_running_loop().run_in_executor(self._publisher, self._publish_calls, lost)
+                await self._publisher.stage(_call_messages(lost))
             except Exception as exc:  # noqa: BLE001
                 for rec in lost:
                     self._resolve(rec, _error_outcome(rec.task_id, "sandbox_unavailable",
