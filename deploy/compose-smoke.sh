@@ -3,6 +3,7 @@
 #
 #   deploy/compose-smoke.sh                                   # public base image (needs a registry)
 #   BASE_IMAGE=toolfleet/sandbox-rootfs:bookworm deploy/compose-smoke.sh   # offline (sandbox_images/build.sh first)
+#   COMPOSE="docker compose" deploy/compose-smoke.sh          # compose v2 (default: docker-compose v1)
 #
 # Exit status 0 when every sample of the eval finished without error. Bounded: each step has a timeout.
 set -euo pipefail
@@ -22,10 +23,10 @@ timeout 1800 $COMPOSE build
 echo "== up: redis + $WORKERS workers"
 timeout 300 $COMPOSE up -d --scale worker="$WORKERS" redis worker
 echo "== eval through the fleet"
-timeout 1200 $COMPOSE run --rm orchestrator
+timeout 1200 $COMPOSE run --rm --no-deps orchestrator
 echo "== celery inspect"
 timeout 120 $COMPOSE exec -T worker celery -A workers.app inspect ping --timeout 10 | tee "$LOGS/inspect.txt"
 test "$(grep -c pong "$LOGS/inspect.txt")" -ge "$WORKERS"
 echo "== result"
-timeout 120 $COMPOSE run --rm orchestrator toolfleet log list --log-dir /logs | tee "$LOGS/summary.txt"
+timeout 120 $COMPOSE run --rm --no-deps orchestrator toolfleet log list --log-dir /logs | tee "$LOGS/summary.txt"
 echo "smoke OK (logs in $LOGS)"
