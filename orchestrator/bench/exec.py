@@ -8,6 +8,7 @@ Measured in one run, on the same container:
   (container create + start + exec agent hello);
 - ``exec_true_p50_ms``: ``env.exec(["true"])`` with no bash and no tool layer: the channel's own cost;
 - ``spawn_floor_p50_ms``: the same command spawned from inside the sandbox with no channel at all;
+- ``channel``: how the calls reached the agent — ``unix`` (its socket, direct) or ``stream`` (the exec stream, through the daemon);
 - ``baseline``: the same command (``bash --login -c true``, same user) as one ``docker exec`` per
   call through the Engine API (exec_create + exec_start + exec_inspect), same counts;
 - ``python``: ``python`` tool calls (``print(1)``) through the executor: ``warm_p50_ms`` with the
@@ -171,6 +172,7 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
                 await env.exec(["true"])
 
             bare_lat = await _latencies(bare_true, calls)
+            channel = env._channels[None].transport  # "unix" (direct) or "stream" (through the daemon)
             py = await _python_figures(env, min(calls, PYTHON_CALLS))
             floor = await env.exec(["python3", "-c", _FLOOR.format(n=min(calls, 200))], timeout=300)
         finally:
@@ -185,6 +187,7 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
         **ours,
         "concurrency": concurrency,
         "sandbox_cpus": cpus,
+        "channel": channel,
         "acquire_p50_ms": _ms(acquire, 0.5),
         "cold_start_p50_ms": _ms(cold, 0.5),
         "speedup_p50": round(baseline["p50_ms"] / ours["p50_ms"], 1) if ours["p50_ms"] else None,

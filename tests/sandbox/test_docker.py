@@ -252,3 +252,44 @@ async def test_the_default_image_speaks_utf8_from_its_locale_archive(sandbox_fac
     py = await env.exec(["python3", "-c", "import locale, sys; print(locale.getpreferredencoding(), sys.stdout.encoding)"])
     assert py.stdout.split() == ["UTF-8", "utf-8"]
     assert (await env.exec(["localedef", "--list-archive"])).stdout.split() == ["C.utf8"]
+
+
+# --- the agent's channel ------------------------------------------------------------------------
+
+
+def _shm_entries(container_id: str) -> list[str]:
+    out = subprocess.run(["docker", "exec", container_id, "ls", "-A", "/dev/shm", "/tmp"], capture_output=True,
+                         text=True, timeout=30)
+    return [line for line in out.stdout.split() if line.startswith("toolfleet-agent")]
+
+
+async def test_the_channel_goes_direct_when_the_host_reaches_the_container(sandbox_factory):
+    """Root on the Docker host: the agent's unix socket (through /proc/<pid>/root) replaces the exec
+    stream for calls, for every user's agent, and leaves no socket or directory behind."""
+    env = await sandbox_factory("docker")
+    for user in (None, "root"):
+        result = await env.exec(["sh", "-c", "echo out; echo err >&2; exit 4"], user=user)
+        assert (result.returncode, result.stdout, result.stderr) == (4, "out\n", "err\n")
+    assert {u: c.transport for u, c in env._channels.items()} == {None: "unix", "root": "unix"}
+    assert _shm_entries(env.container_id) == []
+
+
+async def test_the_exec_stream_is_the_channel_when_direct_is_off(sandbox_factory):
+    env = await sandbox_factory("docker", direct_channel=False)
+    assert (await env.exec(["echo", "hi"])).stdout == "hi\n"
+    assert [c.transport for c in env._channels.values()] == ["stream"]
+
+
+async def test_closing_the_direct_channel_ends_the_agent(sandbox_factory):
+    env = await sandbox_factory("docker")
+    assert (await env.exec(["true"])).returncode == 0
+    [channel] = env._channels.values()
+    agent_pid = channel.info["pid"]
+    await channel.aclose()  # the anchor (exec stream) closes with it: the agent sees EOF and exits
+    for _ in range(100):
+        alive = (await env.exec(["sh", "-c", f"kill -0 {agent_pid} 2>/dev/null && echo alive"], user="root")).stdout
+        if not alive:
+            break
+        await asyncio.sleep(0.05)
+    assert alive == ""
+    assert (await env.exec(["echo", "again"])).stdout == "again\n"  # a new agent, on demand

@@ -1,4 +1,5 @@
-"""Exec semantics every driver must share (parametrised: local + docker)."""
+"""Exec semantics every driver must share (parametrised: local, docker over its direct channel, and
+docker over the exec stream — the channel a worker uses when it cannot reach the container's filesystem)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,16 @@ from orchestrator.util import ExecResult, SandboxTimeoutError, SandboxUnavailabl
 from workers.sandbox import registry
 from workers.sandbox._driver import DEFAULT_OUTPUT_CAP
 
+from .fixtures import DRIVERS
+
 pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(params=[*DRIVERS, pytest.param("docker-stream", id="docker-stream", marks=pytest.mark.docker)])
+async def env(request, sandbox_factory):
+    if request.param == "docker-stream":
+        return await sandbox_factory("docker", direct_channel=False)
+    return await sandbox_factory(request.param)
 
 
 async def test_exit_codes_and_streams_kept_apart(env):

@@ -23,7 +23,7 @@ log = structlog.get_logger("toolfleet.sandbox")
 AGENT_PATH = Path(__file__).parent / "_agent" / "agent.py"
 HEADER = struct.Struct(">IBI")
 U32 = struct.Struct(">I")
-RUN, KILL, PING, RESULT, PONG = 1, 2, 3, 4, 5
+RUN, KILL, PING, RESULT, PONG, LISTEN, LISTENING = 1, 2, 3, 4, 5, 6, 7
 DOCKER_HEADER = 8
 HELLO_TIMEOUT = 20.0  # python3 startup in a cold, CPU-limited container
 
@@ -63,6 +63,7 @@ class AgentChannel:
         self._agent_stderr = bytearray()
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
         self.info: dict[str, Any] = {}
+        self.transport = "stream"  # "unix": a direct channel (see _docker_exec)
 
     @property
     def closed(self) -> bool:
@@ -73,6 +74,26 @@ class AgentChannel:
         kind, payload = await self._request(PING, b"", timeout)
         self.info = json.loads(payload)
         return self.info
+
+    async def listen(self, timeout: float = 5.0) -> str:
+        """Ask the agent for a direct channel (protocol 4): the path of its one-shot unix socket."""
+        if int(self.info.get("version", 0)) < 4:
+            raise ChannelClosed("the agent predates direct channels")
+        _, payload = await self._request(LISTEN, b"", timeout)
+        answer = json.loads(payload)
+        if "path" not in answer:
+            raise ChannelClosed(f"the agent cannot listen: {answer.get('error')}")
+        return str(answer["path"])
+
+    def anchor(self, other: "AgentChannel") -> None:
+        """Keep ``other`` open as long as this channel, and close it with this one."""
+        self._keep = other
+
+    def close(self) -> None:
+        """Close without waiting (e.g. as the anchor a direct channel keeps alive)."""
+        if self._closed is None:
+            self._fail(ChannelClosed("agent channel closed by the host"), None)
+        self._task.cancel()
 
     async def run(
         self,

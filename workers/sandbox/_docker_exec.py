@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import structlog
+
 from ._channel import AGENT_PATH, AgentChannel, ChannelClosed, RawResult
 from ._docker_api import DockerAPI, read_docker_frame
 
@@ -30,11 +32,17 @@ _AGENT_LAUNCH = (
     'command -v python3 >/dev/null 2>&1 || { echo "toolfleet: no python3 in this image" >&2; exit 127; }; '
     'exec python3 -I -u -c "$0" "$1"'
 )
+log = structlog.get_logger("toolfleet.sandbox")
 FALLBACK_GRACE = 5.0  # host-side bound beyond a command's own timeout
 
 
-async def open_agent(api: DockerAPI, container_id: str, user: str | None) -> AgentChannel:
-    """Start the agent in the container (as ``user``) and wait for its hello."""
+async def open_agent(api: DockerAPI, container_id: str, user: str | None, direct_root: str | None = None) -> AgentChannel:
+    """Start the agent in the container (as ``user``) and wait for its hello.
+
+    With ``direct_root`` (the container's root as this process sees it, ``/proc/<pid>/root``) the
+    channel moves to the agent's unix socket, bypassing the daemon's stream copying; the exec stream
+    stays open as the agent's lifetime anchor. Where that fails the exec stream is the channel.
+    """
     try:
         exec_id = (
             await api.call(
@@ -53,7 +61,28 @@ async def open_agent(api: DockerAPI, container_id: str, user: str | None) -> Age
     except (ChannelClosed, TimeoutError) as exc:
         await channel.aclose()
         raise ChannelClosed(f"exec agent did not start ({exc})") from exc
+    if direct_root is not None:
+        try:
+            return await _direct(channel, direct_root)
+        except (ChannelClosed, TimeoutError, OSError) as exc:
+            if channel.closed:
+                raise ChannelClosed(f"exec agent died while opening its direct channel ({exc})") from exc
+            log.debug("sandbox.direct_channel_unavailable", container=container_id[:12], error=str(exc))
     return channel
+
+
+async def _direct(anchor: AgentChannel, root: str) -> AgentChannel:
+    path = await anchor.listen()
+    reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(root + path), 5.0)
+    direct = AgentChannel(reader, writer, demux=False)
+    try:
+        await direct.hello(5.0)
+    except (ChannelClosed, TimeoutError):
+        await direct.aclose()
+        raise
+    direct.anchor(anchor)  # closing the direct channel closes the exec stream: the agent exits
+    direct.transport = "unix"
+    return direct
 
 
 async def universal_exec(

@@ -109,6 +109,8 @@ class DockerSandboxConfig(_BaseConfig):
     ttl: float = Field(24 * 3600.0, gt=0, description="seconds until a container's expiry label passes")
     reap_interval: float = Field(60.0, gt=0)
     fast_path: bool = Field(True, description="use the in-sandbox agent where the image has python3")
+    direct_channel: bool = Field(True, description="talk to the agent over its unix socket when this process "
+                                 "can reach the container's filesystem (root on the Docker host); else over the exec stream")
     api_threads: int = Field(8, gt=0, description="bounded threads for blocking Docker SDK calls")
     docker_host: str | None = Field(None, description="Engine API URL; None: from the environment")
 

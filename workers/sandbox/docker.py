@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import uuid
 from typing import Any
@@ -49,7 +50,20 @@ class DockerSandboxEnvironment(AgentSandboxEnvironment):
     async def _open_channel(self, user: str | None) -> AgentChannel:
         if not self.driver.config.fast_path:
             raise ChannelClosed("fast path disabled by configuration")
-        return await open_agent(self.driver.api, self.container_id, user or self.driver.exec_user)
+        return await open_agent(self.driver.api, self.container_id, user or self.driver.exec_user,
+                                direct_root=await self._direct_root())
+
+    async def _direct_root(self) -> str | None:
+        """The container's root as this process sees it, if it can (same host and PID namespace as
+        the daemon, root); None sends the channel through the exec stream."""
+        if not self.driver.config.direct_channel or os.geteuid() != 0:
+            return None
+        try:
+            pid = (await self.driver.api.call(self.driver.api.api.inspect_container, self.container_id))["State"]["Pid"]
+        except (APIError, DockerException, KeyError, TypeError):
+            return None
+        root = f"/proc/{pid}/root"
+        return root if pid and os.path.isdir(root + "/dev") else None
 
     async def _universal_exec(
         self, argv: list[str], input: bytes | None, cwd: str | None, env: dict[str, str] | None,

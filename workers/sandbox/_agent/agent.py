@@ -9,8 +9,17 @@ and unambiguous: a reader always knows how many bytes belong to a frame.
   host -> agent   RUN  (1): u32 json length, json spec, stdin bytes
                   KILL (2): empty; kill the process group of that request
                   PING (3): empty; answered with PONG
+                  LISTEN (6): empty; answered with LISTENING
   agent -> host   RESULT (4): u32 json length, json status, stdout bytes, stderr bytes
                   PONG   (5): json {"version", "pid", "uid"}
+                  LISTENING (7): json {"path"} or {"error"}
+
+Direct channel (protocol 4): on LISTEN the agent listens on a unix socket in a fresh private
+directory (``mkdtemp``: mode 0700, its own user's) under /dev/shm and tells the host the path; the
+first connection becomes the channel (frames read from it, answers written to it), and the socket
+file is removed at once. stdin stays open as the lifetime anchor: EOF there still ends the agent.
+A host that can reach the container's filesystem (``/proc/<pid>/root``) skips the Docker daemon's
+stream copying this way: about a millisecond per call.
 
 One thread, one selector: the channel, every command's pipes and a SIGCHLD wakeup all feed the same
 loop, so concurrent commands cost no threads. Commands start with ``posix_spawn`` (vfork-like) in a
@@ -31,14 +40,17 @@ import os
 import selectors
 import shutil
 import signal
+import socket
 import struct
+import tempfile
 import termios
 import time
 
-VERSION = 3
+VERSION = 4
 HEADER = struct.Struct(">IBI")
 U32 = struct.Struct(">I")
-RUN, KILL, PING, RESULT, PONG = 1, 2, 3, 4, 5
+RUN, KILL, PING, RESULT, PONG, LISTEN, LISTENING = 1, 2, 3, 4, 5, 6, 7
+SOCKET_DIRS = ("/dev/shm", "/tmp")
 # After the command exits, background children may still hold its pipes open; wait this long for
 # EOF, then return (they keep running, as with a shell).
 EXIT_GRACE = 0.5
@@ -199,7 +211,10 @@ class Agent:
     def __init__(self):
         self.sel = selectors.DefaultSelector()
         self.jobs = {}
-        self.inbuf = bytearray()
+        self.inbufs = {0: bytearray()}  # per channel fd: stdin, then the direct socket if any
+        self.out_fd = 1  # where answers go: stdout, then the direct socket
+        self.listener = None  # (socket, path) while waiting for the host's direct connection
+        self.conn = None
         self.devnull = os.open(os.devnull, os.O_RDONLY)  # non-inheritable, like every fd Python opens
         self.oom_seen = oom_kills()
         self.running = True
@@ -213,28 +228,32 @@ class Agent:
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler (not SIG_IGN): children stay reapable
         self.sel.register(wake_r, selectors.EVENT_READ, ("wake", None))
-        self.sel.register(0, selectors.EVENT_READ, ("chan", None))
+        self.sel.register(0, selectors.EVENT_READ, ("chan", 0))
 
     # --- channel ------------------------------------------------------------------------------
 
     def send(self, req_id, kind, payload):
         data = memoryview(HEADER.pack(req_id, kind, len(payload)) + payload)
         while len(data):
-            data = data[os.write(1, data):]
+            data = data[os.write(self.out_fd, data):]
 
-    def on_channel(self):
-        chunk = os.read(0, 1 << 20)
+    def on_channel(self, fd):
+        try:
+            chunk = os.read(fd, 1 << 20)
+        except OSError:
+            chunk = b""
         if not chunk:
-            self.running = False  # the host went away
+            self.running = False  # the host went away (either channel)
             return
-        self.inbuf += chunk
+        inbuf = self.inbufs[fd]
+        inbuf += chunk
         offset = 0
-        while len(self.inbuf) - offset >= HEADER.size:
-            req_id, kind, length = HEADER.unpack_from(self.inbuf, offset)
+        while len(inbuf) - offset >= HEADER.size:
+            req_id, kind, length = HEADER.unpack_from(inbuf, offset)
             end = offset + HEADER.size + length
-            if len(self.inbuf) < end:
+            if len(inbuf) < end:
                 break
-            payload = bytes(self.inbuf[offset + HEADER.size:end])
+            payload = bytes(inbuf[offset + HEADER.size:end])
             offset = end
             if kind == RUN:
                 (jlen,) = U32.unpack_from(payload)
@@ -246,7 +265,49 @@ class Agent:
             elif kind == PING:
                 info = {"version": VERSION, "pid": os.getpid(), "uid": os.getuid()}
                 self.send(req_id, PONG, json.dumps(info).encode())
-        del self.inbuf[:offset]
+            elif kind == LISTEN:
+                self.listen(req_id)
+        del inbuf[:offset]
+
+    def listen(self, req_id):
+        if self.listener is not None or self.conn is not None:
+            self.send(req_id, LISTENING, json.dumps({"error": "already listening"}).encode())
+            return
+        try:
+            base = next(d for d in SOCKET_DIRS if os.access(d, os.W_OK | os.X_OK))
+            path = os.path.join(tempfile.mkdtemp(prefix="toolfleet-agent-", dir=base), "channel")
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.bind(path)
+            sock.listen(1)
+            sock.setblocking(False)
+        except (OSError, StopIteration) as exc:
+            self.send(req_id, LISTENING, json.dumps({"error": str(exc) or "no writable socket directory"}).encode())
+            return
+        self.listener = (sock, path)
+        self.sel.register(sock, selectors.EVENT_READ, ("accept", None))
+        self.send(req_id, LISTENING, json.dumps({"path": path}).encode())
+
+    def on_accept(self):
+        sock, path = self.listener
+        try:
+            conn, _ = sock.accept()
+        except BlockingIOError:
+            return
+        self.sel.unregister(sock)
+        sock.close()
+        self.listener = None
+        for remove in (os.unlink, os.rmdir):  # nothing else can connect, nothing is left behind
+            try:
+                remove(path)
+            except OSError:
+                pass
+            path = os.path.dirname(path)
+        conn.setblocking(True)
+        self.conn = conn
+        fd = conn.fileno()
+        self.inbufs[fd] = bytearray()
+        self.out_fd = fd
+        self.sel.register(fd, selectors.EVENT_READ, ("chan", fd))
 
     # --- commands -----------------------------------------------------------------------------
 
@@ -574,7 +635,9 @@ class Agent:
                 if kind == "out":
                     self.on_output(key.fd, *data)
                 elif kind == "chan":
-                    self.on_channel()
+                    self.on_channel(data)
+                elif kind == "accept":
+                    self.on_accept()
                 elif kind == "in":
                     self.on_input(data)
                 else:
