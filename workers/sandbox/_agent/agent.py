@@ -19,7 +19,7 @@ directory (``mkdtemp``: mode 0700, its own user's) under /dev/shm and tells the 
 first connection becomes the channel (frames read from it, answers written to it), and the socket
 file is removed at once. stdin stays open as the lifetime anchor: EOF there still ends the agent.
 A host that can reach the container's filesystem (``/proc/<pid>/root``) skips the Docker daemon's
-stream copying this way: about a millisecond per call.
+stream copying this way (measured here: ~0.4 ms less per call, and no daemon CPU per call).
 
 One thread, one selector: the channel, every command's pipes and a SIGCHLD wakeup all feed the same
 loop, so concurrent commands cost no threads. Commands start with ``posix_spawn`` (vfork-like) in a
