@@ -91,6 +91,18 @@ class BenchFleet:
             time.sleep(0.05)
         raise TimeoutError(f"timed out waiting for {what}")
 
+    def worker_cpu_seconds(self) -> float:
+        """CPU time (user + system) the worker processes have used so far (Linux /proc)."""
+        ticks = 0
+        for proc in self._procs[1:]:  # [0] is redis-server
+            try:
+                with open(f"/proc/{proc.pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                ticks += int(fields[11]) + int(fields[12])  # utime, stime
+            except (OSError, IndexError, ValueError):
+                continue
+        return ticks / os.sysconf("SC_CLK_TCK")
+
     def _stop(self) -> None:
         for proc in reversed(self._procs):
             if proc.poll() is None:

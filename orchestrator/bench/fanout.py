@@ -8,6 +8,8 @@ splice — the whole orchestrator path), all samples at once.
 - ``calls_per_s``: tool calls completed per second of wall time;
 - ``p50_ms`` / ``p99_ms``: per-stage latency (a turn's whole parallel stage);
 - ``loop_lag_p99_ms``: the orchestrator's event-loop lag during the run;
+- ``orchestrator_cpu_ms_per_call`` / ``worker_cpu_ms_per_call``: CPU time of this process and of the
+  worker processes per call during the run (steadier than calls/s on a shared machine);
 - ``baseline``: the same calls as ``docker exec`` through the Engine API (exec_create + start +
   inspect), same number of sandboxes and calls in flight, same run (docker sandboxes only).
 
@@ -83,9 +85,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.gather(*(sample(routes[0]) for _ in range(1)))  # warm the path
             stage_latencies.clear()
             lag.start()
+            cpu_orch, cpu_workers = time.process_time(), fleet.worker_cpu_seconds()
             start = time.perf_counter()
             await asyncio.gather(*(sample(r) for r in routes))
             wall = time.perf_counter() - start
+            cpu_orch, cpu_workers = time.process_time() - cpu_orch, fleet.worker_cpu_seconds() - cpu_workers
             lag_p99 = await lag.stop()
         finally:
             reset_active_dispatcher(active)
@@ -109,6 +113,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "p50_ms": percentile_ms(stage_latencies, 0.5),
         "p99_ms": percentile_ms(stage_latencies, 0.99),
         "loop_lag_p99_ms": lag_p99,
+        # CPU per call, less noisy than calls/s on a shared machine (sandboxes' own CPU not included).
+        "orchestrator_cpu_ms_per_call": round(cpu_orch / calls * 1000, 3),
+        "worker_cpu_ms_per_call": round(cpu_workers / calls * 1000, 3),
         "open_sandboxes_s": round(open_s, 2),
         "errors": len(failures),
         "baseline": baseline,

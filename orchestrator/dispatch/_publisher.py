@@ -90,8 +90,10 @@ class Publisher:
 
     def _publish_stage(self, messages: list[TaskMessage]) -> None:
         self._declare({m.queue for m in messages})
+        # declare=[]: the queues were just declared (once per broker start); kombu would otherwise
+        # re-bind and look up each queue on every message.
         signatures = [
-            self.app.signature(m.name, args=m.args, task_id=m.task_id, queue=m.queue,
+            self.app.signature(m.name, args=m.args, task_id=m.task_id, queue=m.queue, declare=[],
                                **({"argsrepr": m.argsrepr, "kwargsrepr": "{}"} if m.argsrepr is not None else {}))
             for m in messages
         ]
