@@ -92,3 +92,17 @@ async def test_a_claim_held_by_a_lost_process_is_answered_without_running_again(
     assert execute.runs == 0
     assert outcome.error is not None and outcome.error.type == "sandbox_unavailable"
     assert "host-b/boot-1" in outcome.error.message and "not run again" in outcome.error.message
+
+
+async def test_a_parallel_stage_claims_each_call_once(redis) -> None:
+    """Concurrent calls each claim and run exactly once; a copy of one of them arriving meanwhile
+    joins its run instead of claiming again."""
+    memory = CallMemory(redis, OWNER)
+    executes = {f"p{i}": Counting(f"p{i}", delay=0.05) for i in range(8)}
+    outcomes = await asyncio.gather(*(memory.run_once(cid, ex, 60) for cid, ex in executes.items()),
+                                     memory.run_once("p0", executes["p0"], 60))
+    assert [o.result for o in outcomes] == ["ran 1"] * 9
+    assert [ex.runs for ex in executes.values()] == [1] * 8
+    assert [o.replayed for o in outcomes] == [False] * 8 + [True]
+    held = await redis.mget([_names.call_key(cid) for cid in executes])
+    assert [h.decode() for h in held] == [OWNER] * 8
