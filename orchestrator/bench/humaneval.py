@@ -81,7 +81,9 @@ async def _run_mode(args: argparse.Namespace, mode: str, sandbox: str, broker: s
     total = len(log.samples)
     return {"mode": mode, "sandbox": sandbox, "correct": correct, "total": total, "wall_s": round(wall, 3),
             "samples_per_s": round(total / wall, 3) if wall > 0 else None,
-            "errors": sum(1 for s in log.samples if s.error is not None)}
+            "errors": sum(1 for s in log.samples if s.error is not None),
+            **({"first_error": next(f"{s.id}: {s.error.message}" for s in log.samples if s.error is not None)}
+               if any(s.error is not None for s in log.samples) else {})}
 
 
 def _free_port() -> int:

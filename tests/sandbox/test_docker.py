@@ -293,3 +293,18 @@ async def test_closing_the_direct_channel_ends_the_agent(sandbox_factory):
         await asyncio.sleep(0.05)
     assert alive == ""
     assert (await env.exec(["echo", "again"])).stdout == "again\n"  # a new agent, on demand
+
+
+async def test_a_failed_direct_connection_falls_back_to_a_fresh_agent_on_the_stream(sandbox_factory):
+    """The agent listened but the host could not connect (here: a wrong root): the half-switched
+    agent is closed and a fresh one serves over the exec stream — a call never sees the failure."""
+    from workers.sandbox._docker_exec import open_agent
+
+    env = await sandbox_factory("docker")
+    channel = await open_agent(env.driver.api, env.container_id, env.driver.exec_user, direct_root="/nonexistent")
+    try:
+        assert channel.transport == "stream"
+        result = await channel.run(["echo", "ok"], None, None, None, 30.0, 1 << 20)
+        assert (result.returncode, result.stdout) == (0, b"ok\n")
+    finally:
+        await channel.aclose()

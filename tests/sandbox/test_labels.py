@@ -47,6 +47,9 @@ MINE = {**owner_labels(), EXPIRY: str(int(NOW + 3600))}
         ({**MINE, OWNER: "another-host", OWNER_PID: "1"}, "running", (), None),
         ({**MINE, OWNER: "another-host", EXPIRY: str(int(NOW - 1))}, "running", (), "expired"),
         (MINE, "exited", (), "exited"),
+        (MINE, "dead", (), "exited"),
+        (MINE, "created", (), None),  # this process is starting it (not yet recorded as held)
+        ({**MINE, OWNER_PID: str(_dead_pid())}, "created", (), "orphaned"),
     ],
 )
 def test_reap_reason(labels, state, live, expected):

@@ -75,7 +75,7 @@ class AgentChannel:
         self.info = json.loads(payload)
         return self.info
 
-    async def listen(self, timeout: float = 5.0) -> str:
+    async def listen(self, timeout: float = 10.0) -> str:
         """Ask the agent for a direct channel (protocol 4): the path of its one-shot unix socket."""
         if int(self.info.get("version", 0)) < 4:
             raise ChannelClosed("the agent predates direct channels")

@@ -34,6 +34,7 @@ _AGENT_LAUNCH = (
 )
 log = structlog.get_logger("toolfleet.sandbox")
 FALLBACK_GRACE = 5.0  # host-side bound beyond a command's own timeout
+DIRECT_TIMEOUT = 10.0  # connecting to and greeting the agent's socket (a loaded host can be slow)
 
 
 async def open_agent(api: DockerAPI, container_id: str, user: str | None, direct_root: str | None = None) -> AgentChannel:
@@ -43,6 +44,27 @@ async def open_agent(api: DockerAPI, container_id: str, user: str | None, direct
     channel moves to the agent's unix socket, bypassing the daemon's stream copying; the exec stream
     stays open as the agent's lifetime anchor. Where that fails the exec stream is the channel.
     """
+    channel = await _start_agent(api, container_id, user)
+    if direct_root is None:
+        return channel
+    try:
+        path = await channel.listen()
+    except (ChannelClosed, TimeoutError) as exc:
+        if channel.closed:
+            raise ChannelClosed(f"exec agent died while opening its direct channel ({exc})") from exc
+        log.debug("sandbox.direct_channel_unavailable", container=container_id[:12], error=str(exc))
+        return channel  # the agent cannot listen (e.g. no writable /dev/shm): it is fine on the stream
+    try:
+        return await _connect(channel, direct_root + path)
+    except (ChannelClosed, TimeoutError, OSError) as exc:
+        # The agent may have accepted and lost the socket (it then exits): start a fresh one and
+        # keep it on the exec stream.
+        log.info("sandbox.direct_channel_failed", container=container_id[:12], error=str(exc))
+        await channel.aclose()
+        return await _start_agent(api, container_id, user)
+
+
+async def _start_agent(api: DockerAPI, container_id: str, user: str | None) -> AgentChannel:
     try:
         exec_id = (
             await api.call(
@@ -61,22 +83,14 @@ async def open_agent(api: DockerAPI, container_id: str, user: str | None, direct
     except (ChannelClosed, TimeoutError) as exc:
         await channel.aclose()
         raise ChannelClosed(f"exec agent did not start ({exc})") from exc
-    if direct_root is not None:
-        try:
-            return await _direct(channel, direct_root)
-        except (ChannelClosed, TimeoutError, OSError) as exc:
-            if channel.closed:
-                raise ChannelClosed(f"exec agent died while opening its direct channel ({exc})") from exc
-            log.debug("sandbox.direct_channel_unavailable", container=container_id[:12], error=str(exc))
     return channel
 
 
-async def _direct(anchor: AgentChannel, root: str) -> AgentChannel:
-    path = await anchor.listen()
-    reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(root + path), 5.0)
+async def _connect(anchor: AgentChannel, path: str) -> AgentChannel:
+    reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path), DIRECT_TIMEOUT)
     direct = AgentChannel(reader, writer, demux=False)
     try:
-        await direct.hello(5.0)
+        await direct.hello(DIRECT_TIMEOUT)
     except (ChannelClosed, TimeoutError):
         await direct.aclose()
         raise

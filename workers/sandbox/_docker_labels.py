@@ -71,6 +71,8 @@ def reap_reason(info: dict[str, Any], live: Iterable[str], now: float | None = N
     started = _process_started(pid) if pid else None
     if started is None or str(started) != labels.get(OWNER_STARTED):
         return "orphaned"
-    if pid == os.getpid() and info.get("State") != "running":
+    # "created": being started by this process right now (listed before the driver recorded its
+    # id); removing it then made the start fail with a 409 under load.
+    if pid == os.getpid() and info.get("State") not in ("running", "created"):
         return "exited"
     return None
