@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -45,13 +46,14 @@ def _open_sandbox_lines(path: Path) -> int:
 
 
 def _kill_after_samples(cmd: list[str], log_dir: Path, env: dict[str, str], at_least: int,
-                        open_sandboxes: int = 0) -> Path:
+                        open_sandboxes: int = 0, also: Callable[[Path], bool] | None = None) -> Path:
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             path, n = _sample_lines(log_dir)
-            if n >= at_least and (not open_sandboxes or (path is not None and _open_sandbox_lines(path) >= open_sandboxes)):
+            if n >= at_least and (not open_sandboxes or (path is not None and _open_sandbox_lines(path) >= open_sandboxes)) \
+                    and (also is None or (path is not None and also(path))):
                 break
             if proc.poll() is not None:
                 raise AssertionError("the eval finished before it could be killed")
@@ -76,7 +78,9 @@ def test_resume_after_sigkill(tmp_path: Path, sandbox: str | None) -> None:
             "--log-dir", str(log_dir), "--display", "log"]
     if sandbox:
         args += ["--sandbox", sandbox]
-    path = _kill_after_samples(_toolfleet(*args), log_dir, env, at_least=3)
+    # With docker, kill while a sample holds a container (between samples there may be none).
+    holding = (lambda p: bool(_containers(read_eval_log(p).eval.eval_id))) if sandbox == "docker" else None
+    path = _kill_after_samples(_toolfleet(*args), log_dir, env, at_least=3, also=holding)
 
     before = read_eval_log(path)
     assert before.status == "started"  # no footer: the run died
