@@ -14,6 +14,7 @@ sandboxes (calls for one sandbox could land in a process that does not hold it);
 from __future__ import annotations
 
 import os
+from functools import cached_property
 
 from celery import Celery, states
 from celery.backends.base import BackendStoreError
@@ -74,11 +75,12 @@ return 1
         self.ensure(self._store_unless_success, (self.get_key_for_task(task_id), value, int(expires or 0)))
         return result
 
+    @cached_property
+    def _store_script(self):  # type: ignore[no-untyped-def]
+        return self.client.register_script(self._STORE_UNLESS_SUCCESS)  # hashed once per backend
+
     def _store_unless_success(self, key, value, expires):  # type: ignore[no-untyped-def]
-        script = self.__dict__.get("_store_script")
-        if script is None:  # registered once per backend (the client keeps its connection pool)
-            script = self.__dict__["_store_script"] = self.client.register_script(self._STORE_UNLESS_SUCCESS)
-        script(keys=[key], args=[value, expires])
+        self._store_script(keys=[key], args=[value, expires])
 
 
 class FleetRedisChannel(kombu_redis.Channel):

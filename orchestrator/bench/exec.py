@@ -126,15 +126,7 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
             if i < ACQUIRES - 1:
                 await driver.destroy(env)
 
-        tool = bash()
-        ref = tool_meta(tool).ref  # type: ignore[union-attr]
-
-        async def fast() -> None:
-            request = CallRequest(call_id=uuid.uuid4().hex, function="bash", tool=ref,
-                                  arguments={"cmd": "true"}, sandbox=env.sandbox_id)
-            outcome = await execute_call(request, tool=tool, env=env)
-            if outcome.error is not None or outcome.fatal is not None or outcome.result != "":
-                raise RuntimeError(f"bench call failed: {outcome}")
+        fast = _tool_call(env, bash(), "bash", {"cmd": "true"}, expect="")
 
         api = driver.api.api
         pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="bench-docker-exec")
@@ -199,16 +191,22 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
     }
 
 
-async def _python_figures(env: Any, n: int) -> dict[str, Any]:
-    tool = python()
+def _tool_call(env: Any, tool: Any, function: str, arguments: dict[str, Any], expect: str) -> Callable[[], Awaitable[None]]:
+    """One call of ``tool`` through the executor into ``env``, checked against its expected result."""
     ref = tool_meta(tool).ref  # type: ignore[union-attr]
 
     async def one() -> None:
-        request = CallRequest(call_id=uuid.uuid4().hex, function="python", tool=ref,
-                              arguments={"code": "print(1)"}, sandbox=env.sandbox_id)
+        request = CallRequest(call_id=uuid.uuid4().hex, function=function, tool=ref, arguments=arguments,
+                              sandbox=env.sandbox_id)
         outcome = await execute_call(request, tool=tool, env=env)
-        if outcome.error is not None or outcome.fatal is not None or outcome.result != "1\n":
+        if outcome.error is not None or outcome.fatal is not None or outcome.result != expect:
             raise RuntimeError(f"bench call failed: {outcome}")
+
+    return one
+
+
+async def _python_figures(env: Any, n: int) -> dict[str, Any]:
+    one = _tool_call(env, python(), "python", {"code": "print(1)"}, expect="1\n")
 
     figures: dict[str, Any] = {"calls": n, "think_s": THINK_S}
     for name, spares in (("cold_p50_ms", 0), ("warm_p50_ms", env.warm_spares)):

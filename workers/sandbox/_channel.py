@@ -228,9 +228,7 @@ class AgentChannel:
                 pass
 
     async def aclose(self) -> None:
-        if self._closed is None:
-            self._fail(ChannelClosed("agent channel closed by the host"), None)
-        self._task.cancel()
+        self.close()
         try:
             await asyncio.wait_for(self._task, 5.0)
         except (asyncio.CancelledError, TimeoutError, Exception):  # noqa: BLE001 - closing anyway
