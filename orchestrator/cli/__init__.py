@@ -15,7 +15,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import _bench_cmd, _eval_cmd, _log_cmd
+    from . import _bench_cmd, _eval_cmd, _log_cmd, _setup_cmd
 
     parser = argparse.ArgumentParser(prog="toolfleet", description="Run LLM agents at scale with sandboxed tools.")
     parser.add_argument("--version", action="version", version=_version())
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
                         add_help=False)
     _bench_cmd.add_command(commands)
     _log_cmd.add_commands(commands)
+    _setup_cmd.add_command(commands)
     return parser
 
 

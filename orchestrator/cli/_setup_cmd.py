@@ -1,0 +1,169 @@
+"""``toolfleet setup [redis] [images]``: bring a bare machine to what the test suite and docker mode need.
+
+What it provides, each step skipped when already there (so a second run takes a second):
+
+- ``redis`` — ``redis-server`` on the PATH (the Celery tests start their own instance on a free loopback
+  port). Installed with ``apt-get`` when we are root on a Debian-like system; otherwise one line says what
+  to install. Why apt and not a pip wheel: Debian's package is the server operators run, it is in the
+  registry every machine here reaches, and it needs no compiler.
+- ``images`` — the sandbox images (``sandbox_images/build.sh``: debootstrap + ``docker import`` +
+  ``docker build``, no registry). ``debootstrap`` is installed with apt the same way when it is missing
+  and an image has to be built. Cached by tag (and by recipe hash for ``toolfleet/sandbox:latest``).
+
+Every failure is one line on stderr and exit 1: a missing Docker daemon, no root for apt, no checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ._common import fail
+
+__all__ = ["add_command"]
+
+COMPONENTS = ("redis", "images")
+# The tags build.sh produces; `images` is done when all of them exist with the current recipe.
+IMAGES = ("toolfleet/debian-base:bookworm", "toolfleet/sandbox:latest")
+BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "sandbox_images" / "build.sh"
+APT_TIMEOUT = 900.0
+BUILD_TIMEOUT = 1800.0
+
+
+class SetupError(RuntimeError):
+    """A prerequisite this command cannot provide; the message is the one line the user sees."""
+
+
+def add_command(commands: Any) -> None:
+    p = commands.add_parser(
+        "setup", help="install redis-server and build the sandbox images (what the tests and docker mode need)",
+        description="Provide what the test suite and docker mode need on a bare machine: redis-server "
+                    "(apt, as root) and the sandbox images (sandbox_images/build.sh). Idempotent.")
+    p.add_argument("components", nargs="*", metavar="COMPONENT", help="redis and/or images (default: both)")
+    p.add_argument("--force-images", action="store_true", help="rebuild the images even if they exist")
+    p.set_defaults(handler=run_setup)
+
+
+def run_setup(args: argparse.Namespace) -> int:
+    wanted = list(dict.fromkeys(args.components or COMPONENTS))
+    unknown = [c for c in wanted if c not in COMPONENTS]
+    if unknown:
+        return fail(f"unknown setup component '{unknown[0]}' (choose from: {', '.join(COMPONENTS)})")
+    try:
+        if "redis" in wanted:
+            _ensure_redis()
+        if "images" in wanted:
+            _ensure_images(force=args.force_images)
+    except SetupError as exc:
+        return fail(str(exc))
+    return 0
+
+
+def _say(message: str) -> None:
+    print(f"toolfleet setup: {message}", file=sys.stderr, flush=True)
+
+
+# --- redis -------------------------------------------------------------------------------------------
+
+
+def _ensure_redis() -> None:
+    if shutil.which("redis-server"):
+        _say("redis-server: present")
+        return
+    _apt_install(["redis-server"], why="redis-server (the Celery tests start their own on loopback)")
+    if not shutil.which("redis-server"):
+        raise SetupError("redis-server is still not on the PATH after installing it; add /usr/bin to PATH")
+    # Debian's package starts a system service on 6379; the tests never use it, operators may.
+    _say("redis-server: installed")
+
+
+# --- images ------------------------------------------------------------------------------------------
+
+
+def _ensure_images(force: bool) -> None:
+    _require_docker()
+    if not BUILD_SCRIPT.is_file():
+        raise SetupError(f"{BUILD_SCRIPT} not found: building the sandbox images needs a toolfleet source checkout")
+    if not force and _images_current():
+        _say("sandbox images: present (" + ", ".join(IMAGES) + ")")
+        return
+    if not _have_base_images() and not shutil.which("debootstrap"):
+        _apt_install(["debootstrap"], why="debootstrap (builds the sandbox base image without a registry)")
+    _say("sandbox images: building with sandbox_images/build.sh (debootstrap takes a few minutes, once)")
+    env = {**os.environ, **({"FORCE": "1"} if force else {})}
+    try:
+        done = subprocess.run(["bash", str(BUILD_SCRIPT)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=BUILD_TIMEOUT)
+    except subprocess.TimeoutExpired as exc:
+        raise SetupError(f"sandbox_images/build.sh did not finish within {BUILD_TIMEOUT:g} s") from exc
+    if done.returncode != 0:
+        tail = done.stdout.strip().splitlines()[-15:]
+        print("\n".join(tail), file=sys.stderr)
+        raise SetupError(f"sandbox_images/build.sh failed (exit {done.returncode}); its last lines are above")
+    _say("sandbox images: built")
+
+
+def _require_docker() -> None:
+    try:
+        import docker
+
+        docker.from_env(timeout=10).ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means "no usable daemon"; the reason goes in the line
+        raise SetupError(f"no reachable Docker Engine ({type(exc).__name__}): install Docker and start its daemon "
+                         "(or set DOCKER_HOST)") from exc
+
+
+def _images_current() -> bool:
+    """Every tag exists; build.sh itself decides whether the sandbox image's recipe changed (fast)."""
+    if not _have_base_images():
+        return False
+    recipe = _docker_output(["image", "inspect", "--format", '{{ index .Config.Labels "toolfleet.recipe" }}',
+                             IMAGES[-1]])
+    return recipe is not None and recipe.strip() == _recipe_hash()
+
+
+def _have_base_images() -> bool:
+    return all(_docker_output(["image", "inspect", "--format", "{{.Id}}", tag]) is not None for tag in IMAGES)
+
+
+def _recipe_hash() -> str:
+    import hashlib
+
+    recipe = BUILD_SCRIPT.parent / "sandbox"
+    data = b"".join(p.read_bytes() for p in sorted(recipe.iterdir()) if p.is_file())
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _docker_output(argv: list[str]) -> str | None:
+    try:
+        done = subprocess.run(["docker", *argv], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+# --- apt ---------------------------------------------------------------------------------------------
+
+
+def _apt_install(packages: list[str], why: str) -> None:
+    line = "apt-get install " + " ".join(packages)
+    if not shutil.which("apt-get"):
+        raise SetupError(f"{why} is missing and this is not a Debian-like system: install {' '.join(packages)}")
+    if os.geteuid() != 0:
+        raise SetupError(f"{why} is missing: run `sudo {line}` (or rerun `toolfleet setup` as root)")
+    _say(f"installing {' '.join(packages)} with apt-get")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for argv in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *packages]):
+        try:
+            done = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  timeout=APT_TIMEOUT)
+        except subprocess.TimeoutExpired as exc:
+            raise SetupError(f"`{' '.join(argv)}` did not finish within {APT_TIMEOUT:g} s") from exc
+        if done.returncode != 0:
+            print("\n".join(done.stdout.strip().splitlines()[-10:]), file=sys.stderr)
+            raise SetupError(f"`{' '.join(argv)}` failed (exit {done.returncode}); its last lines are above")
