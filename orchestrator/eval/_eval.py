@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+import traceback
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+import structlog
 
 from orchestrator import __version__
 from orchestrator.dataset import Sample
@@ -48,6 +51,8 @@ from ._results import eval_results, eval_stats
 from ._runner import SampleRunner
 from ._setup import check_docker, make_dispatcher, redact, resolve_policies
 from ._task import Task, TaskError, import_task_file, load_task
+
+_logger = structlog.get_logger("toolfleet.eval")
 
 DEFAULT_MAX_SAMPLES = 32
 DEFAULT_LOG_DIR = "logs"
@@ -284,9 +289,12 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
                     sample, epoch = queue.get_nowait()
                 except asyncio.QueueEmpty:
                     return
-                result = await runner.run(sample, epoch)
+                try:
+                    result = await runner.run(sample, epoch)
+                except Exception as exc:  # noqa: BLE001 - one sample's failure is never the eval's end
+                    result = _failed_sample(sample, epoch, run_id, "SampleError", exc)
                 # On disk first, then counted: a sample shown as done survives a crash.
-                await writer.sample(result)
+                result = await _record_sample(writer, result)
                 results[result.key] = result
                 progress.done += 1
                 progress.errors += result.error is not None
@@ -310,6 +318,32 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
                           "re-run them with `toolfleet eval-retry LOG`.")
     await writer.footer(status, eval_results(task, results, progress.total), eval_stats(results, started_at), error)  # type: ignore[arg-type]
     return read_eval_log(path)
+
+
+def _failed_sample(sample: Sample | None, epoch: int, run_id: str, kind: str, exc: BaseException,
+                   base: EvalSample | None = None) -> EvalSample:
+    error = EvalError(type=kind, message=f"{type(exc).__name__}: {exc}"[:2000],
+                      traceback="".join(traceback.format_exception(exc))[-8000:])
+    if base is not None:
+        return EvalSample(id=base.id, epoch=base.epoch, input=base.input, target=base.target,
+                          started_at=base.started_at, completed_at=base.completed_at, total_time=base.total_time,
+                          attempts=base.attempts, run_id=base.run_id, error=error)
+    assert sample is not None and sample.id is not None
+    return EvalSample(id=sample.id, epoch=epoch, input=sample.input, target=sample.target, run_id=run_id, error=error)
+
+
+async def _record_sample(writer: LogWriter, result: EvalSample) -> EvalSample:
+    """Write the sample; if it cannot be written, write (and return) a stub carrying that failure as its error."""
+    try:
+        await writer.sample(result)
+        return result
+    except Exception as exc:  # noqa: BLE001 - a failure to log one sample is that sample's error
+        stub = _failed_sample(None, result.epoch, result.run_id or "", "LogWriteError", exc, base=result)
+        try:
+            await writer.sample(stub)
+        except Exception:  # noqa: BLE001 - the log itself is unwritable: keep the result in memory
+            _logger.warning("log_write_failed", log=str(writer.path), sample_id=str(result.id), error=str(exc))
+        return stub
 
 
 async def _close_leftovers(records: list[SandboxRecord], dispatcher: Dispatcher, writer: LogWriter) -> None:

@@ -13,6 +13,11 @@ Format ``toolfleet-eval-log`` version 1 — one JSON object per line, each with 
             ``{"type": "sandbox", "event": "open"|"close", "handle", "queue", "sample_id", "epoch", "run_id"}``;
             a resume closes the ones a killed run left open (``open_sandboxes``).
 
+Untrusted text: model output may hold lone surrogates or nest arbitrarily deep; the writer replaces
+lone surrogates with U+FFFD and cuts containers nested deeper than ``MAX_LOG_DEPTH`` (``_loggable``), so
+every line is valid UTF-8 JSON. A sample that still cannot be written is recorded as a stub with a
+``LogWriteError``: that sample's error, never the eval's end.
+
 Readers ignore line types they do not know, so adding one is not a version change.
 
 Durability: each line is written, flushed and ``fsync``'d before the eval moves on (the progress display
@@ -39,6 +44,7 @@ from orchestrator.model._model_output import ModelOutput, ModelUsage
 from orchestrator.scorer._score import Score
 
 from ._errors import EvalSetupError
+from ._loggable import dump_model, encode_line
 
 LOG_FORMAT = "toolfleet-eval-log"
 LOG_VERSION = 1
@@ -249,7 +255,7 @@ class LogWriter:
     async def create(cls, path: Path, spec: EvalSpec) -> "LogWriter":
         path.parent.mkdir(parents=True, exist_ok=True)
         writer = cls(path)
-        header = {"type": "header", "format": LOG_FORMAT, "version": LOG_VERSION, "eval": spec.model_dump(mode="json")}
+        header = {"type": "header", "format": LOG_FORMAT, "version": LOG_VERSION, "eval": dump_model(spec)}
         await writer._write(header, mode="xb")
         return writer
 
@@ -263,7 +269,7 @@ class LogWriter:
                            "pid": os.getpid(), "resumed": resumed})
 
     async def sample(self, sample: EvalSample) -> None:
-        await self._write({"type": "sample", "sample": sample.model_dump(mode="json")})
+        await self._write({"type": "sample", "sample": dump_model(sample)})
 
     async def sandbox(self, event: Literal["open", "close"], record: SandboxRecord) -> None:
         await self._write({"type": "sandbox", "event": event, **record.model_dump(mode="json")})
@@ -276,7 +282,8 @@ class LogWriter:
                            "error": error.model_dump(mode="json") if error else None})
 
     async def _write(self, record: dict[str, Any], mode: str = "ab") -> None:
-        line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+        # Model output is untrusted: odd strings and deep nesting are made safe here, never raised.
+        line = encode_line(record)
         async with self._lock:
             # fsync blocks for milliseconds on real disks: keep it off the event loop.
             await asyncio.to_thread(_append_durably, self.path, line, mode)
