@@ -59,7 +59,7 @@ PYTHON_CALLS = 60
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calls", type=int, default=300, help="calls per measurement (p50/p99 and calls/s)")
     parser.add_argument("--concurrency", type=int, default=16, help="calls in flight for calls/s")
-    parser.add_argument("--image", default=DEFAULT_IMAGE, help="sandbox image (build: sandbox_images/build.sh)")
+    parser.add_argument("--image", default=DEFAULT_IMAGE, help="sandbox image (build: toolfleet setup images)")
     parser.add_argument("--cpus", type=float, default=DockerSandboxConfig().cpus, help="the sandbox's CPU limit")
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from ._common import fail
 
-__all__ = ["add_command"]
+__all__ = ["SetupError", "add_command", "ensure_images"]
 
 COMPONENTS = ("redis", "images")
 # The tags build.sh produces; `images` is done when all of them exist with the current recipe.
@@ -58,7 +58,7 @@ def run_setup(args: argparse.Namespace) -> int:
         if "redis" in wanted:
             _ensure_redis()
         if "images" in wanted:
-            _ensure_images(force=args.force_images)
+            ensure_images(force=args.force_images)
     except SetupError as exc:
         return fail(str(exc))
     return 0
@@ -85,7 +85,7 @@ def _ensure_redis() -> None:
 # --- images ------------------------------------------------------------------------------------------
 
 
-def _ensure_images(force: bool) -> None:
+def ensure_images(force: bool = False) -> None:
     _require_docker()
     if not BUILD_SCRIPT.is_file():
         raise SetupError(f"{BUILD_SCRIPT} not found: building the sandbox images needs a toolfleet source checkout")

@@ -1,7 +1,6 @@
 """Sandbox fixtures shared by ``tests/sandbox`` and ``tests/tools`` (imported by their conftests).
 
-- ``sandbox_image`` (session): the default image exists — builds it with ``sandbox_images/build.sh``
-  if missing (debootstrap: minutes, once; cached by tag afterwards).
+- ``sandbox_image`` (session, ``tests/support/prerequisites.py``): the default image exists (``toolfleet setup``).
 - ``sandbox_factory``: ``await make("local" | "docker", **config)`` -> a live environment, destroyed
   at teardown (drivers closed, containers removed).
 - ``env``: one sandbox per driver — the conformance suites are parametrised over local + docker.
@@ -9,41 +8,16 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from workers.sandbox import AgentSandboxEnvironment, SandboxDriver, SandboxSpec, sandbox_config
 
-ROOT = Path(__file__).resolve().parents[2]
-BUILD = ROOT / "sandbox_images" / "build.sh"
-IMAGE = "toolfleet/sandbox:latest"
-BASE_IMAGE = "toolfleet/debian-base:bookworm"
+from tests.support.prerequisites import BASE_IMAGE, IMAGE, sandbox_image  # noqa: F401  (re-exported fixture)
 
 Factory = Callable[..., Awaitable[AgentSandboxEnvironment]]
-
-
-def _docker_ok() -> bool:
-    try:
-        import docker
-
-        docker.from_env(timeout=10).ping()
-        return True
-    except Exception:  # noqa: BLE001 - any failure means "no daemon"
-        return False
-
-
-@pytest.fixture(scope="session")
-def sandbox_image() -> str:
-    if not _docker_ok():
-        pytest.skip("no reachable Docker daemon")
-    # build.sh is idempotent: a cached image returns at once; a missing one is built here.
-    done = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, timeout=1800)
-    assert done.returncode == 0, f"sandbox_images/build.sh failed:\n{done.stderr[-4000:]}"
-    return IMAGE
 
 
 @pytest.fixture

@@ -230,10 +230,23 @@ async def test_missing_image_is_a_clear_error(sandbox_image):
 
     driver = sandbox_config({"type": "docker", "image": "toolfleet/does-not-exist:1", "pool_size": 0}).driver()
     try:
-        with pytest.raises(SandboxImageError, match="sandbox_images/build.sh"):
+        with pytest.raises(SandboxImageError, match=r"'toolfleet/does-not-exist:1' not found .*docker build -t"):
             await driver.create()
     finally:
         await driver.aclose()
+
+
+@pytest.mark.parametrize(("image", "hint"), [
+    ("toolfleet/sandbox:latest", "`toolfleet setup images`"),
+    ("toolfleet/debian-base:bookworm", "`toolfleet setup images`"),
+    ("acme/swe-task:7", "`docker build -t acme/swe-task:7 ...`"),
+])
+def test_missing_image_message_names_the_command_that_builds_it(image: str, hint: str) -> None:
+    from workers.sandbox._errors import missing_image_message
+
+    message = missing_image_message(image)
+    assert hint in message and f"'{image}'" in message
+    assert ("toolfleet setup" in message) == image.startswith("toolfleet/")
 
 
 async def test_unknown_user_is_a_permission_error(sandbox_factory):

@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 import redis as redis_sync
 
+from tests.support.prerequisites import require_redis_server
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_TOOLS = "tests.support.sample_tools"
 
@@ -56,9 +58,7 @@ class RedisServer:
         return redis_sync.Redis.from_url(self.url, socket_timeout=5)
 
     def start(self) -> "RedisServer":
-        binary = shutil.which("redis-server")
-        if binary is None:
-            pytest.skip("redis-server is not installed")
+        binary = require_redis_server()
         self.proc = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
              "--dir", self.dir, "--protected-mode", "no", "--loglevel", "warning"],

@@ -21,3 +21,15 @@ class SandboxCapacityError(SandboxUnavailableError):
 
 class SandboxImageError(RuntimeError):
     """The sandbox image is not present and could not be obtained."""
+
+
+# The images `toolfleet setup images` (sandbox_images/build.sh) builds; anything else is the user's own.
+BUILT_IMAGES = ("toolfleet/sandbox:latest", "toolfleet/debian-base:bookworm", "toolfleet/sandbox-rootfs:bookworm")
+
+
+def missing_image_message(image: str) -> str:
+    """What to run when an image is missing: ours are built by a command, a user's image is the user's to build."""
+    if image in BUILT_IMAGES:
+        return f"Sandbox image '{image}' not found: build it with `toolfleet setup images` (no registry needed)"
+    return (f"Sandbox image '{image}' not found on this Docker host: build it there (`docker build -t {image} ...`) "
+            "or load it (`docker load`); toolfleet pulls nothing")

@@ -30,7 +30,7 @@ from ._docker_labels import MANAGED, container_labels, reap_reason
 from ._docker_pool import Capacity, ContainerPool
 from ._driver import DockerSandboxConfig, SandboxDriver, SandboxSpec
 from ._environment import AgentSandboxEnvironment
-from ._errors import SandboxImageError, SandboxOutOfMemoryError
+from ._errors import SandboxImageError, SandboxOutOfMemoryError, missing_image_message
 
 log = structlog.get_logger("toolfleet.sandbox")
 
@@ -130,9 +130,7 @@ class DockerSandboxDriver(SandboxDriver):
                 image = await self.api.call(self.api.api.inspect_image, self.config.image)
                 self.exec_user = self.config.user or (image.get("Config") or {}).get("User") or ""
             except ImageNotFound as exc:
-                raise SandboxImageError(
-                    f"Sandbox image '{self.config.image}' not found: build it with sandbox_images/build.sh"
-                ) from exc
+                raise SandboxImageError(missing_image_message(self.config.image)) from exc
             except DockerException as exc:
                 raise SandboxUnavailableError(f"Docker is not reachable: {exc}") from exc
             await self.reap()
