@@ -42,10 +42,10 @@ def _wrapped(tool: str, inner: str) -> str:
     ("text", "limit", "expected"),
     [
         ("a" * 16, 16, None),  # exactly at the limit: untouched
-        ("a" * 8 + "b" * 9, 16, ("a" * 8 + "\n...\n" + "b" * 8, 17)),  # one byte over
+        ("a" * 8 + "b" * 9, 16, ("a" * 8 + "b" * 8, 17)),  # one byte over: head and tail joined directly (Inspect)
         ("abc", 0, None),  # 0 disables
-        ("é" * 10, 7, ("é\n...\n" + "éé", 20)),  # 2-byte chars: never split a character
-        ("€" * 5, 8, ("€\n...\n" + "€", 15)),  # 3-byte chars
+        ("é" * 10, 7, ("é" + "éé", 20)),  # 2-byte chars: never split a character
+        ("€" * 5, 8, ("€" + "€", 15)),  # 3-byte chars
     ],
 )
 def test_truncation(text: str, limit: int, expected: tuple[str, int] | None) -> None:

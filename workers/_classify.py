@@ -13,6 +13,12 @@ from orchestrator.util._sandbox import OutputLimitExceededError, SandboxUnavaila
 TIMEOUT_MESSAGE = "Command timed out before completing."
 
 
+def _os_error_text(exc: OSError) -> str:
+    """Inspect's wording: the reason (``strerror``, else the message), then the file if there is one."""
+    text = f"{exc.strerror or str(exc)}."
+    return f"{text} Filename '{exc.filename}'." if isinstance(exc.filename, str) else text
+
+
 def classify_exception(exc: BaseException, function: str) -> ToolCallError | None:
     match exc:
         case TimeoutError():
@@ -22,11 +28,13 @@ def classify_exception(exc: BaseException, function: str) -> ToolCallError | Non
         case ValueError() if "embedded null byte" in str(exc):
             return ToolCallError(type="parsing", message=f"An argument to tool '{function}' contained an embedded null byte.")
         case PermissionError():
-            return ToolCallError(type="permission", message=f"{exc.strerror}. Filename '{exc.filename}'.")
+            return ToolCallError(type="permission", message=_os_error_text(exc))
         case FileNotFoundError():
-            return ToolCallError(type="file_not_found", message=f"File '{exc.filename}' was not found.")
+            if isinstance(exc.filename, str):
+                return ToolCallError(type="file_not_found", message=f"File '{exc.filename}' was not found.")
+            return ToolCallError(type="file_not_found", message=exc.strerror or str(exc))
         case IsADirectoryError():
-            return ToolCallError(type="is_a_directory", message=f"{exc.strerror}. Filename '{exc.filename}'.")
+            return ToolCallError(type="is_a_directory", message=_os_error_text(exc))
         case OutputLimitExceededError():
             return ToolCallError(type="limit", message=f"The tool exceeded its output limit of {exc.limit_str}.")
         case LimitExceededError():

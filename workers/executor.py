@@ -27,9 +27,11 @@ HOST = socket.gethostname()
 
 
 def _timeout_partial(exc: BaseException) -> str | None:
+    """The partial result Inspect shows beside a timeout or output-limit error."""
     if isinstance(exc, SandboxTimeoutError):
-        partial = "".join(part for part in (exc.stderr, exc.stdout) if part)
-        return partial or None
+        return exc.truncated_output or None
+    if isinstance(exc, OutputLimitExceededError):
+        return exc.truncated_output or ""
     return None
 
 

@@ -9,10 +9,12 @@ from ._builtin import auto_approver, human_approver
 from ._console import NoTerminalError
 from ._policy import (
     ApprovalPolicy,
+    approval,
     approval_policy_scope,
     fresh_approval_store,
     policy_from_config,
     policy_from_file,
+    read_approval_policies,
     resolve_approval,
 )
 
@@ -29,5 +31,6 @@ __all__ = [
     "human_approver",
     "policy_from_config",
     "policy_from_file",
+    "read_approval_policies",
     "resolve_approval",
 ]

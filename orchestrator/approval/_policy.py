@@ -2,7 +2,8 @@
 
 The first matching approver that does not escalate decides. No matching approver → reject
 (``No approvers registered for tool X``); every match escalated → reject (``No approval granted
-for tool X``). Each decision is recorded as an ``ApprovalEvent``.
+for tool X``). Each decision is recorded as an ``ApprovalEvent`` (the policy's own rejection under
+the approver name ``policy``, as Inspect records it). An empty policy approves everything.
 """
 
 from __future__ import annotations
@@ -104,9 +105,12 @@ async def decide(
         if approval.always and approval.decision in ("approve", "reject"):
             store.decisions[call.function] = approval
         return approval
-    if not matched:
-        return Approval(decision="reject", explanation=f"No approvers registered for tool {call.function}")
-    return Approval(decision="reject", explanation=f"No approval granted for tool {call.function}")
+    # The policy itself decided: record it as Inspect does (approver "policy").
+    reason = "approval granted" if matched else "approvers registered"
+    rejection = Approval(decision="reject", explanation=f"No {reason} for tool {call.function}")
+    transcript().record(ApprovalEvent(call=call, approver="policy", decision="reject",
+                                      explanation=rejection.explanation))
+    return rejection
 
 
 def policy_from_config(config: dict[str, Any] | list[dict[str, Any]]) -> list[ApprovalPolicy]:
@@ -116,6 +120,20 @@ def policy_from_config(config: dict[str, Any] | list[dict[str, Any]]) -> list[Ap
 
 def policy_from_file(path: str | Path) -> list[ApprovalPolicy]:
     return load_policy_file(path, "approval", policy_from_config)
+
+
+def read_approval_policies(file: str | Path) -> list[ApprovalPolicy]:
+    """Inspect's name for reading a YAML/JSON policy file (a missing file is ``FileNotFoundError``)."""
+    if not Path(file).exists():
+        raise FileNotFoundError(f"Approval policy file not found: {file}")
+    return policy_from_file(file)
+
+
+@contextlib.contextmanager
+def approval(policies: list[ApprovalPolicy]) -> Iterator[None]:
+    """Inspect's context manager replacing the approval policies while the block runs."""
+    with approval_policy_scope(policies):
+        yield
 
 
 def resolve_approval(spec: str | Path | list[ApprovalPolicy] | None) -> list[ApprovalPolicy] | None:

@@ -12,7 +12,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator._wire import CallOutcome, ToolExecutionFatal
+from orchestrator._wire import CallOutcome
 from orchestrator.log._events import ToolEvent
 from orchestrator.log._transcript import transcript
 from orchestrator.tool._content import ContentImage, ContentText
@@ -21,6 +21,7 @@ from orchestrator.tool._tool_call import ToolCallError
 
 from ._call_prepare import Prepared, tool_view
 from ._chat_message import ChatMessage, ChatMessageAssistant, ChatMessageTool
+from ._fatal import fatal_exception
 from ._generate_config import active_generate_config
 from ._truncate import effective_limit, truncate_output
 
@@ -111,7 +112,7 @@ async def complete_call(p: Prepared, outcome: CallOutcome, ctx: FinishContext) -
     """Guardrails, truncation and the ``ToolEvent`` for an executed call (raises if fatal); no review."""
     if outcome.fatal is not None:
         _record(p, outcome.fatal.message, None, outcome, failed=True)
-        raise ToolExecutionFatal(outcome.fatal, p.call.function) from outcome.exception
+        raise fatal_exception(outcome.fatal, p.call.function, outcome.exception) from outcome.exception
     output = outcome.result
     for guardrail in p.tool.output_guardrails:  # type: ignore[union-attr]
         verdict = guardrail(p.call, output)

@@ -15,11 +15,18 @@ from orchestrator.tool._errors import ToolApprovalError, ToolError, ToolParsingE
 from orchestrator.tool._guardrails import GuardrailResult, ToolGuardrailTripwire
 from orchestrator.tool._tool_call import ToolCall, ToolCallView
 from orchestrator.tool._tool_def import ToolDef
+from orchestrator.log._events import ToolEvent
+from orchestrator.log._transcript import transcript
 from orchestrator.util._limit import TerminateSampleError
 
 from ._chat_message import ChatMessage, ChatMessageAssistant
+from ._tool_call_parse import depth_error_message, exceeds_max_depth
 
-MAX_ARGUMENT_DEPTH = 100
+TERMINATED_BY_APPROVER = "Tool call approver requested termination."
+MODIFY_WITHOUT_CALL = (
+    "The approver chose to modify this tool call but supplied no modified call, so the call was not run."
+)
+
 HANDOFF_ATTR = "__toolfleet_handoff__"
 
 
@@ -53,6 +60,11 @@ def argument_depth(value: Any) -> int:
     return depth
 
 
+def record_unexecuted(call: ToolCall) -> None:
+    """The ``ToolEvent`` of a call that ends the sample before running (Inspect logs it too)."""
+    transcript().record(ToolEvent(id=call.id, function=call.function, arguments=call.arguments, result=""))
+
+
 def tool_view(tool: ToolDef, call: ToolCall) -> ToolCallView:
     if tool.viewer is not None:
         try:
@@ -82,30 +94,36 @@ async def prepare_call(
     sample_id: str | None,
     sandbox: str | None,
 ) -> Prepared:
-    # 1. parse errors
+    # 1. parse errors (providers that hand over parsed arguments are depth-checked here too)
     if call.parse_error:
         return Prepared(call, error=ToolParsingError(call.parse_error))
-    if argument_depth(call.arguments) > MAX_ARGUMENT_DEPTH:
-        return Prepared(call, error=ToolParsingError(
-            f"Arguments to tool '{call.function}' are nested more than {MAX_ARGUMENT_DEPTH} levels deep."))
+    if exceeds_max_depth(call.arguments):
+        return Prepared(call, error=ToolParsingError(depth_error_message()))
     # 2. lookup (disabled tools are hidden, so a call to one is a miss)
     tool = tools.get(call.function)
     if tool is None:
         return Prepared(call, error=ToolParsingError(f"Tool {call.function} not found"))
-    # 3. approval
-    if approval is not None:
+    # 3. approval: an empty policy list means no approval, as in Inspect
+    if approval:
         from orchestrator.approval._policy import decide
 
         decision = await decide(approval, message.text, call, tool_view(tool, call), history)
         if decision.decision == "terminate":
-            raise TerminateSampleError(decision.explanation or f"Tool call {call.function} terminated the sample.")
+            record_unexecuted(call)
+            # Inspect's text unless the approver said why (we keep its reason: operators read it).
+            raise TerminateSampleError(decision.explanation or TERMINATED_BY_APPROVER)
         if decision.decision == "reject":
             return Prepared(call, tool, error=ToolApprovalError(decision.explanation or "Tool call not approved."))
-        if decision.decision == "modify" and decision.modified is not None:
+        if decision.decision == "modify" and decision.modified is None:
+            # Nothing approved to run; running the original would contradict the decision.
+            return Prepared(call, tool, error=ToolApprovalError(MODIFY_WITHOUT_CALL))
+        if decision.modified is not None:  # Inspect runs a supplied modified call for approve too
             if decision.modified.function != call.function:
+                record_unexecuted(call)
                 raise RuntimeError(
-                    f"Approver modified the function of call '{call.id}' ({call.function} -> "
-                    f"{decision.modified.function}); an approver may only modify arguments."
+                    f"An approver returned a modified call to '{decision.modified.function}' for a call to "
+                    f"'{call.function}'. A 'modify' decision may change only the arguments of a tool call, "
+                    "not the function called."
                 )
             call = call.model_copy(update={"arguments": decision.modified.arguments})
     elif await needs_approval(tool, call):

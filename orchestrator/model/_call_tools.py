@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from orchestrator._wire import CallOutcome
 from orchestrator.approval._policy import active_approval_policy
@@ -29,9 +29,10 @@ from ._model_output import ModelOutput
 from ._planner import plan_stages
 
 
-@dataclass
-class ExecuteToolsResult:
-    messages: list[ChatMessage] = field(default_factory=list)
+class ExecuteToolsResult(NamedTuple):
+    """What ``execute_tools`` returns; a tuple, so ``messages, output = await execute_tools(...)`` works."""
+
+    messages: list[ChatMessage]
     output: ModelOutput | None = None  # set when a handoff's agent produced one
 
 
@@ -47,7 +48,7 @@ async def execute_tools(
     ``approval`` / ``review`` replace the active policies for the duration of this call.
     """
     if not messages or not isinstance(messages[-1], ChatMessageAssistant) or not messages[-1].tool_calls:
-        return ExecuteToolsResult()
+        return ExecuteToolsResult([])
     message: ChatMessageAssistant = messages[-1]
     definitions = [tool_def(t) for t in tools]
     enabled = {d.name: d for d in definitions if d.is_enabled_now()}

@@ -30,12 +30,20 @@ class ExecResult(BaseModel):
 
 
 class SandboxTimeoutError(TimeoutError):
-    """A command outlived its timeout; its process group was killed. Partial output is kept."""
+    """A command outlived its timeout; its process group was killed. Partial output is kept.
 
-    def __init__(self, message: str = "Command timed out before completing.", stdout: str = "", stderr: str = "") -> None:
+    ``truncated_output`` (Inspect's name) is what the model sees beside the timeout error; when not
+    given it is the partial stderr then stdout.
+    """
+
+    def __init__(self, message: str = "Command timed out before completing.", truncated_output: str | None = None,
+                 *, stdout: str = "", stderr: str = "") -> None:
         super().__init__(message)
         self.stdout = stdout
         self.stderr = stderr
+        if truncated_output is None:
+            truncated_output = "".join(part for part in (stderr, stdout) if part) or None
+        self.truncated_output = truncated_output
 
 
 class OutputLimitExceededError(Exception):

@@ -48,7 +48,9 @@ async def test_all_escalating_rejects(dispatcher) -> None:
     policy = [ApprovalPolicy(scripted_approver("escalate"), "*"), ApprovalPolicy(scripted_approver("escalate"), "add")]
     result, t = await run_turn(dispatcher, calls(("add", {"x": 1, "y": 1})), TOOLS, approval=policy)
     assert errs(result) == [("approval", "No approval granted for tool add")]
-    assert [e.decision for e in t.find(ApprovalEvent)] == ["escalate", "escalate"]
+    # as in Inspect, the policy's own rejection is recorded after the escalations
+    assert [(e.approver, e.decision) for e in t.find(ApprovalEvent)][-1] == ("policy", "reject")
+    assert [e.decision for e in t.find(ApprovalEvent)] == ["escalate", "escalate", "reject"]
 
 
 async def test_first_non_escalating_approver_decides_in_order(dispatcher) -> None:
@@ -98,7 +100,7 @@ async def test_modify_changing_the_function_is_an_error(dispatcher) -> None:
     async def swap(message, call, view, history):
         return Approval(decision="modify", modified=ToolCall(id=call.id, function="noop", arguments={}))
 
-    with pytest.raises(RuntimeError, match="may only modify arguments"):
+    with pytest.raises(RuntimeError, match="may change only the arguments"):
         await run_turn(dispatcher, calls(("add", {"x": 1, "y": 1})), TOOLS, approval=[ApprovalPolicy(swap, "*")])
 
 

@@ -109,7 +109,7 @@ async def test_tool_choice_in_provider_format(openai_server: OpenAIServer, choic
     assert body["parallel_tool_calls"] is False
 
 
-@pytest.mark.parametrize("raw", ['{"x": 1,', "[1, 2]", "not json at all"])
+@pytest.mark.parametrize("raw", ['{"x": 1,', "{x: 1}", '{"x": 1}\''])
 async def test_malformed_arguments_become_parse_error(openai_server: OpenAIServer, raw: str) -> None:
     openai_server.enqueue(completion(tool_calls=[tool_call("model_test_add", raw, id="call_bad"),
                                                  tool_call("model_test_add", {"x": 5}, id="call_ok")]))
@@ -117,6 +117,16 @@ async def test_malformed_arguments_become_parse_error(openai_server: OpenAIServe
     bad, ok = output.message.tool_calls
     assert bad.id == "call_bad" and bad.arguments == {} and raw in bad.parse_error
     assert ok.parse_error is None and ok.arguments == {"x": 5}
+
+
+@pytest.mark.parametrize(("raw", "arguments"), [("[1, 2]", {"x": [1, 2]}), ("not json at all", {"x": "not json at all"}),
+                                               ('{"x": 1}""', {"x": 1})])
+async def test_non_object_arguments_are_recovered_as_inspect_does(openai_server: OpenAIServer, raw: str,
+                                                                  arguments: dict) -> None:
+    # Inspect reads non-object text as YAML bound to the first parameter, and drops stray quotes.
+    openai_server.enqueue(completion(tool_calls=[tool_call("model_test_add", raw, id="c")]))
+    output = await model_for(openai_server).generate("x", tools=[add()])
+    assert output.message.tool_calls[0].arguments == arguments and output.message.tool_calls[0].parse_error is None
 
 
 async def test_empty_arguments_mean_no_arguments(openai_server: OpenAIServer) -> None:

@@ -22,6 +22,7 @@ from .._chat_message import (
 )
 from .._generate_config import GenerateConfig
 from .._model_output import ChatCompletionChoice, ModelOutput, ModelUsage, StopReason
+from .._tool_call_parse import parse_tool_call
 
 _FINISH_REASONS: dict[str, StopReason] = {
     "stop": "stop",
@@ -100,23 +101,6 @@ def build_request(model: str, messages: list[ChatMessage], tools: list[ToolInfo]
     return request
 
 
-def parse_tool_call(call_id: str, function: str, arguments: str | None) -> ToolCall:
-    """A ToolCall; malformed argument JSON becomes ``parse_error`` for the executor to report."""
-    raw = arguments or ""
-    if not raw.strip():
-        # Servers send "" for tools without parameters.
-        return ToolCall(id=call_id, function=function, arguments={})
-    try:
-        parsed = json.loads(raw)
-    except json.JSONDecodeError as ex:
-        return ToolCall(id=call_id, function=function, arguments={},
-                        parse_error=f"Error parsing the following tool call arguments:\n\n{raw}\n\nError details: {ex}")
-    if not isinstance(parsed, dict):
-        return ToolCall(id=call_id, function=function, arguments={},
-                        parse_error=f"Tool call arguments must be a JSON object, got: {raw}")
-    return ToolCall(id=call_id, function=function, arguments=parsed)
-
-
 def parse_usage(usage: Any) -> ModelUsage | None:
     if usage is None:
         return None
@@ -133,13 +117,16 @@ def parse_usage(usage: Any) -> ModelUsage | None:
     )
 
 
-def parse_completion(model: str, completion: Any) -> ModelOutput:
-    """A ``ModelOutput`` from a ``ChatCompletion`` (tolerant of fields OpenAI-compatible servers omit)."""
+def parse_completion(model: str, completion: Any, tools: list[ToolInfo] | None = None) -> ModelOutput:
+    """A ``ModelOutput`` from a ``ChatCompletion`` (tolerant of fields OpenAI-compatible servers omit).
+
+    ``tools`` lets non-JSON arguments be recovered for a one-parameter tool (as Inspect does).
+    """
     choices: list[ChatCompletionChoice] = []
     for index, choice in enumerate(completion.choices or []):
         message = choice.message
         calls = [
-            parse_tool_call(call.id or f"call_{index}_{n}", call.function.name, call.function.arguments)
+            parse_tool_call(call.id or f"call_{index}_{n}", call.function.name, call.function.arguments, tools)
             for n, call in enumerate(getattr(message, "tool_calls", None) or [])
         ]
         stop_reason = _FINISH_REASONS.get(choice.finish_reason or "", "unknown")

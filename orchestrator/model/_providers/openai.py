@@ -69,7 +69,7 @@ class OpenAIAPI(ModelAPI):
             if is_context_length_error(ex.code, ex.message):
                 return ModelOutput.from_content(self.model_name, ex.message, stop_reason="model_length")
             raise
-        return parse_completion(self.model_name, completion)
+        return parse_completion(self.model_name, completion, tools)
 
     def should_retry(self, ex: BaseException) -> bool:
         if isinstance(ex, openai.APIConnectionError):  # includes APITimeoutError
