@@ -40,15 +40,16 @@ def test_schema_for_each_type(param: str, expected: dict[str, Any]) -> None:
     assert schema == expected
 
 
-def test_schema_for_structured_types_uses_defs() -> None:
+def test_schema_for_structured_types_is_self_contained() -> None:
     schema = props(sample_tools.typed())
     p = schema["properties"]
     assert p["color"]["enum"] == ["red", "blue"]
     assert set(p["point"]["properties"]) == {"x", "y"}
     assert set(p["person"]["required"]) == {"name", "age"}
     assert p["box"]["type"] == "object" and set(p["box"]["properties"]) == {"width", "height"}
-    # nested models are hoisted to the top-level $defs so every $ref resolves
-    assert p["points"]["items"] == {"$ref": "#/$defs/Point"} and "Point" in schema["$defs"]
+    # as in Inspect: nested models are inlined (no $defs) and closed like the top level
+    assert p["points"]["items"]["properties"] == p["point"]["properties"] and "$defs" not in schema
+    assert p["points"]["items"]["additionalProperties"] is False and p["box"]["additionalProperties"] is False
     assert schema["properties"]["pair"]["prefixItems"] == [{"type": "integer"}, {"type": "string"}]
 
 

@@ -46,6 +46,7 @@ class ToolMeta:
     # Set by set_tool_description / tool_with: override extracted descriptions.
     description: str | None = None
     param_descriptions: dict[str, str] = field(default_factory=dict)
+    prompt: str | None = None  # Inspect's deprecated @tool(prompt=...), appended to the description
     version: int = 0  # bumped by every override, so cached ToolDefs know when to rebuild
 
 

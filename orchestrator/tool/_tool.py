@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeAlias, Union, overload
 
@@ -49,6 +51,7 @@ def tool(
     runs_on: RunsOn = ...,
     input_guardrails: Sequence[Callable[..., Any]] = ...,
     output_guardrails: Sequence[Callable[..., Any]] = ...,
+    prompt: str | None = ...,
 ) -> Callable[[Callable[..., Tool]], Callable[..., Tool]]: ...
 
 
@@ -66,11 +69,17 @@ def tool(
     runs_on: RunsOn = "worker",
     input_guardrails: Sequence[Callable[..., Any]] = (),
     output_guardrails: Sequence[Callable[..., Any]] = (),
+    prompt: str | None = None,
 ) -> Any:
     """Register a tool factory. The factory returns an async ``execute`` the model can call.
 
     ``parallel`` defaults to False: only tools audited as safe to run concurrently opt in.
+    ``prompt`` is accepted for Inspect code (deprecated there too): it is appended to the description.
     """
+    if prompt:
+        warnings.warn("@tool(prompt=...) is deprecated: put the text in the tool function's docstring",
+                      DeprecationWarning, stacklevel=2)
+        prompt = re.sub(r"\s+", " ", prompt)
 
     def decorate(factory: Callable[..., Tool]) -> Callable[..., Tool]:
         tool_name = name or factory.__name__
@@ -95,6 +104,7 @@ def tool(
                 runs_on=runs_on,
                 input_guardrails=tuple(input_guardrails),
                 output_guardrails=tuple(output_guardrails),
+                prompt=prompt,
             )
             existing = tool_meta(instance)
             if existing is not None:  # a factory returning another registered tool keeps its overrides

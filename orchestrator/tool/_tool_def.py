@@ -10,13 +10,14 @@ from __future__ import annotations
 import copy
 import json
 import weakref
+from datetime import datetime, timezone
 from collections.abc import Callable, Sequence
 from functools import cached_property, lru_cache
 from typing import Any
 
 import fastjsonschema
 import jsonschema
-from pydantic import TypeAdapter, ValidationError
+from pydantic import PydanticUserError, TypeAdapter, ValidationError
 
 from ._errors import ToolParsingError
 from ._registry import TOOL_META_ATTR, RunsOn, TimeoutBehavior, ToolMeta, ToolRef, tool_meta
@@ -83,6 +84,8 @@ class ToolDef:
             self.name = self.meta.name
             # Precedence: set_tool_description/tool_with > signature + docstring.
             self.description = self.meta.description or self.parsed.description
+            if self.meta.prompt:  # Inspect's deprecated @tool(prompt=...) is appended
+                self.description = f"{self.description}. {self.meta.prompt}" if self.description else self.meta.prompt
             params = self.parsed.params.model_copy(deep=True)
             _apply_param_descriptions(params, self.meta.param_descriptions, self.name)
             self.parameters = params
@@ -200,12 +203,15 @@ def deserialize_arguments(parsed: ParsedFunction, arguments: dict[str, Any]) -> 
     for pname, hint in parsed.hints.items():
         if pname in arguments:
             try:
-                kwargs[pname] = _adapter_for(hint).validate_python(arguments[pname])
+                value = _adapter_for(hint).validate_python(arguments[pname])
             except ValidationError as exc:
                 detail = "; ".join(e["msg"] for e in exc.errors())
                 raise ToolParsingError(f"Error parsing argument '{pname}': {detail}") from exc
-            except TypeError:  # unhashable/unsupported hint: pass the JSON value through
-                kwargs[pname] = arguments[pname]
+            except (TypeError, PydanticUserError):  # unhashable/unsupported hint: the JSON value as given
+                value = arguments[pname]
+            if isinstance(value, datetime) and value.tzinfo is None:
+                value = value.replace(tzinfo=timezone.utc)  # as Inspect: a naive time means UTC
+            kwargs[pname] = value
         elif pname in parsed.defaults:
             continue
         elif is_optional(hint):

@@ -15,16 +15,25 @@ from typing import Any, get_type_hints
 
 import docstring_parser
 import typing_extensions
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, PydanticUserError, TypeAdapter
+
+from ._schema import self_contained
 
 
 class ToolParam(BaseModel):
-    """JSON Schema of one parameter (any JSON Schema keyword is allowed)."""
+    """JSON Schema of one parameter (any JSON Schema keyword is allowed; nested schemas are typed)."""
 
     model_config = ConfigDict(extra="allow")
 
     type: str | list[str] | None = None
+    format: str | None = None
     description: str | None = None
+    enum: list[Any] | None = None
+    items: ToolParam | None = None
+    properties: dict[str, ToolParam] | None = None
+    additionalProperties: bool | ToolParam | None = None
+    anyOf: list[ToolParam] | None = None
+    required: list[str] | None = None
 
 
 class ToolParams(BaseModel):
@@ -106,6 +115,19 @@ def adaptable_hint(hint: Any) -> Any:
     return hint
 
 
+def _param_schema(hint: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A parameter's self-contained, closed schema (as Inspect builds it) and any recursive defs.
+
+    A type pydantic cannot describe (a plain class) gets an open schema, as in Inspect: the model
+    sees only the description, and the tool receives the JSON value as given.
+    """
+    try:
+        schema = _strip_titles(TypeAdapter(adaptable_hint(hint)).json_schema())
+    except PydanticUserError:
+        return {}, {}
+    return self_contained(schema, schema.pop("$defs", {}))
+
+
 def parse_function(func: Callable[..., Any]) -> ParsedFunction:
     """Reflect a tool function's signature and docstring (cached per code object)."""
     key = _cache_key(func)
@@ -144,8 +166,8 @@ def parse_function(func: Callable[..., Any]) -> ParsedFunction:
             hint = Any
             schema = _docstring_type_schema(doc_params[pname].type_name if pname in doc_params else None)
         else:
-            schema = _strip_titles(TypeAdapter(adaptable_hint(hint)).json_schema())
-            defs.update(schema.pop("$defs", {}))
+            schema, needed = _param_schema(hint)
+            defs.update(needed)
         param_hints[pname] = hint
         doc_param = doc_params.get(pname)
         if doc_param is not None and doc_param.description:
