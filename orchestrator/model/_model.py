@@ -161,7 +161,7 @@ class Model:
         name = str(self)
 
         with span(name=name, type="model"):
-            event = ModelEvent(model=name, input_messages=len(messages), tools=[i.name for i in infos],
+            event = ModelEvent(model=name, input_messages=len(messages), tools=infos,
                                tool_choice=_choice_json(choice))
             start = time.monotonic()
             try:
