@@ -70,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USER_ERROR
     configure_logging(args.log_level)
+    from pydantic import ValidationError
+
     from orchestrator.eval._errors import EvalSetupError
 
     try:
@@ -77,9 +79,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EvalSetupError as exc:
         return fail(str(exc))
     except KeyboardInterrupt:
-        print("toolfleet: interrupted. Resume with `toolfleet eval-retry LOG` (finished samples are kept).",
+        from orchestrator.eval._eval import active_log_paths
+
+        logs = " ".join(str(p) for p in active_log_paths()) or "LOG"
+        print(f"toolfleet: interrupted. Resume with `toolfleet eval-retry {logs}` (finished samples are kept).",
               file=sys.stderr)
         return EXIT_INTERRUPTED
+    except ValidationError as exc:  # a value pydantic refused (e.g. a config field): one line, not a traceback
+        errors = exc.errors()
+        where = ".".join(str(p) for p in errors[0].get("loc", ())) if errors else ""
+        return fail(f"Invalid value{' for ' + where if where else ''}: {errors[0]['msg'] if errors else exc}")
 
 
 def _worker(argv: list[str]) -> int:

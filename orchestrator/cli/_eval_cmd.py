@@ -32,7 +32,15 @@ def add_commands(commands: Any) -> None:
 def _add_run_flags(p: argparse.ArgumentParser, defaults_from_log: bool = False) -> None:
     note = " (default: as recorded in the log)" if defaults_from_log else ""
     p.add_argument("--limit", type=int, help="evaluate the first N samples" + note)
+    p.add_argument("--sample-id", help="evaluate only these sample ids (comma-separated)" + note)
     p.add_argument("--epochs", type=int, help="run each sample N times" + note)
+    p.add_argument("--epochs-reducer", help="how epochs' scores reduce to one per sample: mean (default), max, median, "
+                   "mode, at_least_K, pass_at_K; comma-separate several" + note)
+    p.add_argument("--fail-on-error", nargs="?", const="true", metavar="N|FRACTION",
+                   help="stop the eval at the first sample error (flag alone), after N errors, or once a FRACTION "
+                        "(< 1) of samples errored (default: never stop, record the errors)" + note)
+    p.add_argument("--max-connections", type=int, help="model requests in flight at once" + note)
+    p.add_argument("--max-subprocesses", type=int, help="tool calls executing at once" + note)
     p.add_argument("--max-samples", type=int, help="samples in flight at once (default 32)" + note)
     p.add_argument("--max-sandboxes", type=int, help="sandboxes alive at once" + note)
     p.add_argument("--retry-on-error", type=int, nargs="?", const=1, help="retry errored samples N times (flag alone: 1)" + note)
@@ -46,13 +54,53 @@ def _add_run_flags(p: argparse.ArgumentParser, defaults_from_log: bool = False) 
     p.add_argument("--log-dir", default=None if defaults_from_log else "logs", help="where eval logs go (default ./logs)")
     p.add_argument("--display", choices=["auto", "rich", "log", "none"], default="auto",
                    help="progress display: rich on a TTY, JSON log lines otherwise (auto)")
+    p.add_argument("--log-format", choices=["jsonl", "eval", "json"], default=None,
+                   help="also write the log in Inspect's format (.eval or .json) next to the .jsonl, which "
+                        "stays for streaming and resume (default: jsonl only)")
+    g = p.add_argument_group("generation (override the task's GenerateConfig)")
+    g.add_argument("--temperature", type=float)
+    g.add_argument("--max-tokens", type=int)
+    g.add_argument("--top-p", type=float)
+    g.add_argument("--seed", type=int)
+    g.add_argument("--stop-seqs", help="comma-separated stop sequences")
+    g.add_argument("--max-retries", type=int, help="model API retries per request")
+    g.add_argument("--timeout", type=float, help="model API request timeout (seconds)")
+    g.add_argument("--max-tool-output", type=int, help="bytes of tool output the model sees (0: no truncation)")
+    g.add_argument("--parallel-tool-calls", action=argparse.BooleanOptionalAction, default=None)
+
+
+GENERATE_FLAGS = ("temperature", "max_tokens", "top_p", "seed", "stop_seqs", "max_retries", "timeout",
+                  "max_tool_output", "parallel_tool_calls")
 
 
 def _common_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    config = {name: getattr(args, name) for name in GENERATE_FLAGS if getattr(args, name) is not None}
+    if "stop_seqs" in config:
+        config["stop_seqs"] = [s for s in config["stop_seqs"].split(",") if s]
     return dict(limit=args.limit, epochs=args.epochs, max_samples=args.max_samples, max_sandboxes=args.max_sandboxes,
                 retry_on_error=args.retry_on_error, sandbox=args.sandbox, broker=args.broker, approval=args.approval,
                 review=args.review, message_limit=args.message_limit, token_limit=args.token_limit,
-                time_limit=args.time_limit, display=args.display)
+                time_limit=args.time_limit, display=args.display, sample_id=args.sample_id,
+                epochs_reducer=args.epochs_reducer.split(",") if args.epochs_reducer else None,
+                fail_on_error=parse_fail_on_error(args.fail_on_error), max_connections=args.max_connections,
+                max_subprocesses=args.max_subprocesses, config=config or None, log_format=args.log_format)
+
+
+def parse_fail_on_error(value: str | None) -> bool | float | None:
+    """``true`` (the flag alone), ``false``, a count N >= 1 or a fraction 0 < F < 1."""
+    from orchestrator.eval._errors import EvalSetupError
+
+    if value is None:
+        return None
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if number <= 0 or (number >= 1 and not number.is_integer()):
+        raise EvalSetupError(f"--fail-on-error expects a count N >= 1 or a fraction between 0 and 1, got '{value}'.")
+    return int(number) if number >= 1 else number
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -62,6 +110,7 @@ def run_eval(args: argparse.Namespace) -> int:
     tune_gc_for_many_samples()  # this process is the orchestrator: thousands of live samples
     kwargs = _common_kwargs(args)
     kwargs["retry_on_error"] = kwargs["retry_on_error"] or 0
+    kwargs["log_format"] = kwargs["log_format"] or "jsonl"
     [log] = asyncio.run(eval_async(args.task, args.model, task_args=parse_kv(args.task_args, "-T"),
                                    model_args=parse_kv(args.model_args, "-M"), log_dir=args.log_dir,
                                    resume=args.resume, **kwargs))
@@ -91,7 +140,11 @@ def print_summary(log: Any) -> None:
         lines.append(f"samples: {results.completed_samples}/{results.total_samples} completed, "
                      f"{results.error_samples} errored")
         for score in results.scores:
+            if not score.metrics:  # nothing scored: no made-up 0.000
+                lines.append(f"{score.name}: no samples scored")
+                continue
             metrics = ", ".join(f"{m.name}={m.value:.3f}" for m in score.metrics.values())
-            lines.append(f"{score.name}: {metrics}")
+            reduced = f" ({score.reducer} over epochs)" if score.reducer else ""
+            lines.append(f"{score.name}: {metrics}{reduced}")
     lines.append(f"log: {log.location}")
     print("\n".join(lines), file=sys.stdout, flush=True)

@@ -58,7 +58,7 @@ def log_list(args: argparse.Namespace) -> int:
     if not log_dir.is_dir():
         return fail(f"Log directory '{log_dir}' does not exist.")
     rows = []
-    for path in sorted(log_dir.glob("*.jsonl")):
+    for path in sorted(log_dir.rglob("*.jsonl")):  # eval-set and users nest logs in subdirectories
         try:
             rows.append(_summary(read_eval_log(path)))
         except (LogFormatError, ValueError):
@@ -74,11 +74,16 @@ def log_list(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table("log", "task", "model", "status", "samples", "errors", "scores")
+    table.columns[0].overflow = "fold"  # a long name wraps; it is never cut
     for row in rows:
         scores = "; ".join(f"{k}: " + ", ".join(f"{m}={v}" for m, v in s.items()) for k, s in row["scores"].items())
-        table.add_row(Path(row["log"]).name, row["task"], row["model"], row["status"], f"{row['done']}/{row['total']}",
-                      str(row["errors"]), scores)
-    Console().print(table)
+        table.add_row(str(Path(row["log"]).relative_to(log_dir)), row["task"], row["model"], row["status"],
+                      f"{row['done']}/{row['total']}", str(row["errors"]), scores)
+    # Never cut a log name: as wide as the rows need on a terminal, unbounded when piped.
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=100_000)
+    console.print(table, overflow="ignore", crop=False)
     return 0
 
 

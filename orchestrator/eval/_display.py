@@ -32,6 +32,7 @@ class RichDisplay:
         self.live = Live(console=self.console, refresh_per_second=4, transient=False, get_renderable=self.render)
 
     def render(self) -> Any:
+        from rich.markup import escape
         from rich.progress_bar import ProgressBar
         from rich.table import Table
 
@@ -40,6 +41,8 @@ class RichDisplay:
         grid.add_column(justify="right", style="bold")
         grid.add_column()
         grid.add_row("task", f"{p.task}  [dim]{p.model}[/dim]")
+        if p.notice:
+            grid.add_row("note", f"[yellow]{escape(p.notice)}[/yellow]")
         bar = Table.grid(padding=(0, 1))
         bar.add_row(ProgressBar(total=max(p.total, 1), completed=p.done, width=40), f"{p.done}/{p.total} samples")
         grid.add_row("progress", bar)
@@ -122,6 +125,9 @@ async def open_display(display: Any, progress: EvalProgress) -> AsyncIterator[No
     if kind == "auto":
         kind = "rich" if sys.stderr.isatty() else "log"
     if kind in (None, "none"):
+        # No display, but resuming (or not) is never silent.
+        if progress.notice:
+            print(f"toolfleet: {progress.notice}", file=sys.stderr, flush=True)
         yield
         return
     if kind == "rich":

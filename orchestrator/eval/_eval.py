@@ -27,6 +27,7 @@ import structlog
 from orchestrator import __version__
 from orchestrator.dataset import Sample
 from orchestrator.dispatch import Dispatcher, InProcessDispatcher, SampleRoute
+from orchestrator.model._generate_config import GenerateConfig
 from orchestrator.model._model import Model, model_context
 from orchestrator.scorer._score import scorer_info
 from orchestrator.solver._solver import solver_name
@@ -45,7 +46,9 @@ from ._log import (
     read_eval_log,
     sample_key,
 )
-from ._policies import resolve_model
+from ._identity import EvalIdentity, file_hash, identity_differences, recordable_args
+from ._policies import configured_model, resolve_model
+from ._reducers import check_reducers
 from ._progress import EvalProgress
 from ._results import eval_results, eval_stats
 from ._runner import SampleRunner
@@ -59,6 +62,14 @@ DEFAULT_LOG_DIR = "logs"
 LEFTOVER_CLOSE_TIMEOUT_S = 60.0
 
 DisplayKind = Literal["auto", "rich", "log", "none"]
+LogFormat = Literal["jsonl", "eval", "json"]
+
+
+_active_logs: list[Path] = []  # logs of evals running in this process (the CLI's Ctrl-C message names them)
+
+
+def active_log_paths() -> list[Path]:
+    return list(_active_logs)
 
 
 def eval(tasks: Task | str | Sequence[Task | str], model: str | Model | None = None, **kwargs: Any) -> list[EvalLog]:
@@ -93,13 +104,26 @@ async def eval_async(
     resume: bool = True,
     log_file: str | Path | None = None,
     dispatcher: Dispatcher | None = None,
+    sample_id: str | int | Sequence[str | int] | None = None,
+    fail_on_error: bool | float | None = None,
+    max_connections: int | None = None,
+    max_subprocesses: int | None = None,
+    epochs_reducer: str | Sequence[str] | None = None,
+    config: GenerateConfig | dict[str, Any] | None = None,
+    log_format: LogFormat = "jsonl",
 ) -> list[EvalLog]:
     """Run every task; see the module docstring for concurrency and resume semantics.
 
     ``retry_on_error``: how many times an errored sample is retried from scratch (True = 1).
     ``display``: "rich" (live progress), "log" (structlog lines), "none", "auto" (rich on a TTY) or a
     display object. ``log_file`` resumes that log (what ``eval_retry`` uses). ``dispatcher`` overrides
-    the one ``broker`` would select.
+    the one ``broker`` would select. ``sample_id``: run only these samples. ``fail_on_error``: stop the
+    eval once errors reach a count (>= 1) or a fraction (< 1) of the samples, or at the first (True);
+    default: never stop, record the errors. ``max_connections``: model requests in flight at once.
+    ``max_subprocesses``: tool calls executing at once. ``epochs_reducer``: how epochs' scores reduce
+    (see ``_reducers``). ``config``: generation settings (temperature, max_tokens, ...) over the task's.
+    ``log_format``: "jsonl" (always written, for streaming and resume) plus, with "eval" or "json", an
+    Inspect-format copy written next to it when the eval ends.
     """
     task_list = [tasks] if isinstance(tasks, (Task, str)) else list(tasks)
     if log_file is not None and len(task_list) != 1:
@@ -109,7 +133,15 @@ async def eval_async(
     for t in task_list:
         if isinstance(t, str):
             import_task_file(t.partition("@")[0])
-    resolved_model = resolve_model(model, **(model_args or {}))
+    reducers = check_reducers(epochs_reducer)
+    for flag, value in (("--max-subprocesses", max_subprocesses), ("--max-samples", max_samples),
+                        ("--max-sandboxes", max_sandboxes), ("--epochs", epochs)):
+        if value is not None and value < 1:
+            raise TaskError(f"{flag} must be at least 1, got {value}.")
+    generate_config = _generate_config(config)
+    if log_format not in ("jsonl", "eval", "json"):
+        raise TaskError(f"Unknown log format '{log_format}' (use eval, json or jsonl).")
+    resolved_model = configured_model(resolve_model(model, **(model_args or {})), max_connections)
     with model_context(resolved_model):
         resolved = [load_task(t, task_args) if isinstance(t, str) else t for t in task_list]
     own_dispatcher = dispatcher is None
@@ -120,7 +152,9 @@ async def eval_async(
         for task in resolved:
             options = _Options(limit, max_samples, max_sandboxes, int(retry_on_error), epochs, Path(log_dir), sandbox,
                                broker, approval, review, message_limit, token_limit, time_limit, resume,
-                               Path(log_file) if log_file else None)
+                               Path(log_file) if log_file else None, _sample_id_list(sample_id), fail_on_error,
+                               max_connections, max_subprocesses, reducers, generate_config,
+                               recordable_args(model_args or {}), log_format)
             logs.append(await _eval_task(task, resolved_model, dispatcher, options, display))
     finally:
         if own_dispatcher:
@@ -140,7 +174,11 @@ async def eval_retry_async(log: str | Path, **overrides: Any) -> EvalLog:
         retry_on_error=config.retry_on_error, epochs=config.epochs, sandbox=config.sandbox, broker=config.broker,
         approval=config.approval, review=config.review, message_limit=config.message_limit,
         token_limit=config.token_limit, time_limit=config.time_limit, task_args=spec.task_args,
-        log_dir=Path(log).parent,
+        log_dir=Path(log).parent, sample_id=config.sample_ids, epochs_reducer=config.epochs_reducer,
+        fail_on_error=config.fail_on_error, max_connections=config.max_connections,
+        max_subprocesses=config.max_subprocesses, config=spec.generate_config or None,
+        # Redacted or non-JSON args cannot come back from the log: the provider's defaults/env apply.
+        model_args={k: v for k, v in spec.model_args.items() if not (isinstance(v, str) and v.startswith("<"))},
     )
     options.update({k: v for k, v in overrides.items() if v is not None})
     model = options.pop("model", None) or spec.model
@@ -172,6 +210,57 @@ class _Options:
     time_limit: float | None
     resume: bool
     log_file: Path | None
+    sample_ids: list[str] | None = None
+    fail_on_error: bool | float | None = None
+    max_connections: int | None = None
+    max_subprocesses: int | None = None
+    epochs_reducer: list[str] | None = None
+    generate_config: GenerateConfig | None = None
+    model_args: dict[str, Any] | None = None
+    log_format: str = "jsonl"
+
+
+def _sample_id_list(value: str | int | Sequence[str | int] | None) -> list[str] | None:
+    if value is None:
+        return None
+    items = [value] if isinstance(value, (str, int)) else list(value)
+    out: list[str] = []
+    for item in items:
+        out.extend(part.strip() for part in str(item).split(",") if part.strip())
+    return out or None
+
+
+def _select(samples: list[Sample], ids: list[str] | None) -> list[Sample]:
+    if ids is None:
+        return samples
+    known = {str(s.id) for s in samples}
+    missing = [i for i in ids if i not in known]
+    if missing:
+        raise TaskError(f"No sample with id {', '.join(repr(m) for m in missing)} in the dataset "
+                        f"(it has {len(samples)} samples, e.g. {', '.join(sorted(known)[:5])}).")
+    wanted = set(ids)
+    return [s for s in samples if str(s.id) in wanted]
+
+
+def _generate_config(config: GenerateConfig | dict[str, Any] | None) -> GenerateConfig | None:
+    if config is None or isinstance(config, GenerateConfig):
+        return config
+    try:
+        return GenerateConfig(**config)
+    except ValueError as exc:
+        raise TaskError(f"Invalid generation settings {config}: {_first_error(exc)}") from exc
+
+
+def _first_error(exc: Exception) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            first = errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ()))
+            return f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+        except (IndexError, TypeError):
+            pass
+    return str(exc).splitlines()[0]
 
 
 def _sample_ids(samples: list[Sample]) -> list[Sample]:
@@ -187,7 +276,18 @@ def _sample_ids(samples: list[Sample]) -> list[Sample]:
     return out
 
 
-def _build_spec(task: Task, model: Model, samples: list[Sample], o: _Options, sandbox: dict[str, Any] | None) -> EvalSpec:
+def _identity(task: Task, model: Model, o: _Options, sandbox: dict[str, Any] | None) -> EvalIdentity:
+    return EvalIdentity(
+        task=task.registry_name or task.name, task_file=task.task_file, task_file_hash=file_hash(task.task_file),
+        task_args=recordable_args(task.task_args), model=str(model), model_args=o.model_args or {},
+        generate_config=task.config.model_dump(exclude_none=True), sandbox=sandbox,
+        solver=solver_name(task.solver) if task.solver is not None else "generate",
+        scorers=[scorer_info(s)[0] for s in task.scorer], limit=o.limit, sample_ids=o.sample_ids,
+        epochs=o.epochs or task.epochs, epochs_reducer=o.epochs_reducer)
+
+
+def _build_spec(task: Task, model: Model, samples: list[Sample], o: _Options, sandbox: dict[str, Any] | None,
+                identity: EvalIdentity) -> EvalSpec:
     def policy_name(value: Any) -> str | None:
         return None if value is None else value if isinstance(value, str) else "<python>"
 
@@ -198,7 +298,11 @@ def _build_spec(task: Task, model: Model, samples: list[Sample], o: _Options, sa
                             sample_ids=[s.id for s in samples if s.id is not None]),
         solver=solver_name(task.solver) if task.solver is not None else "generate",
         scorers=[scorer_info(s)[0] for s in task.scorer],
-        config=EvalConfig(limit=o.limit, epochs=o.epochs or task.epochs, max_samples=o.max_samples,
+        model_args=o.model_args or {}, generate_config=task.config.model_dump(exclude_none=True),
+        task_file_hash=identity.task_file_hash, identity=identity,
+        config=EvalConfig(limit=o.limit, sample_ids=o.sample_ids, epochs_reducer=o.epochs_reducer,
+                          fail_on_error=o.fail_on_error, max_connections=o.max_connections,
+                          max_subprocesses=o.max_subprocesses, epochs=o.epochs or task.epochs, max_samples=o.max_samples,
                           max_sandboxes=o.max_sandboxes, retry_on_error=o.retry_on_error, sandbox=sandbox,
                           broker=redact(o.broker), approval=policy_name(o.approval), review=policy_name(o.review),
                           message_limit=task.message_limit, token_limit=task.token_limit, time_limit=task.time_limit),
@@ -206,21 +310,27 @@ def _build_spec(task: Task, model: Model, samples: list[Sample], o: _Options, sa
     )
 
 
-def _find_resumable(log_dir: Path, task: Task, model: Model, limit: int | None, epochs: int) -> Path | None:
-    """The newest unfinished log in ``log_dir`` of the same task file, task, args, model, limit and epochs."""
+def _find_resumable(log_dir: Path, identity: EvalIdentity) -> tuple[Path | None, str | None]:
+    """The newest unfinished log in ``log_dir`` with this identity; else why the newest unfinished log of the
+    same task (if any) was not resumed (a notice for the user)."""
     if not log_dir.is_dir():
-        return None
+        return None, None
+    passed_over: str | None = None
     for path in sorted(log_dir.glob(f"*{LOG_SUFFIX}"), reverse=True):
         try:
             spec = read_eval_log(path, header_only=True).eval
-            same = (spec.task == (task.registry_name or task.name) and spec.task_file == task.task_file
-                    and spec.model == str(model) and spec.task_args == task.task_args
-                    and spec.config.limit == limit and spec.config.epochs == epochs)
-            if same and read_eval_log(path).status != "success":
-                return path
+            if spec.task != identity.task or spec.task_file != identity.task_file:
+                continue
+            if read_eval_log(path).status == "success":
+                continue
+            differences = identity_differences(spec.identity, identity)
+            if not differences:
+                return path, None
+            if passed_over is None:
+                passed_over = f"not resuming {path} ({', '.join(differences)} differ)"
         except (LogFormatError, ValueError, OSError):
             continue
-    return None
+    return None, passed_over
 
 
 # -- one task --------------------------------------------------------------------------------------
@@ -233,6 +343,8 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     for name in ("message_limit", "token_limit", "time_limit"):
         if getattr(o, name) is not None:
             setattr(task, name, getattr(o, name))
+    if o.generate_config is not None:
+        task.config = task.config.merge(o.generate_config)
     sandbox_spec = o.sandbox if o.sandbox is not None else task.sandbox
     try:
         sandbox = sandbox_config(sandbox_spec).model_dump(mode="json") if sandbox_spec is not None else None
@@ -243,31 +355,44 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     approval, review = resolve_policies(o.approval if o.approval is not None else task.approval,
                                          o.review if o.review is not None else task.review)
 
-    samples = _sample_ids(list(task.dataset))
+    samples = _select(_sample_ids(list(task.dataset)), o.sample_ids)
     if o.limit is not None:
         samples = samples[: o.limit]
     epochs = o.epochs or task.epochs
-    path = o.log_file or (_find_resumable(o.log_dir, task, model, o.limit, epochs) if o.resume else None)
+    identity = _identity(task, model, o, sandbox)
+    notice: str | None = None
+    path = o.log_file
+    if path is None and o.resume:
+        path, notice = _find_resumable(o.log_dir, identity)
     finished: dict[tuple[str, int], EvalSample] = {}
     if path is not None:
         existing = read_eval_log(path)
         spec = existing.eval
+        notice = f"resuming {path} ({sum(1 for s in existing.samples if s.error is None)} samples already done)"
         finished = {s.key: s for s in existing.samples if s.error is None}
         writer = await LogWriter.resume(path)
         await _close_leftovers(existing.open_sandboxes, dispatcher, writer)
     else:
-        spec = _build_spec(task, model, samples, o, sandbox)
+        spec = _build_spec(task, model, samples, o, sandbox, identity)
         stamp = time.strftime("%Y-%m-%dT%H-%M-%S", time.gmtime(spec.created))
         path = o.log_dir / f"{stamp}_{_slug(spec.task)}_{spec.eval_id}{LOG_SUFFIX}"
         writer = await LogWriter.create(path, spec)
+        notice = f"{notice}; starting a new log {path}" if notice else None
+    _active_logs.append(path)
     run_id = uuid.uuid4().hex[:12]
     await writer.run(run_id, resumed=bool(finished) or o.log_file is not None)
 
     todo = [(s, e) for e in range(1, epochs + 1) for s in samples if sample_key(s.id, e) not in finished]  # type: ignore[arg-type]
     progress = EvalProgress(task=spec.task, model=str(model), log=str(path), total=len(samples) * epochs,
-                            done=len(finished), resumed=len(finished))
+                            done=len(finished), resumed=len(finished), notice=notice)
+    if o.max_subprocesses is not None:
+        from ._bounded_dispatch import BoundedDispatcher
+
+        run_dispatcher: Dispatcher = BoundedDispatcher(dispatcher, o.max_subprocesses)
+    else:
+        run_dispatcher = dispatcher
     runner = SampleRunner(
-        task=task, model=model, dispatcher=dispatcher, eval_id=spec.eval_id, run_id=run_id, sandbox_config=sandbox,
+        task=task, model=model, dispatcher=run_dispatcher, eval_id=spec.eval_id, run_id=run_id, sandbox_config=sandbox,
         approval=approval, review=review, retry_on_error=o.retry_on_error,
         sandbox_slots=asyncio.Semaphore(o.max_sandboxes) if o.max_sandboxes else None, progress=progress,
         epochs=epochs, journal=None if isinstance(dispatcher, InProcessDispatcher) else writer)
@@ -299,6 +424,10 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
                 progress.done += 1
                 progress.errors += result.error is not None
                 progress.notify("sample")
+                if result.error is not None and _should_fail(progress.errors, progress.total, o.fail_on_error):
+                    raise _ErrorThresholdReached(
+                        f"{progress.errors} sample(s) failed: the --fail-on-error threshold "
+                        f"({o.fail_on_error}) is reached; the remaining samples were not run.")
 
         workers = [asyncio.create_task(worker()) for _ in range(max(1, min(o.max_samples or DEFAULT_MAX_SAMPLES, len(todo) or 1)))]
         try:
@@ -309,15 +438,38 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
             await asyncio.gather(*workers, return_exceptions=True)
             status = "cancelled" if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)) else "error"
             error = EvalError(type=type(exc).__name__, message=str(exc) or type(exc).__name__)
-            await asyncio.shield(writer.footer(status, eval_results(task, results, progress.total),  # type: ignore[arg-type]
+            await asyncio.shield(writer.footer(status, eval_results(task, results, progress.total, epochs,  # type: ignore[arg-type]
+                                                                    o.epochs_reducer),
                                                eval_stats(results, started_at), error))
-            raise
-    if any(s.error is not None for s in results.values()):
-        status = "error"
-        error = EvalError(type="SampleErrors", message=f"{sum(s.error is not None for s in results.values())} sample(s) failed; "
-                          "re-run them with `toolfleet eval-retry LOG`.")
-    await writer.footer(status, eval_results(task, results, progress.total), eval_stats(results, started_at), error)  # type: ignore[arg-type]
+            if not isinstance(exc, _ErrorThresholdReached):
+                raise
+    if error is None:  # (else: stopped by fail_on_error, its footer is written)
+        if any(s.error is not None for s in results.values()):
+            status = "error"
+            error = EvalError(type="SampleErrors", message=f"{sum(s.error is not None for s in results.values())} "
+                              "sample(s) failed; re-run them with `toolfleet eval-retry LOG`.")
+        await writer.footer(status, eval_results(task, results, progress.total, epochs, o.epochs_reducer),  # type: ignore[arg-type]
+                            eval_stats(results, started_at), error)
+    _active_logs.remove(path)
+    if o.log_format != "jsonl":
+        from orchestrator.log._inspect_export import export_inspect_log
+
+        await asyncio.to_thread(export_inspect_log, path, o.log_format)
     return read_eval_log(path)
+
+
+class _ErrorThresholdReached(Exception):
+    """``fail_on_error``'s threshold is reached: stop the eval (its footer records why)."""
+
+
+def _should_fail(errors: int, total: int, fail_on_error: bool | float | None) -> bool:
+    if fail_on_error is None or fail_on_error is False:
+        return False
+    if fail_on_error is True:
+        return errors > 0
+    if fail_on_error < 1:
+        return errors >= fail_on_error * total
+    return errors >= fail_on_error
 
 
 def _failed_sample(sample: Sample | None, epoch: int, run_id: str, kind: str, exc: BaseException,

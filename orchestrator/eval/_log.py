@@ -38,12 +38,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from orchestrator.log._events import Event
+from orchestrator.log._events import EvalEvents, Event
 from orchestrator.model._chat_message import ChatMessage
 from orchestrator.model._model_output import ModelOutput, ModelUsage
 from orchestrator.scorer._score import Score
 
 from ._errors import EvalSetupError
+from ._identity import EvalIdentity
 from ._loggable import dump_model, encode_line
 
 LOG_FORMAT = "toolfleet-eval-log"
@@ -62,7 +63,12 @@ class EvalDataset(BaseModel):
 
 class EvalConfig(BaseModel):
     limit: int | None = None
+    sample_ids: list[str] | None = None  # --sample-id: only these samples
     epochs: int = 1
+    epochs_reducer: list[str] | None = None
+    fail_on_error: bool | float | None = None
+    max_connections: int | None = None
+    max_subprocesses: int | None = None
     max_samples: int | None = None
     max_sandboxes: int | None = None
     retry_on_error: int = 0
@@ -82,6 +88,10 @@ class EvalSpec(BaseModel):
     task_file: str | None = None
     task_args: dict[str, Any] = Field(default_factory=dict)
     model: str
+    model_args: dict[str, Any] = Field(default_factory=dict)  # as given (-M), secrets redacted
+    generate_config: dict[str, Any] = Field(default_factory=dict)
+    task_file_hash: str | None = None
+    identity: EvalIdentity | None = None  # what a re-run must match to resume this log
     dataset: EvalDataset
     solver: str | None = None
     scorers: list[str] = Field(default_factory=list)
@@ -127,6 +137,11 @@ class EvalSample(BaseModel):
     def key(self) -> tuple[str, int]:
         return sample_key(self.id, self.epoch)
 
+    @property
+    def transcript(self) -> EvalEvents:
+        """Inspect's deprecated view of the sample's events (read ``events`` instead)."""
+        return EvalEvents(events=self.events)
+
 
 def sample_key(sample_id: int | str, epoch: int) -> tuple[str, int]:
     # ids compare as strings: a JSON round trip must not turn 1 and "1" into different samples.
@@ -140,6 +155,8 @@ class EvalMetricValue(BaseModel):
 
 class EvalScore(BaseModel):
     name: str
+    scorer: str | None = None  # the scorer's key in samples' ``scores`` (``name`` adds the reducer if several)
+    reducer: str | None = None  # how epochs were reduced (None: one epoch)
     scored_samples: int = 0
     metrics: dict[str, EvalMetricValue] = Field(default_factory=dict)
 

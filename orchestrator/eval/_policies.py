@@ -8,6 +8,8 @@ running sample with ``orchestrator.solver.sample_state()`` (e.g. an oracle readi
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 from collections.abc import Callable
 from typing import Any
@@ -45,6 +47,7 @@ def resolve_model(model: str | Model | None, **model_args: Any) -> Model:
         raise UnknownModelError(f"No model given (use --model, e.g. --model openai/gpt-4o-mini or scripted/<policy>, "
                                 f"or set ${MODEL_ENV}).")
     provider, _, name = model.partition("/")
+    _check_model_args(provider, model_args)
     if provider == "scripted" and name and "policy" not in model_args and "outputs" not in model_args:
         if name not in _POLICIES:
             known = ", ".join(scripted_policies()) or "none registered"
@@ -56,3 +59,36 @@ def resolve_model(model: str | Model | None, **model_args: Any) -> Model:
         raise UnknownModelError(f"Cannot use model '{model}': {exc}") from exc
     except ImportError as exc:
         raise UnknownModelError(f"Model '{model}' needs a package that is not installed: {exc}") from exc
+
+
+def _check_model_args(provider: str, model_args: dict[str, Any]) -> None:
+    """Unknown ``-M`` keys are one clear line (the provider's constructor says what it accepts)."""
+    if not model_args:
+        return
+    from orchestrator.model._model import _provider_class
+
+    try:
+        cls = _provider_class(provider)
+    except ValueError as exc:
+        raise UnknownModelError(str(exc)) from exc
+    except ImportError as exc:
+        raise UnknownModelError(f"Model provider '{provider}' needs a package that is not installed: {exc}") from exc
+    params = inspect.signature(cls.__init__).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    accepted = [n for n in params if n not in ("self", "model_name", "config")] + ["retry"]
+    unknown = [k for k in model_args if k not in accepted]
+    if unknown:
+        raise UnknownModelError(f"Model provider '{provider}' has no argument {', '.join(repr(k) for k in unknown)} "
+                                f"(accepted -M keys: {', '.join(accepted)}).")
+
+
+def configured_model(model: Model, max_connections: int | None) -> Model:
+    """``model`` with its own bound on requests in flight (``--max-connections``), whatever the provider."""
+    if max_connections is None:
+        return model
+    if max_connections < 1:
+        raise EvalSetupError(f"--max-connections must be at least 1, got {max_connections}.")
+    bounded = Model(model.api, model.config, model.retry)
+    bounded._slots = asyncio.Semaphore(max_connections)
+    return bounded

@@ -23,6 +23,7 @@ class EvalProgress:
     running: int = 0
     errors: int = 0  # samples that failed for good
     retries: int = 0
+    notice: str | None = None  # e.g. "resuming LOG (...)": every display shows it
     tool_calls: int = 0
     tokens: int = 0
     started: float = field(default_factory=time.monotonic)
@@ -65,7 +66,7 @@ class EvalProgress:
 
     def snapshot(self) -> dict[str, float | int | str | None]:
         eta = self.eta_s
-        return {"task": self.task, "model": self.model, "done": self.done, "total": self.total,
+        return {"task": self.task, "notice": self.notice, "model": self.model, "done": self.done, "total": self.total,
                 "running": self.running, "errors": self.errors, "retries": self.retries,
                 "tool_calls": self.tool_calls, "tool_calls_per_s": round(self.tool_calls_per_s, 2),
                 "tokens": self.tokens, "elapsed_s": round(self.elapsed, 1),

@@ -5,23 +5,38 @@ from __future__ import annotations
 import time
 
 from orchestrator.model._model_output import ModelUsage
-from orchestrator.scorer._score import scorer_info
+from orchestrator.scorer._score import Score, scorer_info
 
 from ._log import EvalMetricValue, EvalResults, EvalSample, EvalScore, EvalStats
+from ._reducers import DEFAULT_REDUCER, reducer
 from ._task import Task
 
 
-def eval_results(task: Task, samples: dict[tuple[str, int], EvalSample], total: int) -> EvalResults:
+def eval_results(task: Task, samples: dict[tuple[str, int], EvalSample], total: int, epochs: int = 1,
+                 reducers: list[str] | None = None) -> EvalResults:
+    """Metrics per scorer. With several epochs each sample's scores are first reduced to one per reducer
+    (default ``mean``), so metrics count samples, not sample-epochs. No scored sample: no metric values."""
     scored = [s for s in samples.values() if s.error is None]
     scores: list[EvalScore] = []
     seen: dict[str, int] = {}
+    names = (reducers or [DEFAULT_REDUCER]) if epochs > 1 else [None]
     for instance in task.scorer:
         name, metrics = scorer_info(instance)
         seen[name] = seen.get(name, 0) + 1
         key = name if seen[name] == 1 else f"{name}{seen[name]}"
-        values = [s.scores[key] for s in scored if key in s.scores]
-        scores.append(EvalScore(name=key, scored_samples=len(values), metrics={
-            m.__name__: EvalMetricValue(name=m.__name__, value=m(values)) for m in metrics}))
+        for reducer_name in names:
+            values = [s.scores[key] for s in scored if key in s.scores]
+            if reducer_name is not None:
+                by_sample: dict[str, list[Score]] = {}
+                for s in sorted(scored, key=lambda s: s.epoch):
+                    if key in s.scores:
+                        by_sample.setdefault(str(s.id), []).append(s.scores[key])
+                reduce = reducer(reducer_name)
+                values = [reduce(group) for group in by_sample.values()]
+            label = key if reducer_name is None or len(names) == 1 else f"{key}_{reducer_name}"
+            scores.append(EvalScore(name=label, scorer=key, reducer=reducer_name, scored_samples=len(values),
+                                    metrics={m.__name__: EvalMetricValue(name=m.__name__, value=m(values))
+                                             for m in metrics} if values else {}))
     return EvalResults(total_samples=total, completed_samples=len(scored),
                        error_samples=sum(s.error is not None for s in samples.values()), scores=scores)
 

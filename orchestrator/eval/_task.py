@@ -7,6 +7,7 @@ import hashlib
 import importlib.util
 import inspect
 import sys
+import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ class Task:
 
     def __init__(
         self,
-        dataset: Dataset | Sequence[Sample],
+        dataset: Dataset | Sequence[Sample] | None = None,
         solver: Any = None,
         scorer: Any = None,
         sandbox: str | dict[str, Any] | BaseModel | None = None,
@@ -44,6 +45,8 @@ class Task:
         name: str | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> None:
+        if dataset is None:  # as Inspect: one sample whose input is "prompt"
+            dataset = [Sample(input="prompt")]
         self.dataset = dataset if isinstance(dataset, Dataset) else MemoryDataset(list(dataset))
         self.solver = _chain(solver)
         self.scorer: list[Any] = [] if scorer is None else list(scorer) if isinstance(scorer, (list, tuple)) else [scorer]
@@ -155,6 +158,36 @@ def load_task(spec: str, task_args: dict[str, Any] | None = None) -> Task:
     if unknown:
         raise TaskError(f"Task '{getattr(factory, TASK_ATTR)}' has no parameter {', '.join(repr(k) for k in unknown)} "
                         f"(parameters: {', '.join(params) or 'none'}).")
-    instance = factory(**args)
+    _check_arg_types(factory, args)
+    try:
+        instance = factory(**args)
+    except EvalSetupError:
+        raise
+    except Exception as exc:  # a task that cannot be built from these args: one line, not a traceback
+        raise TaskError(f"Task '{getattr(factory, TASK_ATTR)}' failed to build"
+                        f"{' with ' + ', '.join(f'{k}={v!r}' for k, v in args.items()) if args else ''}: "
+                        f"{type(exc).__name__}: {exc}".splitlines()[0]) from exc
     instance.task_file = str(Path(path).resolve())
     return instance
+
+
+def _check_arg_types(factory: Callable[..., Task], args: dict[str, Any]) -> None:
+    """``-T`` values checked against the task function's annotations (one line per mistake)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        hints = typing.get_type_hints(factory)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: the task function checks for itself
+        return
+    for key, value in args.items():
+        hint = hints.get(key)
+        if hint is None or hint is Any:
+            continue
+        try:
+            args[key] = TypeAdapter(hint).validate_python(value)
+        except ValidationError as exc:
+            msg = exc.errors()[0]["msg"] if exc.errors() else str(exc)
+            raise TaskError(f"-T {key}={value!r}: task '{getattr(factory, TASK_ATTR)}' expects "
+                            f"{getattr(hint, '__name__', None) or hint} ({msg}).") from None
+        except Exception:  # noqa: BLE001 - a type pydantic cannot check: leave it to the task
+            continue

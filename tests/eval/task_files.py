@@ -4,3 +4,4 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 BASIC = HERE / "tasks" / "basic.py"
+FLAKY = HERE / "tasks" / "flaky.py"

@@ -1,0 +1,45 @@
+"""``--max-subprocesses``: at most N tool calls executing at once across the eval, whatever the backend.
+
+A thin wrapper over the eval's dispatcher: each call of a stage waits for a slot, then goes to the
+wrapped dispatcher as a one-call stage (the calls of a stage still run concurrently, up to the bound).
+Cancelling the returned future cancels the wait or the call. Sandboxes pass straight through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from orchestrator._wire import CallOutcome, SandboxSpec
+from orchestrator.dispatch import Dispatcher, SampleRoute
+from orchestrator.dispatch._dispatcher import Dispatch
+
+
+class BoundedDispatcher(Dispatcher):
+    def __init__(self, inner: Dispatcher, max_calls: int) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._slots = asyncio.Semaphore(max_calls)
+        self.peak = 0  # most calls seen executing at once (for tests and diagnostics)
+        self._running = 0
+
+    def dispatch(self, stage: Sequence[Dispatch]) -> list["asyncio.Future[CallOutcome]"]:
+        return [asyncio.ensure_future(self._bounded(item)) for item in stage]
+
+    async def _bounded(self, item: Dispatch) -> CallOutcome:
+        async with self._slots:
+            self._running += 1
+            self.peak = max(self.peak, self._running)
+            try:
+                return await self.inner.run_one(item)
+            finally:
+                self._running -= 1
+
+    async def open_sandbox(self, spec: SandboxSpec) -> SampleRoute:
+        return await self.inner.open_sandbox(spec)
+
+    async def close_sandbox(self, route: SampleRoute) -> None:
+        await self.inner.close_sandbox(route)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
