@@ -31,7 +31,7 @@ from redis.exceptions import RedisError
 from orchestrator._wire import CallOutcome
 from orchestrator.tool._tool_call import ToolCallError
 
-from . import _names
+from . import _auth, _names
 
 T = TypeVar("T")
 
@@ -42,7 +42,8 @@ class CallRunningElsewhere(Exception):
 
 class CallMemory:
     def __init__(self, redis: Redis | None, owner: str, max_entries: int = 10_000, max_age: float = 3600.0,
-                 redis_patience: float = 30.0) -> None:
+                 redis_patience: float = 30.0, max_bytes: int = 64 * 1024 * 1024,
+                 keyring: _auth.Keyring | None = None) -> None:
         self._redis = redis
         self._redis_patience = redis_patience
         self._owner = owner  # "<host>/<boot id>": identifies this process across restarts
@@ -51,6 +52,12 @@ class CallMemory:
         self._cancelled: OrderedDict[str, float] = OrderedDict()
         self._max_entries = max_entries
         self._max_age = max_age
+        # Bounded by size too: outcomes are capped at the worker (1 MiB by default), and the sum kept
+        # here stays under max_bytes (oldest evicted first; a later duplicate then asks Redis).
+        self._max_bytes = max_bytes
+        self._sizes: dict[str, int] = {}
+        self.bytes = 0
+        self._keyring = keyring
 
     # --- local state ---------------------------------------------------------------------------
 
@@ -64,10 +71,19 @@ class CallMemory:
         return entry[1].model_copy(update={"replayed": True})
 
     def remember(self, outcome: CallOutcome) -> None:
+        size = _approx_size(outcome)
+        if size > self._max_bytes:
+            return  # larger than the whole budget: Redis holds the answer for redeliveries
+        self._forget(outcome.call_id)
         self._done[outcome.call_id] = (time.monotonic(), outcome)
-        self._done.move_to_end(outcome.call_id)
-        while len(self._done) > self._max_entries:
-            self._done.popitem(last=False)
+        self._sizes[outcome.call_id] = size
+        self.bytes += size
+        while len(self._done) > self._max_entries or self.bytes > self._max_bytes:
+            self._forget(next(iter(self._done)))
+
+    def _forget(self, call_id: str) -> None:
+        if self._done.pop(call_id, None) is not None:
+            self.bytes -= self._sizes.pop(call_id, 0)
 
     def cancel(self, call_id: str) -> bool:
         """Cancel a running call (its sandbox process group is killed by the driver); remember the id
@@ -161,8 +177,12 @@ class CallMemory:
         redis = self._redis
         stored, owner = await self._patiently(lambda: redis.mget(_names.result_key(call_id), _names.call_key(call_id)))
         if stored is not None:
-            meta = json.loads(stored)
-            if meta.get("status") == "SUCCESS" and isinstance(meta.get("result"), dict):
+            try:
+                meta = json.loads(stored)
+            except ValueError:
+                meta = None
+            if (isinstance(meta, dict) and meta.get("status") == "SUCCESS" and isinstance(meta.get("result"), dict)
+                    and (self._keyring is None or _auth.verify_result(self._keyring, meta, call_id))):
                 return CallOutcome.model_validate(meta["result"]).model_copy(update={"replayed": True})
         owner = owner.decode() if isinstance(owner, bytes) else owner
         if owner is not None and owner != self._owner and await self._owner_alive(owner):
@@ -189,3 +209,19 @@ class CallMemory:
         current = await self._redis.hget(_names.heartbeat_key(host), "boot")
         current = current.decode() if isinstance(current, bytes) else current
         return current is not None and current == boot
+
+
+def _approx_size(outcome: CallOutcome) -> int:
+    """Bytes an outcome holds, roughly (its strings; exact enough for a budget)."""
+    size = 512
+    result = outcome.result
+    items = result if isinstance(result, list) else [result]
+    for item in items:
+        if isinstance(item, str):
+            size += len(item)
+        elif item is not None:
+            size += len(getattr(item, "text", "") or "") + len(getattr(item, "image", "") or "")
+    for part in (outcome.error, outcome.fatal):
+        if part is not None:
+            size += len(part.message) + len(getattr(part, "traceback", None) or "")
+    return size

@@ -22,8 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from . import _names
+from . import _auth, _names
 from ._call_memory import CallMemory
+from ._policy import WorkerPolicy
 from .heartbeat import Heartbeat, HostRecord
 
 log = structlog.get_logger("toolfleet.worker")
@@ -43,11 +44,15 @@ class WorkerConfig(BaseModel):
     call_grace: float = Field(30.0, ge=0, description="extra wait beyond a call's own timeout")
     open_timeout: float = Field(300.0, gt=0, description="bound on creating a sandbox")
     orphan_grace: float = Field(30.0, gt=0, description="seconds an owner's lease may be missing before its sandboxes are closed")
+    policy: WorkerPolicy = Field(default_factory=WorkerPolicy, description="what this worker agrees to run")
+    call_memory_bytes: int = Field(64 * 1024 * 1024, gt=0, description="bound on the outcomes kept for redeliveries")
 
 
 class WorkerRuntime:
-    def __init__(self, config: WorkerConfig) -> None:
+    def __init__(self, config: WorkerConfig, keyring: _auth.Keyring | None = None) -> None:
         self.config = config
+        self.policy = config.policy
+        self.keyring = keyring
         self.boot = uuid.uuid4().hex[:12]
         self.owner = f"{config.host}/{self.boot}"
         self.loop = asyncio.new_event_loop()
@@ -71,7 +76,7 @@ class WorkerRuntime:
 
     async def _astart(self) -> None:
         self.redis = Redis.from_url(self.config.broker_url, socket_connect_timeout=5, health_check_interval=10)
-        self.memory = CallMemory(self.redis, self.owner)
+        self.memory = CallMemory(self.redis, self.owner, max_bytes=self.config.call_memory_bytes, keyring=self.keyring)
         record = HostRecord(
             host=self.config.host,
             queue=_names.host_queue(self.config.host),
@@ -203,11 +208,16 @@ _runtime: WorkerRuntime | None = None
 _runtime_lock = threading.Lock()
 
 
-def start_runtime(config: WorkerConfig) -> WorkerRuntime:
+def start_runtime(config: WorkerConfig, keyring: _auth.Keyring | None = None) -> WorkerRuntime:
     global _runtime
     with _runtime_lock:
         if _runtime is None:
-            _runtime = WorkerRuntime(config)
+            if keyring is None:
+                try:
+                    keyring = _auth.load_keyring()
+                except _auth.MissingSecretError:
+                    keyring = None  # such a worker verifies nothing as authentic: it rejects every task
+            _runtime = WorkerRuntime(config, keyring)
             _runtime.start()
         return _runtime
 

@@ -34,6 +34,14 @@ TASK_CALL = f"{PREFIX}.call"
 TASK_OPEN_SANDBOX = f"{PREFIX}.open_sandbox"
 TASK_CLOSE_SANDBOX = f"{PREFIX}.close_sandbox"
 CONTROL_CANCEL = "toolfleet_cancel"  # remote-control command: cancel a running call by id
+# The only task names a worker accepts (Celery's built-ins such as ``celery.accumulate`` are refused).
+TASK_NAMES = frozenset({TASK_CALL, TASK_OPEN_SANDBOX, TASK_CLOSE_SANDBOX})
+
+
+def is_task_queue(queue: str | None) -> bool:
+    """A queue carrying toolfleet task messages (the shared one or a host's), as opposed to Celery's
+    own control (pidbox) and event queues."""
+    return bool(queue) and (queue == SHARED_QUEUE or queue.startswith(f"{PREFIX}.host."))  # type: ignore[union-attr]
 
 # --- Redis keys ---------------------------------------------------------------------------------
 HOSTS_SET = f"{PREFIX}:hosts"  # every host that ever heartbeated (liveness is the heartbeat key)

@@ -14,20 +14,80 @@ sandboxes (calls for one sandbox could land in a process that does not hold it);
 from __future__ import annotations
 
 import os
+import threading
+import time
 from functools import cached_property
+from typing import Any
 
+import structlog
 from celery import Celery, states
 from celery.backends.base import BackendStoreError
 from celery.backends.redis import RedisBackend
 from celery.worker.consumer import Consumer
 from kombu.transport import redis as kombu_redis
+from kombu.transport.virtual import Empty
 from kombu.utils.encoding import bytes_to_str
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import _names
+from . import _auth, _names
+from ._auth import Keyring
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
 BROKER_ENV = "TOOLFLEET_BROKER"
+KEYRING_OPTION = "toolfleet_keyring"  # broker transport option: the fleet Keyring (signs what this app publishes)
+VERIFY_OPTION = "toolfleet_verify"  # broker transport option: check every task message consumed (workers)
+
+log_rejects = structlog.get_logger("toolfleet.worker.rejected")
+
+
+class RejectLog:
+    """One log line per rejected broker item, at most one a second per reason (a flood of junk must
+    not become a flood of logs); the count of those not logged rides on the next line."""
+
+    def __init__(self, interval: float = 1.0) -> None:
+        self._interval = interval
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.total = 0
+
+    def reject(self, reason: str, queue: str | None, detail: str = "") -> None:
+        now = time.monotonic()
+        with self._lock:
+            self.total += 1
+            if now - self._last.get(reason, -1e9) < self._interval:
+                self._suppressed[reason] = self._suppressed.get(reason, 0) + 1
+                return
+            self._last[reason] = now
+            suppressed = self._suppressed.pop(reason, 0)
+        log_rejects.warning("worker.message_rejected", reason=reason, queue=queue, detail=detail[:200],
+                            suppressed_since_last=suppressed)
+
+
+rejects = RejectLog()
+
+
+def _message_verdict(message: Any, queue: str | None, keyring: Keyring | None) -> str | None:
+    """Why a decoded broker envelope must be dropped (None: deliver it). Pure; table-tested."""
+    if not isinstance(message, dict):
+        return "not an envelope"
+    properties, headers = message.get("properties"), message.get("headers")
+    if not isinstance(properties, dict) or not isinstance(properties.get("delivery_tag"), str):
+        return "malformed envelope"
+    if not isinstance(message.get("body", ""), str) or not isinstance(properties.get("delivery_info", {}), dict):
+        return "malformed envelope"
+    if not _names.is_task_queue(queue):
+        return None  # Celery's own control/event traffic: shape checked, not signed (see SECURITY.md)
+    if not isinstance(headers, dict) or message.get("content-type") != "application/json":
+        return "not a JSON task message"
+    if headers.get("task") not in _names.TASK_NAMES:
+        return "task name not accepted"
+    if keyring is None:
+        return "no fleet secret on this worker"
+    if not _auth.verify_message(keyring, headers.get(_auth.MAC_HEADER), headers.get("task"), headers.get("id"),
+                                message.get("body", "")):
+        return "unauthenticated"
+    return None
 
 
 class FleetRedisBackend(RedisBackend):
@@ -68,6 +128,9 @@ return 1
     def _store_result(self, task_id, result, state, traceback=None, request=None, **kwargs):  # type: ignore[no-untyped-def]
         meta = self._get_result_meta(result=result, state=state, traceback=traceback, request=request)
         meta["task_id"] = bytes_to_str(task_id)
+        keyring = (self.app.conf.broker_transport_options or {}).get(KEYRING_OPTION)
+        if keyring is not None:  # the orchestrator trusts only results a secret-holder wrote
+            meta[_auth.RESULT_MAC_FIELD] = _auth.result_mac(keyring, meta["task_id"], state, meta.get("result"))
         value = self.encode(meta)
         if isinstance(value, str) and len(value) > self._MAX_STR_VALUE_SIZE:
             raise BackendStoreError("value too large for Redis backend", state=state, task_id=task_id)
@@ -84,7 +147,13 @@ return 1
 
 
 class FleetRedisChannel(kombu_redis.Channel):
-    """kombu's Redis channel, reusing one client per connection pool.
+    """kombu's Redis channel, reusing one client per connection pool, signing what it publishes and
+    surviving whatever it pops.
+
+    * Publishing a task message (``_put``), it adds the HMAC of (task name, task id, body) as a
+      header when the app holds the fleet keyring.
+    * A queue item that is not JSON makes kombu raise out of the consumer loop, which Celery treats
+      as unrecoverable (one ``LPUSH`` of junk used to stop a worker): the item is dropped and logged.
 
     kombu builds a new ``redis.Redis`` for every queue operation (publish, ack, binding lookup);
     with redis-py 8 each construction costs ~0.5 ms of CPU (it rebuilds the response-callback
@@ -94,6 +163,20 @@ class FleetRedisChannel(kombu_redis.Channel):
     """
 
     _cached_client: tuple[object, object] | None = None
+
+    def _put(self, queue, message, **kwargs):  # type: ignore[no-untyped-def]
+        keyring = self.connection.client.transport_options.get(KEYRING_OPTION)
+        headers = message.get("headers")
+        if keyring is not None and isinstance(headers, dict) and "task" in headers:
+            headers[_auth.MAC_HEADER] = _auth.message_mac(keyring, headers.get("task"), headers.get("id"), message.get("body", ""))
+        return super()._put(queue, message, **kwargs)
+
+    def _brpop_read(self, **options):  # type: ignore[no-untyped-def]
+        try:
+            return super()._brpop_read(**options)
+        except (ValueError, TypeError) as exc:  # JSONDecodeError, UnicodeDecodeError: the item is already popped
+            rejects.reject("not JSON", None, f"{type(exc).__name__}: {exc}")
+            raise Empty() from None
 
     def _create_client(self, asynchronous=False):  # type: ignore[no-untyped-def]
         if asynchronous:
@@ -106,7 +189,21 @@ class FleetRedisChannel(kombu_redis.Channel):
 
 
 class FleetRedisTransport(kombu_redis.Transport):
+    """Delivers to Celery only what passes ``_message_verdict`` (on workers: authenticated toolfleet
+    tasks); everything else is dropped — never acked, never requeued — and logged."""
+
     Channel = FleetRedisChannel
+
+    def _deliver(self, message, queue):  # type: ignore[no-untyped-def]
+        options = self.client.transport_options
+        if options.get(VERIFY_OPTION):
+            reason = _message_verdict(message, queue, options.get(KEYRING_OPTION))
+            if reason is not None:
+                headers = message.get("headers") if isinstance(message, dict) else None
+                task = headers.get("task") if isinstance(headers, dict) else None
+                rejects.reject(reason, queue, f"task={str(task)[:80]!r}")
+                return
+        return super()._deliver(message, queue)
 
 
 class FleetConsumer(Consumer):
@@ -131,13 +228,17 @@ class AppConfig(BaseModel):
     """What differs between deployments; everything else is fixed by the design."""
 
     broker_url: str = Field(default_factory=lambda: os.environ.get(BROKER_ENV, DEFAULT_BROKER))
-    result_expires: int = Field(3600, gt=0, description="seconds a call's stored outcome is kept")
+    result_expires: int = Field(300, gt=0, description="seconds a stored result is kept if nobody consumes it "
+                                "(the orchestrator deletes each one as it reads it)")
     max_payload_bytes: int = Field(8 * 1024 * 1024, gt=0, description="cap on a task message's JSON body")
     prefetch_multiplier: int = Field(1, ge=1, description="messages reserved per pool thread")
     visibility_timeout: int = Field(3600, gt=0, description="seconds before an unacked task is redelivered")
 
 
-def create_app(config: AppConfig | str | None = None, main: str = "toolfleet") -> Celery:
+def create_app(config: AppConfig | str | None = None, main: str = "toolfleet", keyring: Keyring | None = None,
+               verify: bool = False) -> Celery:
+    """``keyring`` signs the task messages (and results) this app writes; ``verify`` (workers) drops
+    every consumed task message that is not an authenticated toolfleet task."""
     if config is None:
         config = AppConfig()
     elif isinstance(config, str):
@@ -164,7 +265,8 @@ def create_app(config: AppConfig | str | None = None, main: str = "toolfleet") -
         result_backend_max_retries=30,
         broker_connection_retry_on_startup=True,
         broker_connection_max_retries=None,
-        broker_transport_options={"visibility_timeout": config.visibility_timeout},
+        broker_transport_options={"visibility_timeout": config.visibility_timeout, KEYRING_OPTION: keyring,
+                                  VERIFY_OPTION: verify},
         task_publish_retry=True,
         task_publish_retry_policy={"max_retries": 20, "interval_start": 0.1, "interval_step": 0.5, "interval_max": 2.0},
         task_default_queue=_names.SHARED_QUEUE,
@@ -178,13 +280,29 @@ def create_app(config: AppConfig | str | None = None, main: str = "toolfleet") -
     return app
 
 
-def create_worker_app(config: AppConfig | str | None = None) -> Celery:
-    """An app with the task bodies registered (what a worker process runs)."""
+def create_worker_app(config: AppConfig | str | None = None, keyring: Keyring | None = None) -> Celery:
+    """An app with the task bodies registered (what a worker process runs), verifying every task
+    message against ``keyring`` (default: the fleet secret from the environment, if set — a worker
+    without one rejects every task; ``toolfleet worker`` refuses to start without one)."""
     from .tasks import register_tasks
 
-    worker_app = create_app(config)
+    if keyring is None:
+        try:
+            keyring = _auth.load_keyring()
+        except _auth.MissingSecretError:
+            keyring = None  # e.g. `celery -A workers.app inspect`: control commands need no secret
+    worker_app = create_app(config, keyring=keyring, verify=True)
     register_tasks(worker_app)
+    _drop_builtin_tasks(worker_app)
     return worker_app
+
+
+def _drop_builtin_tasks(app: Celery) -> None:
+    """Celery registers its own tasks (``celery.accumulate``, ``celery.chord_unlock``, ...) in every
+    app; a worker runs only toolfleet's (the transport refuses other names first; this is the second
+    lock)."""
+    for name in [n for n in app.tasks if n not in _names.TASK_NAMES]:
+        app.tasks.unregister(name)
 
 
 def __getattr__(name: str) -> Celery:

@@ -15,9 +15,19 @@ import importlib
 import os
 import sys
 
-from . import _names
-from .app import BROKER_ENV, DEFAULT_BROKER
+from . import _auth, _names
 from ._loop import HOST_ENV, WorkerConfig, start_runtime, stop_runtime
+from ._policy import WorkerPolicy
+from .app import BROKER_ENV, DEFAULT_BROKER
+
+# Tool modules every worker registers at start-up (the built-in tools); --import adds the user's.
+BUILTIN_TOOL_MODULES = ("workers.tools", "workers.scoring")
+# Celery remote-control commands a worker keeps: read-only inspection, events for Flower, and our
+# signed cancel. Control messages carry no fleet MAC, so the ones that change a worker (shutdown,
+# pool_restart, revoke, add_consumer, rate_limit, ...) are removed unless --unsafe-remote-control.
+SAFE_CONTROL = frozenset({"active", "active_queues", "clock", "conf", "hello", "ping", "query_task", "registered",
+                          "report", "reserved", "revoked", "scheduled", "stats", "heartbeat",
+                          "enable_events", "disable_events", _names.CONTROL_CANCEL})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,19 +48,63 @@ def build_parser() -> argparse.ArgumentParser:
                    help="send Celery task events from the start (Flower switches them on itself with `enable_events`; "
                         "each call then costs ~3 more broker publishes, ~15%% of the worker's CPU per call)")
     p.add_argument("--loglevel", "-l", default="WARNING")
+    trust = p.add_argument_group("trust (what this worker agrees to run; a message can only ask)")
+    trust.add_argument("--secret-file", default=os.environ.get(_auth.SECRET_FILE_ENV),
+                       help=f"file holding the fleet secret (one a line, newest first); default ${_auth.SECRET_ENV}")
+    trust.add_argument("--allow-local", action="store_true",
+                       help="also run `local` sandboxes (subprocesses on this host as this user: NO isolation; "
+                            "for development and tests only)")
+    trust.add_argument("--image", dest="images", action="append", metavar="PATTERN",
+                       help="allowed sandbox image pattern (repeatable; default toolfleet/*)")
+    trust.add_argument("--allow-network", dest="networks", action="append", metavar="MODE",
+                       help="docker network mode a sandbox may ask for, besides none (repeatable)")
+    trust.add_argument("--max-memory", default="4g", help="cap on a sandbox's memory limit")
+    trust.add_argument("--max-cpus", type=float, default=4.0, help="cap on a sandbox's CPU limit")
+    trust.add_argument("--max-pids", type=int, default=4096, help="cap on a sandbox's pids limit")
+    trust.add_argument("--max-outcome-bytes", type=int, default=1024 * 1024,
+                       help="a call's result is cut to this many bytes at the worker (the model sees 16 KiB by default)")
+    trust.add_argument("--unsafe-remote-control", action="store_true",
+                       help="keep all of Celery's remote-control commands (shutdown, revoke, pool_restart, ...), "
+                            "which anyone who can write to the broker can send")
     return p
+
+
+def build_policy(args: argparse.Namespace) -> WorkerPolicy:
+    return WorkerPolicy(
+        sandbox_types=["docker", "local"] if args.allow_local else ["docker"],
+        images=args.images or ["toolfleet/*"],
+        network_modes=["none", *(args.networks or [])],
+        max_memory=args.max_memory, max_cpus=args.max_cpus, max_pids=args.max_pids,
+        max_outcome_bytes=args.max_outcome_bytes,
+    )
+
+
+def _restrict_remote_control() -> None:
+    from celery.worker.control import Panel
+
+    for name in [n for n in Panel.data if n not in SAFE_CONTROL]:
+        Panel.data.pop(name, None)
 
 
 def worker_main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     os.environ[BROKER_ENV] = args.broker  # so `workers.app` (celery -A workers.app ...) agrees
+    try:
+        keyring = _auth.load_keyring(secret_file=args.secret_file)
+    except _auth.MissingSecretError as exc:
+        print(f"toolfleet worker: {exc}", file=sys.stderr)
+        return 2
+    if args.secret_file:
+        os.environ[_auth.SECRET_FILE_ENV] = args.secret_file  # `workers.app` loads the same keyring
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # `--import tests.support.sample_tools` from the repo root
-    for module in args.imports:
-        importlib.import_module(module)
+    for module in (*BUILTIN_TOOL_MODULES, *args.imports):
+        importlib.import_module(module)  # the registry is complete now: a message never imports anything
+    if not args.unsafe_remote_control:
+        _restrict_remote_control()
     config_kwargs = {"broker_url": args.broker, "slots": args.slots,
                      "heartbeat_interval": args.heartbeat_interval, "heartbeat_ttl": args.heartbeat_ttl,
-                     "orphan_grace": args.orphan_grace}
+                     "orphan_grace": args.orphan_grace, "policy": build_policy(args)}
     if args.hostname:
         config_kwargs["host"] = args.hostname
     config = WorkerConfig(**config_kwargs)
@@ -60,7 +114,10 @@ def worker_main(argv: list[str]) -> int:
 
     app = app_module.app  # the module's app (built now, from the broker just set): `celery -A workers.app` agrees
     _connect_lifecycle(app, config.host)
-    rt = start_runtime(config)  # before consuming: the first task must find the loop and the host name
+    if args.allow_local:
+        print("toolfleet worker: --allow-local: `local` sandboxes run as this user on this host, with NO isolation",
+              file=sys.stderr, flush=True)
+    rt = start_runtime(config, keyring)  # before consuming: the first task must find the loop and the host name
     try:
         app.worker_main([
             "worker",

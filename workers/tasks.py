@@ -28,11 +28,14 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from orchestrator._wire import CallOutcome, CallRequest, FatalError, SandboxSpec
+from orchestrator.tool._registry import registered_tool_names
 from orchestrator.tool._tool_call import ToolCallError
 
-from . import _names, placement
+from . import _auth, _names, placement
 from ._call_memory import CallRunningElsewhere
 from ._loop import WorkerRuntime, runtime
+from ._outcome_cap import cap_outcome
+from ._policy import PolicyRefused, admit_sandbox
 
 log = structlog.get_logger("toolfleet.worker")
 
@@ -61,11 +64,18 @@ async def run_call(rt: WorkerRuntime, payload: dict[str, Any], task_id: str) -> 
         fatal = FatalError(type="InvalidCallRequest", message=f"The worker refused a malformed call request: {exc}")
         return CallOutcome(call_id=call_id, fatal=fatal, started=now, completed=now, host=host).model_dump(mode="json")
     assert rt.memory is not None
+    if request.tool is not None and request.tool.name not in registered_tool_names():
+        # Only the registry built at start-up (built-ins + --import): a message never causes an import.
+        now = time.time()
+        where = f" (defined in module '{request.tool.module}'; start the worker with --import {request.tool.module})" if request.tool.module else ""
+        fatal = FatalError(type="ToolNotRegisteredError", message=f"Tool '{request.tool.name}' is not registered on this worker{where}.")
+        return CallOutcome(call_id=call_id, fatal=fatal, started=now, completed=now, host=host).model_dump(mode="json")
     if rt.memory.was_cancelled(call_id):
         return _error_outcome(call_id, host, "cancelled", "The call was cancelled before it started.")
     deadline = (request.timeout or rt.config.max_call_seconds) + rt.config.call_grace
     try:
-        outcome = await rt.memory.run_once(call_id, lambda: execute_request(request), claim_ttl=deadline)
+        outcome = await rt.memory.run_once(call_id, lambda: _capped(execute_request(request), rt.policy.max_outcome_bytes),
+                                           claim_ttl=deadline)
     except asyncio.CancelledError:
         return _error_outcome(call_id, host, "cancelled", "The call was cancelled.")
     except (RedisError, OSError) as exc:  # Redis stayed down past the claim's patience
@@ -80,15 +90,24 @@ async def run_call(rt: WorkerRuntime, payload: dict[str, Any], task_id: str) -> 
     return data
 
 
+async def _capped(run: Any, cap: int) -> CallOutcome:
+    """The outcome cut to the worker's cap before anything keeps it (call memory, the result store)."""
+    return cap_outcome(await run, cap)
+
+
 async def run_open(rt: WorkerRuntime, payload: dict[str, Any], owner: str | None = None) -> dict[str, Any]:
     host = rt.config.host
     if rt.draining:
         return {"error": {"type": "draining", "message": f"Worker host '{host}' is draining and takes no new sandboxes."}}
     try:
         spec = SandboxSpec.model_validate(payload)
+        spec = spec.model_copy(update={"config": admit_sandbox(rt.policy, spec.config)})  # the worker decides
         from ._sandbox_service import open_sandbox
 
         handle = await open_sandbox(spec)
+    except PolicyRefused as exc:
+        log.warning("worker.sandbox_refused", host=host, reason=str(exc))
+        return {"error": {"type": "PolicyRefused", "message": str(exc)}, "host": host}
     except Exception as exc:  # noqa: BLE001 - reported to the orchestrator as data
         log.warning("worker.open_sandbox_failed", host=host, error=str(exc))
         return {"error": {"type": type(exc).__name__, "message": str(exc)}, "host": host}
@@ -165,6 +184,10 @@ def register_tasks(app: Celery) -> None:
     @app.task(name=_names.TASK_OPEN_SANDBOX, bind=True, acks_late=True, Request=_REQUEST)
     def open_sandbox(self: Any, payload: dict[str, Any], owner: str | None = None) -> dict[str, Any]:
         rt = runtime(app.conf.broker_url)
+        cap = _payload_too_large(app, payload)
+        if cap is not None:
+            return {"error": {"type": "limit", "message": f"The sandbox spec (files, setup) exceeded the payload limit of {cap} bytes."},
+                    "host": rt.config.host}
         try:
             return rt.submit(run_open(rt, payload, owner), timeout=rt.config.open_timeout)
         except TimeoutError as exc:
@@ -179,11 +202,22 @@ def register_tasks(app: Celery) -> None:
             return {"error": {"type": "TimeoutError", "message": str(exc)}, "host": rt.config.host}
 
 
+def cancel_mac(keyring: _auth.Keyring, call_ids: list[str]) -> str:
+    return keyring.sign(b"toolfleet-cancel-v1", "\n".join(call_ids).encode())
+
+
 @control_command(args=[("call_ids", list)], signature="<call_id> [call_id ...]")
-def toolfleet_cancel(state: Any, call_ids: list[str], **kwargs: Any) -> dict[str, Any]:
-    """Cancel running toolfleet calls by id (Celery control command; runs in the consumer thread)."""
+def toolfleet_cancel(state: Any, call_ids: list[str], mac: str | None = None, **kwargs: Any) -> dict[str, Any]:
+    """Cancel running toolfleet calls by id (Celery control command; runs in the consumer thread).
+    Only when signed with the fleet secret: control messages are not otherwise authenticated."""
     from . import _loop
 
-    if _loop._runtime is not None:
-        _loop._runtime.cancel_calls(list(call_ids))
-    return {"ok": f"cancelling {len(call_ids)} call(s)"}
+    rt = _loop._runtime
+    ids = [str(c) for c in call_ids] if isinstance(call_ids, list) else []
+    if rt is None or rt.keyring is None or not rt.keyring.verify(mac, b"toolfleet-cancel-v1", "\n".join(ids).encode()):
+        from .app import rejects
+
+        rejects.reject("unauthenticated cancel", None)
+        return {"error": "unauthenticated"}
+    rt.cancel_calls(ids)
+    return {"ok": f"cancelling {len(ids)} call(s)"}

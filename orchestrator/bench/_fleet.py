@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -34,7 +35,11 @@ class BenchFleet:
     def __init__(self, workers: int = 1, concurrency: int = 64, slots: int = 64, imports: tuple[str, ...] = (),
                  task_events: bool = False) -> None:
         self.port = _free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        # As shipped: Redis with a password, messages signed with the fleet secret (one per run, unless set).
+        self._password = secrets.token_hex(16)
+        self.url = f"redis://:{self._password}@127.0.0.1:{self.port}/0"
+        if not os.environ.get("TOOLFLEET_SECRET"):
+            os.environ["TOOLFLEET_SECRET"] = secrets.token_hex(32)  # this process's dispatchers read it
         self._dir = tempfile.mkdtemp(prefix="toolfleet-bench-")
         self._n, self._concurrency, self._slots, self._imports = workers, concurrency, slots, imports
         self._task_events = task_events
@@ -54,14 +59,14 @@ class BenchFleet:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
         self._procs.append(subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", self._dir, "--loglevel", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+             "--dir", self._dir, "--loglevel", "warning", "--requirepass", self._password], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         client = redis_sync.Redis.from_url(self.url, socket_timeout=2)
         self._wait(lambda: self._ping(client), 10, "redis-server")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
         for _ in range(self._n):
             host = f"bench-{uuid.uuid4().hex[:6]}"
             args = [sys.executable, "-m", "workers.cli", "--broker", self.url, "--hostname", host,
-                    "--concurrency", str(self._concurrency), "--slots", str(self._slots)]
+                    "--concurrency", str(self._concurrency), "--slots", str(self._slots), "--allow-local"]
             for module in self._imports:
                 args += ["--import", module]
             if self._task_events:

@@ -9,6 +9,10 @@ batches. Nothing polls: ``GroupResult.get()`` sleeps 0.5 s between polls and is 
 After a reconnect (Redis restarted, connection dropped) the listener re-subscribes every pending
 channel and re-reads the stored results with one MGET, so a result published while it was away is
 not lost. A PING every ``health_interval`` seconds detects a silently dead connection.
+
+Only results a worker signed with the fleet secret resolve a call (anyone who can write to Redis
+could otherwise answer for a worker); others are ignored and logged. A result read is deleted from
+Redis (batched, with the unsubscribes): it is needed only until the orchestrator has it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from redis.asyncio import Redis
 from redis.asyncio.connection import Connection, parse_url
 from redis.exceptions import RedisError
 
-from workers import _names
+from workers import _auth, _names
 
 log = structlog.get_logger("toolfleet.dispatch")
 
@@ -32,7 +36,8 @@ READY_STATES = frozenset({"SUCCESS", "FAILURE", "REVOKED"})
 
 
 class ResultListener:
-    def __init__(self, url: str, health_interval: float = 5.0, on_reconnect: Callable[[], Awaitable[None]] | None = None) -> None:
+    def __init__(self, url: str, health_interval: float = 5.0, on_reconnect: Callable[[], Awaitable[None]] | None = None,
+                 keyring: _auth.Keyring | None = None) -> None:
         self._conn_kwargs = dict(parse_url(url))
         self._conn_kwargs.pop("connection_class", None)
         self.redis = Redis.from_url(url, socket_connect_timeout=5)  # GET/MGET re-checks (ordinary commands)
@@ -40,6 +45,9 @@ class ResultListener:
         self._conn: Connection | None = None
         self._connected = asyncio.Event()
         self._unsubscribe: list[str] = []
+        self._consumed: list[str] = []  # result keys read: deleted with the next flush
+        self._keyring = keyring
+        self.unauthenticated = 0
         self._flush_scheduled = False
         self._task: asyncio.Task[None] | None = None
         self._health: asyncio.Task[None] | None = None
@@ -164,10 +172,15 @@ class ResultListener:
             meta = json.loads(data)
         except ValueError:
             return False
-        if meta.get("status") not in READY_STATES:
+        if not isinstance(meta, dict) or meta.get("status") not in READY_STATES:
             return False
+        if self._keyring is not None and not _auth.verify_result(self._keyring, meta, task_id):
+            self.unauthenticated += 1
+            log.warning("dispatch.result_unauthenticated", task_id=task_id[:64], seen=self.unauthenticated)
+            return False  # keep waiting: the worker's own (signed) result may still come
         fut = self._futures.pop(task_id, None)
         self._unsubscribe.append(_names.result_key(task_id))
+        self._consumed.append(_names.result_key(task_id))
         self._schedule_flush()
         if fut is not None and not fut.done():
             fut.set_result(meta)
@@ -188,6 +201,9 @@ class ResultListener:
     async def _flush(self) -> None:
         self._flush_scheduled = False
         channels, self._unsubscribe = self._unsubscribe, []
+        consumed, self._consumed = self._consumed, []
+        if consumed:
+            asyncio.ensure_future(self._delete(consumed))
         # A task expected again since (a republished call) keeps its channel.
         channels = [c for c in channels if c[len(_names.RESULT_PREFIX):] not in self._futures]
         conn = self._conn
@@ -196,6 +212,12 @@ class ResultListener:
                 await conn.send_command("UNSUBSCRIBE", *channels, check_health=False)
             except (RedisError, OSError):
                 pass  # a reconnect subscribes only what is still pending
+
+    async def _delete(self, keys: list[str]) -> None:
+        try:
+            await self.redis.unlink(*keys)
+        except (RedisError, OSError):
+            pass  # result_expires removes them anyway
 
     async def _ping_loop(self) -> None:
         while True:

@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import structlog
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from redis.exceptions import RedisError
 
 from orchestrator._wire import CallOutcome, FatalError, SandboxSpec
 from orchestrator.tool._tool_call import ToolCallError
 from orchestrator.util._sandbox import SandboxUnavailableError
-from workers import _names, placement
+from workers import _auth, _names, placement
 from workers.app import AppConfig, create_app
 
 from ._dispatcher import Dispatch, Dispatcher, SampleRoute, current_route
@@ -60,6 +60,8 @@ class CeleryDispatcherConfig(BaseModel):
     lease_ttl: float = Field(3.0, gt=0, description="seconds this orchestrator's sandbox lease outlives its last renewal")
     close_timeout: float = Field(60.0, gt=0)
     publish_timeout: float = Field(30.0, gt=0, description="how long publishing retries through a broker outage")
+    secret: SecretStr | None = Field(None, description="the fleet secret (comma-separated for rotation); None: "
+                                     "TOOLFLEET_SECRET or TOOLFLEET_SECRET_FILE")
 
 
 @dataclass
@@ -105,9 +107,12 @@ class CeleryDispatcher(Dispatcher):
 
     def __init__(self, broker_url: str | None = None, config: CeleryDispatcherConfig | None = None) -> None:
         self.config = config or CeleryDispatcherConfig(**({"broker_url": broker_url} if broker_url else {}))
-        self.app = create_app(AppConfig(broker_url=self.config.broker_url, max_payload_bytes=self.config.max_payload_bytes))
+        # Workers accept only task messages signed with the fleet secret: without it nothing could run.
+        self._keyring = _auth.load_keyring(self.config.secret.get_secret_value() if self.config.secret else None)
+        self.app = create_app(AppConfig(broker_url=self.config.broker_url, max_payload_bytes=self.config.max_payload_bytes),
+                              keyring=self._keyring)
         self.app.conf.task_send_sent_event = self.config.send_sent_events
-        self._listener = ResultListener(self.config.broker_url, on_reconnect=self._after_reconnect)
+        self._listener = ResultListener(self.config.broker_url, on_reconnect=self._after_reconnect, keyring=self._keyring)
         self._publisher = Publisher(self.app, self.config.publish_timeout)
         self._pending: dict[str, _Pending] = {}
         self._sandboxes: dict[str, tuple[str, str]] = {}  # sandbox handle -> (host, boot at open)
@@ -277,7 +282,8 @@ class CeleryDispatcher(Dispatcher):
         try:
             for host, ids in by_host.items():
                 destination = [_names.worker_nodename(host)] if host else None
-                await self._publisher.broadcast(_names.CONTROL_CANCEL, {"call_ids": ids}, destination)
+                mac = self._keyring.sign(b"toolfleet-cancel-v1", "\n".join(ids).encode())
+                await self._publisher.broadcast(_names.CONTROL_CANCEL, {"call_ids": ids, "mac": mac}, destination)
         except Exception as exc:  # noqa: BLE001 - best effort: the worker's own deadline still applies
             log.warning("dispatch.cancel_failed", error=str(exc))
 

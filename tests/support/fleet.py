@@ -4,11 +4,17 @@ Everything here is a real process that tests can SIGKILL: ``RedisServer`` (resta
 port, no persistence — a restart loses everything, like a crashed cache) and ``WorkerProcess``
 (``python -m workers.cli``, i.e. ``toolfleet worker``, with the repo root on PYTHONPATH so
 ``--import tests.support.sample_tools`` works). Every wait is bounded.
+
+Authentication is on, as shipped: ``fleet_secret`` makes one fleet secret per test session and puts
+it in ``TOOLFLEET_SECRET`` (what ``CeleryDispatcher`` reads); every worker gets it in its environment.
+Workers here also allow ``local`` sandboxes (``--allow-local``), which most distributed tests use;
+``allow_local=False`` starts one as a production worker would.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -27,6 +33,15 @@ from tests.support.prerequisites import require_redis_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_TOOLS = "tests.support.sample_tools"
+SECRET_ENV = "TOOLFLEET_SECRET"
+
+
+def ensure_fleet_secret() -> str:
+    """The session's fleet secret (made once, kept in ``TOOLFLEET_SECRET`` for dispatchers and workers)."""
+    secret = os.environ.get(SECRET_ENV)
+    if not secret:
+        secret = os.environ[SECRET_ENV] = secrets.token_hex(32)
+    return secret
 
 
 def free_port() -> int:
@@ -99,22 +114,25 @@ class WorkerProcess:
 
     def __init__(self, broker_url: str, host: str | None = None, concurrency: int = 16, slots: int = 16,
                  imports: tuple[str, ...] = (SAMPLE_TOOLS,), heartbeat_interval: float = 0.5,
-                 heartbeat_ttl: float = 3.0, orphan_grace: float = 2.0, extra_args: tuple[str, ...] = ()) -> None:
+                 heartbeat_ttl: float = 3.0, orphan_grace: float = 2.0, extra_args: tuple[str, ...] = (),
+                 allow_local: bool = True, secret: str | None = None) -> None:
         self.broker_url = broker_url
         self.host = host or f"w-{uuid.uuid4().hex[:8]}"
+        self.secret = secret if secret is not None else ensure_fleet_secret()
         self.args = [
             sys.executable, "-m", "workers.cli", "--broker", broker_url, "--hostname", self.host,
             "--concurrency", str(concurrency), "--slots", str(slots),
             "--heartbeat-interval", str(heartbeat_interval), "--heartbeat-ttl", str(heartbeat_ttl),
             "--orphan-grace", str(orphan_grace),
             "--loglevel", os.environ.get("TOOLFLEET_TEST_WORKER_LOGLEVEL", "WARNING"),
-            *[a for m in imports for a in ("--import", m)], *extra_args,
+            *[a for m in imports for a in ("--import", m)], *(["--allow-local"] if allow_local else []), *extra_args,
         ]
         self.log = tempfile.NamedTemporaryFile(prefix=f"toolfleet-{self.host}-", suffix=".log", delete=False)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> "WorkerProcess":
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+               SECRET_ENV: self.secret}
         self.proc = subprocess.Popen(self.args, cwd=REPO_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         client = redis_sync.Redis.from_url(self.broker_url, socket_timeout=5)
@@ -189,7 +207,13 @@ class Fleet:
 # --- fixtures -----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
+def fleet_secret() -> str:
+    return ensure_fleet_secret()
+
+
+@pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
+    ensure_fleet_secret()  # (not a fixture argument: tests/conftest.py re-exports only the fixtures it names)
     server = RedisServer().start()
     yield server
     server.cleanup()
@@ -206,6 +230,7 @@ def session_worker(redis_server: RedisServer) -> Iterator[WorkerProcess]:
 @pytest.fixture
 def own_redis() -> Iterator[RedisServer]:
     """A private Redis for tests that restart or break it."""
+    ensure_fleet_secret()
     server = RedisServer().start()
     yield server
     server.cleanup()

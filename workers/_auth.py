@@ -1,0 +1,123 @@
+"""The fleet's shared secret: HMAC-SHA256 over what crosses the broker (task messages and results).
+
+Why an HMAC and not Celery's message signing (``task_serializer="auth"``): Celery's signing needs an
+X.509 key pair and a certificate store on every host, signs with RSA/ECDSA (hundreds of µs per
+message on each side, a visible share of a ~1 ms tool call), and switches the process-wide serializer
+registry. The fleet has one trust domain — the operator who starts the orchestrator and the workers —
+so a symmetric key is enough: HMAC-SHA256 costs microseconds, is in the standard library, needs one
+secret on each side, and rotates by listing the new secret first and the old one after it.
+
+* ``Keyring``: the secrets, newest first. ``sign`` uses the first; ``verify`` accepts any (rotation).
+  A MAC travels as ``"<key id>:<hex>"`` (key id = first 8 hex digits of the secret's SHA-256) so the
+  verifier picks the key without trying them all.
+* ``load_keyring()``: from ``TOOLFLEET_SECRET`` (secrets separated by commas) or the file named by
+  ``TOOLFLEET_SECRET_FILE`` (one secret a line; ``#`` comments). ``MissingSecretError`` if neither.
+* ``message_mac`` binds a task message's name and id to its body (the exact bytes on the wire);
+  ``result_mac`` binds a stored result to its task id, status and content (canonical JSON).
+
+Never logged, never in ``repr`` (``celery inspect conf`` shows ``Keyring(1 key)``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+SECRET_ENV = "TOOLFLEET_SECRET"
+SECRET_FILE_ENV = "TOOLFLEET_SECRET_FILE"
+MAC_HEADER = "toolfleet_mac"  # task message header carrying the MAC
+RESULT_MAC_FIELD = "toolfleet_mac"  # field of a stored result meta carrying the MAC
+MIN_SECRET_BYTES = 16
+
+__all__ = ["Keyring", "MissingSecretError", "load_keyring", "SECRET_ENV", "SECRET_FILE_ENV"]
+
+
+class MissingSecretError(RuntimeError):
+    """No fleet secret configured (or one too short to be a secret)."""
+
+
+class Keyring:
+    def __init__(self, secrets: list[bytes]) -> None:
+        if not secrets:
+            raise MissingSecretError("a keyring needs at least one secret")
+        short = [s for s in secrets if len(s) < MIN_SECRET_BYTES]
+        if short:
+            raise MissingSecretError(f"fleet secrets must be at least {MIN_SECRET_BYTES} bytes long")
+        self._keys = {hashlib.sha256(s).hexdigest()[:8]: s for s in secrets}
+        self._signing_id = hashlib.sha256(secrets[0]).hexdigest()[:8]
+
+    def __repr__(self) -> str:
+        return f"Keyring({len(self._keys)} key{'s' if len(self._keys) != 1 else ''})"
+
+    def sign(self, *parts: bytes) -> str:
+        return f"{self._signing_id}:{self._digest(self._keys[self._signing_id], parts)}"
+
+    def verify(self, mac: Any, *parts: bytes) -> bool:
+        if not isinstance(mac, str) or ":" not in mac:
+            return False
+        key_id, _, digest = mac.partition(":")
+        key = self._keys.get(key_id)
+        return key is not None and hmac.compare_digest(digest, self._digest(key, parts))
+
+    @staticmethod
+    def _digest(key: bytes, parts: tuple[bytes, ...]) -> str:
+        mac = hmac.new(key, digestmod=hashlib.sha256)
+        for part in parts:  # length-prefixed: no two different part lists hash the same bytes
+            mac.update(len(part).to_bytes(8, "big"))
+            mac.update(part)
+        return mac.hexdigest()
+
+
+def _split(text: str, sep: str | None) -> list[bytes]:
+    items = text.split(sep) if sep else text.splitlines()
+    return [s.strip().encode() for s in items if s.strip() and not s.strip().startswith("#")]
+
+
+def load_keyring(secret: str | None = None, secret_file: str | None = None) -> Keyring:
+    """The fleet keyring from arguments, else ``TOOLFLEET_SECRET``, else ``TOOLFLEET_SECRET_FILE``."""
+    secret = secret if secret is not None else os.environ.get(SECRET_ENV)
+    secret_file = secret_file or os.environ.get(SECRET_FILE_ENV)
+    if secret:
+        return Keyring(_split(secret, ","))
+    if secret_file:
+        try:
+            return Keyring(_split(Path(secret_file).read_text(), None))
+        except OSError as exc:
+            raise MissingSecretError(f"cannot read the fleet secret file {secret_file}: {exc.strerror}") from exc
+    raise MissingSecretError(
+        f"No fleet secret: set {SECRET_ENV} (or {SECRET_FILE_ENV}, or --secret-file) to the same value on the "
+        "orchestrator and every worker, e.g. `export TOOLFLEET_SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(32))')`."
+    )
+
+
+def _bytes(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    return str(value if value is not None else "").encode("utf-8", "surrogatepass")
+
+
+def message_mac(keyring: Keyring, task: Any, task_id: Any, body: Any) -> str:
+    return keyring.sign(b"toolfleet-task-v1", _bytes(task), _bytes(task_id), _bytes(body))
+
+
+def verify_message(keyring: Keyring, mac: Any, task: Any, task_id: Any, body: Any) -> bool:
+    return keyring.verify(mac, b"toolfleet-task-v1", _bytes(task), _bytes(task_id), _bytes(body))
+
+
+def canonical(value: Any) -> bytes:
+    """JSON both sides produce identically after a JSON round trip (sorted keys, ASCII)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def result_mac(keyring: Keyring, task_id: Any, status: Any, result: Any) -> str:
+    return keyring.sign(b"toolfleet-result-v1", _bytes(task_id), _bytes(status), canonical(result))
+
+
+def verify_result(keyring: Keyring, meta: dict[str, Any], task_id: str) -> bool:
+    """Whether a stored result meta was written by a worker holding the secret, for this task id."""
+    return keyring.verify(meta.get(RESULT_MAC_FIELD), b"toolfleet-result-v1", _bytes(task_id),
+                          _bytes(meta.get("status")), canonical(meta.get("result")))

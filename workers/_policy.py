@@ -1,0 +1,151 @@
+"""What a worker agrees to run: its own configuration decides, a message only asks (pure; table-tested).
+
+``WorkerPolicy`` is built from ``toolfleet worker`` flags. ``admit_sandbox(policy, config)`` turns the
+sandbox configuration a message asks for into the one this worker will build, or raises
+``PolicyRefused`` saying which field it refused:
+
+* sandbox type: only those in ``sandbox_types`` (``docker`` by default; ``local`` — subprocesses on the
+  worker host, no isolation — only when the worker was started with ``--allow-local``);
+* image: must match one of ``images`` (shell-style patterns);
+* resource limits (memory, swap, CPUs, pids, captured output, pool size, lifetime): clamped to the
+  worker's caps;
+* never from a message: a Docker endpoint, added capabilities, dropped hardening (``cap_drop`` must
+  keep ``ALL``, ``security_opt`` only ``no-new-privileges``), a network other than ``network_modes``,
+  a root user (``root``, uid 0 or gid 0), a host directory (local ``root_dir``);
+* any other field (one added to the sandbox config later, e.g. devices or mounts) must keep its
+  default: default-deny, so a new knob is never silently widened by a message.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = ["PolicyRefused", "WorkerPolicy", "admit_sandbox", "parse_bytes"]
+
+MiB = 1024 * 1024
+
+
+class PolicyRefused(ValueError):
+    """A message asked for something this worker's policy does not allow."""
+
+
+class WorkerPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sandbox_types: list[Literal["docker", "local"]] = Field(default_factory=lambda: ["docker"])
+    images: list[str] = Field(default_factory=lambda: ["toolfleet/*"], description="shell patterns of allowed images")
+    network_modes: list[str] = Field(default_factory=lambda: ["none"])
+    max_memory: str = Field("4g", description="cap on a sandbox's mem_limit (and memswap_limit)")
+    max_cpus: float = Field(4.0, gt=0)
+    max_pids: int = Field(4096, gt=0)
+    max_output_cap: int = Field(10 * MiB, gt=0, description="cap on bytes a sandbox command may capture per stream")
+    max_pool_size: int = Field(8, ge=0)
+    max_ttl: float = Field(24 * 3600.0, gt=0)
+    allow_runsc: bool = Field(True, description="a message may ask for the gVisor runtime (stronger isolation)")
+    max_outcome_bytes: int = Field(1 * MiB, gt=0, description="a call's result is cut to this size at the worker "
+                                   "before it is cached or stored (the model sees far less: 16 KiB by default)")
+
+
+# Fields a message may set freely (they only narrow, or only affect the sandbox's own inside).
+_FREE = {"type", "image", "working_dir", "environment", "init", "read_only", "warm_spares", "fast_path",
+         "acquire_timeout", "reap_interval"}
+_ROOT_USER = re.compile(r"^(root|0)(:.*)?$|^[^:]*:(root|0)$")
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": MiB, "g": 1024 * MiB, "t": 1024 * 1024 * MiB}
+
+
+def parse_bytes(value: str | int) -> int:
+    """Docker's memory notation: ``512m``, ``1g``, ``1073741824``."""
+    if isinstance(value, int):
+        return value
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([bkmgt]?)b?\s*", str(value).lower())
+    if match is None:
+        raise PolicyRefused(f"Unreadable memory size {value!r}.")
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def _refuse(field: str, why: str) -> PolicyRefused:
+    return PolicyRefused(f"This worker refuses sandbox field '{field}': {why}.")
+
+
+def admit_sandbox(policy: WorkerPolicy, config: dict[str, Any]) -> dict[str, Any]:
+    """The sandbox config this worker will build for a message's ``config`` (or ``PolicyRefused``)."""
+    from .sandbox._driver import sandbox_config
+
+    if not isinstance(config, dict):
+        raise PolicyRefused("The sandbox config must be a JSON object.")
+    kind = config.get("type", "local")
+    if kind not in policy.sandbox_types:
+        allowed = ", ".join(policy.sandbox_types) or "none"
+        raise _refuse("type", f"{kind!r} sandboxes are not enabled here (allowed: {allowed})")
+    try:
+        parsed = sandbox_config(config)
+    except ValidationError as exc:
+        fields = sorted({".".join(str(p) for p in e["loc"][1:] or e["loc"]) for e in exc.errors()})
+        raise PolicyRefused(f"This worker refuses the sandbox config (fields: {', '.join(fields)}): "
+                            f"{exc.errors()[0]['msg']}.") from None
+    defaults = type(parsed)().model_dump()
+    asked = parsed.model_dump()
+    admitted = dict(asked)
+    for field, value in asked.items():
+        if field in _FREE or value == defaults.get(field):
+            continue
+        admitted[field] = _admit_field(policy, field, value, defaults.get(field))
+    if kind == "docker":
+        image = admitted.get("image", "")
+        if not any(fnmatch.fnmatchcase(image, pattern) for pattern in policy.images):
+            raise _refuse("image", f"{image!r} matches none of this worker's image patterns ({', '.join(policy.images)})")
+        mem = parse_bytes(admitted["mem_limit"])
+        cap = parse_bytes(policy.max_memory)
+        if mem > cap:
+            admitted["mem_limit"] = policy.max_memory
+    if "output_cap" in admitted:
+        admitted["output_cap"] = min(admitted["output_cap"], policy.max_output_cap)
+    return admitted
+
+
+def _admit_field(policy: WorkerPolicy, field: str, value: Any, default: Any) -> Any:
+    """A non-default field value: clamped, kept, or refused."""
+    match field:
+        case "mem_limit":
+            return value  # clamped with the image check (needs the parsed size)
+        case "memswap_limit":
+            if value is None:
+                return None
+            return value if parse_bytes(value) <= parse_bytes(policy.max_memory) else policy.max_memory
+        case "cpus":
+            return min(float(value), policy.max_cpus)
+        case "pids_limit":
+            return min(int(value), policy.max_pids)
+        case "output_cap":
+            return min(int(value), policy.max_output_cap)
+        case "pool_size":
+            return min(int(value), policy.max_pool_size)
+        case "ttl":
+            return min(float(value), policy.max_ttl)
+        case "max_sandboxes":
+            return min(int(value), int(default))
+        case "user":
+            if _ROOT_USER.match(str(value).strip()):
+                raise _refuse(field, "a message cannot ask for the root user or group")
+            return value
+        case "network_mode":
+            if value not in policy.network_modes:
+                raise _refuse(field, f"network {value!r} is not allowed here (allowed: {', '.join(policy.network_modes)})")
+            return value
+        case "cap_drop":
+            if "ALL" not in [str(c).upper() for c in value]:
+                raise _refuse(field, "a sandbox must drop ALL capabilities")
+            return value
+        case "security_opt":
+            if "no-new-privileges" not in value or any(opt != "no-new-privileges" for opt in value):
+                raise _refuse(field, "only 'no-new-privileges' may be given")
+            return value
+        case "runtime" if policy.allow_runsc and value == "runsc":
+            return value
+        case "direct_channel":
+            return value if value is False else default  # a message may only pick the slower, narrower path
+    raise _refuse(field, f"it can only be set in the worker's own configuration (asked: {value!r})")
