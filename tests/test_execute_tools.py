@@ -31,7 +31,7 @@ def errors(result) -> list[tuple[str, str] | None]:
         ("not_found", ("file_not_found", "File '/nope.txt' was not found.")),
         ("is_dir", ("is_a_directory", "Is a directory. Filename '/tmp'.")),
         ("output_limit", ("limit", "The tool exceeded its output limit of 10 MiB.")),
-        ("limit", ("limit", "The tool exceeded its token limit of 1000.")),
+        ("limit", ("limit", "The tool exceeded its token limit of 1,000.")),
         ("parsing", ("parsing", "bad input shape")),
         ("tool_error", ("unknown", "the tool could not do that")),
     ],

@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from orchestrator._ids import new_id
 from orchestrator.tool._tool_call import ToolCall, ToolCallError
+from orchestrator.tool._tool_info import ToolInfo
 
 
 class BaseEvent(BaseModel):
@@ -31,6 +32,10 @@ class ToolEvent(BaseEvent):
     host: str | None = None
     agent: str | None = None  # set when the call was a handoff/agent tool
     failed: bool = False  # fatal to the sample
+    # Inspect's fields: ``pending`` is True only while a call runs (events here are recorded
+    # complete, so it reads None); ``message_id`` is the id of the ChatMessageTool it produced.
+    pending: bool | None = None
+    message_id: str | None = None
 
 
 class ApprovalEvent(BaseEvent):
@@ -50,17 +55,27 @@ class ReviewEvent(BaseEvent):
     explanation: str | None = None
 
 
+def _tool_info(value: Any) -> Any:
+    # A bare name (older logs, or callers that only know names) becomes a spec with no description.
+    return ToolInfo(name=value, description="") if isinstance(value, str) else value
+
+
 class ModelEvent(BaseEvent):
     event: Literal["model"] = "model"
     model: str
     input_messages: int = 0
-    tools: list[str] = Field(default_factory=list)
+    tools: list[ToolInfo] = Field(default_factory=list)  # what the model was offered (full specs, as Inspect)
     tool_choice: Any = None
     output: Any = None
     usage: Any = None
     error: str | None = None
     time: float | None = None
     retries: int = 0
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _tools_from_names(cls, value: Any) -> Any:
+        return [_tool_info(v) for v in value] if isinstance(value, list) else value
 
 
 class SpanBeginEvent(BaseEvent):
@@ -102,3 +117,10 @@ Event = Annotated[
     ],
     Field(discriminator="event"),
 ]
+
+
+class EvalEvents(BaseModel):
+    """A sample's events as Inspect's deprecated ``EvalSample.transcript`` returns them."""
+
+    events: list[Event] = Field(default_factory=list)
+    content: dict[str, str] = Field(default_factory=dict)

@@ -8,8 +8,16 @@ from ._chat_message import (
     ChatMessageTool,
     ChatMessageUser,
 )
+from orchestrator.tool._content import (
+    ContentDocument,
+    ContentImage,
+    ContentReasoning,
+    ContentText,
+    ContentToolUse,
+)
+
 from ._call_tools import ExecuteToolsResult, execute_tools
-from ._generate_config import GenerateConfig
+from ._generate_config import GenerateConfig, GenerateConfigArgs
 from ._model import (
     Model,
     ModelAPI,
@@ -21,8 +29,10 @@ from ._model import (
     model_providers,
     modelapi,
 )
+from ._model_name import ModelName
 from ._model_output import ChatCompletionChoice, ModelOutput, ModelUsage, StopReason
 from ._providers._retry import RetryPolicy
+from ._tool_call_parse import parse_tool_call
 from ._usage import UsageCounter, current_usage, record_model_usage, usage_scope
 
 __all__ = [
@@ -33,11 +43,18 @@ __all__ = [
     "ChatMessageSystem",
     "ChatMessageTool",
     "ChatMessageUser",
+    "ContentDocument",
+    "ContentImage",
+    "ContentReasoning",
+    "ContentText",
+    "ContentToolUse",
     "ExecuteToolsResult",
     "GenerateConfig",
+    "GenerateConfigArgs",
     "Model",
     "ModelAPI",
     "ModelError",
+    "ModelName",
     "ModelOutput",
     "ModelUsage",
     "RetryPolicy",
@@ -51,6 +68,7 @@ __all__ = [
     "model_context",
     "model_providers",
     "modelapi",
+    "parse_tool_call",
     "record_model_usage",
     "usage_scope",
 ]

@@ -78,7 +78,7 @@ def _truncate(content: str | list[Any], tool: str, limit: int) -> tuple[str | li
 
 
 def _record(p: Prepared, result: Any, error: ToolCallError | None, outcome: CallOutcome | None = None,
-            truncated: tuple[int, int] | None = None, failed: bool = False) -> None:
+            truncated: tuple[int, int] | None = None, failed: bool = False, message_id: str | None = None) -> None:
     started = outcome.started if outcome else None
     completed = outcome.completed if outcome else None
     transcript().record(ToolEvent(
@@ -93,19 +93,22 @@ def _record(p: Prepared, result: Any, error: ToolCallError | None, outcome: Call
         working_time=(completed - started) if started and completed else None,
         host=outcome.host if outcome else None,
         failed=failed,
+        message_id=message_id,
     ))
 
 
 def finish_unexecuted(p: Prepared) -> ChatMessageTool:
     """A call that ended before execution (parse/lookup/approval/validation, or a guardrail reject)."""
     if p.replacement is not None:
-        _record(p, p.replacement, None)
-        return ChatMessageTool(content=p.replacement, tool_call_id=p.call.id, function=p.call.function)
+        message = ChatMessageTool(content=p.replacement, tool_call_id=p.call.id, function=p.call.function)
+        _record(p, p.replacement, None, message_id=message.id)
+        return message
     from workers._classify import classify_exception
 
     error = classify_exception(p.error, p.call.function)  # type: ignore[arg-type]
-    _record(p, "", error)
-    return ChatMessageTool(content="", tool_call_id=p.call.id, function=p.call.function, error=error)
+    message = ChatMessageTool(content="", tool_call_id=p.call.id, function=p.call.function, error=error)
+    _record(p, "", error, message_id=message.id)
+    return message
 
 
 async def complete_call(p: Prepared, outcome: CallOutcome, ctx: FinishContext) -> ChatMessageTool:
@@ -125,7 +128,7 @@ async def complete_call(p: Prepared, outcome: CallOutcome, ctx: FinishContext) -
     limit = effective_limit(p.tool.max_output, ctx.max_output, active_generate_config().max_tool_output)  # type: ignore[union-attr]
     content, truncated = _truncate(_content(output), p.call.function, limit)
     message = ChatMessageTool(content=content, tool_call_id=p.call.id, function=p.call.function, error=outcome.error)
-    _record(p, content, outcome.error, outcome, truncated)
+    _record(p, content, outcome.error, outcome, truncated, message_id=message.id)
     return message
 
 

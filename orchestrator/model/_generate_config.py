@@ -5,6 +5,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 
 from pydantic import BaseModel, ConfigDict
+from typing_extensions import TypedDict
 
 DEFAULT_MAX_TOOL_OUTPUT = 16 * 1024
 
@@ -25,6 +26,23 @@ class GenerateConfig(BaseModel):
     def merge(self, other: "GenerateConfig") -> "GenerateConfig":
         """``other``'s set values win."""
         return GenerateConfig(**{**self.model_dump(exclude_none=True), **other.model_dump(exclude_none=True)})
+
+
+class GenerateConfigArgs(TypedDict, total=False):
+    """``GenerateConfig``'s fields as keyword arguments (Inspect's ``**kwargs: Unpack[GenerateConfigArgs]``).
+
+    Only the settings toolfleet implements; a test keeps the two in step.
+    """
+
+    max_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    seed: int | None
+    stop_seqs: list[str] | None
+    max_retries: int | None
+    timeout: float | None
+    parallel_tool_calls: bool | None
+    max_tool_output: int | None
 
 
 _active_config: ContextVar[GenerateConfig] = ContextVar("toolfleet_generate_config", default=GenerateConfig())

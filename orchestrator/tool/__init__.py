@@ -7,7 +7,7 @@ and are re-exported here lazily so this layer does not import the execution side
 
 from typing import Any
 
-from ._content import Content, ContentImage, ContentText
+from ._content import Content, ContentDocument, ContentImage, ContentReasoning, ContentText, ContentToolUse
 from ._errors import ToolApprovalError, ToolError, ToolParsingError
 from ._guardrails import GuardrailResult, ToolGuardrailTripwire
 from ._registry import ToolRef, registered_tool_names
@@ -18,8 +18,11 @@ from ._tool_info import ToolInfo, ToolParam, ToolParams
 
 __all__ = [
     "Content",
+    "ContentDocument",
     "ContentImage",
+    "ContentReasoning",
     "ContentText",
+    "ContentToolUse",
     "GuardrailResult",
     "Tool",
     "ToolApprovalError",

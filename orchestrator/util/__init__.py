@@ -26,6 +26,7 @@ from ._sandbox import (
     bind_sandbox,
     sandbox,
 )
+from ._sandbox_limits import SandboxEnvironmentLimits, override_max_read_file_size
 
 __all__ = [
     "ExecResult",
@@ -34,6 +35,7 @@ __all__ = [
     "LimitExceededError",
     "OutputLimitExceededError",
     "SandboxEnvironment",
+    "SandboxEnvironmentLimits",
     "SandboxTimeoutError",
     "SandboxUnavailableError",
     "TerminateSampleError",
@@ -42,6 +44,7 @@ __all__ = [
     "check_limits",
     "check_message_limit",
     "message_limit",
+    "override_max_read_file_size",
     "record_turn",
     "record_waiting_time",
     "time_limit",

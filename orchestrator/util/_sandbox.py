@@ -11,7 +11,7 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextvars import ContextVar
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 from pydantic import BaseModel
 
@@ -90,6 +90,29 @@ class SandboxEnvironment(ABC):
     @abstractmethod
     async def write_file(self, file: str, contents: str | bytes) -> None:
         """Write a file, creating parent directories."""
+
+    # Inspect's lifecycle hooks, so a port's subclass keeps its overrides importable. Toolfleet's
+    # drivers own the lifecycle (create, pool, reap), so the engine does not call these.
+    @classmethod
+    async def task_init(cls, task_name: str, config: Any | None) -> None:
+        """Called once per task before its samples in Inspect; a no-op by default."""
+
+    @classmethod
+    async def task_cleanup(cls, task_name: str, config: Any | None, cleanup: bool) -> None:
+        """Called once per task after its samples in Inspect; a no-op by default."""
+
+    @classmethod
+    async def sample_init(cls, task_name: str, config: Any | None, metadata: dict[str, str]) -> dict[str, SandboxEnvironment]:
+        """Inspect creates a sample's environments here; toolfleet's drivers do (see ``workers.sandbox``)."""
+        raise NotImplementedError(
+            f"{cls.__name__}.sample_init: toolfleet creates sandboxes through drivers "
+            "(workers.sandbox.local / docker), not through SandboxEnvironment.sample_init."
+        )
+
+    @classmethod
+    async def sample_cleanup(cls, task_name: str, config: Any | None, environments: dict[str, SandboxEnvironment],
+                             interrupted: bool) -> None:
+        """Called after each sample in Inspect; a no-op by default."""
 
 
 _current: ContextVar[SandboxEnvironment | None] = ContextVar("toolfleet_sandbox", default=None)

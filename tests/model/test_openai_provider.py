@@ -269,7 +269,7 @@ async def test_model_event_is_inside_a_model_span(openai_server: OpenAIServer) -
     [event] = t.find(ModelEvent)
     assert begin.type == "model" and begin.name == "openai/test-model"
     assert event.span_id == begin.id
-    assert event.model == "openai/test-model" and event.tools == ["model_test_add"] and event.tool_choice == "auto"
+    assert event.model == "openai/test-model" and [t.name for t in event.tools] == ["model_test_add"] and event.tool_choice == "auto"
     assert event.usage.total_tokens == 15 and event.output.stop_reason == "tool_calls"
 
 

@@ -139,7 +139,7 @@ async def test_model_event_span_and_usage() -> None:
     [event] = t.find(ModelEvent)
     assert (begin.type, begin.name) == ("model", "scripted/scripted")
     assert event.span_id == begin.id and event.input_messages == 1 and event.retries == 0
-    assert event.tools == ["model_test_echo"] and event.tool_choice == "auto"
+    assert [t.name for t in event.tools] == ["model_test_echo"] and event.tools[0].description and event.tool_choice == "auto"
     assert event.output.completion == "hi"
     assert counter.own.total_tokens == 10 and counter.by_model == {"scripted/scripted": usage}
 

@@ -23,6 +23,8 @@ from orchestrator.util._sandbox import (
     SandboxUnavailableError,
 )
 
+from orchestrator.util._sandbox_limits import SandboxEnvironmentLimits, size_str
+
 from ._channel import AgentChannel, ChannelClosed, RawResult
 from ._errors import SandboxOutOfMemoryError
 
@@ -165,10 +167,11 @@ class AgentSandboxEnvironment(SandboxEnvironment):
     async def read_file(self, file: str, text: Literal[False]) -> bytes: ...
 
     async def read_file(self, file: str, text: bool = True) -> str | bytes:
-        raw = await self.exec_raw(["/bin/sh", "-c", _READ_SCRIPT, "sh", file], cap=READ_FILE_LIMIT)
+        limit = SandboxEnvironmentLimits.MAX_READ_FILE_SIZE  # 100 MiB unless overridden (as in Inspect)
+        raw = await self.exec_raw(["/bin/sh", "-c", _READ_SCRIPT, "sh", file], cap=limit)
         _raise_for_file(raw, file)
         if raw.truncated:
-            raise OutputLimitExceededError(limit_str="100 MiB", truncated_output=None)
+            raise OutputLimitExceededError(limit_str=size_str(limit), truncated_output=None)
         return raw.stdout.decode("utf-8") if text else raw.stdout  # strict: UnicodeDecodeError reaches the tool
 
     async def write_file(self, file: str, contents: str | bytes) -> None:

@@ -18,7 +18,7 @@ import uuid
 
 import structlog
 
-from orchestrator.util._sandbox import SandboxUnavailableError
+from orchestrator.util._sandbox import ExecResult, SandboxUnavailableError
 
 from . import _registry
 from ._channel import AGENT_PATH, AgentChannel, ChannelClosed
@@ -33,6 +33,16 @@ class LocalSandboxEnvironment(AgentSandboxEnvironment):
         super().__init__(sandbox_id, output_cap, env)
         self.root = root
         self._procs: list[asyncio.subprocess.Process] = []
+
+    async def exec(self, cmd: list[str], input: str | bytes | None = None, cwd: str | None = None,
+                   env: dict[str, str] | None = None, user: str | None = None,
+                   timeout: float | None = None) -> ExecResult:
+        result = await super().exec(cmd, input=input, cwd=cwd, env=env, user=user, timeout=timeout)
+        # As Inspect's local sandbox (a plain subprocess): a program that exists but cannot be
+        # executed raises PermissionError instead of returning the shell's 126.
+        if cmd and result.returncode == 126 and result.stderr == f"{cmd[0]}: Permission denied" and not result.stdout:
+            raise PermissionError(13, "Permission denied", cmd[0])
+        return result
 
     async def _open_channel(self, user: str | None) -> AgentChannel:
         kwargs: dict[str, object] = {}

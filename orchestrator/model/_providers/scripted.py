@@ -32,10 +32,19 @@ class ScriptedModelAPI(ModelAPI):
 
     def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
                  config: GenerateConfig | None = None, outputs: Iterable[ScriptedOutput] | ScriptedOutput | None = None,
-                 policy: ScriptedPolicy | None = None, default_output: str = DEFAULT_OUTPUT) -> None:
+                 policy: ScriptedPolicy | None = None, default_output: str = DEFAULT_OUTPUT,
+                 custom_outputs: Iterable[ModelOutput] | Callable[..., Any] | None = None) -> None:
         super().__init__(model_name, base_url, api_key, config)
-        if outputs is not None and policy is not None:
-            raise ValueError("Give the scripted model either outputs or a policy, not both")
+        if sum(x is not None for x in (outputs, policy, custom_outputs)) > 1:
+            raise ValueError("Give the scripted model one of outputs, policy or custom_outputs")
+        # Inspect's mockllm argument: a callable (input, tools, tool_choice, config) or outputs that,
+        # unlike ``outputs``, raise once they run out instead of falling back to the default.
+        self._custom = custom_outputs
+        self._custom_iter: Iterator[Any] | None = None
+        if custom_outputs is not None and not callable(custom_outputs):
+            if not isinstance(custom_outputs, Iterable):
+                raise ValueError(f"custom_outputs must be an Iterable, Generator, or Callable, got {custom_outputs}")
+            self._custom_iter = iter(custom_outputs)
         if isinstance(outputs, (str, ModelOutput)):
             outputs = [outputs]
         # An iterator, not a list: a generator of outputs may be endless.
@@ -48,7 +57,9 @@ class ScriptedModelAPI(ModelAPI):
                        config: GenerateConfig) -> ModelOutput:
         self.calls += 1
         result: Any = None
-        if self._policy is not None:
+        if self._custom is not None:
+            result = await self._custom_output(input, tools, tool_choice, config)
+        elif self._policy is not None:
             result = self._policy(input, tools)
             if inspect.isawaitable(result):
                 result = await result
@@ -64,3 +75,16 @@ class ScriptedModelAPI(ModelAPI):
         # replayed or shared object must not carry one sample's edits, or one id, into another.
         # Dump + validate is a fresh copy at half the cost of a deepcopy, and re-mints the ids.
         return ModelOutput.model_validate(result.model_dump(exclude=_MESSAGE_IDS))
+
+    async def _custom_output(self, input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice | None,
+                             config: GenerateConfig) -> Any:
+        if self._custom_iter is None:
+            result = self._custom(input, tools, tool_choice, config)  # type: ignore[misc,operator]
+            return await result if inspect.isawaitable(result) else result
+        try:
+            output = next(self._custom_iter)
+        except StopIteration:
+            raise ValueError("custom_outputs ran out of values") from None
+        if not isinstance(output, ModelOutput):
+            raise ValueError(f"output must be an instance of ModelOutput; got {type(output)}; content: {output!r}")
+        return output
