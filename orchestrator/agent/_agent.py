@@ -18,6 +18,7 @@ from typing import Any, Protocol, overload, runtime_checkable
 
 from orchestrator.model._chat_message import ChatMessage, ChatMessageAssistant
 from orchestrator.model._model_output import ChatCompletionChoice, ModelOutput
+from orchestrator.util._limited_messages import MessageList
 
 AGENT_META_ATTR = "__toolfleet_agent__"
 
@@ -25,13 +26,15 @@ AGENT_META_ATTR = "__toolfleet_agent__"
 class AgentState:
     """The conversation an agent reads and extends, and its latest output.
 
-    If no output has been set, ``output`` is synthesised from the last assistant message, so a
-    caller always gets a usable output (empty only when there is no assistant message at all).
+    ``messages`` is a ``MessageList``: growing it past the innermost message limit raises. If no
+    output has been set, the first read of ``output`` synthesises one from the last assistant
+    message (empty when there is none) and keeps it, so editing it sticks (as in Inspect).
     """
 
     def __init__(self, *, messages: list[ChatMessage], output: ModelOutput | None = None) -> None:
-        self._messages = messages
+        self._messages: list[ChatMessage] = MessageList(messages)
         self._output = output
+        self._output_set = output is not None
 
     @property
     def messages(self) -> list[ChatMessage]:
@@ -39,29 +42,42 @@ class AgentState:
 
     @messages.setter
     def messages(self, messages: list[ChatMessage]) -> None:
-        self._messages = messages
+        self._messages = messages if isinstance(messages, MessageList) else MessageList(messages)
 
     @property
     def output(self) -> ModelOutput:
-        if self._output is not None:
-            return self._output
-        last = next((m for m in reversed(self._messages) if isinstance(m, ChatMessageAssistant)), None)
-        if last is None:
-            return ModelOutput()
-        stop = "tool_calls" if last.tool_calls else "stop"
-        return ModelOutput(model=last.model or "", choices=[ChatCompletionChoice(message=last, stop_reason=stop)])
+        if self._output is None:
+            last = next((m for m in reversed(self._messages) if isinstance(m, ChatMessageAssistant)), None)
+            if last is None:
+                self._output = ModelOutput()
+            else:
+                self._output = ModelOutput(model=last.model or "",
+                                           choices=[ChatCompletionChoice(message=last.model_copy(), stop_reason="stop")])
+        return self._output
 
     @output.setter
     def output(self, output: ModelOutput | None) -> None:
         self._output = output
+        self._output_set = output is not None
 
     @property
     def has_output(self) -> bool:
-        return self._output is not None
+        """Whether an output was set explicitly (not synthesised from the messages)."""
+        return self._output_set
 
     def copy(self) -> "AgentState":
         """A deep copy (a run never edits its caller's messages)."""
-        return AgentState(messages=copy.deepcopy(self._messages), output=copy.deepcopy(self._output))
+        state = AgentState(messages=copy.deepcopy(list(self._messages)), output=copy.deepcopy(self._output))
+        state._output_set = self._output_set
+        return state
+
+    def __copy__(self) -> "AgentState":
+        state = AgentState(messages=list(self._messages), output=self.output.model_copy())
+        state._output_set = self._output_set
+        return state
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "AgentState":
+        return self.copy()
 
     def __repr__(self) -> str:
         return f"AgentState(messages={len(self._messages)}, output={self._output is not None})"

@@ -44,8 +44,7 @@ def as_solver(agent: Agent, limits: Sequence[Limit] = (), **agent_kwargs: Any) -
                 transcript().info({"limit": scope.limit_error.type, "message": scope.limit_error.message}, source=name)
         finally:
             state.messages = agent_state.messages
-            if agent_state.has_output or not agent_state.output.empty:
-                state.output = agent_state.output
+            state.output = agent_state.output
         return state
 
     solve.__name__ = f"as_solver({name})"

@@ -19,13 +19,15 @@ from orchestrator.model._call_tools import execute_tools
 from orchestrator.model._chat_message import ChatMessageSystem, ChatMessageUser
 from orchestrator.model._model import Model, model_context
 from orchestrator.review._policy import ReviewPolicy, resolve_review, review_policy_scope
-from orchestrator.util._limits import check_limits, check_message_limit, record_turn
+from orchestrator.tool._tool_def import ToolDef
+from orchestrator.util._limits import check_limits
 
 from ._agent import Agent, AgentState, agent
 from ._react_model import handle_overflow, overflow_filter, resolve_generate, visible_tools
 from ._submit import remove_submit, submission, submit_tool
 from ._types import (
     DEFAULT_CONTINUE_PROMPT,
+    DEFAULT_CONTINUE_PROMPT_NO_SUBMIT,
     AgentAttempts,
     AgentContinue,
     AgentPrompt,
@@ -59,8 +61,9 @@ def react(
     tools: Sequence[Any] | None = None,
     model: str | Model | Agent | None = None,
     attempts: int | AgentAttempts = 1,
-    submit: bool | AgentSubmit = True,
+    submit: bool | AgentSubmit | None = None,
     on_continue: str | AgentContinue | None = None,
+    retry_refusals: int | None = None,
     compaction: Compaction | None = None,
     truncation: Literal["auto", "disabled"] | MessageFilter = "disabled",
     approval: list[ApprovalPolicy] | str | Path | None = None,
@@ -75,23 +78,28 @@ def react(
       tools: The tools the model may call.
       model: A model name, a ``Model``, or an Agent ``(state, tools)``; None: the active model.
       attempts: Submissions allowed (``AgentAttempts`` for scoring/messages).
-      submit: Add a submit tool (``AgentSubmit`` to configure it); False: stop when no tool is called.
-      on_continue: Continue message, or an async hook called after every turn.
+      submit: Add a submit tool (True/None; ``AgentSubmit`` to configure it); False: stop when no tool is called.
+      on_continue: Continue message, or an async hook called after every turn (False/None stops).
+      retry_refusals: Generate again (this many times) when the model refuses (content filter).
       compaction: Keeps the history within the context window.
       truncation: On overflow without (successful) compaction: "auto" trims messages.
       approval: Approval policy while this agent runs (replaces the active one).
       review: Review policy while this agent runs (carried into agents it hands off to).
     """
-    submit_config = submit if isinstance(submit, AgentSubmit) else (AgentSubmit() if submit else None)
+    if submit is False and isinstance(on_continue, str):
+        raise ValueError("Passing a string to on_continue with no submit tool is not permitted, because in this "
+                         "case the agent will always terminate when no tool calls are made.")
+    submit_config = None if submit is False else (submit if isinstance(submit, AgentSubmit) else AgentSubmit())
     attempt_config = attempts if isinstance(attempts, AgentAttempts) else AgentAttempts(attempts=attempts)
     if attempt_config.attempts < 1:
         raise ValueError("attempts must be at least 1")
-    submit_name = submit_config.name if submit_config else "submit"
     all_tools: list[Any] = list(tools or [])
-    if submit_config is not None:
-        all_tools.append(submit_tool(submit_config))
-    system_message = _system_message(prompt, submit_name if submit_config else None, all_tools)
-    generate, resolved_model, model_is_agent = resolve_generate(model, compaction)
+    submit_def = submit_tool(submit_config) if submit_config is not None else None
+    if submit_def is not None:
+        all_tools.append(submit_def)
+    submit_name = submit_def.name if submit_def is not None else None
+    system_message = _system_message(prompt, submit_name, all_tools)
+    generate, resolved_model, model_is_agent = resolve_generate(model, compaction, retry_refusals)
     truncate = overflow_filter(truncation)
     approval_policy = resolve_approval(approval) if approval is not None else None
     review_policy = resolve_review(review) if review is not None else None
@@ -110,7 +118,7 @@ def react(
             try:
                 await _loop(state)
             finally:
-                if submit_config is not None and not submit_config.keep_in_messages:
+                if submit_name is not None and submit_config is not None and not submit_config.keep_in_messages:
                     state.messages = remove_submit(state.messages, submit_name)
         return state
 
@@ -118,11 +126,9 @@ def react(
         submissions = 0
         refusals = 0
         while True:
+            # Message, token and turn limits are enforced by the model call and the message list.
             check_limits()
-            record_turn()
             await generate(state, visible_tools(all_tools))
-            check_message_limit(len(state.messages))
-            check_limits()
             output = state.output
 
             if output.stop_reason == "model_length":
@@ -133,79 +139,81 @@ def react(
                 refusals += 1
                 if refusals >= MAX_CONTENT_FILTER_STOPS:
                     break
-                if state.messages and state.messages[-1] is output.message:
-                    state.messages.pop()  # retry from the same history; the refusal would only bias it
-                continue
-            refusals = 0
+            else:
+                refusals = 0
 
-            tool_calls = bool(output.message.tool_calls) if not output.empty else False
+            tool_calls = bool(output.message.tool_calls) if output.choices else False
             if tool_calls:
                 result = await execute_tools(state.messages, all_tools)
                 state.messages.extend(result.messages)
-                check_message_limit(len(state.messages))
                 if result.output is not None:
                     state.output = result.output
-                if submit_config is not None:
+                if submit_name is not None and submit_config is not None:
                     answer = submission(result.messages, submit_name)
                     if answer is not None:
                         _record_answer(state, answer, submit_config)
                         submissions += 1
                         if submissions >= attempt_config.attempts:
                             break
-                        correct, score = await _score(state, attempt_config)
+                        correct, scores = await _score(state, attempt_config)
                         if correct:
                             break
                         message = attempt_config.incorrect_message
                         if callable(message):
-                            message = await message(state, score)
+                            message = await message(state, scores)
                         state.messages.append(ChatMessageUser(content=message))
-                        check_message_limit(len(state.messages))
-            elif submit_config is None:
-                break  # no submit tool: a turn without tool calls is the answer
 
             if not await _continue(state, tool_calls):
                 break
 
     async def _continue(state: AgentState, tool_calls: bool) -> bool:
-        continue_prompt = _named(DEFAULT_CONTINUE_PROMPT, submit_name)
+        """After a turn: False ends the loop. Without a submit tool a text-only turn is the answer
+        unless an ``on_continue`` callable says otherwise."""
+        if submit_name is None:
+            continue_prompt = DEFAULT_CONTINUE_PROMPT_NO_SUBMIT
+        else:
+            continue_prompt = _named(DEFAULT_CONTINUE_PROMPT, submit_name)
         if callable(on_continue):
             decision = await on_continue(state)
-            if decision is False:
-                return False
-            if isinstance(decision, AgentState):
+            if decision is True:
+                if not tool_calls:
+                    state.messages.append(ChatMessageUser(content=continue_prompt))
+            elif isinstance(decision, str):
+                state.messages.append(ChatMessageUser(content=_named(decision, submit_name or "submit")))
+            elif isinstance(decision, AgentState):
                 # Adopt the new state's content in place: run() returns the object it passed in.
                 state.messages = decision.messages
-                if decision.has_output:
-                    state.output = decision.output
-            elif isinstance(decision, str):
-                state.messages.append(ChatMessageUser(content=_named(decision, submit_name)))
-            elif not tool_calls:
-                state.messages.append(ChatMessageUser(content=continue_prompt))
+                state.output = decision.output
+            else:  # False or None
+                return False
         elif not tool_calls:
-            text = _named(on_continue, submit_name) if isinstance(on_continue, str) else continue_prompt
-            state.messages.append(ChatMessageUser(content=text))
-        check_message_limit(len(state.messages))
+            if submit_name is None:
+                return False
+            text = on_continue if isinstance(on_continue, str) else DEFAULT_CONTINUE_PROMPT
+            state.messages.append(ChatMessageUser(content=_named(text, submit_name)))
         return True
 
     return execute
 
 
 def _system_message(prompt: str | AgentPrompt | None, submit_name: str | None, tools: list[Any]) -> ChatMessageSystem | None:
+    """Instructions, the handoff prompt (with handoff tools), then the assistant prompt — followed by
+    the submit prompt unless the assistant prompt names ``{submit}`` itself (as Inspect builds it)."""
     if prompt is None:
         return None
     if isinstance(prompt, str):
         prompt = AgentPrompt(instructions=prompt)
     from orchestrator.model._call_prepare import HANDOFF_ATTR
 
-    has_handoff = any(hasattr(t, HANDOFF_ATTR) for t in tools)
-    parts = [
-        prompt.instructions,
-        prompt.handoff_prompt if has_handoff else None,
-        prompt.assistant_prompt,
-        _named(prompt.submit_prompt, submit_name) if prompt.submit_prompt and submit_name else None,
-    ]
+    has_handoff = any(hasattr(t.tool if isinstance(t, ToolDef) else t, HANDOFF_ATTR) for t in tools)
+    parts = [prompt.instructions, prompt.handoff_prompt if has_handoff else None]
+    if prompt.assistant_prompt:
+        if submit_name and "{submit}" not in prompt.assistant_prompt and prompt.submit_prompt:
+            parts.append(f"{prompt.assistant_prompt}\n{_named(prompt.submit_prompt, submit_name)}")
+        else:
+            parts.append(_named(prompt.assistant_prompt, submit_name or "submit"))
     text = "\n\n".join(p for p in parts if p)
-    return ChatMessageSystem(content=text) if text else None
+    return ChatMessageSystem(content=text)
 
 
 def _named(template: str, submit_name: str) -> str:
@@ -223,8 +231,8 @@ def _record_answer(state: AgentState, answer: str, config: AgentSubmit) -> None:
     state.output = output
 
 
-async def _score(state: AgentState, config: AgentAttempts) -> tuple[bool, Any]:
-    """Score the submission: (correct?, the scorer's value)."""
+async def _score(state: AgentState, config: AgentAttempts) -> tuple[bool, list[Any]]:
+    """Score the submission: (correct?, the scores — a list, as Inspect passes to ``incorrect_message``)."""
     scorer = config.scorer or _scorer.get()
     if scorer is None:
         raise RuntimeError(
@@ -234,8 +242,16 @@ async def _score(state: AgentState, config: AgentAttempts) -> tuple[bool, Any]:
     value = scorer(state)
     if inspect.isawaitable(value):
         value = await value
+    scores = _as_scores(value)
     to_float: Callable[[Any], float] = config.score_value or score_to_float
-    return to_float(value) == 1.0, value
+    return to_float(scores[0].value) == 1.0, scores
+
+
+def _as_scores(value: Any) -> list[Any]:
+    from orchestrator.scorer import Score
+
+    values = value if isinstance(value, list) else [value]
+    return [v if isinstance(v, Score) else Score(value=v) for v in values]
 
 
 def score_to_float(value: Any) -> float:

@@ -21,7 +21,8 @@ from ._types import OVERFLOW_STOP_MESSAGE, Compaction, MessageFilter
 Generate = Callable[[AgentState, list[Any]], Awaitable[AgentState]]
 
 
-def resolve_generate(model: str | Model | Any | None, compaction: Compaction | None) -> tuple[Generate, Model | None, bool]:
+def resolve_generate(model: str | Model | Any | None, compaction: Compaction | None,
+                     retry_refusals: int | None = None) -> tuple[Generate, Model | None, bool]:
     """Wrap ``model`` as a generate step; also return the named ``Model`` (if any) and whether it is an agent."""
     if model is not None and not isinstance(model, (str, Model)):
         if not callable(model):
@@ -48,7 +49,14 @@ def resolve_generate(model: str | Model | Any | None, compaction: Compaction | N
             compacted = await compaction.compact(state.messages, force=False)
             if compacted is not None:
                 state.messages = compacted
-        output = await active.generate(state.messages, tools)
+        refused = 0
+        while True:
+            output = await active.generate(state.messages, tools)
+            if output.empty or output.stop_reason != "content_filter":
+                break
+            if retry_refusals is None or refused >= retry_refusals:
+                break
+            refused += 1
         if compaction is not None:
             compaction.record_output(output)
         state.output = output

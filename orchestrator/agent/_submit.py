@@ -8,7 +8,7 @@ from orchestrator.model._chat_message import ChatMessage, ChatMessageAssistant, 
 from orchestrator.tool._tool import tool
 from orchestrator.tool._tool_def import ToolDef
 
-from ._types import AgentSubmit
+from ._types import DEFAULT_SUBMIT_DESCRIPTION, DEFAULT_SUBMIT_NAME, AgentSubmit
 
 
 @tool(runs_on="orchestrator", max_output=0)
@@ -26,10 +26,18 @@ def submit() -> Any:
     return execute
 
 
-def submit_tool(config: AgentSubmit) -> Any:
-    """A fresh submit tool named/described per ``config``; never truncated, runs in the orchestrator."""
-    return ToolDef(submit(), name=config.name, description=config.description, max_output=0,
-                   runs_on="orchestrator", parallel=False).as_tool()
+def submit_tool(config: AgentSubmit) -> ToolDef:
+    """The submit tool per ``config`` (a fresh copy; a caller's ``ToolDef`` is left alone).
+
+    The answer becomes the completion, so it is not truncated unless the caller's tool says so.
+    """
+    if config.tool is None:
+        return ToolDef(submit(), name=config.name or DEFAULT_SUBMIT_NAME,
+                       description=config.description or DEFAULT_SUBMIT_DESCRIPTION, max_output=0,
+                       runs_on="orchestrator", parallel=False)
+    base = config.tool if isinstance(config.tool, ToolDef) else ToolDef(config.tool)
+    return ToolDef(base, name=config.name or base.name, description=config.description or base.description,
+                   max_output=0 if base.max_output is None else base.max_output)
 
 
 def submission(messages: list[ChatMessage], name: str) -> str | None:

@@ -18,6 +18,7 @@ DEFAULT_CONTINUE_PROMPT = (
     "\nPlease proceed to the next step using your best judgement. If you believe you have completed "
     "the task, please call the `{submit}()` tool with your final answer.\n"
 )
+DEFAULT_CONTINUE_PROMPT_NO_SUBMIT = "\nPlease proceed to the next step using your best judgement.\n"
 DEFAULT_INCORRECT_MESSAGE = "Your submission was incorrect. Please proceed and attempt to find the correct answer."
 OVERFLOW_STOP_MESSAGE = "model context window exceeded"
 
@@ -43,12 +44,19 @@ class AgentPrompt:
     submit_prompt: str | None = DEFAULT_SUBMIT_PROMPT
 
 
+DEFAULT_SUBMIT_NAME = "submit"
+DEFAULT_SUBMIT_DESCRIPTION = "Submit an answer for evaluation."
+
+
 @dataclass
 class AgentSubmit:
-    """The submit tool: its name/description, and how the answer lands in the output."""
+    """The submit tool: its name/description (None: the tool's own, else ``submit``), an
+    alternative implementation (``tool``, which should return the answer), and how the answer
+    lands in the output."""
 
-    name: str = "submit"
-    description: str = "Submit an answer for evaluation."
+    name: str | None = None
+    description: str | None = None
+    tool: Any = None
     answer_only: bool = False  # True: the completion is the answer alone
     answer_delimiter: str = "\n\n"  # between the message text and the appended answer
     keep_in_messages: bool = False  # keep submit calls and results in the history on exit
@@ -62,8 +70,8 @@ class AgentAttempts:
     """Several tries at the answer: score each submission below the limit; stop when correct."""
 
     attempts: int = 1
-    # A string, or an async fn (state, score value) -> message.
-    incorrect_message: str | Callable[["AgentState", Any], Awaitable[str]] = DEFAULT_INCORRECT_MESSAGE
+    # A string, or an async fn (state, scores: list[Score]) -> message.
+    incorrect_message: str | Callable[["AgentState", list[Any]], Awaitable[str]] = DEFAULT_INCORRECT_MESSAGE
     # Scores the state (the answer is state.output.completion). None: the scorer bound with
     # ``attempt_scorer`` (the eval runner binds the task's scorer per sample).
     scorer: AttemptScorer | None = None
@@ -71,7 +79,7 @@ class AgentAttempts:
 
 
 AgentContinue = Callable[["AgentState"], Awaitable[Union[bool, str, "AgentState"]]]
-"""Called after every turn: True continue (nudging if no tool calls), False stop, str a message, AgentState a new state."""
+"""Called after every turn: True continue (nudging if no tool calls), False/None stop, str a message, AgentState a new state."""
 
 
 class Compaction(ABC):

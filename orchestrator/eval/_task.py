@@ -74,11 +74,10 @@ class Task:
 
 
 def _chain(solver: Any) -> Any:
-    if isinstance(solver, (list, tuple)):
-        from orchestrator.solver import chain
+    # A list becomes a chain; an agent runs with as_solver (as Inspect's Task does).
+    from orchestrator.solver import resolve_solver
 
-        return chain(*solver)
-    return solver
+    return resolve_solver(solver)
 
 
 def task(func: Callable[..., Task] | None = None, *, name: str | None = None) -> Any:

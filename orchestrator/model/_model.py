@@ -31,6 +31,7 @@ from ._generate_config import GenerateConfig, active_generate_config
 from ._model_output import ModelOutput
 from ._providers._retry import RetryPolicy, backoff_delay
 from ._usage import record_model_usage
+from orchestrator.util._limits import check_message_limit, check_token_limit, record_token_usage, record_turn
 
 MODEL_ENV = "TOOLFLEET_MODEL"  # fallback for get_model() when no model is active
 # Per-attempt bound when GenerateConfig.timeout is unset; above the openai SDK's own 600 s default
@@ -159,6 +160,10 @@ class Model:
         cfg = _merge(_merge(active_generate_config(), self.config), config)
         policy = self.retry if cfg.max_retries is None else self.retry.model_copy(update={"max_retries": cfg.max_retries})
         name = str(self)
+        # Limits hold wherever the model is called (a hand-written agent loop included): an input
+        # already at the message limit, or a token limit already reached, could only be exceeded.
+        check_message_limit(len(messages), raise_for_equal=True)
+        check_token_limit(raise_for_equal=True)
 
         with span(name=name, type="model"):
             event = ModelEvent(model=name, input_messages=len(messages), tools=infos,
@@ -177,12 +182,37 @@ class Model:
                 choice_.message.model = choice_.message.model or self.name
             if output.usage is not None:
                 record_model_usage(name, output.usage)
+                record_token_usage(output.usage)
             # A snapshot: callers edit the returned message in place (react appends the submitted
             # answer), and the log must show what the model actually said.
             event.output = ModelOutput.model_validate(output.model_dump())
             event.usage, event.time = output.usage, output.time
             transcript().record(event)
+        # After the event is recorded, so the log shows the call that crossed a limit.
+        check_token_limit()
+        record_turn()
         return output
+
+    async def generate_loop(self, input: str | list[ChatMessage], tools: Sequence[Any] = (),
+                            config: GenerateConfig | None = None) -> tuple[list[ChatMessage], ModelOutput]:
+        """Generate, run the tool calls, and repeat until the model stops calling tools.
+
+        Returns the messages added to ``input`` and the final output (a handoff's output, if
+        the last turn handed off).
+        """
+        from ._call_tools import execute_tools  # lazy: tool execution imports the dispatcher
+
+        start: list[ChatMessage] = [ChatMessageUser(content=input)] if isinstance(input, str) else list(input)
+        messages = list(start)
+        while True:
+            output = await self.generate(messages, tools, config=config)
+            messages.append(output.message)
+            if not output.message.tool_calls:
+                return messages[len(start):], output
+            result = await execute_tools(messages, tools, config.max_tool_output if config else None)
+            messages.extend(result.messages)
+            if result.output is not None:
+                output = result.output
 
     async def _generate_with_retries(self, messages: list[ChatMessage], infos: list[ToolInfo],
                                      choice: ToolChoice | None, cfg: GenerateConfig,

@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from orchestrator.model._chat_message import ChatMessageSystem
 from orchestrator.model._generate_config import GenerateConfig
 from orchestrator.model._model import Model
-from orchestrator.util._limits import check_limits, check_message_limit, record_turn
+from orchestrator.util._limits import check_limits
 
 from ._task_state import TaskState
 
@@ -61,9 +61,8 @@ def make_generate(model: Model) -> Generate:
                        **kwargs: Any) -> TaskState:
         config = GenerateConfig(**kwargs) if kwargs else None
         while True:
-            # The sample's limits (entered by the sample runner) are checked at each turn.
-            check_message_limit(len(state.messages))
-            record_turn()
+            # Message, token and turn limits are enforced by the model call and the message list;
+            # time and working limits are checked here.
             check_limits()
             # A checkpoint: a cancellation (time limit, lost sandbox) must land even when the model
             # (scripted) and the tools (failing fast) never suspend.
@@ -72,10 +71,8 @@ def make_generate(model: Model) -> Generate:
             state.messages.append(state.output.message)
             if tool_calls == "none" or not state.output.message.tool_calls:
                 return state
-            check_message_limit(len(state.messages))
             result = await execute_tools(state.messages, state.tools)
             state.messages.extend(result.messages)
-            check_message_limit(len(state.messages))
             if result.output is not None:
                 state.output = result.output
             if tool_calls == "single":
@@ -123,12 +120,27 @@ def use_tools(*tools: Any, tool_choice: Any = None, append: bool = False) -> Sol
     return solve
 
 
+def resolve_solver(solver: Any) -> Any:
+    """A task's solver: a list becomes a ``chain``; an agent (``@agent``) is run with ``as_solver``."""
+    if isinstance(solver, (list, tuple)):
+        return chain(*solver)
+    from orchestrator.agent._agent import is_agent
+    from orchestrator.agent._as_solver import as_solver
+
+    return as_solver(solver) if is_agent(solver) else solver
+
+
 @solver
 def chain(*solvers: Solver | Sequence[Solver]) -> Solver:
-    """Run solvers in order; stops early when a solver marks the state completed."""
+    """Run solvers in order (agents among them run with ``as_solver``); stops early when a solver
+    marks the state completed."""
+    from orchestrator.agent._agent import is_agent
+    from orchestrator.agent._as_solver import as_solver
+
     flat: list[Solver] = []
     for s in solvers:
-        flat.extend(s if isinstance(s, (list, tuple)) else [s])  # type: ignore[arg-type]
+        for item in s if isinstance(s, (list, tuple)) else [s]:
+            flat.append(as_solver(item) if is_agent(item) else item)  # type: ignore[arg-type]
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         for s in flat:

@@ -16,6 +16,7 @@ from orchestrator.model._chat_message import ChatMessage, ChatMessageUser
 from orchestrator.model._model_output import ModelOutput
 from orchestrator.scorer._target import Target
 from orchestrator.tool._tool_call import ToolChoice
+from orchestrator.util._limited_messages import MessageList
 
 
 class TaskState:
@@ -47,8 +48,18 @@ class TaskState:
         self.tools: list[Any] = []
         self.tool_choice: ToolChoice | None = None
         self.store: dict[str, Any] = {}
+
         self.scores: dict[str, Any] | None = None
         self.completed = False  # a solver sets this to stop the chain early
+
+    @property
+    def messages(self) -> list[ChatMessage]:
+        """The conversation: a ``MessageList``, so growing it past the message limit raises."""
+        return self._messages
+
+    @messages.setter
+    def messages(self, messages: list[ChatMessage]) -> None:
+        self._messages = messages if isinstance(messages, MessageList) else MessageList(messages)
 
     @property
     def input_text(self) -> str:

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 from typing import Literal
 
-LimitType = Literal["message", "token", "turn", "time", "working", "operator", "custom", "output"]
+LimitType = Literal["message", "token", "turn", "time", "working", "cost", "operator", "custom", "output"]
 
 
 class LimitExceededError(Exception):
-    """A limit was reached. Inside a tool it becomes a ``limit`` error the model sees."""
+    """A limit was reached (or exceeded). Inside a tool it becomes a ``limit`` error the model sees.
+
+    ``value_str``/``limit_str`` are formatted as Inspect formats them: integers with thousands
+    separators (``200,000``), other numbers with two decimals.
+    """
 
     def __init__(self, type: LimitType, value: float | int | None = None, limit: float | int | None = None,
                  message: str | None = None, source: object | None = None) -> None:
         self.type = type
         self.value = value
+        self.value_str = _fmt(value)
         self.limit = limit
         self.limit_str = _fmt(limit)
-        self.message = message or f"The tool exceeded its {type} limit of {self.limit_str}."
+        self.message = message or (f"Exceeded {type} limit: {limit:,}" if limit is not None else f"Exceeded {type} limit")
         self.source = source
         super().__init__(self.message)
 
@@ -32,6 +37,6 @@ class TerminateSampleError(Exception):
 def _fmt(value: float | int | None) -> str:
     if value is None:
         return "none"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+    if isinstance(value, bool) or isinstance(value, int):
+        return f"{int(value):,}"
+    return f"{value:,.2f}"

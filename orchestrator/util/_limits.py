@@ -8,21 +8,25 @@ can tell its own limits' breaches (returned to the caller) from an enclosing sco
 
 How each kind is measured:
 
-- ``message_limit(n)``: the length of the conversation being appended to, checked by the agent
-  loop after each append (``check_message_limit``); more than ``n`` messages is a breach.
+- ``message_limit(n)``: the length of the conversation. Agent and task states hold their messages
+  in a list that checks every append (more than ``n`` is a breach) and ``Model.generate`` refuses
+  an input of ``n`` messages or more (its answer could only exceed the limit). Only the innermost
+  message limit is checked: each nested agent has a conversation of its own.
 - ``token_limit(n)``: tokens recorded in the usage scope that was current when the limit was
   entered, nested runs' tokens included (they roll up as child figures as they happen). Enter a
-  sample-level token limit *inside* the sample's ``usage_scope``.
-- ``turn_limit(n)``: model turns taken by agent loops while the limit is active (nested agents'
-  turns included); the ``n + 1``-th turn is a breach (``record_turn``).
+  sample-level token limit *inside* the sample's ``usage_scope``. ``Model.generate`` refuses a
+  request once a token limit is reached and checks again when the answer's usage is recorded.
+- ``turn_limit(n)``: ``Model.generate`` calls completed while the limit is active (nested agents'
+  turns included); the ``n + 1``-th is a breach, raised after it returns (``record_turn``).
 - ``time_limit(s)``: wall-clock seconds. Enforced by a timer that cancels the task that entered the
   limit (the cancellation becomes the ``LimitExceededError`` on exit, as ``asyncio.timeout`` does),
   so a call stuck in a tool or a model request is interrupted, not just noticed later.
 - ``working_limit(s)``: wall-clock seconds minus time reported as waiting (``record_waiting_time``:
   queues, rate-limit backoff, sandbox start-up). Checked at checkpoints (``check_limits``).
 
-Limits are objects with state once entered; a limit applied more than once (e.g. a handoff taken
-twice) should be deep-copied per use, which is cheap before entry.
+As in Inspect, a limit object may be entered once only (``RuntimeError`` on a second ``with``,
+even after the first has ended): deep-copy it per use (a copy is fresh and inactive). Token limits
+also meter ``type="output"`` tokens or a formula over ``input``/``output`` (``token_limit("output:1m")``).
 """
 
 from __future__ import annotations
@@ -32,9 +36,15 @@ import contextlib
 import time
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar, Token
+from dataclasses import dataclass
 from typing import Any
 
-from ._limit import LimitExceededError, LimitType, _fmt
+from ._limit import LimitExceededError, LimitType
+from ._token_metering import TokenLimit as TokenLimitSpec
+from ._token_metering import TokenMetering, parse_token_limit
+
+REUSE_MESSAGE = ("Each Limit may only be used once in a single 'with' block. Please create a new instance "
+                 "of the Limit.")
 
 
 class Limit:
@@ -43,15 +53,20 @@ class Limit:
     type: LimitType = "custom"
 
     def __init__(self, limit: float | int | None) -> None:
-        if limit is not None and limit < 0:
-            raise ValueError(f"A {self.type} limit cannot be negative (got {limit}).")
+        self._validate(limit)
         self.limit = limit
         self._token: Token[tuple[Limit, ...]] | None = None
+        self._entered = False
+
+    def _validate(self, limit: float | int | None) -> None:
+        if limit is not None and limit < 0:
+            raise ValueError(f"{self.type.capitalize()} limit value must be non-negative or None: {limit}")
 
     # -- activation ------------------------------------------------------------------------
     def __enter__(self) -> "Limit":
-        if self._token is not None:
-            raise RuntimeError(f"This {self.type} limit is already active; deep-copy a limit to apply it twice.")
+        if self._entered:
+            raise RuntimeError(REUSE_MESSAGE)
+        self._entered = True
         self._start()
         self._token = _active.set((*_active.get(), self))
         return self
@@ -75,16 +90,23 @@ class Limit:
         """How much of the limit has been used so far."""
         return 0
 
-    def check(self) -> None:
-        """Raise ``LimitExceededError`` if the limit is breached."""
-        if self.limit is not None and self.usage > self.limit:
-            raise self.error(self.usage)
+    @property
+    def remaining(self) -> float | int | None:
+        """What is left of the limit (None when unlimited)."""
+        return None if self.limit is None else self.limit - self.usage
+
+    def check(self, raise_for_equal: bool = False) -> None:
+        """Raise ``LimitExceededError`` if the limit is exceeded (or, with ``raise_for_equal``, reached)."""
+        if self.limit is None:
+            return
+        usage = self.usage
+        if usage > self.limit or (raise_for_equal and usage == self.limit):
+            raise self.error(usage)
 
     def error(self, value: float | int) -> LimitExceededError:
-        return LimitExceededError(
-            self.type, value=value, limit=self.limit, source=self,
-            message=f"{self.type.capitalize()} limit exceeded: {_fmt(value)} (limit {_fmt(self.limit)}).",
-        )
+        status = "reached" if value == self.limit else "exceeded"
+        return LimitExceededError(self.type, value=value, limit=self.limit, source=self,
+                                  message=f"{self.type.capitalize()} limit {status}. value: {value:,}; limit: {self.limit:,}")
 
     def __deepcopy__(self, memo: dict[int, Any]) -> "Limit":
         # A copy is a fresh, inactive limit with the same bound (baselines and timers are not copied).
@@ -95,6 +117,8 @@ class Limit:
 
 
 _active: ContextVar[tuple[Limit, ...]] = ContextVar("toolfleet_limits", default=())
+_suspended_turns: ContextVar[int] = ContextVar("toolfleet_turns_suspended", default=0)
+_suspended_tokens: ContextVar[int] = ContextVar("toolfleet_tokens_suspended", default=0)
 
 
 def active_limits() -> tuple[Limit, ...]:
@@ -114,30 +138,69 @@ class MessageLimit(Limit):
 
     @property
     def usage(self) -> int:
+        """The last conversation length checked against this limit (Inspect raises here instead)."""
         return self._last
 
-    def check_count(self, count: int) -> None:
+    def check_count(self, count: int, raise_for_equal: bool = False) -> None:
         self._last = count
-        self.check()
+        if self.limit is not None and (count > self.limit or (raise_for_equal and count == self.limit)):
+            status = "reached" if count == self.limit else "exceeded"
+            raise LimitExceededError("message", value=count, limit=self.limit, source=self,
+                                     message=f"Message limit {status}. count: {count:,}; limit: {self.limit:,}")
 
 
 class TokenLimit(Limit):
+    """Tokens used while active. ``type="all"`` reads the usage counters (nested runs included);
+    other types meter each model call's usage as ``Model.generate`` records it."""
+
     type: LimitType = "token"
 
-    def __init__(self, limit: int | None) -> None:
+    def __init__(self, limit: int | None, type: str = "all") -> None:
         super().__init__(limit)
+        self._metering = TokenMetering(type)
+        self.metering = type
         self._counter: Any = None
         self._baseline = 0
+        self._suspended = 0  # total tokens recorded while suspended (discounted from "all")
+        self._usage: Any = None  # ModelUsage metered directly (types other than "all")
 
     def _start(self) -> None:
+        from orchestrator.model._model_output import ModelUsage
         from orchestrator.model._usage import current_usage  # lazy: util must not import model at load
 
         self._counter = current_usage()
         self._baseline = self._counter.limit_tokens
+        self._usage = ModelUsage()
+
+    def record(self, usage: Any) -> None:
+        """One model call's usage (called by ``Model.generate`` for every active token limit)."""
+        if _suspended_tokens.get():
+            self._suspended += usage.total_tokens
+        elif self._usage is not None:
+            self._usage = self._usage + usage
 
     @property
     def usage(self) -> int:
-        return 0 if self._counter is None else self._counter.limit_tokens - self._baseline
+        if self._counter is None:
+            return 0
+        if self.metering == "all":
+            return self._counter.limit_tokens - self._baseline - self._suspended
+        return self._metering.value(self._usage)
+
+    def check(self, raise_for_equal: bool = False) -> None:
+        if _suspended_tokens.get():
+            return
+        super().check(raise_for_equal)
+
+    def error(self, value: float | int) -> LimitExceededError:
+        status = "reached" if value == self.limit else "exceeded"
+        label = {"all": f"Token limit {status}", "output": f"Output token limit {status}"}.get(
+            self.metering, f"Token limit {status} ({self.metering})")
+        return LimitExceededError("token", value=value, limit=self.limit, source=self,
+                                  message=f"{label}. value: {value:,}; limit: {self.limit:,}")
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "TokenLimit":
+        return TokenLimit(self.limit, self.metering)  # type: ignore[arg-type]
 
 
 class TurnLimit(Limit):
@@ -158,6 +221,7 @@ class TimeLimit(Limit):
     def __init__(self, limit: float | None) -> None:
         super().__init__(limit)
         self._started: float | None = None
+        self._ended: float | None = None
         self._task: asyncio.Task[Any] | None = None
         self._handle: asyncio.TimerHandle | None = None
         self._fired = False
@@ -179,9 +243,10 @@ class TimeLimit(Limit):
     def _fire(self) -> None:
         if self._task is not None and not self._task.done():
             self._fired = True
-            self._task.cancel(f"time limit of {_fmt(self.limit)} seconds")
+            self._task.cancel(f"time limit of {self.limit} seconds")
 
     def _stop(self, exc: BaseException | None) -> bool | None:
+        self._ended = time.monotonic()  # usage is frozen from here on
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
@@ -195,9 +260,15 @@ class TimeLimit(Limit):
                 raise self.error(self.usage) from exc
         return None
 
+    def error(self, value: float | int) -> LimitExceededError:
+        return LimitExceededError("time", value=value, limit=self.limit, source=self,
+                                  message=f"Time limit exceeded. limit: {self.limit} seconds")
+
     @property
     def usage(self) -> float:
-        return 0.0 if self._started is None else time.monotonic() - self._started
+        if self._started is None:
+            return 0.0
+        return (self._ended if self._ended is not None else time.monotonic()) - self._started
 
 
 class WorkingLimit(Limit):
@@ -206,14 +277,26 @@ class WorkingLimit(Limit):
     def __init__(self, limit: float | None) -> None:
         super().__init__(limit)
         self._started: float | None = None
+        self._ended: float | None = None
         self.waiting = 0.0
 
     def _start(self) -> None:
         self._started = time.monotonic()
 
+    def _stop(self, exc: BaseException | None) -> bool | None:
+        self._ended = time.monotonic()
+        return None
+
+    def error(self, value: float | int) -> LimitExceededError:
+        return LimitExceededError("working", value=value, limit=self.limit, source=self,
+                                  message=f"Working time limit exceeded. limit: {self.limit} seconds")
+
     @property
     def usage(self) -> float:
-        return 0.0 if self._started is None else max(0.0, time.monotonic() - self._started - self.waiting)
+        if self._started is None:
+            return 0.0
+        end = self._ended if self._ended is not None else time.monotonic()
+        return max(0.0, end - self._started - self.waiting)
 
 
 def message_limit(limit: int | None) -> MessageLimit:
@@ -221,13 +304,23 @@ def message_limit(limit: int | None) -> MessageLimit:
     return MessageLimit(limit)
 
 
-def token_limit(limit: int | None) -> TokenLimit:
-    """At most ``limit`` tokens (input + output, nested runs included) while active."""
-    return TokenLimit(limit)
+def token_limit(limit: int | str | TokenLimitSpec | None, type: str = "all") -> TokenLimit:
+    """At most ``limit`` tokens while active, nested runs included.
+
+    ``limit`` may be an int, a ``TokenLimit`` spec or a string (``"500k"``, ``"output:1m"``);
+    ``type`` is ``"all"``, ``"output"`` or a formula over ``input``/``output``.
+    """
+    if isinstance(limit, str):
+        limit = parse_token_limit(limit)
+    if isinstance(limit, TokenLimitSpec):
+        if type != "all":
+            raise ValueError("Pass 'type' via either TokenLimit or the 'type' parameter, not both.")
+        return TokenLimit(limit.tokens, limit.type)
+    return TokenLimit(limit, type)
 
 
 def turn_limit(limit: int | None) -> TurnLimit:
-    """At most ``limit`` model turns (generations by agent loops, nested agents included)."""
+    """At most ``limit`` model turns (``Model.generate`` calls, nested agents included)."""
     return TurnLimit(limit)
 
 
@@ -241,22 +334,40 @@ def working_limit(limit: float | None) -> WorkingLimit:
     return WorkingLimit(limit)
 
 
-# -- checkpoints (called by agent loops) -----------------------------------------------------------
+# -- checkpoints -----------------------------------------------------------------------------------
 
 
-def check_message_limit(count: int) -> None:
-    """The conversation now holds ``count`` messages: raise if an active message limit is exceeded."""
-    for limit in _active.get():
-        if isinstance(limit, MessageLimit):
-            limit.check_count(count)
+def check_message_limit(count: int, raise_for_equal: bool = False) -> None:
+    """The conversation holds ``count`` messages: raise if the innermost message limit is exceeded
+    (or reached, with ``raise_for_equal``). Outer message limits belong to other conversations."""
+    limit = next((lim for lim in reversed(_active.get()) if isinstance(lim, MessageLimit)), None)
+    if limit is not None:
+        limit.check_count(count, raise_for_equal)
 
 
 def record_turn() -> None:
-    """An agent loop is about to take a model turn: count it, raise if a turn limit is exceeded."""
+    """A model turn completed: count it on every active turn limit, raise if one is exceeded."""
+    if _suspended_turns.get():
+        return
+    turn_limits = [lim for lim in _active.get() if isinstance(lim, TurnLimit)]
+    for limit in turn_limits:
+        limit.turns += 1
+    for limit in turn_limits:  # outermost first, as Inspect checks
+        limit.check()
+
+
+def record_token_usage(usage: Any) -> None:
+    """A model call's usage, for token limits that meter more than the total."""
     for limit in _active.get():
-        if isinstance(limit, TurnLimit):
-            limit.turns += 1
-            limit.check()
+        if isinstance(limit, TokenLimit):
+            limit.record(usage)
+
+
+def check_token_limit(raise_for_equal: bool = False) -> None:
+    """Check every active token limit (outermost first)."""
+    for limit in _active.get():
+        if isinstance(limit, TokenLimit):
+            limit.check(raise_for_equal)
 
 
 def record_waiting_time(seconds: float) -> None:
@@ -273,11 +384,58 @@ def check_limits() -> None:
             limit.check()
 
 
+@contextlib.contextmanager
+def _suspend(var: ContextVar[int]) -> Iterator[None]:
+    token = var.set(var.get() + 1)
+    try:
+        yield
+    finally:
+        var.reset(token)
+
+
+def suspend_turn_limit() -> contextlib.AbstractContextManager[None]:
+    """Model calls in the block count toward no turn limit (auxiliary generations)."""
+    return _suspend(_suspended_turns)
+
+
+def suspend_token_limit() -> contextlib.AbstractContextManager[None]:
+    """Tokens used in the block count toward no token limit, and token checks are skipped."""
+    return _suspend(_suspended_tokens)
+
+
+# -- sample_limits ---------------------------------------------------------------------------------
+
+
+@dataclass
+class SampleLimits:
+    """The top-level (outermost) limits of the running sample; an unlimited stand-in where none is set."""
+
+    token: Limit
+    message: Limit
+    turn: Limit
+    working: Limit
+    time: Limit
+    cost: Limit
+
+
+def sample_limits() -> SampleLimits:
+    """The outermost active limit of each kind (what the sample runner entered)."""
+    active = _active.get()
+    if not active:
+        raise RuntimeError("No limits are active. Is there a running sample?")
+
+    def root(kind: type[Limit]) -> Limit:
+        return next((lim for lim in active if isinstance(lim, kind)), None) or kind(None)
+
+    return SampleLimits(token=root(TokenLimit), message=root(MessageLimit), turn=root(TurnLimit),
+                        working=root(WorkingLimit), time=root(TimeLimit), cost=Limit(None))
+
+
 # -- apply_limits ----------------------------------------------------------------------------------
 
 
 class LimitScope:
-    """What ``apply_limits`` yields: after the block, the breach of one of its own limits (if caught)."""
+    """What ``apply_limits`` yields: after the block, the breach of one of its own limits (if any)."""
 
     def __init__(self, limits: Sequence[Limit]) -> None:
         self.limits = list(limits)
@@ -288,8 +446,9 @@ class LimitScope:
 def apply_limits(limits: Sequence[Limit], catch_errors: bool = False) -> Iterator[LimitScope]:
     """Activate ``limits`` for the block.
 
-    With ``catch_errors`` a breach of one of *these* limits ends the block quietly and is left on
-    ``scope.limit_error``; a breach of an enclosing scope's limit always propagates.
+    A breach of one of *these* limits is left on ``scope.limit_error`` (and, with
+    ``catch_errors``, ends the block quietly); a breach of an enclosing scope's limit always
+    propagates.
     """
     scope = LimitScope(limits)
     try:
@@ -298,7 +457,8 @@ def apply_limits(limits: Sequence[Limit], catch_errors: bool = False) -> Iterato
                 stack.enter_context(limit)
             yield scope
     except LimitExceededError as exc:
-        if catch_errors and any(exc.source is limit for limit in limits):
-            scope.limit_error = exc
-        else:
+        if not any(exc.source is limit for limit in limits):
+            raise
+        scope.limit_error = exc
+        if not catch_errors:
             raise
