@@ -36,7 +36,7 @@ class ScriptedModelAPI(ModelAPI):
                  custom_outputs: Iterable[ModelOutput] | Callable[..., Any] | None = None) -> None:
         super().__init__(model_name, base_url, api_key, config)
         if sum(x is not None for x in (outputs, policy, custom_outputs)) > 1:
-            raise ValueError("Give the scripted model one of outputs, policy or custom_outputs")
+            raise ValueError("Give the scripted model either outputs or a policy (or custom_outputs), not several")
         # Inspect's mockllm argument: a callable (input, tools, tool_choice, config) or outputs that,
         # unlike ``outputs``, raise once they run out instead of falling back to the default.
         self._custom = custom_outputs
