@@ -48,8 +48,9 @@ async def test_message_limit_breach_is_returned_not_raised(bound) -> None:
     state, error = await run(react(tools=[at.add()], model=add_forever()), "q", limits=[message_limit(6)])
     assert isinstance(error, LimitExceededError)
     assert (error.type, error.limit) == ("message", 6)
-    # The state is as it was at the breach (7 messages: system, user, then assistant/tool pairs).
-    assert len(state.messages) == 7
+    # As in Inspect: the model is not called with 6 messages (its answer could only exceed the
+    # limit), so the state stops at 6 (system, user, then assistant/tool pairs).
+    assert len(state.messages) == 6
     assert roles(state.messages)[:2] == ["system", "user"]
 
 
@@ -64,14 +65,16 @@ async def test_token_limit_counts_model_usage(bound) -> None:
                                  limits=[token_limit(100)])
     assert error is not None and error.type == "token"
     assert error.value == 120  # the third turn crossed the line
-    assert sum(1 for m in state.messages if m.role == "assistant") == 3
+    # As in Inspect, the call that crossed it raises: its answer never joins the conversation.
+    assert sum(1 for m in state.messages if m.role == "assistant") == 2
 
 
 async def test_turn_limit(bound) -> None:
     model = add_forever()
     state, error = await run(react(tools=[at.add()], model=model), "q", limits=[turn_limit(4)])
     assert error is not None and (error.type, error.limit) == ("turn", 4)
-    assert model.api.calls == 4
+    # As in Inspect, a turn is counted when a generation completes: the fifth one raises.
+    assert model.api.calls == 5
 
 
 async def test_time_limit_interrupts_a_running_tool(bound) -> None:
@@ -90,10 +93,11 @@ async def test_working_limit_is_checked_at_checkpoints(bound) -> None:
 
 
 async def test_enclosing_limit_breach_propagates(bound) -> None:
-    outer = message_limit(4)
-    with pytest.raises(LimitExceededError) as info:
+    # Token limits are checked outermost first (message limits only innermost, as in Inspect).
+    outer = token_limit(100)
+    with usage_scope("sample"), pytest.raises(LimitExceededError) as info:
         with apply_limits([outer]):
-            await run(react(tools=[at.add()], model=add_forever()), "q", limits=[message_limit(100)])
+            await run(react(tools=[at.add()], model=add_forever(tokens=40)), "q", limits=[token_limit(1000)])
     assert info.value.source is outer
 
 
@@ -110,7 +114,7 @@ async def test_apply_limits_catch_errors_scope() -> None:
 def test_a_limit_is_copied_fresh_and_cannot_be_entered_twice() -> None:
     limit = turn_limit(3)
     with limit:
-        with pytest.raises(RuntimeError, match="already active"):
+        with pytest.raises(RuntimeError, match="may only be used once"):
             limit.__enter__()
         clone = copy.deepcopy(limit)
         assert clone.limit == 3 and clone.turns == 0
@@ -207,7 +211,7 @@ async def test_as_solver_limits_stop_the_agent_quietly(bound) -> None:
     for _ in range(2):  # one solver, several samples: each gets fresh limits
         state = FakeTaskState("go")
         await solver(state)
-        assert len(state.messages) == 6
+        assert len(state.messages) == 5  # the 6th message (a tool result) is refused, as in Inspect
 
 
 def test_as_solver_requires_agent_parameters() -> None:
