@@ -13,7 +13,7 @@ from ._common import fail
 
 def add_commands(commands: Any) -> None:
     p = commands.add_parser("log", help="read eval logs", description="Read eval logs.")
-    sub = p.add_subparsers(dest="log_command", metavar="list|show|dump", required=True)
+    sub = p.add_subparsers(dest="log_command", metavar="list|show|dump|export", required=True)
     lst = sub.add_parser("list", help="list the logs in a directory")
     lst.add_argument("--log-dir", default="logs")
     lst.add_argument("--json", action="store_true", help="one JSON object per log")
@@ -22,7 +22,13 @@ def add_commands(commands: Any) -> None:
     show.add_argument("log", metavar="LOG")
     show.add_argument("--sample", help="show this sample's messages and events")
     show.add_argument("--epoch", type=int, default=1)
+    show.add_argument("--events", action="store_true", help="with --sample: every event, one line each")
     show.set_defaults(handler=log_show)
+    export = sub.add_parser("export", help="write the log in Inspect's format (read by inspect_ai / `inspect view`)")
+    export.add_argument("log", metavar="LOG")
+    export.add_argument("--format", choices=["eval", "json"], default="eval")
+    export.add_argument("--output", "-o", help="output file (default: next to LOG, .eval or .json)")
+    export.set_defaults(handler=log_export)
     dump = sub.add_parser("dump", help="print the whole log as one JSON object (the exporter)")
     dump.add_argument("log", metavar="LOG")
     dump.add_argument("--header-only", action="store_true", help="just the eval spec")
@@ -34,6 +40,7 @@ def add_commands(commands: Any) -> None:
     view.add_argument("--sample")
     view.add_argument("--epoch", type=int, default=1)
     view.add_argument("--json", action="store_true")
+    view.add_argument("--events", action="store_true")
     view.set_defaults(handler=lambda a: log_show(a) if a.log else log_list(a))
 
 
@@ -92,7 +99,7 @@ def log_show(args: argparse.Namespace) -> int:
 
     log = read_eval_log(args.log)
     if args.sample is not None:
-        return _show_sample(log, args.sample, args.epoch)
+        return _show_sample(log, args.sample, args.epoch, getattr(args, "events", False))
     row = _summary(log)
     print(f"{row['task']} · {row['model']} · {row['status']} · {row['done']}/{row['total']} samples, {row['errors']} errors")
     print(f"eval id {log.eval.eval_id} · runs {len(log.runs)} · log {log.location}")
@@ -107,7 +114,10 @@ def log_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _show_sample(log: Any, sample_id: str, epoch: int) -> int:
+SHOWN_EVENTS = 20  # without --events, the first events are listed and the rest counted
+
+
+def _show_sample(log: Any, sample_id: str, epoch: int, all_events: bool = False) -> int:
     match = next((s for s in log.samples if str(s.id) == sample_id and s.epoch == epoch), None)
     if match is None:
         return fail(f"No sample '{sample_id}' (epoch {epoch}) in {log.location}.")
@@ -117,12 +127,63 @@ def _show_sample(log: Any, sample_id: str, epoch: int) -> int:
         print(f"--- {m.role}" + (f" ({m.function})" if getattr(m, "function", None) else ""))
         if text:
             print(text)
+        error = getattr(m, "error", None)
+        if error is not None:  # a failed tool call: say why, not an empty body
+            print(f"ERROR [{getattr(error, 'type', '?')}] {getattr(error, 'message', error)}")
         for c in calls:
-            print(f"  -> {c.function}({json.dumps(c.arguments)[:500]})")
+            print(f"  -> {c.function}({_arguments_as_sent(c)[:500]})")
     print(f"--- scores: {json.dumps({k: v.model_dump() for k, v in match.scores.items()})}")
     if match.error:
         print(f"--- error: {match.error.type}: {match.error.message}")
-    print(f"--- {len(match.events)} events", file=sys.stdout)
+    for r in match.error_retries:
+        print(f"--- earlier attempt failed: {r.type}: {r.message}")
+    print(f"--- {len(match.events)} events")
+    shown = match.events if all_events else match.events[:SHOWN_EVENTS]
+    for e in shown:
+        print("  " + event_line(e))
+    if len(shown) < len(match.events):
+        print(f"  ... {len(match.events) - len(shown)} more (--events shows all)")
+    return 0
+
+
+def _arguments_as_sent(call: Any) -> str:
+    """What the model sent: the raw text when it did not parse as JSON, else the parsed arguments."""
+    parse_error = getattr(call, "parse_error", None)
+    raw = getattr(call, "raw_arguments", None) or getattr(call, "arguments_text", None)
+    if (parse_error or not call.arguments) and raw:
+        return str(raw)
+    return json.dumps(call.arguments, ensure_ascii=False)
+
+
+def event_line(e: Any) -> str:
+    """One line per event: time, kind, and what matters for that kind."""
+    import time as _time
+
+    stamp = _time.strftime("%H:%M:%S", _time.gmtime(e.timestamp)) if getattr(e, "timestamp", None) else "--:--:--"
+    kind = getattr(e, "event", type(e).__name__)
+    data = e.model_dump(mode="json", exclude={"uuid", "timestamp", "span_id", "event"})
+    if kind == "tool":
+        err = data.get("error")
+        detail = f"{data.get('function')}({json.dumps(data.get('arguments'), ensure_ascii=False)[:120]})"
+        detail += f" ERROR [{err.get('type')}] {err.get('message')}" if err else f" -> {str(data.get('result'))[:80]!r}"
+        detail += f" on {data['host']}" if data.get("host") else ""
+    elif kind == "model":
+        usage = data.get("usage") or {}
+        detail = f"{data.get('model')} tokens={usage.get('total_tokens', 0)}"
+        detail += f" retries={data['retries']}" if data.get("retries") else ""
+        detail += f" ERROR {data['error']}" if data.get("error") else ""
+    elif kind in ("span_begin", "span_end"):
+        detail = f"{data.get('type') or ''} {data.get('name') or data.get('id')}".strip()
+    else:
+        detail = json.dumps(data, ensure_ascii=False, default=str)
+    return " ".join(f"{stamp} {kind:<12} {detail}".split())[:300]
+
+
+def log_export(args: argparse.Namespace) -> int:
+    from orchestrator.log._inspect_export import export_inspect_log
+
+    out = export_inspect_log(args.log, args.format, args.output)
+    print(out)
     return 0
 
 

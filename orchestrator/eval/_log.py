@@ -202,6 +202,7 @@ class EvalLog(BaseModel):
     samples: list[EvalSample] = Field(default_factory=list)
     location: str | None = None
     open_sandboxes: list[SandboxRecord] = Field(default_factory=list)  # opened, never closed (a killed run's)
+    sandbox_events: list[dict[str, Any]] = Field(default_factory=list)  # every ``sandbox`` line, in order
 
 
 class LogFormatError(EvalSetupError):
@@ -244,6 +245,7 @@ def read_eval_log(path: str | Path, header_only: bool = False) -> EvalLog:
             sample = EvalSample.model_validate(record["sample"])
             samples[sample.key] = sample
         elif kind == "sandbox":
+            log.sandbox_events.append({k: v for k, v in record.items() if k != "type"})
             rec = SandboxRecord.model_validate(record)
             if record.get("event") == "open":
                 sandboxes[rec.handle] = rec
