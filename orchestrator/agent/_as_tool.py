@@ -13,14 +13,13 @@ import inspect
 import itertools
 import types
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Union, get_type_hints
-
-import docstring_parser
+from typing import Any, Union
 
 from orchestrator.tool._tool_def import ToolDef
 from orchestrator.util._limits import Limit, turn_limit
 
 from ._agent import Agent, AgentState, agent_description, agent_name
+from ._agent_params import agent_parameters
 from ._nested import nested_run
 from ._run import run
 
@@ -36,9 +35,14 @@ def as_tool(
     max_turns: int | None = None,
     output_extractor: OutputExtractor | None = None,
     name: str | None = None,
+    max_output: int | None = 0,
     **agent_kwargs: Any,
 ) -> Any:
-    """A tool (``input: str`` plus the agent's un-curried parameters) that runs ``agent`` nested."""
+    """A tool (``input: str`` plus the agent's un-curried parameters) that runs ``agent`` nested.
+
+    ``max_output``: bytes of the answer kept (0, the default: all of it; None: the active
+    ``max_tool_output``). Unknown ``agent_kwargs`` raise ``ValueError`` here, as in Inspect.
+    """
     display = agent_name(agent)
     tool_name = name or display
     limits = list(limits)
@@ -63,6 +67,7 @@ def as_tool(
         description=description or agent_description(agent) or f"Ask the {display} agent.",
         parameters=descriptions,
         runs_on="orchestrator",
+        max_output=max_output,
     ).as_tool()
 
 
@@ -86,22 +91,5 @@ def _with_signature(execute: Callable[..., Any], signature: inspect.Signature, n
 def _signature(agent: Agent, curried: dict[str, Any]) -> tuple[inspect.Signature, dict[str, str]]:
     """``input: str`` plus every agent parameter after the state that was not curried, with descriptions."""
     params = [inspect.Parameter("input", inspect.Parameter.KEYWORD_ONLY, annotation=str)]
-    descriptions = {"input": INPUT_DESCRIPTION}
-    try:
-        signature = inspect.signature(agent)
-    except (TypeError, ValueError):
-        return inspect.Signature(params), descriptions
-    target = inspect.unwrap(agent)
-    try:
-        hints = get_type_hints(target)
-    except Exception:  # unresolvable forward references: fall back to raw annotations
-        hints = dict(getattr(target, "__annotations__", {}))
-    docs = {p.arg_name: p.description for p in docstring_parser.parse(inspect.getdoc(target) or "").params}
-    for pname, param in list(signature.parameters.items())[1:]:  # the first parameter is the state
-        if pname in curried or pname == "input" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        params.append(inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY, default=param.default,
-                                        annotation=hints.get(pname, Any)))
-        if docs.get(pname):
-            descriptions[pname] = docs[pname]
-    return inspect.Signature(params), descriptions
+    extra, descriptions = agent_parameters(agent, curried, skip=("input",))
+    return inspect.Signature(params + extra), {"input": INPUT_DESCRIPTION, **descriptions}

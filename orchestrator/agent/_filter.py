@@ -7,6 +7,8 @@ caller's history).
 from __future__ import annotations
 
 import inspect
+import pprint
+import textwrap
 from typing import Any
 
 from orchestrator.model._chat_message import (
@@ -32,19 +34,46 @@ async def remove_tools(messages: list[ChatMessage]) -> list[ChatMessage]:
 
 
 async def content_only(messages: list[ChatMessage]) -> list[ChatMessage]:
-    """Only what another model can safely read: text of user/assistant messages.
+    """Pure content another model can read (the default handoff output filter, as in Inspect).
 
-    Tool calls and results go; system messages go; assistant messages keep their text and
-    non-reasoning content (so they read as plain statements).
+    System messages go; tool results become user messages; an assistant message's tool calls
+    become text (``add(x=5, y=5)``) after its content; reasoning goes.
     """
     filtered: list[ChatMessage] = []
-    for message in await remove_tools(messages):
+    for message in messages:
         if isinstance(message, ChatMessageSystem):
             continue
-        if isinstance(message, ChatMessageAssistant) and not isinstance(message.content, str):
-            message = message.model_copy(update={"content": [p for p in message.content if getattr(p, "type", None) in ("text", "image")]})
-        filtered.append(message)
+        if isinstance(message, ChatMessageUser):
+            filtered.append(message)
+        elif isinstance(message, ChatMessageTool):
+            filtered.append(ChatMessageUser(id=message.id, content=message.content))
+        elif isinstance(message, ChatMessageAssistant):
+            content = [ContentText(text=message.content)] if isinstance(message.content, str) else list(message.content)
+            calls = "\n".join(format_function_call(c.function, c.arguments) for c in (message.tool_calls or []))
+            if calls:
+                content.append(ContentText(text=calls))
+            content = [c for c in content if getattr(c, "type", None) != "reasoning"]
+            filtered.append(message.model_copy(update={"content": content, "tool_calls": None}))
+        else:
+            filtered.append(message)
     return filtered
+
+
+def format_function_call(function: str, arguments: dict[str, Any], width: int = 80) -> str:
+    """``name(a=1, b='x')`` on one line, or one argument per indented line when too wide."""
+    args = [f"{key}={_format_value(value, width)}" for key, value in arguments.items()]
+    joined = ", ".join(args)
+    if len(joined) <= width - 1 - len(function) - 2:
+        return f"{function}({joined})"
+    return function + "(\n" + textwrap.indent(",\n".join(args), "    ") + "\n)"
+
+
+def _format_value(value: Any, width: int) -> str:
+    if isinstance(value, str):
+        return f"'{value}'"
+    if isinstance(value, (list, tuple, dict)):
+        return pprint.pformat(value, width=width)
+    return str(value)
 
 
 async def last_message(messages: list[ChatMessage]) -> list[ChatMessage]:

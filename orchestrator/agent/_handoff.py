@@ -3,9 +3,12 @@
 The tool is a sentinel: ``execute_tools`` finds the ``HANDOFF_ATTR`` handler on it and awaits
 ``handler(call, assistant_message, history)`` instead of calling the tool. The handler:
 
-1. strips the other tool calls of that assistant message (the conversation stays valid);
+1. gives the agent a copy of that assistant message with only this call (the parent's history
+   keeps every call; ``execute_tools`` runs the siblings, and splices the agent's messages after
+   this call's result);
 2. answers the call with ``Successfully transferred to {agent_name}.`` — also the boundary that
-   tells the agent's new messages from the history it was given;
+   tells the agent's new messages from the history it was given (a user message with that text
+   when ``input_filter`` removed the tool result);
 3. applies ``input_filter`` and drops system messages (the agent brings its own instructions);
 4. runs the agent nested (fresh usage and approval store, bounded depth) under a deep copy of
    ``limits`` (a handoff taken twice must not share limit state);
@@ -16,6 +19,7 @@ The tool is a sentinel: ``execute_tools`` finds the ``HANDOFF_ATTR`` handler on 
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,6 +38,8 @@ from orchestrator.tool._tool_def import ToolDef
 from orchestrator.util._limits import Limit
 
 from ._agent import Agent, agent_description, agent_name
+from ._agent_params import agent_parameters
+from ._as_tool import _with_signature
 from ._filter import apply_filter, content_only, prefix_assistant
 from ._nested import AgentDepthError, nested_run
 from ._run import run
@@ -53,51 +59,59 @@ def handoff(
     limits: Sequence[Limit] = (),
     **agent_kwargs: Any,
 ) -> Any:
-    """A tool (``transfer_to_<agent name>``, serial, run in the orchestrator) that hands off to ``agent``."""
+    """A tool (``transfer_to_<agent name>``, serial, run in the orchestrator) that hands off to ``agent``.
+
+    The agent's parameters after the state (not curried in ``agent_kwargs``) are the tool's
+    parameters and need docstring descriptions; unknown ``agent_kwargs`` raise ``ValueError``.
+    """
     name = agent_name(agent)
     limits = list(limits)
+    extra, descriptions = agent_parameters(agent, agent_kwargs)
 
-    async def execute() -> str:
+    async def execute(**kwargs: Any) -> str:
         raise RuntimeError("A handoff tool is executed by execute_tools, never called directly.")
 
     async def handler(call: ToolCall, message: ChatMessageAssistant,
                       history: list[ChatMessage]) -> tuple[ChatMessageTool, list[ChatMessage], ModelOutput | None]:
-        # 1. only this call survives in the assistant message (execute_tools splices by it)
-        message.tool_calls = [c for c in (message.tool_calls or []) if c.id == call.id]
-        # 2. the tool result, and the boundary marker
-        boundary = ChatMessageTool(content=TRANSFERRED.format(agent_name=name), tool_call_id=call.id,
-                                   function=call.function)
-        conversation = [*_with_stripped(history, message), boundary]
-        # 3. input filter, then no system messages
+        transferred = TRANSFERRED.format(agent_name=name)
+        # 1. the agent sees only this call on the assistant message (the parent's history keeps all)
+        stripped = message.model_copy(update={"tool_calls": [c for c in (message.tool_calls or []) if c.id == call.id]})
+        boundary = ChatMessageTool(content=transferred, tool_call_id=call.id, function=call.function)
+        conversation = [*_with_stripped(history, stripped), boundary]
+        # 2. input filter; a filter that removed the tool result gets a user message as the boundary
         if input_filter is not None:
             conversation = await apply_filter(input_filter, conversation)
+        if not _is_boundary_tool(conversation[-1] if conversation else None, call.id):
+            conversation.append(ChatMessageUser(content=transferred))
         conversation = [m for m in conversation if not isinstance(m, ChatMessageSystem)]
-        # 4. run nested, under fresh copies of the limits
+        # 3. run nested, under fresh copies of the limits
         try:
             with nested_run(name), span(name=name, type="handoff"):
-                state, limit_error = await run(agent, conversation, copy.deepcopy(limits), **agent_kwargs)
+                state, limit_error = await run(agent, conversation, copy.deepcopy(limits),
+                                               **{**call.arguments, **agent_kwargs})
         except AgentDepthError as exc:
             error = ToolCallError(type="unknown", message=exc.message)
             transcript().record(ToolEvent(id=call.id, function=call.function, arguments=call.arguments,
                                           result="", error=error, agent=name))
             return boundary.model_copy(update={"content": "", "error": error}), [], None
-        # 5. only the new messages, named, filtered, closed
-        new_messages = prefix_assistant(_new_messages(state.messages, conversation), name)
+        # 4. only the new messages, named, filtered, closed
+        new_messages = prefix_assistant(_new_messages(state.messages, conversation, call.id, transferred), name)
         if output_filter is not None:
             new_messages = await apply_filter(output_filter, new_messages)
         if limit_error is not None:
             new_messages.append(ChatMessageUser(content=LIMIT_EXCEEDED.format(
                 agent_name=name, type=limit_error.type, limit=limit_error.limit_str)))
-        elif state.messages and isinstance(state.messages[-1], ChatMessageAssistant):
+        elif not new_messages or isinstance(new_messages[-1], ChatMessageAssistant):
             new_messages.append(ChatMessageUser(content=COMPLETED.format(agent_name=name)))
         transcript().record(ToolEvent(id=call.id, function=call.function, arguments=call.arguments,
                                       result=boundary.text, agent=name))
-        return boundary, new_messages, state.output if not state.output.empty else None
+        return boundary, new_messages, state.output
 
     tool = ToolDef(
-        execute,
+        _with_signature(execute, inspect.Signature(extra), "handoff"),
         name=tool_name or f"transfer_to_{name}",
         description=description or agent_description(agent) or f"Hand the conversation to the {name} agent.",
+        parameters=descriptions or None,
         parallel=False,
         runs_on="orchestrator",
         max_output=0,
@@ -106,15 +120,19 @@ def handoff(
     return tool
 
 
-def _new_messages(messages: list[ChatMessage], given: list[ChatMessage]) -> list[ChatMessage]:
-    """What the agent added: everything after the last message it was given (its system message excluded).
+def _is_boundary_tool(message: ChatMessage | None, call_id: str) -> bool:
+    return isinstance(message, ChatMessageTool) and message.tool_call_id == call_id
 
-    Found by id rather than position: the agent inserts its own system message, and a filter or a
-    compaction may have rewritten the history it was given.
-    """
+
+def _new_messages(messages: list[ChatMessage], given: list[ChatMessage], call_id: str,
+                  transferred: str) -> list[ChatMessage]:
+    """What the agent added: after the last boundary (the transfer result, or the user message
+    standing in for it), minus messages it was given and system messages."""
+    last = max((i for i, m in enumerate(messages)
+                if _is_boundary_tool(m, call_id) or (isinstance(m, ChatMessageUser) and m.text == transferred)),
+               default=-1)
     given_ids = {m.id for m in given}
-    last = max((i for i, m in enumerate(messages) if m.id in given_ids), default=-1)
-    return [m for m in messages[last + 1:] if not isinstance(m, ChatMessageSystem)]
+    return [m for m in messages[last + 1:] if m.id not in given_ids and not isinstance(m, ChatMessageSystem)]
 
 
 def _with_stripped(history: list[ChatMessage], message: ChatMessageAssistant) -> list[ChatMessage]:

@@ -71,7 +71,7 @@ async def _execute(
     ctx = FinishContext(message=message, history=history, max_output=max_output, review=review)
     route = current_route()
     results: dict[str, ChatMessageTool] = {}
-    extra: list[ChatMessage] = []
+    extra: dict[str, list[ChatMessage]] = {}  # a handoff's agent messages, spliced after its result
     output: ModelOutput | None = None
 
     for stage in stages:
@@ -90,18 +90,23 @@ async def _execute(
                 results[p.call.id] = finish_unexecuted(p)
         handoff = next((p for p in runnable if hasattr(p.tool.tool, HANDOFF_ATTR)), None)  # type: ignore[union-attr]
         if handoff is not None:
-            # A handoff is serial, so it is alone in its stage. It may strip sibling calls.
+            # A handoff is serial, so it is alone in its stage; later calls still run (as in Inspect).
             with span(name=handoff.call.function, type="tool"):
-                tool_message, extra, output = await _run_handoff(handoff, message, history, ctx)
+                tool_message, extra[handoff.call.id], handoff_output = await _run_handoff(handoff, message, history, ctx)
             results[handoff.call.id] = tool_message
-            break
+            output = handoff_output or output
+            continue
         if runnable:
             for p, tool_message in await _run_stage(runnable, ctx):
                 results[p.call.id] = tool_message
 
-    # Splice in declared order (handoffs may have removed calls from the assistant message).
-    ordered: list[ChatMessage] = [results[c.id] for c in (message.tool_calls or []) if c.id in results]
-    return ExecuteToolsResult(messages=ordered + extra, output=output)
+    # Splice in declared order; a handoff's agent messages follow its own result.
+    ordered: list[ChatMessage] = []
+    for c in message.tool_calls or []:
+        if c.id in results:
+            ordered.append(results[c.id])
+            ordered.extend(extra.get(c.id, []))
+    return ExecuteToolsResult(messages=ordered, output=output)
 
 
 @dataclass(eq=False)
