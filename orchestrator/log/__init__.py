@@ -13,6 +13,7 @@ from ._events import (
     SpanEndEvent,
     ToolEvent,
 )
+from ._inspect_export import export_inspect_log, write_inspect_log
 from ._transcript import Transcript, bind_transcript, current_span_id, span, transcript
 
 __all__ = [
@@ -29,7 +30,9 @@ __all__ = [
     "ToolEvent",
     "Transcript",
     "bind_transcript",
+    "export_inspect_log",
     "current_span_id",
     "span",
     "transcript",
+    "write_inspect_log",
 ]
