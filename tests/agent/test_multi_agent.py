@@ -57,27 +57,33 @@ async def test_handoff_strips_siblings_filters_prefixes_and_closes(bound) -> Non
     agent = react(tools=[at.add(), handoff(helper, input_filter=remove_tools)], model=parent.model())
     state = await run(agent, "task")
 
-    # The parent's assistant message kept only the transfer call; the siblings got no results.
+    # As in Inspect: the parent's assistant message keeps every call and each one runs; the
+    # helper's messages follow the transfer result.
     first = next(m for m in state.messages if isinstance(m, ChatMessageAssistant))
-    assert [c.function for c in first.tool_calls] == ["transfer_to_helper"]
+    assert [c.function for c in first.tool_calls] == ["add", "transfer_to_helper", "add"]
     tool_messages = [m for m in state.messages if isinstance(m, ChatMessageTool)]
-    assert [m.text for m in tool_messages] == ["Successfully transferred to helper."]
+    assert [m.text for m in tool_messages] == ["2", "Successfully transferred to helper.", "4"]
     # input_filter=remove_tools: the helper saw no tool calls or results, and not the parent's system message.
     seen = child.seen[0]
-    assert roles(seen) == ["system", "user", "assistant"]
+    # (and, as in Inspect, a user message stands in for the removed transfer result)
+    assert roles(seen) == ["system", "user", "assistant", "user"]
+    assert seen[3].text == "Successfully transferred to helper."
     assert seen[0].text != state.messages[0].text
     assert seen[2].text == "Handing off." and not seen[2].tool_calls
     # Only the helper's new messages came back: prefixed, content only (default output filter), closed.
-    after = state.messages[state.messages.index(tool_messages[0]) + 1:]
-    assert [(m.role, m.text) for m in after[:3]] == [
-        ("assistant", "[helper] "),
+    after = state.messages[state.messages.index(tool_messages[1]) + 1:]
+    # content_only (as Inspect's): tool calls become text, tool results user messages.
+    assert [(m.role, m.text) for m in after[:5]] == [
+        ("assistant", "[helper] \necho(text='working')"),
+        ("user", "working"),
         ("assistant", "[helper] Done:\n\nchild answer"),
         ("user", "The helper agent has completed its work."),
+        ("tool", "4"),
     ]
     assert all(not getattr(m, "tool_calls", None) for m in after)
     # The parent went on after the handoff and submitted.
     assert state.output.completion == "final"
-    assert parent.seen[1][-1].text == "The helper agent has completed its work."
+    assert parent.seen[1][-1].text == "4"
     handoff_events = [e for e in bound.find(ToolEvent) if e.function == "transfer_to_helper"]
     assert [e.agent for e in handoff_events] == ["helper"]
 
