@@ -2,9 +2,11 @@
 
 from ._gc import tune_gc_for_many_samples
 from ._limit import LimitExceededError, TerminateSampleError
+from ._limited_messages import MessageList
 from ._limits import (
     Limit,
     LimitScope,
+    SampleLimits,
     active_limits,
     apply_limits,
     check_limits,
@@ -12,6 +14,9 @@ from ._limits import (
     message_limit,
     record_turn,
     record_waiting_time,
+    sample_limits,
+    suspend_token_limit,
+    suspend_turn_limit,
     time_limit,
     token_limit,
     turn_limit,
@@ -26,6 +31,8 @@ from ._sandbox import (
     bind_sandbox,
     sandbox,
 )
+from ._subtask import subtask
+from ._token_metering import TokenLimit
 from ._sandbox_limits import SandboxEnvironmentLimits, override_max_read_file_size
 
 __all__ = [
@@ -33,12 +40,15 @@ __all__ = [
     "Limit",
     "LimitScope",
     "LimitExceededError",
+    "MessageList",
     "OutputLimitExceededError",
     "SandboxEnvironment",
+    "SampleLimits",
     "SandboxEnvironmentLimits",
     "SandboxTimeoutError",
     "SandboxUnavailableError",
     "TerminateSampleError",
+    "TokenLimit",
     "active_limits",
     "apply_limits",
     "check_limits",
@@ -47,6 +57,10 @@ __all__ = [
     "override_max_read_file_size",
     "record_turn",
     "record_waiting_time",
+    "sample_limits",
+    "subtask",
+    "suspend_token_limit",
+    "suspend_turn_limit",
     "time_limit",
     "token_limit",
     "turn_limit",

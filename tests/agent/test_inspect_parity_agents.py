@@ -337,3 +337,16 @@ async def test_generate_loop_runs_tools_until_the_model_stops(bound) -> None:
     messages, output = await model.generate_loop("q", tools=[at.add()])
     assert roles(messages) == ["assistant", "tool", "assistant"]
     assert output.completion == "3"
+
+
+async def test_subtask_runs_in_its_own_span_and_logs_its_result(bound) -> None:
+    from orchestrator.log import InfoEvent
+    from orchestrator.util import subtask
+
+    @subtask
+    async def double(x: int) -> int:
+        return x * 2
+
+    assert await double(4) == 8
+    [event] = [e for e in bound.find(InfoEvent) if e.source == "subtask"]
+    assert event.data["input"] == {"x": 4} and event.data["result"] == 8
