@@ -15,7 +15,8 @@ secret on each side, and rotates by listing the new secret first and the old one
 * ``message_mac`` binds a task message's name and id to its body (the exact bytes on the wire);
   ``result_mac`` binds a stored result to its task id, status and content (canonical JSON).
 
-Never logged, never in ``repr`` (``celery inspect conf`` shows ``Keyring(1 key)``).
+The secrets are never logged, never in ``repr`` (``celery inspect conf`` shows ``Keyring(1 key, signs
+with <key id>)``).
 """
 
 from __future__ import annotations
@@ -51,7 +52,10 @@ class Keyring:
         self._signing_id = hashlib.sha256(secrets[0]).hexdigest()[:8]
 
     def __repr__(self) -> str:
-        return f"Keyring({len(self._keys)} key{'s' if len(self._keys) != 1 else ''})"
+        # The signing key's id (a hash prefix, not the secret) is part of the repr on purpose: kombu's
+        # process-wide connection pools key on repr(transport_options), so apps with different
+        # keyrings must not share a pooled producer (it would sign with the other app's key).
+        return f"Keyring({len(self._keys)} key{'s' if len(self._keys) != 1 else ''}, signs with {self._signing_id})"
 
     def sign(self, *parts: bytes) -> str:
         return f"{self._signing_id}:{self._digest(self._keys[self._signing_id], parts)}"

@@ -44,6 +44,7 @@ class WorkerPolicy(BaseModel):
     max_pids: int = Field(4096, gt=0)
     max_output_cap: int = Field(10 * MiB, gt=0, description="cap on bytes a sandbox command may capture per stream")
     max_pool_size: int = Field(8, ge=0)
+    max_sandboxes: int = Field(256, gt=0, description="cap on a docker driver's containers on this host")
     max_ttl: float = Field(24 * 3600.0, gt=0)
     allow_runsc: bool = Field(True, description="a message may ask for the gVisor runtime (stronger isolation)")
     max_outcome_bytes: int = Field(1 * MiB, gt=0, description="a call's result is cut to this size at the worker "
@@ -127,7 +128,7 @@ def _admit_field(policy: WorkerPolicy, field: str, value: Any, default: Any) -> 
         case "ttl":
             return min(float(value), policy.max_ttl)
         case "max_sandboxes":
-            return min(int(value), int(default))
+            return min(int(value), policy.max_sandboxes)
         case "user":
             if _ROOT_USER.match(str(value).strip()):
                 raise _refuse(field, "a message cannot ask for the root user or group")

@@ -108,6 +108,27 @@ class BenchFleet:
                 continue
         return ticks / os.sysconf("SC_CLK_TCK")
 
+    def worker_memory_mb(self) -> list[dict[str, float]]:
+        """Each worker's resident memory now and at its peak (VmRSS, VmHWM from /proc), in MB."""
+        out = []
+        for proc in self._procs[1:]:
+            fields: dict[str, float] = {}
+            try:
+                with open(f"/proc/{proc.pid}/status") as f:
+                    for line in f:
+                        if line.startswith(("VmRSS:", "VmHWM:")):
+                            key, value = line.split(":", 1)
+                            fields[key] = round(int(value.split()[0]) / 1024, 1)
+            except OSError:
+                continue
+            out.append({"rss_mb": fields.get("VmRSS", 0.0), "peak_rss_mb": fields.get("VmHWM", 0.0)})
+        return out
+
+    def redis_memory_mb(self) -> dict[str, float]:
+        """Redis ``used_memory`` now and at its peak, in MB."""
+        info = redis_sync.Redis.from_url(self.url, socket_timeout=5).info("memory")
+        return {"used_mb": round(info["used_memory"] / 1e6, 1), "peak_mb": round(info["used_memory_peak"] / 1e6, 1)}
+
     def _stop(self) -> None:
         for proc in reversed(self._procs):
             if proc.poll() is None:
