@@ -48,7 +48,8 @@ class RichDisplay:
         grid.add_row("progress", bar)
         grid.add_row("running", str(p.running))
         errors = f"[red]{p.errors}[/red]" if p.errors else "0"
-        grid.add_row("errors", f"{errors}  (retries {p.retries})")
+        grid.add_row("errors", f"{errors}  (sample retries {p.retries}, model API retries {p.model_retries}, "
+                               f"rate limited {p.rate_limits})")
         grid.add_row("tool calls", f"{p.tool_calls}  ({p.tool_calls_per_s:.1f}/s)")
         grid.add_row("tokens", f"{p.tokens:,}")
         grid.add_row("elapsed", f"{_fmt_eta(p.elapsed)}   ETA {_fmt_eta(p.eta_s)}")

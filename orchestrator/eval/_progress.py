@@ -23,6 +23,8 @@ class EvalProgress:
     running: int = 0
     errors: int = 0  # samples that failed for good
     retries: int = 0
+    model_retries: int = 0  # model API requests retried (429s, 5xx, timeouts), from model events
+    rate_limits: int = 0  # of those, the ones the provider refused for rate (429)
     notice: str | None = None  # e.g. "resuming LOG (...)": every display shows it
     tool_calls: int = 0
     tokens: int = 0
@@ -37,8 +39,12 @@ class EvalProgress:
             self._recent_calls.append(now)
             while self._recent_calls and now - self._recent_calls[0] > RATE_WINDOW_S:
                 self._recent_calls.popleft()
-        elif isinstance(event, ModelEvent) and event.usage is not None:
-            self.tokens += getattr(event.usage, "total_tokens", 0) or 0
+        elif isinstance(event, ModelEvent):
+            if event.usage is not None:
+                self.tokens += getattr(event.usage, "total_tokens", 0) or 0
+            self.model_retries += event.retries or 0
+            if event.error and ("429" in event.error or "rate limit" in event.error.lower()):
+                self.rate_limits += 1
 
     @property
     def tool_calls_per_s(self) -> float:
@@ -68,6 +74,7 @@ class EvalProgress:
         eta = self.eta_s
         return {"task": self.task, "notice": self.notice, "model": self.model, "done": self.done, "total": self.total,
                 "running": self.running, "errors": self.errors, "retries": self.retries,
+                "model_retries": self.model_retries, "rate_limits": self.rate_limits,
                 "tool_calls": self.tool_calls, "tool_calls_per_s": round(self.tool_calls_per_s, 2),
                 "tokens": self.tokens, "elapsed_s": round(self.elapsed, 1),
                 "eta_s": None if eta is None else round(eta, 1)}

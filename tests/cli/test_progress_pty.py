@@ -32,7 +32,7 @@ def test_progress_display_on_a_tty(tmp_path: Path) -> None:
     # Mid-run frames: some samples done, two running (max-samples 2), tool-call rate, tokens, an ETA.
     assert re.search(r"progress\s+\S+\s+[1-7]/8 samples", screen), screen
     assert re.search(r"running\s+2\b", screen)
-    assert re.search(r"errors\s+0\s+\(retries 0\)", screen)
+    assert re.search(r"errors\s+0\s+\(sample retries 0, model API retries 0", screen)
     assert re.search(r"tool calls\s+[1-9]\d*\s+\(\d+\.\d/s\)", screen)
     assert re.search(r"tokens\s+[1-9][\d,]*", screen)
     assert re.search(r"ETA \d\d:\d\d", screen)

@@ -100,7 +100,7 @@ def bash_then_answer(messages: list[Any], tools: list[Any]) -> ModelOutput:
 
 
 @task
-def sandboxed(n: int = 4, sandbox: str = "local") -> Task:
+def sandboxed(n: int = 4, sandbox: str | dict[str, Any] = "local") -> Task:
     from orchestrator.tool import bash
 
     return Task(
