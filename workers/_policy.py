@@ -19,6 +19,7 @@ sandbox configuration a message asks for into the one this worker will build, or
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 from typing import Any, Literal
 
@@ -40,7 +41,7 @@ class WorkerPolicy(BaseModel):
     images: list[str] = Field(default_factory=lambda: ["toolfleet/*"], description="shell patterns of allowed images")
     network_modes: list[str] = Field(default_factory=lambda: ["none"])
     max_memory: str = Field("4g", description="cap on a sandbox's mem_limit (and memswap_limit)")
-    max_cpus: float = Field(4.0, gt=0)
+    max_cpus: float = Field(default_factory=lambda: float(os.cpu_count() or 1), gt=0, description="default: this host's CPUs")
     max_pids: int = Field(4096, gt=0)
     max_output_cap: int = Field(10 * MiB, gt=0, description="cap on bytes a sandbox command may capture per stream")
     max_pool_size: int = Field(8, ge=0)

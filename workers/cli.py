@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     trust.add_argument("--allow-network", dest="networks", action="append", metavar="MODE",
                        help="docker network mode a sandbox may ask for, besides none (repeatable)")
     trust.add_argument("--max-memory", default="4g", help="cap on a sandbox's memory limit")
-    trust.add_argument("--max-cpus", type=float, default=4.0, help="cap on a sandbox's CPU limit")
+    trust.add_argument("--max-cpus", type=float, default=float(os.cpu_count() or 1), help="cap on a sandbox's CPU limit (default: this host's CPUs)")
     trust.add_argument("--max-pids", type=int, default=4096, help="cap on a sandbox's pids limit")
     trust.add_argument("--max-outcome-bytes", type=int, default=1024 * 1024,
                        help="a call's result is cut to this many bytes at the worker (the model sees 16 KiB by default)")

@@ -1,0 +1,126 @@
+"""Workers decide, messages ask: sandbox configs and tool names a message cannot widen.
+
+Against a real worker started as in production (no ``--allow-local``) and, for the clamp, real
+Docker; plus the policy's table (pure).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from orchestrator._wire import CallRequest, SandboxSpec
+from orchestrator.tool._registry import ToolRef
+from orchestrator.util._sandbox import SandboxUnavailableError
+from workers._policy import PolicyRefused, WorkerPolicy, admit_sandbox
+
+from ._broker_support import broker_fleet, dispatcher, legit_call_works  # noqa: F401
+
+celery = pytest.mark.celery
+
+REFUSED_DOCKER = {
+    "docker endpoint": {"docker_host": "tcp://attacker.example:2375"},
+    "added capability": {"cap_add": ["SYS_ADMIN"]},
+    "kept capabilities": {"cap_drop": []},
+    "root user": {"user": "root"},
+    "uid 0": {"user": "0:0"},
+    "root group": {"user": "1000:0"},
+    "privileged": {"privileged": True},
+    "devices": {"devices": ["/dev/sda:/dev/sda"]},
+    "mounts": {"volumes": {"/": {"bind": "/host", "mode": "rw"}}},
+    "bind mounts": {"mounts": [{"source": "/", "target": "/host", "type": "bind"}]},
+    "host network": {"network_mode": "host"},
+    "seccomp off": {"security_opt": ["seccomp=unconfined"]},
+    "foreign image": {"image": "attacker/rootkit:latest"},
+    "api threads": {"api_threads": 10_000},
+}
+
+
+@pytest.mark.parametrize("fields", REFUSED_DOCKER.values(), ids=REFUSED_DOCKER.keys())
+def test_policy_refuses_what_only_the_worker_may_set(fields) -> None:
+    with pytest.raises(PolicyRefused):
+        admit_sandbox(WorkerPolicy(), {"type": "docker", **fields})
+
+
+def test_policy_refuses_local_unless_the_worker_allows_it() -> None:
+    with pytest.raises(PolicyRefused, match="not enabled"):
+        admit_sandbox(WorkerPolicy(), {"type": "local"})
+    with pytest.raises(PolicyRefused):  # a host directory chosen by a message
+        admit_sandbox(WorkerPolicy(sandbox_types=["local"]), {"type": "local", "root_dir": "/etc"})
+    assert admit_sandbox(WorkerPolicy(sandbox_types=["local"]), {"type": "local"})["type"] == "local"
+
+
+def test_policy_clamps_limits_and_keeps_narrowing_asks() -> None:
+    policy = WorkerPolicy(max_memory="2g", max_cpus=1.5, max_pids=100, max_output_cap=1024)
+    admitted = admit_sandbox(policy, {"type": "docker", "mem_limit": "64g", "memswap_limit": "128g", "cpus": 64,
+                                      "pids_limit": 10**6, "output_cap": 10**9, "pool_size": 1000})
+    assert (admitted["mem_limit"], admitted["memswap_limit"], admitted["cpus"], admitted["pids_limit"],
+            admitted["output_cap"], admitted["pool_size"]) == ("2g", "2g", 1.5, 100, 1024, policy.max_pool_size)
+    narrow = admit_sandbox(policy, {"type": "docker", "mem_limit": "256m", "cpus": 0.5, "user": "nobody",
+                                    "cap_drop": ["ALL"], "read_only": True, "direct_channel": False})
+    assert (narrow["mem_limit"], narrow["cpus"], narrow["user"], narrow["read_only"], narrow["direct_channel"]) == \
+        ("256m", 0.5, "nobody", True, False)
+
+
+@celery
+async def test_local_sandbox_with_setup_script_is_refused(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
+    """The original hole: {"type": "local"} + a setup script = shell commands as the worker's user."""
+    marker = tmp_path / "pwned"
+    spec = SandboxSpec(eval_id="attack", sample_id="s", config={"type": "local"}, setup=f"touch {marker}")
+    with pytest.raises(SandboxUnavailableError, match="not enabled"):
+        await dispatcher.open_sandbox(spec)
+    assert not marker.exists()
+    await legit_call_works(dispatcher, broker_fleet)
+
+
+@celery
+@pytest.mark.parametrize("fields", [REFUSED_DOCKER[k] for k in ("docker endpoint", "privileged", "added capability",
+                                                                "root user", "devices", "mounts")],
+                         ids=["docker-endpoint", "privileged", "cap-add", "root-user", "devices", "mounts"])
+async def test_dangerous_docker_config_is_refused_by_the_worker(broker_fleet, dispatcher, fields) -> None:  # noqa: F811
+    spec = SandboxSpec(eval_id="attack", sample_id="s", config={"type": "docker", **fields})
+    with pytest.raises(SandboxUnavailableError, match="refuses"):
+        await dispatcher.open_sandbox(spec)
+    assert "worker.sandbox_refused" in broker_fleet.worker.output()
+
+
+@celery
+async def test_a_message_never_causes_an_import(broker_fleet, dispatcher) -> None:  # noqa: F811
+    """The module is importable on the worker (repo root on its path); had the worker imported it, the
+    tool would have registered and run ("evil ran")."""
+    from orchestrator.dispatch import SampleRoute
+    from tests.distributed._helpers import one
+
+    req = CallRequest(call_id=uuid.uuid4().hex, function="evil", tool=ToolRef(name="evil", module="tests.security._evil_tools"))
+    outcome = await one(dispatcher, req, route=SampleRoute(queue=broker_fleet.queue))
+    assert outcome.fatal is not None and outcome.fatal.type == "ToolNotRegisteredError"
+    assert "--import tests.security._evil_tools" in outcome.fatal.message
+    assert outcome.result is None
+    # Importable from the worker's cwd (the repo root): only the policy kept it out.
+    import importlib.util
+
+    assert importlib.util.find_spec("tests.security._evil_tools") is not None
+    await legit_call_works(dispatcher, broker_fleet)
+
+
+@celery
+@pytest.mark.docker
+async def test_docker_limits_are_clamped_to_the_worker_caps(broker_fleet, dispatcher, sandbox_image) -> None:  # noqa: F811
+    import docker
+
+    spec = SandboxSpec(eval_id="clamp", sample_id="s", config={"type": "docker", "mem_limit": "64g", "cpus": 64,
+                                                               "pids_limit": 10**6, "pool_size": 0})
+    route = await dispatcher.open_sandbox(spec)
+    try:
+        client = docker.from_env()
+        [container] = [c for c in client.containers.list(filters={"label": "toolfleet.eval_id=clamp"})]
+        host_config = container.attrs["HostConfig"]
+        policy = WorkerPolicy()
+        assert host_config["Memory"] <= 4 * 1024**3
+        assert host_config["NanoCpus"] <= policy.max_cpus * 1e9
+        assert host_config["PidsLimit"] <= policy.max_pids
+        assert host_config["CapAdd"] in (None, [])
+        assert not host_config["Privileged"]
+    finally:
+        await dispatcher.close_sandbox(route)
