@@ -140,16 +140,20 @@ class ToolTimeoutError(TimeoutError):
     """Raised out of the sample when a tool with ``timeout_behavior="raise"`` times out."""
 
 
+# Every call has a deadline in every mode: one without a timeout of its own gets this one (the same
+# bound the distributed fleet applies, ``max_call_seconds``), so nothing a model asks can run forever.
+DEFAULT_CALL_DEADLINE = 3600.0
+
+
 async def _call_with_timeout(func: Callable[..., Any], kwargs: dict[str, Any], request: CallRequest) -> Any:
-    if request.timeout is None:
-        return await func(**kwargs)
+    limit = request.timeout if request.timeout is not None else DEFAULT_CALL_DEADLINE
     try:
-        async with asyncio.timeout(request.timeout) as scope:
+        async with asyncio.timeout(limit) as scope:
             return await func(**kwargs)
     except TimeoutError:
         if not scope.expired():
             raise  # the tool's own timeout (e.g. a sandbox command), not the per-tool one
-        t = request.timeout
+        t = limit
         shown = int(t) if float(t).is_integer() else t
         message = f"Tool '{request.function}' timed out after {shown} seconds."
         if request.timeout_behavior == "raise":

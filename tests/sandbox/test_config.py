@@ -62,7 +62,8 @@ def test_pool_key_ignores_lifecycle_settings():
 def test_exported_names():
     assert sorted(ws.__all__) == sorted(
         [
-            "DEFAULT_IMAGE", "AgentSandboxEnvironment", "ChannelClosed", "DockerSandboxConfig", "LocalSandboxConfig",
+            "DEFAULT_IMAGE", "AgentSandboxEnvironment", "ChannelClosed", "CommandOutOfMemoryError",
+            "DockerSandboxConfig", "ExecAgentLostError", "LocalSandboxConfig",
             "SandboxCapacityError", "SandboxConfig", "SandboxDriver", "SandboxImageError", "SandboxOutOfMemoryError",
             "SandboxSpec", "registry", "sandbox_config",
         ]

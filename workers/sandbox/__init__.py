@@ -21,13 +21,21 @@ from ._driver import (
     sandbox_config,
 )
 from ._environment import AgentSandboxEnvironment
-from ._errors import SandboxCapacityError, SandboxImageError, SandboxOutOfMemoryError
+from ._errors import (
+    CommandOutOfMemoryError,
+    ExecAgentLostError,
+    SandboxCapacityError,
+    SandboxImageError,
+    SandboxOutOfMemoryError,
+)
 
 __all__ = [
     "DEFAULT_IMAGE",
     "AgentSandboxEnvironment",
     "ChannelClosed",
+    "CommandOutOfMemoryError",
     "DockerSandboxConfig",
+    "ExecAgentLostError",
     "LocalSandboxConfig",
     "SandboxCapacityError",
     "SandboxConfig",

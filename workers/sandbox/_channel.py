@@ -23,9 +23,13 @@ log = structlog.get_logger("toolfleet.sandbox")
 AGENT_PATH = Path(__file__).parent / "_agent" / "agent.py"
 HEADER = struct.Struct(">IBI")
 U32 = struct.Struct(">I")
-RUN, KILL, PING, RESULT, PONG, LISTEN, LISTENING = 1, 2, 3, 4, 5, 6, 7
+RUN, KILL, PING, RESULT, PONG, CONNECT, CONNECTED = 1, 2, 3, 4, 5, 8, 9
 DOCKER_HEADER = 8
 HELLO_TIMEOUT = 20.0  # python3 startup in a cold, CPU-limited container
+# The agent is inside the sandbox, so its frames are untrusted: a frame may be at most what its
+# request can legitimately produce (two capped streams plus a status), else the channel is closed.
+SMALL_FRAME = 64 * 1024
+FRAME_SLACK = 64 * 1024
 
 
 class ChannelClosed(ConnectionError):
@@ -59,11 +63,13 @@ class AgentChannel:
         self._keep = keep  # objects whose lifetime must match the channel's (e.g. the SDK socket)
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[tuple[int, bytes]]] = {}
+        self._frame_limits: dict[int, int] = {}
         self._closed: BaseException | None = None
         self._agent_stderr = bytearray()
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
         self.info: dict[str, Any] = {}
         self.transport = "stream"  # "unix": a direct channel (see _docker_exec)
+        self.switched = False  # the agent may answer elsewhere now (a CONNECT was sent, not refused)
 
     @property
     def closed(self) -> bool:
@@ -75,15 +81,16 @@ class AgentChannel:
         self.info = json.loads(payload)
         return self.info
 
-    async def listen(self, timeout: float = 10.0) -> str:
-        """Ask the agent for a direct channel (protocol 4): the path of its one-shot unix socket."""
-        if int(self.info.get("version", 0)) < 4:
-            raise ChannelClosed("the agent predates direct channels")
-        _, payload = await self._request(LISTEN, b"", timeout)
+    async def connect_to(self, path: str, timeout: float = 10.0) -> None:
+        """Ask the agent to move to the host's socket at ``path`` (protocol 5; see ``_docker_direct``)."""
+        if int(self.info.get("version", 0)) < 5:
+            raise ChannelClosed("the agent predates host-side direct channels")
+        self.switched = True  # until the agent says it stayed: a lost answer leaves it unknown
+        _, payload = await self._request(CONNECT, json.dumps({"path": path}).encode(), timeout)
         answer = json.loads(payload)
-        if "path" not in answer:
-            raise ChannelClosed(f"the agent cannot listen: {answer.get('error')}")
-        return str(answer["path"])
+        if not answer.get("ok"):
+            self.switched = False
+            raise ChannelClosed(f"the agent cannot reach the host's socket: {answer.get('error')}")
 
     def anchor(self, other: "AgentChannel") -> None:
         """Keep ``other`` open as long as this channel, and close it with this one."""
@@ -114,10 +121,16 @@ class AgentChannel:
         payload = U32.pack(len(spec)) + spec + (input or b"")
         # The agent enforces `timeout`; the host bound only guards against a wedged agent.
         bound = None if timeout is None else timeout + 30.0
-        _, body = await self._request(RUN, payload, bound)
-        (jlen,) = U32.unpack_from(body)
-        status = json.loads(body[4 : 4 + jlen])
-        out_end = 4 + jlen + status["stdout_len"]
+        _, body = await self._request(RUN, payload, bound, frame_limit=2 * cap + FRAME_SLACK)
+        try:
+            (jlen,) = U32.unpack_from(body)
+            status = json.loads(body[4 : 4 + jlen])
+            out_end = 4 + jlen + int(status["stdout_len"])
+        except (ValueError, KeyError, TypeError, struct.error) as exc:
+            self._fail(ChannelClosed(f"agent protocol error: malformed result ({exc!r})"), exc)
+            raise self._closed from exc  # type: ignore[misc]
+        if self.info is not None and status.get("oom_kills") is not None:
+            self.info["oom_kills"] = status["oom_kills"]
         return RawResult(
             returncode=status["returncode"],
             stdout=body[4 + jlen : out_end],
@@ -128,12 +141,15 @@ class AgentChannel:
             error=status.get("error"),
         )
 
-    async def _request(self, kind: int, payload: bytes, bound: float | None) -> tuple[int, bytes]:
+    async def _request(
+        self, kind: int, payload: bytes, bound: float | None, frame_limit: int = SMALL_FRAME,
+    ) -> tuple[int, bytes]:
         if self._closed is not None:
             raise ChannelClosed(str(self._closed)) from self._closed
         req_id = next(self._ids) & 0xFFFFFFFF
         fut: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
         self._pending[req_id] = fut
+        self._frame_limits[req_id] = frame_limit
         try:
             self._writer.write(HEADER.pack(req_id, kind, len(payload)) + payload)
             if len(payload) > 65536:
@@ -152,6 +168,7 @@ class AgentChannel:
         except (ConnectionError, RuntimeError) as exc:
             raise ChannelClosed(f"agent channel write failed: {exc}") from exc
         finally:
+            # The frame limit stays until the answer arrives: a cancelled RUN still gets its result.
             self._pending.pop(req_id, None)
 
     async def _read_loop(self) -> None:
@@ -183,9 +200,12 @@ class AgentChannel:
         offset = 0
         while len(buf) - offset >= HEADER.size:
             req_id, kind, length = HEADER.unpack_from(buf, offset)
+            if length > self._frame_limits.get(req_id, SMALL_FRAME):
+                raise ValueError(f"a {length}-byte frame exceeds what request {req_id} can produce")
             end = offset + HEADER.size + length
             if len(buf) < end:
                 break
+            self._frame_limits.pop(req_id, None)
             fut = self._pending.get(req_id)
             if fut is not None and not fut.done():
                 fut.set_result((kind, bytes(buf[offset + HEADER.size : end])))

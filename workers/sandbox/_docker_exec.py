@@ -15,8 +15,11 @@ import time
 
 import structlog
 
+from docker.errors import DockerException
+
 from ._channel import AGENT_PATH, AgentChannel, ChannelClosed, RawResult
 from ._docker_api import DockerAPI, read_docker_frame
+from ._docker_direct import CONTAINER_DIR, SOCKET_NAME, HostListener
 
 _AGENT_SOURCE = AGENT_PATH.read_bytes()
 # The agent's source is the first thing written to its stdin (a short bootstrap reads exactly that
@@ -37,34 +40,46 @@ FALLBACK_GRACE = 5.0  # host-side bound beyond a command's own timeout
 DIRECT_TIMEOUT = 10.0  # connecting to and greeting the agent's socket (a loaded host can be slow)
 
 
-async def open_agent(api: DockerAPI, container_id: str, user: str | None, direct_root: str | None = None) -> AgentChannel:
+async def open_agent(
+    api: DockerAPI, container_id: str, user: str | None, listener: HostListener | None = None,
+) -> AgentChannel:
     """Start the agent in the container (as ``user``) and wait for its hello.
 
-    With ``direct_root`` (the container's root as this process sees it, ``/proc/<pid>/root``) the
-    channel moves to the agent's unix socket, bypassing the daemon's stream copying; the exec stream
-    stays open as the agent's lifetime anchor. Where that fails the exec stream is the channel.
+    With ``listener`` (the driver's host socket, bind-mounted into the container) the channel moves
+    to that socket, bypassing the daemon's stream copying; the exec stream stays open as the agent's
+    lifetime anchor. The host only accepts there, from this agent's pid (see ``_docker_direct``).
+    Where that fails the exec stream is the channel.
     """
-    channel = await _start_agent(api, container_id, user)
-    if direct_root is None:
+    channel, exec_id = await _start_agent(api, container_id, user)
+    if listener is None:
         return channel
+    pid = 0
     try:
-        path = await channel.listen()
-    except (ChannelClosed, TimeoutError) as exc:
+        pid = int((await api.call(api.api.exec_inspect, exec_id)).get("Pid") or 0)
+        if not pid:
+            raise ChannelClosed("the Engine did not report the agent's pid")
+        accepted = listener.expect(pid)
+        await channel.connect_to(f"{CONTAINER_DIR}/{SOCKET_NAME}", DIRECT_TIMEOUT)
+        reader, writer = await asyncio.wait_for(accepted, DIRECT_TIMEOUT)
+        return await _greet(channel, reader, writer)
+    except (ChannelClosed, TimeoutError, OSError, DockerException, ValueError) as exc:
+        if pid:
+            listener.forget(pid)
         if channel.closed:
             raise ChannelClosed(f"exec agent died while opening its direct channel ({exc})") from exc
-        log.debug("sandbox.direct_channel_unavailable", container=container_id[:12], error=str(exc))
-        return channel  # the agent cannot listen (e.g. no writable /dev/shm): it is fine on the stream
-    try:
-        return await _connect(channel, direct_root + path)
-    except (ChannelClosed, TimeoutError, OSError) as exc:
-        # The agent may have accepted and lost the socket (it then exits): start a fresh one and
-        # keep it on the exec stream.
+        if not channel.switched:
+            # The agent could not connect (e.g. a remote Engine: no such socket there): it is fine
+            # on the stream.
+            log.debug("sandbox.direct_channel_unavailable", container=container_id[:12], error=str(exc))
+            return channel
+        # The agent switched but the host did not get (or keep) the connection: it now answers on a
+        # dead socket. Start a fresh one on the exec stream.
         log.info("sandbox.direct_channel_failed", container=container_id[:12], error=str(exc))
         await channel.aclose()
-        return await _start_agent(api, container_id, user)
+        return (await _start_agent(api, container_id, user))[0]
 
 
-async def _start_agent(api: DockerAPI, container_id: str, user: str | None) -> AgentChannel:
+async def _start_agent(api: DockerAPI, container_id: str, user: str | None) -> tuple[AgentChannel, str]:
     try:
         exec_id = (
             await api.call(
@@ -83,11 +98,10 @@ async def _start_agent(api: DockerAPI, container_id: str, user: str | None) -> A
     except (ChannelClosed, TimeoutError) as exc:
         await channel.aclose()
         raise ChannelClosed(f"exec agent did not start ({exc})") from exc
-    return channel
+    return channel, exec_id
 
 
-async def _connect(anchor: AgentChannel, path: str) -> AgentChannel:
-    reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path), DIRECT_TIMEOUT)
+async def _greet(anchor: AgentChannel, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> AgentChannel:
     direct = AgentChannel(reader, writer, demux=False)
     try:
         await direct.hello(DIRECT_TIMEOUT)

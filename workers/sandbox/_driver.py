@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ._environment import AgentSandboxEnvironment
 
 DEFAULT_IMAGE = "toolfleet/sandbox:latest"
-DEFAULT_OUTPUT_CAP = 10 * 1024 * 1024  # bytes per stream per command
+DEFAULT_OUTPUT_CAP = 1024 * 1024  # bytes kept per stream per command (head and tail; the middle is dropped)
 
 
 class SandboxSpec(BaseModel):
@@ -58,7 +58,8 @@ class SandboxDriver(ABC):
 class _BaseConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    output_cap: int = Field(DEFAULT_OUTPUT_CAP, gt=0, description="bytes kept per stream per command")
+    output_cap: int = Field(DEFAULT_OUTPUT_CAP, gt=0, description="bytes kept per stream per command: the first "
+                            "and last halves; the middle is dropped as it arrives (a marker says how much)")
     warm_spares: int = Field(2, ge=0, le=16, description="pre-started python tool processes per user; 0: off")
 
     driver_module: ClassVar[str] = ""
@@ -102,6 +103,13 @@ class DockerSandboxConfig(_BaseConfig):
     cpus: float = 1.0
     init: bool = True
     read_only: bool = False
+    disk_limit: str | None = Field("1g", description="writable space per sandbox: the container layer's size "
+                                   "(storage_opt) where the storage driver enforces it, else a size-capped tmpfs on "
+                                   "each writable path (see writable_paths); None: no cap")
+    writable_paths: list[str] | None = Field(None, description="paths given a capped tmpfs when the storage driver "
+                                             "cannot cap the layer; None: /tmp, /var/tmp, /run/lock and the image's "
+                                             "working directory (its contents are copied in)")
+    runtime: str | None = Field(None, description="OCI runtime, e.g. 'runsc' (gVisor) for stronger isolation")
     # Lifecycle.
     pool_size: int = Field(2, ge=0, description="pre-started containers kept per (image, limits)")
     max_sandboxes: int = Field(64, gt=0, description="per-host cap on containers this driver owns")
@@ -109,8 +117,9 @@ class DockerSandboxConfig(_BaseConfig):
     ttl: float = Field(24 * 3600.0, gt=0, description="seconds until a container's expiry label passes")
     reap_interval: float = Field(60.0, gt=0)
     fast_path: bool = Field(True, description="use the in-sandbox agent where the image has python3")
-    direct_channel: bool = Field(True, description="talk to the agent over its unix socket when this process "
-                                 "can reach the container's filesystem (root on the Docker host); else over the exec stream")
+    direct_channel: bool = Field(True, description="talk to the agent over a unix socket this process listens on "
+                                 "(bind-mounted read-only into the container) when the Engine is local; else over the "
+                                 "exec stream")
     api_threads: int = Field(8, gt=0, description="bounded threads for blocking Docker SDK calls")
     docker_host: str | None = Field(None, description="Engine API URL; None: from the environment")
 
@@ -124,7 +133,7 @@ class DockerSandboxConfig(_BaseConfig):
 
 _POOL_KEY_FIELDS = {
     "image", "user", "working_dir", "environment", "network_mode", "cap_drop", "cap_add", "security_opt",
-    "pids_limit", "mem_limit", "memswap_limit", "cpus", "init", "read_only",
+    "pids_limit", "mem_limit", "memswap_limit", "cpus", "init", "read_only", "disk_limit", "writable_paths", "runtime",
 }
 
 SandboxConfig = Annotated[Union[LocalSandboxConfig, DockerSandboxConfig], Field(discriminator="type")]

@@ -25,8 +25,10 @@ from orchestrator.util._sandbox import (
 
 from orchestrator.util._sandbox_limits import SandboxEnvironmentLimits, size_str
 
+from orchestrator.tool._errors import ToolParsingError
+
 from ._channel import AgentChannel, ChannelClosed, RawResult
-from ._errors import SandboxOutOfMemoryError
+from ._errors import CommandOutOfMemoryError, ExecAgentLostError
 
 log = structlog.get_logger("toolfleet.sandbox")
 
@@ -72,9 +74,14 @@ class AgentSandboxEnvironment(SandboxEnvironment):
     ) -> RawResult:
         raise SandboxUnavailableError(f"Sandbox '{self.sandbox_id}': the exec agent could not start.")
 
-    async def _explain_failure(self, exc: BaseException) -> BaseException:
-        """Turn a dead channel into the error the tool should see (e.g. out of memory)."""
-        return SandboxUnavailableError(f"Sandbox '{self.sandbox_id}' is no longer available ({exc}).")
+    async def _sandbox_failure(self, exc: BaseException) -> BaseException | None:
+        """Why the sandbox itself is gone after its channel died, or None if it is intact (the agent
+        alone was lost: it is restarted and the call gets a model-visible error)."""
+        return None
+
+    @property
+    def memory_limit(self) -> str | None:
+        return None
 
     # --- SandboxEnvironment ----------------------------------------------------------------------
 
@@ -109,26 +116,57 @@ class AgentSandboxEnvironment(SandboxEnvironment):
             raise SandboxUnavailableError(f"Sandbox '{self.sandbox_id}' has been destroyed.")
         if not cmd:
             raise ValueError("exec() needs a non-empty argv")
+        _check_command(cmd, cwd, env, input)
         data = input.encode("utf-8") if isinstance(input, str) else input
         cap = cap or self.output_cap
         if self.default_env:
             env = {**self.default_env, **(env or {})}
         if self.fast_path:
+            channel: AgentChannel | None = None
             try:
                 channel = await self._channel(user)
                 raw = None if channel is None else await channel.run(
                     list(cmd), data, cwd, env, timeout, cap, self.warm_spares
                 )
             except ChannelClosed as exc:
-                raise await self._explain_failure(exc) from exc
+                raise await self._lost_agent(user, channel, exc) from exc
             if raw is not None:
                 if raw.oom:
-                    raise await self._explain_failure(SandboxOutOfMemoryError(self._oom_message()))
+                    raise CommandOutOfMemoryError(self._oom_message())
                 return raw
         return await self._universal_exec(list(cmd), data, cwd, env, user, timeout, cap)
 
+    async def _lost_agent(self, user: str | None, dead: AgentChannel | None, exc: BaseException) -> BaseException:
+        """The agent's channel died under a call: the sandbox is gone, or the agent is restarted.
+
+        A command can kill the agent (it runs as the same user: ``kill -9 -1``, ``pkill python3``) or
+        the kernel can pick it when the sandbox runs out of memory; either way the sample goes on.
+        """
+        if self.closed:
+            return SandboxUnavailableError(f"Sandbox '{self.sandbox_id}' has been destroyed.")
+        failure = await self._sandbox_failure(exc)
+        if failure is not None:
+            return failure
+        try:
+            fresh = await self._channel(user)
+        except (ChannelClosed, OSError) as again:
+            return await self._sandbox_failure(again) or SandboxUnavailableError(
+                f"Sandbox '{self.sandbox_id}': its exec agent was lost and could not be restarted ({again})."
+            )
+        before = None if dead is None else dead.info.get("oom_kills")
+        after = None if fresh is None else fresh.info.get("oom_kills")
+        if before is not None and after is not None and after > before:
+            return CommandOutOfMemoryError(self._oom_message())
+        return ExecAgentLostError(
+            "The command's output was lost: the sandbox's exec agent was killed while the command ran "
+            "(e.g. by `kill -9 -1` or `pkill python3`). The sandbox is intact and the agent was restarted: "
+            "the next command runs normally."
+        )
+
     def _oom_message(self) -> str:
-        return f"The sandbox ran out of memory: the command in sandbox '{self.sandbox_id}' was killed by the OOM killer."
+        limit = f" (memory limit {self.memory_limit})" if self.memory_limit else ""
+        return (f"Out of memory: the command was killed by the OOM killer because the sandbox reached its memory "
+                f"limit{limit}. The sandbox is still running; use less memory.")
 
     async def _channel(self, user: str | None) -> AgentChannel | None:
         channel = self._channels.get(user)
@@ -184,6 +222,24 @@ class AgentSandboxEnvironment(SandboxEnvironment):
         channels = list(self._channels.values())
         self._channels.clear()
         await asyncio.gather(*(c.aclose() for c in channels), return_exceptions=True)
+
+
+def _check_command(cmd: list[str], cwd: str | None, env: dict[str, str] | None, input: str | bytes | None) -> None:
+    """Reject what no process can take before it reaches the agent: the model sees a parsing error."""
+    texts = [*cmd, *([cwd] if cwd else []), *((env or {}).keys()), *((env or {}).values())]
+    for text in texts:
+        if not isinstance(text, str):
+            raise ToolParsingError(f"A command argument must be a string, not {type(text).__name__}.")
+        if "\0" in text:
+            raise ValueError("embedded null byte")  # classified as the parsing error Inspect gives
+    for text in texts + ([input] if isinstance(input, str) else []):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            bad = text[exc.start : exc.end].encode("unicode_escape").decode()
+            raise ToolParsingError(
+                f"The command contains a lone surrogate ({bad}), which cannot be encoded as UTF-8."
+            ) from None
 
 
 def _raise_for_file(raw: RawResult, file: str) -> None:

@@ -4,15 +4,27 @@
     ├── SandboxOutOfMemoryError                    the kernel OOM-killed the command or the container
     └── SandboxCapacityError                       the per-host sandbox cap was reached (create timed out)
     SandboxImageError                              the image is missing and cannot be pulled (no registry)
+    ToolError (orchestrator.tool)                  model-visible; the sandbox is fine and the sample goes on
+    ├── CommandOutOfMemoryError                    the OOM killer killed the command (message names the limit)
+    └── ExecAgentLostError                         a command killed the exec agent; it was restarted
 """
 
 from __future__ import annotations
 
+from orchestrator.tool._errors import ToolError
 from orchestrator.util._sandbox import SandboxUnavailableError
 
 
 class SandboxOutOfMemoryError(SandboxUnavailableError):
     """The sandbox ran out of memory (OOM kill); the message says so."""
+
+
+class CommandOutOfMemoryError(ToolError):
+    """The command ran into the sandbox's memory limit and was OOM-killed; the sandbox is still running."""
+
+
+class ExecAgentLostError(ToolError):
+    """A command killed the exec agent (it runs as the same user); the agent was restarted."""
 
 
 class SandboxCapacityError(SandboxUnavailableError):

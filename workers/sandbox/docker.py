@@ -1,10 +1,14 @@
 """The ``docker`` driver: one hardened container per sample, on the Docker Engine API (no CLI).
 
 - Exec goes through an in-container agent started once per (container, user) — see ``_docker_exec``;
-  images without python3 fall back to one ``docker exec`` per call (logged).
+  images without python3 fall back to one ``docker exec`` per call (logged). The agent reaches the
+  host over a socket the HOST listens on (``_docker_direct``): the host never resolves a sandbox path.
+- A per-sandbox writable-space cap (``disk_limit``): the layer's size where the storage driver
+  enforces it, else capped tmpfs mounts on the writable paths (``_docker_disk``).
 - Hardening by default (``DockerSandboxConfig``): network none, cap-drop ALL, no-new-privileges,
   pids/memory(+swap)/CPU limits, init, the image's non-root USER; the Docker socket is never mounted.
-- Labels and a reaper (``_docker_labels``); OOM kills reported as ``SandboxOutOfMemoryError``.
+- Labels and a reaper (``_docker_labels``); a stopped OOM-killed container is ``SandboxOutOfMemoryError``,
+  an OOM-killed command in a running one ``CommandOutOfMemoryError`` (model-visible, the sample goes on).
 - A pool of pre-started containers (agent already running) per (image, limits), refilled in the
   background, so ``create()`` usually takes milliseconds; a per-host cap bounds what the driver owns.
 """
@@ -12,7 +16,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import uuid
 from typing import Any
@@ -25,6 +28,8 @@ from orchestrator.util._sandbox import SandboxUnavailableError
 from . import _registry
 from ._channel import AgentChannel, ChannelClosed, RawResult
 from ._docker_api import DockerAPI
+from ._docker_direct import HostListener, engine_is_local
+from ._docker_disk import DiskPlan, layer_quota_supported, plan_disk, seed_command
 from ._docker_exec import open_agent, universal_exec
 from ._docker_labels import MANAGED, container_labels, reap_reason
 from ._docker_pool import Capacity, ContainerPool
@@ -51,19 +56,7 @@ class DockerSandboxEnvironment(AgentSandboxEnvironment):
         if not self.driver.config.fast_path:
             raise ChannelClosed("fast path disabled by configuration")
         return await open_agent(self.driver.api, self.container_id, user or self.driver.exec_user,
-                                direct_root=await self._direct_root())
-
-    async def _direct_root(self) -> str | None:
-        """The container's root as this process sees it, if it can (same host and PID namespace as
-        the daemon, root); None sends the channel through the exec stream."""
-        if not self.driver.config.direct_channel or os.geteuid() != 0:
-            return None
-        try:
-            pid = (await self.driver.api.call(self.driver.api.api.inspect_container, self.container_id))["State"]["Pid"]
-        except (APIError, DockerException, KeyError, TypeError):
-            return None
-        root = f"/proc/{pid}/root"
-        return root if pid and os.path.isdir(root + "/dev") else None
+                                listener=self.driver.listener)
 
     async def _universal_exec(
         self, argv: list[str], input: bytes | None, cwd: str | None, env: dict[str, str] | None,
@@ -79,9 +72,15 @@ class DockerSandboxEnvironment(AgentSandboxEnvironment):
             return await universal_exec(api, self.container_id, argv, input, cwd, env, user, timeout,
                                         cap, self._has_timeout)
         except (APIError, DockerException, ConnectionError, OSError) as exc:
-            raise await self._explain_failure(exc) from exc
+            failure = await self._sandbox_failure(exc)
+            raise (failure or SandboxUnavailableError(f"Sandbox '{self.sandbox_id}': exec failed ({exc}).")) from exc
 
-    async def _explain_failure(self, exc: BaseException) -> BaseException:
+    @property
+    def memory_limit(self) -> str:
+        return self.driver.config.mem_limit
+
+    async def _sandbox_failure(self, exc: BaseException) -> BaseException | None:
+        """None while the container runs (a lost agent is restarted); else why the sandbox is gone."""
         limit = self.driver.config.mem_limit
         try:
             state = (await self.driver.api.call(self.driver.api.api.inspect_container, self.container_id))["State"]
@@ -89,19 +88,15 @@ class DockerSandboxEnvironment(AgentSandboxEnvironment):
             return SandboxUnavailableError(f"Sandbox '{self.sandbox_id}' is gone: its container was removed.")
         except DockerException as inspect_exc:
             return SandboxUnavailableError(f"Sandbox '{self.sandbox_id}' is unreachable: {inspect_exc}")
+        if state.get("Running") and not state.get("Paused") and not state.get("Restarting"):
+            return None
         if state.get("OOMKilled"):
             return SandboxOutOfMemoryError(
                 f"The sandbox ran out of memory (limit {limit}) and its container was stopped (OOMKilled)."
             )
-        if isinstance(exc, SandboxOutOfMemoryError):
-            return SandboxOutOfMemoryError(
-                f"The sandbox ran out of memory (limit {limit}): the command was killed by the OOM killer."
-            )
-        if not state.get("Running"):
-            return SandboxUnavailableError(
-                f"Sandbox '{self.sandbox_id}' stopped (container exit code {state.get('ExitCode')})."
-            )
-        return SandboxUnavailableError(f"Sandbox '{self.sandbox_id}': lost the exec channel ({exc}).")
+        return SandboxUnavailableError(
+            f"Sandbox '{self.sandbox_id}' stopped (container exit code {state.get('ExitCode')})."
+        )
 
 
 class DockerSandboxDriver(SandboxDriver):
@@ -117,6 +112,8 @@ class DockerSandboxDriver(SandboxDriver):
         self._reaper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self.exec_user = self.config.user or ""  # who commands run as; the image's USER unless configured
+        self.listener: HostListener | None = None  # the direct channel's host socket (None: exec stream)
+        self.disk = DiskPlan("none", None)
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -128,15 +125,35 @@ class DockerSandboxDriver(SandboxDriver):
             try:
                 await self.api.connect()
                 image = await self.api.call(self.api.api.inspect_image, self.config.image)
-                self.exec_user = self.config.user or (image.get("Config") or {}).get("User") or ""
+                image_config = image.get("Config") or {}
+                self.exec_user = self.config.user or image_config.get("User") or ""
+                info = await self.api.call(self.api.api.info) if self.config.disk_limit else {}
+                self.disk = await plan_disk(
+                    self.api, self.config.image, self.config.disk_limit,
+                    self.config.working_dir or image_config.get("WorkingDir") or None,
+                    self.config.writable_paths, layer_quota_supported(info),
+                )
             except ImageNotFound as exc:
                 raise SandboxImageError(missing_image_message(self.config.image)) from exc
             except DockerException as exc:
                 raise SandboxUnavailableError(f"Docker is not reachable: {exc}") from exc
+            await self._start_listener()
             await self.reap()
             self._reaper = asyncio.get_running_loop().create_task(self._reap_periodically())
             self._started = True
             self.pool.refill()
+
+    async def _start_listener(self) -> None:
+        if not self.config.direct_channel or not engine_is_local(self.config.docker_host):
+            return
+        listener = HostListener()
+        try:
+            await listener.start()
+        except OSError as exc:
+            log.info("sandbox.direct_channel_unavailable", error=str(exc))
+            await listener.aclose()
+            return
+        self.listener = listener
 
     async def create(self, spec: SandboxSpec | None = None) -> DockerSandboxEnvironment:
         spec = spec or SandboxSpec()
@@ -195,6 +212,8 @@ class DockerSandboxDriver(SandboxDriver):
             await self.destroy(env)
         for task in list(self._background):
             task.cancel()
+        if self.listener is not None:
+            await self.listener.aclose()
         self.api.close()
 
     # --- containers -----------------------------------------------------------------------------
@@ -212,6 +231,10 @@ class DockerSandboxDriver(SandboxDriver):
             nano_cpus=int(c.cpus * 1e9),
             init=c.init,
             read_only=c.read_only,
+            binds=self.listener.bind() if self.listener is not None else None,
+            storage_opt=self.disk.storage_opt,
+            tmpfs=self.disk.tmpfs or None,
+            runtime=c.runtime,
         )
         return {
             "image": c.image,
@@ -231,7 +254,16 @@ class DockerSandboxDriver(SandboxDriver):
         labels = container_labels(eval_id, sample_id, self.config.ttl, pool)
         name = _container_name(sample_id or "pool")
         try:
-            created = await self.api.call(self.api.api.create_container, name=name, **self._container_kwargs(labels))
+            try:
+                created = await self.api.call(self.api.api.create_container, name=name, **self._container_kwargs(labels))
+            except APIError as exc:
+                if self.disk.mechanism != "storage_opt" or "storage" not in str(exc).lower():
+                    raise
+                # e.g. overlay2 on xfs without pquota: the layer cannot be capped; cap the writable paths.
+                log.warning("sandbox.layer_quota_refused", error=str(exc))
+                c = self.config
+                self.disk = await plan_disk(self.api, c.image, c.disk_limit, c.working_dir, c.writable_paths, False)
+                created = await self.api.call(self.api.api.create_container, name=name, **self._container_kwargs(labels))
             container_id = created["Id"]
         except DockerException as exc:
             raise SandboxUnavailableError(f"could not create a sandbox container: {exc}") from exc
@@ -240,12 +272,20 @@ class DockerSandboxDriver(SandboxDriver):
         try:
             await self.api.call(self.api.api.start, container_id)
             await env._channel(None)  # start the agent now (or learn that the fallback is needed)
+            await self._seed(env)
         except BaseException as exc:
             await self._remove(env)
             if isinstance(exc, DockerException):
                 raise SandboxUnavailableError(f"could not start a sandbox container: {exc}") from exc
             raise
         return env
+
+    async def _seed(self, env: DockerSandboxEnvironment) -> None:
+        """Copy the image's files into the capped tmpfs that now hides them (see ``_docker_disk``)."""
+        for path, tar in self.disk.seeds.items():
+            raw = await env.exec_raw(seed_command(path), input=tar, timeout=60)
+            if raw.returncode != 0:
+                log.warning("sandbox.disk_seed_failed", path=path, error=raw.stderr[-500:].decode("utf-8", "replace"))
 
     async def _pool_container(self) -> DockerSandboxEnvironment:
         return await self._new_container(self.eval_id, "", pool=self.config.limits_key()[:60])

@@ -19,9 +19,10 @@ from ._common import tool_state, with_timeout_note
 UNDO_DEPTH = 10
 SNIPPET_LINES = 4
 _DIR_EXIT = 100  # the view script's "this is a directory" code
+_SPECIAL_EXIT = 101  # exists but is not a regular file (a device, fifo, socket): never read
 _VIEW_DIR = (
     'if [ -d "$1" ]; then find "$1" -maxdepth 2 -not -path "*/.*" 2>/dev/null | sort; exit 100; fi; '
-    'if [ -e "$1" ]; then exit 0; fi; exit 2'
+    'if [ -f "$1" ]; then exit 0; fi; if [ -e "$1" ] || [ -L "$1" ]; then exit 101; fi; exit 2'
 )
 
 
@@ -72,6 +73,7 @@ def text_editor(timeout: int | None = 180, user: str | None = None) -> Tool:
         Returns:
           The result of the command.
         """
+        _check_absolute(path)
         env = sandbox()
         editor = _Editor(env, user)
         async with asyncio.timeout(timeout):
@@ -90,6 +92,19 @@ def text_editor(timeout: int | None = 180, user: str | None = None) -> Tool:
         raise ToolError(f"Unrecognized command '{command}'. Allowed: view, create, str_replace, insert, undo_edit.")
 
     return with_timeout_note(execute, timeout)
+
+
+class _Missing(ToolError):
+    """The path does not exist."""
+
+
+def _check_absolute(path: str) -> None:
+    """Inspect requires absolute paths: a relative one would depend on a cwd the model cannot see."""
+    if not path.startswith("/"):
+        suggestion = "/" + path.lstrip("./")
+        raise ToolError(
+            f"The path {path} is not an absolute path, it should start with `/`. Maybe you meant {suggestion}?"
+        )
 
 
 def _required(value: object, name: str, command: str):  # type: ignore[no-untyped-def]
@@ -115,6 +130,8 @@ class _Editor:
         result = await self.env.exec(["cat", "--", path], user=self.user)
         if not result.success:
             raise ToolError(result.stderr.strip() or f"Could not read {path}.")
+        if result.truncated:  # editing a partial read would write the file back cut short
+            raise ToolError(f"The file {path} is too large for the editor (over the sandbox's output cap).")
         return result.stdout
 
     async def _write(self, path: str, text: str) -> None:
@@ -129,7 +146,10 @@ class _Editor:
     async def _is_dir(self, path: str) -> tuple[bool, str]:
         result = await self.env.exec(["sh", "-c", _VIEW_DIR, "sh", path], user=self.user)
         if result.returncode == 2:
-            raise ToolError(f"The path {path} does not exist. Please provide a valid path.")
+            raise _Missing(f"The path {path} does not exist. Please provide a valid path.")
+        if result.returncode == _SPECIAL_EXIT:
+            raise ToolError(f"The path {path} is not a regular file or directory (e.g. a device or a pipe): "
+                            "the editor only works on regular files.")
         return result.returncode == _DIR_EXIT, result.stdout
 
     async def view(self, path: str, view_range: list[int] | None) -> str:
@@ -160,10 +180,10 @@ class _Editor:
         return f"File created successfully at: {path}"
 
     async def _is_dir_or_missing(self, path: str) -> tuple[bool | None, str]:
-        """(True, _) directory; (False, _) missing; (None, _) an existing file."""
+        """(True, _) directory; (False, _) missing; (None, _) an existing file (a special file: ToolError)."""
         try:
             is_dir, listing = await self._is_dir(path)
-        except ToolError:
+        except _Missing:
             return False, ""
         return (True if is_dir else None), listing
 

@@ -9,17 +9,23 @@ and unambiguous: a reader always knows how many bytes belong to a frame.
   host -> agent   RUN  (1): u32 json length, json spec, stdin bytes
                   KILL (2): empty; kill the process group of that request
                   PING (3): empty; answered with PONG
-                  LISTEN (6): empty; answered with LISTENING
+                  CONNECT (8): json {"path"}; answered with CONNECTED
   agent -> host   RESULT (4): u32 json length, json status, stdout bytes, stderr bytes
-                  PONG   (5): json {"version", "pid", "uid"}
-                  LISTENING (7): json {"path"} or {"error"}
+                  PONG   (5): json {"version", "pid", "uid", "oom_kills"}
+                  CONNECTED (9): json {"ok": true} or {"error"}
 
-Direct channel (protocol 4): on LISTEN the agent listens on a unix socket in a fresh private
-directory (``mkdtemp``: mode 0700, its own user's) under /dev/shm and tells the host the path; the
-first connection becomes the channel (frames read from it, answers written to it), and the socket
-file is removed at once. stdin stays open as the lifetime anchor: EOF there still ends the agent.
-A host that can reach the container's filesystem (``/proc/<pid>/root``) skips the Docker daemon's
-stream copying this way (measured here: ~0.4 ms less per call, and no daemon CPU per call).
+Direct channel (protocol 5): the HOST listens, on a unix socket in a directory it owns and
+bind-mounts read-only into the container; on CONNECT the agent connects to that path and the
+connection becomes the channel (frames read from it, answers written to it). The host accepts a
+connection only from this agent's pid (``SO_PEERCRED``), and never resolves a path inside the
+sandbox, so nothing the sandbox writes can redirect it. stdin stays open as the lifetime anchor:
+EOF there still ends the agent. The direct channel skips the Docker daemon's stream copying
+(measured here: ~0.4 ms less per call, and no daemon CPU per call).
+
+Nothing a request carries can end the agent: an argv the kernel cannot take (a NUL byte, a lone
+surrogate, a wrong type) is that request's error result. Output is kept as head and tail up to the
+request's cap (the middle is dropped as it arrives and counted), so a command printing 500 MB costs
+at most ``cap`` bytes per stream here.
 
 One thread, one selector: the channel, every command's pipes and a SIGCHLD wakeup all feed the same
 loop, so concurrent commands cost no threads. Commands start with ``posix_spawn`` (vfork-like) in a
@@ -42,15 +48,15 @@ import shutil
 import signal
 import socket
 import struct
-import tempfile
 import termios
 import time
 
-VERSION = 4
+VERSION = 5
 HEADER = struct.Struct(">IBI")
 U32 = struct.Struct(">I")
-RUN, KILL, PING, RESULT, PONG, LISTEN, LISTENING = 1, 2, 3, 4, 5, 6, 7
-SOCKET_DIRS = ("/dev/shm", "/tmp")
+RUN, KILL, PING, RESULT, PONG, CONNECT, CONNECTED = 1, 2, 3, 4, 5, 8, 9
+CONNECT_TIMEOUT = 5.0
+DEFAULT_CAP = 1024 * 1024
 # After the command exits, background children may still hold its pipes open; wait this long for
 # EOF, then return (they keep running, as with a shell).
 EXIT_GRACE = 0.5
@@ -73,12 +79,66 @@ def oom_kills():
     return None
 
 
+def bad_argv(argv, env, cwd):
+    """Why the kernel could not take this command (None if it can): checked before any fd is made."""
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        return "argv must be a non-empty list of strings"
+    texts = list(argv) + ([cwd] if cwd else [])
+    if env:
+        if not isinstance(env, dict):
+            return "env must be an object"
+        texts += [str(k) for k in env] + [str(v) for v in env.values()]
+    for text in texts:
+        if "\0" in text:
+            return "the command contains a NUL byte, which no process can take as an argument"
+        try:
+            os.fsencode(text)
+        except UnicodeError:
+            return "the command contains a lone surrogate, which cannot be encoded as UTF-8"
+    return None
+
+
 def start_time(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
             return f.read().rsplit(")", 1)[1].split()[19]  # field 22: start time in clock ticks
     except (OSError, IndexError):
         return None
+
+
+class Capture:
+    """One stream's output, bounded: the first ``cap - cap // 2`` bytes and the last ``cap // 2``."""
+
+    __slots__ = ("head", "tail", "head_cap", "tail_cap", "total")
+
+    def __init__(self, cap):
+        self.tail_cap = cap // 2
+        self.head_cap = cap - self.tail_cap
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk):
+        self.total += len(chunk)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk and self.tail_cap:
+            self.tail += chunk
+            if len(self.tail) > 2 * self.tail_cap:  # trim in batches, not on every chunk
+                del self.tail[:-self.tail_cap]
+
+    @property
+    def truncated(self):
+        return self.total > self.head_cap + self.tail_cap
+
+    def value(self):
+        if not self.truncated:
+            return bytes(self.head + self.tail)
+        omitted = self.total - self.head_cap - self.tail_cap
+        marker = ("\n[... %d bytes omitted ...]\n" % omitted).encode()
+        return bytes(self.head) + marker + bytes(self.tail[-self.tail_cap:] if self.tail_cap else b"")
 
 
 class Job:
@@ -90,7 +150,7 @@ class Job:
         self.pid = pid
         self.cap = cap
         self.deadline = None if timeout is None else time.monotonic() + float(timeout)
-        self.bufs = {1: bytearray(), 2: bytearray()}
+        self.bufs = {1: Capture(cap), 2: Capture(cap)}
         self.open_reads = 2
         self.stdin_fd = None
         self.pending = None
@@ -213,8 +273,7 @@ class Agent:
         self.jobs = {}
         self.inbufs = {0: bytearray()}  # per channel fd: stdin, then the direct socket if any
         self.out_fd = 1  # where answers go: stdout, then the direct socket
-        self.listener = None  # (socket, path) while waiting for the host's direct connection
-        self.conn = None
+        self.conn = None  # the host's direct channel, once connected
         self.devnull = os.open(os.devnull, os.O_RDONLY)  # non-inheritable, like every fd Python opens
         self.oom_seen = oom_kills()
         self.running = True
@@ -255,54 +314,47 @@ class Agent:
                 break
             payload = bytes(inbuf[offset + HEADER.size:end])
             offset = end
-            if kind == RUN:
-                (jlen,) = U32.unpack_from(payload)
-                self.start(req_id, json.loads(payload[4:4 + jlen]), payload[4 + jlen:])
-            elif kind == KILL:
-                job = self.jobs.get(req_id)
-                if job is not None:
-                    job.kill()
-            elif kind == PING:
-                info = {"version": VERSION, "pid": os.getpid(), "uid": os.getuid()}
-                self.send(req_id, PONG, json.dumps(info).encode())
-            elif kind == LISTEN:
-                self.listen(req_id)
+            try:
+                self.handle(fd, req_id, kind, payload)
+            except Exception as exc:  # noqa: BLE001 - one bad request is its own error, never the agent's end
+                if kind == RUN and req_id not in self.jobs:
+                    self.refuse(req_id, "toolfleet exec agent: bad request: %r" % (exc,))
         del inbuf[:offset]
 
-    def listen(self, req_id):
-        if self.listener is not None or self.conn is not None:
-            self.send(req_id, LISTENING, json.dumps({"error": "already listening"}).encode())
-            return
-        try:
-            base = next(d for d in SOCKET_DIRS if os.access(d, os.W_OK | os.X_OK))
-            path = os.path.join(tempfile.mkdtemp(prefix="toolfleet-agent-", dir=base), "channel")
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.bind(path)
-            sock.listen(1)
-            sock.setblocking(False)
-        except (OSError, StopIteration) as exc:
-            self.send(req_id, LISTENING, json.dumps({"error": str(exc) or "no writable socket directory"}).encode())
-            return
-        self.listener = (sock, path)
-        self.sel.register(sock, selectors.EVENT_READ, ("accept", None))
-        self.send(req_id, LISTENING, json.dumps({"path": path}).encode())
+    def handle(self, fd, req_id, kind, payload):
+        if kind == RUN:
+            (jlen,) = U32.unpack_from(payload)
+            self.start(req_id, json.loads(payload[4:4 + jlen]), payload[4 + jlen:])
+        elif kind == KILL:
+            job = self.jobs.get(req_id)
+            if job is not None:
+                job.kill()
+        elif kind == PING:
+            info = {"version": VERSION, "pid": os.getpid(), "uid": os.getuid(), "oom_kills": self.oom_seen}
+            self.send(req_id, PONG, json.dumps(info).encode())
+        elif kind == CONNECT and fd == 0:
+            self.connect(req_id, json.loads(payload)["path"])
 
-    def on_accept(self):
-        sock, path = self.listener
-        try:
-            conn, _ = sock.accept()
-        except BlockingIOError:
+    def refuse(self, req_id, message, code=126):
+        status = {"returncode": code, "timed_out": False, "truncated": False, "oom": False,
+                  "error": {"errno": None, "strerror": message}}
+        self.finish_raw(req_id, status, b"", message.encode("utf-8", "replace"))
+
+    def connect(self, req_id, path):
+        """Move the channel to the host's socket (see the module docstring); answered on stdout."""
+        if self.conn is not None:
+            self.send(req_id, CONNECTED, json.dumps({"error": "already connected"}).encode())
             return
-        self.sel.unregister(sock)
-        sock.close()
-        self.listener = None
-        for remove in (os.unlink, os.rmdir):  # nothing else can connect, nothing is left behind
-            try:
-                remove(path)
-            except OSError:
-                pass
-            path = os.path.dirname(path)
-        conn.setblocking(True)
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.settimeout(CONNECT_TIMEOUT)
+            conn.connect(path)
+            conn.settimeout(None)
+        except OSError as exc:
+            conn.close()
+            self.send(req_id, CONNECTED, json.dumps({"error": str(exc)}).encode())
+            return
+        self.send(req_id, CONNECTED, b'{"ok": true}')
         self.conn = conn
         fd = conn.fileno()
         self.inbufs[fd] = bytearray()
@@ -313,6 +365,10 @@ class Agent:
 
     def start(self, req_id, spec, stdin_data):
         argv = spec["argv"]
+        problem = bad_argv(argv, spec.get("env"), spec.get("cwd"))
+        if problem:
+            self.refuse(req_id, "toolfleet exec agent: " + problem)
+            return
         env = os.environ
         if spec.get("env"):
             env = dict(os.environ)
@@ -337,9 +393,12 @@ class Agent:
                 if not self.drop_all_spares():
                     raise
                 pid = self.spawn(argv, env, cwd, actions)
-        except OSError as exc:
+        except (OSError, ValueError, TypeError) as exc:
             for fd in (out_r, out_w, err_r, err_w) + ((in_r, in_w) if has_input else ()):
                 os.close(fd)
+            if not isinstance(exc, OSError):  # e.g. bytes the kernel cannot take
+                self.refuse(req_id, "toolfleet exec agent: cannot start the command: %s" % (exc,))
+                return
             # Same codes a shell uses: 127 not found, 126 found but not executable.
             code = 127 if isinstance(exc, FileNotFoundError) else 126
             where = cwd if (cwd and not os.path.isdir(cwd)) else argv[0]
@@ -374,7 +433,7 @@ class Agent:
         return pid
 
     def add_job(self, req_id, pid, spec, out_r, err_r, in_w, stdin_data):
-        job = Job(req_id, pid, int(spec.get("cap") or 10 * 1024 * 1024), spec.get("timeout"))
+        job = Job(req_id, pid, int(spec.get("cap") or DEFAULT_CAP), spec.get("timeout"))
         self.jobs[req_id] = job
         self.sel.register(out_r, selectors.EVENT_READ, ("out", (job, 1)))
         self.sel.register(err_r, selectors.EVENT_READ, ("out", (job, 2)))
@@ -533,12 +592,7 @@ class Agent:
             os.close(fd)
             job.open_reads -= 1
             return
-        buf = job.bufs[stream]
-        room = job.cap - len(buf)
-        if room > 0:
-            buf += chunk[:room]
-        if len(chunk) > room:
-            job.truncated = True  # keep draining so the writer never blocks
+        job.bufs[stream].add(chunk)  # bounded; keeps draining so the writer never blocks
 
     def on_input(self, job):
         try:
@@ -605,13 +659,16 @@ class Agent:
             if code < 0 and not job.timed_out and (unread or not data):
                 self.start(job.req_id, dict(spec, spares=0), data)
                 return
+        out, err = job.bufs[1], job.bufs[2]
         status = {"returncode": 128 - code if code < 0 else code, "timed_out": job.timed_out,
-                  "truncated": job.truncated, "oom": False}
+                  "truncated": out.truncated or err.truncated, "oom": False,
+                  "stdout_total": out.total, "stderr_total": err.total}
         if code == -signal.SIGKILL and not job.timed_out:
             now = oom_kills()
             status["oom"] = now is not None and self.oom_seen is not None and now > self.oom_seen
             self.oom_seen = now
-        self.finish_raw(job.req_id, status, bytes(job.bufs[1]), bytes(job.bufs[2]))
+            status["oom_kills"] = now
+        self.finish_raw(job.req_id, status, out.value(), err.value())
 
     def finish_raw(self, req_id, status, out, err):
         status["stdout_len"] = len(out)
@@ -636,8 +693,6 @@ class Agent:
                     self.on_output(key.fd, *data)
                 elif kind == "chan":
                     self.on_channel(data)
-                elif kind == "accept":
-                    self.on_accept()
                 elif kind == "in":
                     self.on_input(data)
                 else:

@@ -1,0 +1,74 @@
+"""Sandbox → host, disk and files (issue 10.8): a sandbox cannot fill the host's disk, the editor
+never reads a device or follows a relative path, and every call has a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+
+import docker
+import pytest
+
+import workers.executor
+from tests.sandbox.fixtures import sandbox_factory  # noqa: F401  (fixture)
+from tests.tools.helpers import call
+from workers.tools import bash, text_editor
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.mark.parametrize("where", ["$HOME", "/tmp", "/var/tmp"])
+async def test_filling_the_disk_is_enospc_in_the_sandbox_only(sandbox_factory, where):
+    env = await sandbox_factory("docker", disk_limit="64m", mem_limit="512m")
+    assert env.driver.disk.mechanism in ("storage_opt", "tmpfs")
+    fill = f"dd if=/dev/zero of={where}/fill bs=1M count=200 2>&1; echo rc=$?"
+    result = await env.exec(["bash", "-c", fill], timeout=120)
+    assert "No space left on device" in result.stdout and "rc=0" not in result.stdout
+    # The host's disk did not take the write: the container's own layer stayed small.
+    size_rw = docker.from_env(timeout=30).api.inspect_container(env.container_id, size=True).get("SizeRw") or 0
+    assert size_rw < 32 * 1024 * 1024
+    # Only the sandbox is affected: freeing space makes it usable again.
+    assert (await env.exec(["bash", "-c", f"rm {where}/fill && echo freed"])).stdout == "freed\n"
+
+
+async def test_the_capped_home_keeps_the_images_files(sandbox_factory):
+    env = await sandbox_factory("docker")
+    listing = (await env.exec(["bash", "--login", "-c", "ls -A ~; touch ~/mine && echo writable"])).stdout
+    assert ".profile" in listing and "writable" in listing
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "/dev/urandom", "/tmp/zero-link", "/tmp/fifo"])
+async def test_the_editor_refuses_non_regular_files(sandbox_factory, path):
+    env = await sandbox_factory("docker")
+    await env.exec(["sh", "-c", "ln -sf /dev/zero /tmp/zero-link; mkfifo /tmp/fifo"])
+    for command, args in (("view", {}), ("str_replace", {"old_str": "a", "new_str": "b"}),
+                          ("insert", {"insert_line": 0, "new_str": "x"}), ("create", {"file_text": "x"})):
+        outcome = await call(env, text_editor(timeout=120), command=command, path=path, **args)
+        assert outcome.fatal is None and outcome.error is not None, (command, outcome.result)
+        assert outcome.error.type == "unknown", (command, outcome.error)
+        assert "not a regular file" in outcome.error.message or "already exists" in outcome.error.message
+
+
+@pytest.mark.parametrize("path", ["notes.txt", "./notes.txt", "../etc/passwd", "~/notes.txt", ""])
+async def test_the_editor_refuses_relative_paths(sandbox_factory, path):
+    env = await sandbox_factory("docker")
+    for command, args in (("view", {}), ("create", {"file_text": "x"})):
+        outcome = await call(env, text_editor(), command=command, path=path, **args)
+        assert outcome.error is not None and "not an absolute path" in outcome.error.message
+    assert "notes.txt" not in (await env.exec(["ls", "-A"])).stdout  # nothing was written anywhere
+
+
+async def test_a_call_without_a_timeout_still_has_a_deadline(sandbox_factory, monkeypatch):
+    """Embedded mode: a tool without ``timeout`` gets the default deadline (shortened here to run fast),
+    and its command is killed, not just abandoned."""
+    env = await sandbox_factory("docker")
+    monkeypatch.setattr(workers.executor, "DEFAULT_CALL_DEADLINE", 2.0)
+    outcome = await call(env, bash(), cmd="echo started > /tmp/marker; sleep 600")
+    assert outcome.error is not None and outcome.error.type == "timeout"
+    assert "timed out after 2 seconds" in outcome.error.message
+    ps = ""
+    for _ in range(100):
+        ps = (await env.exec(["sh", "-c", "ps -eo args | grep -c '^sleep 600' || true"])).stdout.strip()
+        if ps == "0":
+            break
+        await asyncio.sleep(0.05)
+    assert ps == "0"

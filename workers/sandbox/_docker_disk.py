@@ -1,0 +1,125 @@
+"""Per-sandbox writable-space cap (issue 10.8): which mechanism this Docker host can enforce, and how.
+
+- ``storage_opt={"size": disk_limit}`` caps the container's own layer (everything it writes anywhere).
+  Docker enforces it only with: overlay2 on an xfs backing filesystem mounted with ``pquota``,
+  btrfs, zfs, devicemapper (and windowsfilter). Other drivers (fuse-overlayfs, vfs on ext4, overlay2
+  on ext4) refuse the option ("--storage-opt is not supported").
+- Elsewhere: a size-capped tmpfs on each writable path (``/tmp``, ``/var/tmp``, ``/run/lock`` and the
+  image's working directory, or ``writable_paths``). Writing past a path's size is ENOSPC inside the
+  sandbox only. tmpfs pages are charged to the container's memory cgroup, so all of them together can
+  never exceed ``mem_limit`` either (and what is stored there is memory the sandbox's programs lack).
+  The working directory's contents (e.g. the home's dotfiles) are copied into its tmpfs at start.
+  Not covered by this fallback: paths outside the list that a command can write — for a non-root
+  sandbox user in our image there are none; a command run as ``user="root"`` (no capabilities, but
+  owner of the image's files) can still write the container layer unbounded. ``read_only: true``
+  closes that too, for images that write nothing outside the listed paths.
+"""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import tarfile
+from dataclasses import dataclass, field
+
+import structlog
+from docker.errors import DockerException
+
+from ._docker_api import DockerAPI
+
+log = structlog.get_logger("toolfleet.sandbox")
+
+QUOTA_DRIVERS = {"btrfs", "zfs", "devicemapper", "windowsfilter"}
+DEFAULT_WRITABLE = ("/tmp", "/var/tmp", "/run/lock")
+SEED_LIMIT = 16 * 1024 * 1024  # a working directory larger than this is not copied into its tmpfs
+
+
+def layer_quota_supported(info: dict) -> bool:
+    """Whether this daemon's storage driver can cap a container's layer (``docker info``)."""
+    driver = str(info.get("Driver") or "")
+    if driver in QUOTA_DRIVERS:
+        return True
+    if driver == "overlay2":
+        status = dict((k, v) for k, v in (info.get("DriverStatus") or []) if isinstance(k, str))
+        return status.get("Backing Filesystem") == "xfs"  # and pquota: the create call tells us
+    return False
+
+
+@dataclass
+class DiskPlan:
+    """What every container of one driver gets."""
+
+    mechanism: str  # "storage_opt", "tmpfs" or "none"
+    limit: str | None
+    storage_opt: dict[str, str] | None = None
+    tmpfs: dict[str, str] = field(default_factory=dict)
+    seeds: dict[str, bytes] = field(default_factory=dict)  # path -> tar of the image's contents there
+
+
+async def plan_disk(
+    api: DockerAPI, image: str, limit: str | None, working_dir: str | None, paths: list[str] | None,
+    quota: bool,
+) -> DiskPlan:
+    if not limit:
+        return DiskPlan("none", None)
+    if quota:
+        return DiskPlan("storage_opt", limit, storage_opt={"size": limit})
+    wanted = list(paths) if paths is not None else [*DEFAULT_WRITABLE, *([working_dir] if working_dir else [])]
+    plan = DiskPlan("tmpfs", limit)
+    for path in dict.fromkeys(posixpath.normpath(p) for p in wanted if p and p.startswith("/") and p != "/"):
+        options = f"size={limit},mode=1777"
+        if path not in DEFAULT_WRITABLE:
+            tar, owner = await _image_contents(api, image, path)
+            if owner is not None:
+                uid, gid, mode = owner
+                options = f"size={limit},uid={uid},gid={gid},mode={mode:o}"
+            if tar:
+                plan.seeds[path] = tar
+        plan.tmpfs[path] = options
+    return plan
+
+
+async def _image_contents(api: DockerAPI, image: str, path: str) -> tuple[bytes | None, tuple[int, int, int] | None]:
+    """The image's files at ``path`` (a tar) and the directory's owner and mode, from a never-started container."""
+    try:
+        created = await api.call(api.api.create_container, image, command=["true"], entrypoint=[],
+                                 network_disabled=True)
+    except DockerException as exc:
+        log.warning("sandbox.disk_seed_failed", path=path, error=str(exc))
+        return None, None
+    try:
+        stream, _stat = await api.call(api.api.get_archive, created["Id"], path)
+        data = await api.call(_read_bounded, stream, SEED_LIMIT + 1)
+    except DockerException:
+        return None, None  # no such path in the image: an empty tmpfs
+    finally:
+        try:
+            await api.call(api.api.remove_container, created["Id"], force=True)
+        except DockerException:
+            pass
+    owner = None
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data[:SEED_LIMIT])) as tar:
+            top = tar.next()
+            if top is not None and top.isdir():
+                owner = (top.uid, top.gid, top.mode & 0o7777)
+    except tarfile.TarError:
+        pass
+    if len(data) > SEED_LIMIT:
+        log.warning("sandbox.disk_seed_too_large", path=path, limit=SEED_LIMIT)
+        return None, owner
+    return data, owner
+
+
+def _read_bounded(stream, limit: int) -> bytes:  # type: ignore[no-untyped-def]
+    out = bytearray()
+    for chunk in stream:
+        out += chunk
+        if len(out) >= limit:
+            break
+    return bytes(out)
+
+
+def seed_command(path: str) -> list[str]:
+    """Unpack a seed tar (its top entry is ``path``'s own name) into the tmpfs at ``path``."""
+    return ["tar", "-x", "--no-same-owner", "-C", posixpath.dirname(path) or "/", "-f", "-"]
