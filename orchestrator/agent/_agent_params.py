@@ -12,7 +12,7 @@ from typing import Any, get_type_hints
 
 import docstring_parser
 
-from ._agent import Agent, agent_name
+from ._agent import Agent, agent_description, agent_name
 
 
 def agent_parameters(agent: Agent, curried: dict[str, Any], skip: tuple[str, ...] = ()) -> tuple[list[inspect.Parameter], dict[str, str]]:
@@ -46,3 +46,15 @@ def agent_parameters(agent: Agent, curried: dict[str, Any], skip: tuple[str, ...
                                         annotation=hints.get(pname, Any)))
         descriptions[pname] = docs[pname]
     return params, descriptions
+
+
+def require_description(agent: Agent, description: str | None) -> str:
+    """The tool description: the argument, else the agent's (``@agent(description=...)``,
+    ``react(description=...)``, a docstring); Inspect refuses to build the tool without one."""
+    resolved = description or agent_description(agent)
+    if not resolved:
+        raise ValueError(
+            f"Description not provided for agent function '{agent_name(agent)}'. Provide a description either "
+            "via @agent(description='<description>'), the description argument to as_tool() or handoff(), or "
+            "via a doc comment on the agent's execute function.")
+    return resolved

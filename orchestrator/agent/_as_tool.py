@@ -19,7 +19,7 @@ from orchestrator.tool._tool_def import ToolDef
 from orchestrator.util._limits import Limit, turn_limit
 
 from ._agent import Agent, AgentState, agent_description, agent_name
-from ._agent_params import agent_parameters
+from ._agent_params import agent_parameters, require_description
 from ._nested import nested_run
 from ._run import run
 
@@ -64,7 +64,7 @@ def as_tool(
     return ToolDef(
         _with_signature(execute, signature, tool_name),
         name=tool_name,
-        description=description or agent_description(agent) or f"Ask the {display} agent.",
+        description=require_description(agent, description),
         parameters=descriptions,
         runs_on="orchestrator",
         max_output=max_output,

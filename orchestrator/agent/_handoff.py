@@ -38,7 +38,7 @@ from orchestrator.tool._tool_def import ToolDef
 from orchestrator.util._limits import Limit
 
 from ._agent import Agent, agent_description, agent_name
-from ._agent_params import agent_parameters
+from ._agent_params import agent_parameters, require_description
 from ._as_tool import _with_signature
 from ._filter import apply_filter, content_only, prefix_assistant
 from ._nested import AgentDepthError, nested_run
@@ -110,7 +110,7 @@ def handoff(
     tool = ToolDef(
         _with_signature(execute, inspect.Signature(extra), "handoff"),
         name=tool_name or f"transfer_to_{name}",
-        description=description or agent_description(agent) or f"Hand the conversation to the {name} agent.",
+        description=require_description(agent, description),
         parameters=descriptions or None,
         parallel=False,
         runs_on="orchestrator",

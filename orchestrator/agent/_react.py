@@ -163,7 +163,8 @@ def react(
                             message = await message(state, scores)
                         state.messages.append(ChatMessageUser(content=message))
 
-            if not await _continue(state, tool_calls):
+            # As in Inspect, the output *after* the tools decides (a handoff's agent may have answered).
+            if not await _continue(state, _has_tool_calls(state)):
                 break
 
     async def _continue(state: AgentState, tool_calls: bool) -> bool:
@@ -214,6 +215,11 @@ def _system_message(prompt: str | AgentPrompt | None, submit_name: str | None, t
             parts.append(_named(prompt.assistant_prompt, submit_name or "submit"))
     text = "\n\n".join(p for p in parts if p)
     return ChatMessageSystem(content=text)
+
+
+def _has_tool_calls(state: AgentState) -> bool:
+    output = state.output
+    return bool(output.choices and output.message.tool_calls)
 
 
 def _named(template: str, submit_name: str) -> str:

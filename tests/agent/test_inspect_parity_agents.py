@@ -130,6 +130,8 @@ async def test_handoff_keeps_sibling_calls_and_runs_later_ones(bound) -> None:
     # content_only turns the helper's tool call and result into text
     assert "[helper] tool call for tool add\nadd(x=5, y=5)" in texts(state.messages, "assistant")
     assert "10" in users and "The helper agent has completed its work." in users
+    # the helper's output (no tool calls) is the turn's output, so the continue prompt follows
+    assert state.messages[state.messages.index(tools[2]) + 1].text.startswith("\nPlease proceed")
 
 
 async def test_content_only_converts_tool_calls_to_text() -> None:
@@ -187,9 +189,18 @@ def test_handoff_and_as_tool_validate_kwargs_and_docs_at_build_time() -> None:
         handoff(sized(), colour="red")
     with pytest.raises(ValueError, match="does not have a 'colour' parameter"):
         as_tool(sized(), colour="red")
-    with pytest.raises(ValueError, match="Description not provided"):
-        handoff(undocumented())
-    as_tool(react(), max_output=0)  # an as_tool option, as in Inspect
+    with pytest.raises(ValueError, match="Description not provided for parameter"):
+        handoff(undocumented(), description="d")
+    @agent
+    def nameless():
+        async def execute(state: AgentState) -> AgentState:
+            return state
+
+        return execute
+
+    with pytest.raises(ValueError, match="Description not provided for agent function"):
+        as_tool(nameless())
+    as_tool(react(description="d"), max_output=0)  # an as_tool option, as in Inspect
     from orchestrator.tool import ToolDef
 
     assert "size" in ToolDef(handoff(sized())).parameters.properties
@@ -229,8 +240,9 @@ def test_submit_placeholder_in_prompts() -> None:
 
     with_submit = _system_message(AgentPrompt(instructions="i", assistant_prompt="call {submit}"), "finish", [])
     assert with_submit.text == "i\n\ncall finish"
-    without = _system_message(AgentPrompt(instructions="i {submit}", assistant_prompt="a"), None, [])
-    assert without.text == "i {submit}\n\na"
+    # Inspect leaves {submit} in the instructions, and names "submit" without a submit tool.
+    without = _system_message(AgentPrompt(instructions="i {submit}", assistant_prompt="a {submit}"), None, [])
+    assert without.text == "i {submit}\n\na submit"
 
 
 async def test_on_continue_with_no_submit_and_none_stops(bound) -> None:
