@@ -57,7 +57,6 @@ async def test_humaneval_native_inspect_format(tmp_path: Path, log_format: str) 
     assert exported.is_file()
     theirs = _read_inspect(exported)
     _compare(log, theirs)
-    assert theirs.results.scores[0].metrics["accuracy"].value == 1.0
     sample = next(s for s in theirs.samples if s.id == "HumanEval/0")
     assert [e.function for e in sample.events if e.event == "tool"] == ["text_editor", "python", "submit"]
 
