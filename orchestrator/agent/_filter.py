@@ -101,23 +101,58 @@ def prefix_assistant(messages: list[ChatMessage], name: str) -> list[ChatMessage
     return out
 
 
-def trim_messages(messages: list[ChatMessage], preserve: float = 0.7) -> list[ChatMessage]:
-    """Shrink a conversation that overflowed: keep system messages, the task input and the newest
-    ``preserve`` share of the rest, cut at an assistant turn so no tool result loses its call.
+async def trim_messages(messages: list[ChatMessage], preserve: float = 0.7) -> list[ChatMessage]:
+    """Shrink a conversation that overflowed, trimming what Inspect's ``trim_messages`` trims.
+
+    Keeps the system messages and the input (messages with ``source="input"``, else everything up
+    to the first user message), then the newest ``preserve`` share of the rest, minus tool results
+    whose call was cut, calls whose result was cut, and a trailing assistant message.
     """
-    if not 0 < preserve <= 1:
-        raise ValueError("preserve must be in (0, 1]")
-    system = [m for m in messages if isinstance(m, ChatMessageSystem)]
-    rest = [m for m in messages if not isinstance(m, ChatMessageSystem)]
-    # The input: leading user messages before the first assistant turn.
-    n_input = next((i for i, m in enumerate(rest) if not isinstance(m, ChatMessageUser)), len(rest))
-    head, conversation = rest[:n_input], rest[n_input:]
-    keep = int(len(conversation) * preserve)
-    start = len(conversation) - keep
-    # Never start on a tool result: walk forward to the next assistant or user message.
-    while start < len(conversation) and isinstance(conversation[start], ChatMessageTool):
-        start += 1
-    return system + head + conversation[start:]
+    if not 0 <= preserve <= 1:
+        raise ValueError(f"preserve must be in range [0,1], got {preserve}")
+    system, head, conversation = _partition(messages)
+    kept: list[ChatMessage] = []
+    open_calls: set[str] = set()
+    for message in conversation[int(len(conversation) * (1 - preserve)):]:
+        if isinstance(message, ChatMessageAssistant):
+            open_calls = {c.id for c in message.tool_calls or []}
+            kept.append(message)
+        elif isinstance(message, ChatMessageTool) and message.tool_call_id in open_calls:
+            kept.append(message)
+        elif isinstance(message, ChatMessageUser):
+            open_calls = set()
+            kept.append(message)
+    answered = {m.tool_call_id for m in kept if isinstance(m, ChatMessageTool)}
+    for i, message in enumerate(kept):
+        if isinstance(message, ChatMessageAssistant) and message.tool_calls:
+            calls = [c for c in message.tool_calls if c.id in answered]
+            if len(calls) != len(message.tool_calls):
+                kept[i] = message.model_copy(update={"tool_calls": calls or None})
+    if kept and isinstance(kept[-1], ChatMessageAssistant):
+        kept.pop()
+    return system + head + kept
+
+
+def _partition(messages: list[ChatMessage]) -> tuple[list[ChatMessage], list[ChatMessage], list[ChatMessage]]:
+    """(system, input, conversation) as Inspect partitions a history (summaries stay in the conversation)."""
+    system: list[ChatMessage] = []
+    head: list[ChatMessage] = []
+    conversation: list[ChatMessage] = []
+    for message in messages:
+        summary = "summary" in (message.metadata or {})
+        if isinstance(message, ChatMessageSystem):
+            system.append(message)
+        elif not summary and message.source == "input":
+            head.append(message)
+        else:
+            conversation.append(message)
+    if not head:
+        while conversation and "summary" not in (conversation[0].metadata or {}):
+            message = conversation.pop(0)
+            head.append(message)
+            if isinstance(message, ChatMessageUser):
+                break
+    return system, head, conversation
 
 
 async def apply_filter(fn: Any, messages: list[ChatMessage]) -> list[ChatMessage]:

@@ -71,10 +71,7 @@ def overflow_filter(truncation: Literal["auto", "disabled"] | MessageFilter) -> 
     if truncation == "disabled":
         return None
     if truncation == "auto":
-        async def auto(messages: list[Any]) -> list[Any]:
-            return trim_messages(messages)
-
-        return auto
+        return trim_messages
     if callable(truncation):
         return truncation
     raise ValueError(f"truncation must be 'auto', 'disabled' or a message filter, not {truncation!r}.")

@@ -18,9 +18,12 @@ def input_state(input: str | Sequence[ChatMessage] | AgentState) -> AgentState:
     """A fresh state from a string, a message list or a state (always a copy)."""
     if isinstance(input, str):
         return AgentState(messages=[ChatMessageUser(content=input, source="input")])
-    if isinstance(input, AgentState):
-        return input.copy()
-    return AgentState(messages=copy.deepcopy(list(input)))
+    # As in Inspect, the messages given are the input (``source="input"``; trimming keeps them).
+    messages = input.messages if isinstance(input, AgentState) else list(input)
+    state = AgentState(messages=[m.model_copy(deep=True, update={"source": "input"}) for m in messages])
+    if isinstance(input, AgentState) and input.has_output:
+        state.output = copy.deepcopy(input.output)
+    return state
 
 
 @overload

@@ -362,3 +362,28 @@ async def test_subtask_runs_in_its_own_span_and_logs_its_result(bound) -> None:
     assert await double(4) == 8
     [event] = [e for e in bound.find(InfoEvent) if e.source == "subtask"]
     assert event.data["input"] == {"x": 4} and event.data["result"] == 8
+
+
+async def test_truncation_auto_trims_what_inspect_trims(bound) -> None:
+    too_long = text("too long", stop_reason="model_length")
+    model = scripted(*[calls(call("add", x=i, y=0)) for i in range(5)], too_long, submit("ok"))
+    state = await run(react(tools=[at.add()], model=model, truncation="auto"), "go")
+    # system + input kept; of the 10 conversation messages the newest 70% (7), minus the tool
+    # result whose call was cut: the calls for x=2, 3 and 4 with their results.
+    assert roles(state.messages) == ["system", "user"] + ["assistant", "tool"] * 3 + ["assistant"]
+    assert [m.text for m in state.messages if m.role == "tool"] == ["2", "3", "4"]
+    assert state.output.completion == "ok"
+
+
+async def test_trim_messages_keeps_input_and_drops_a_trailing_assistant() -> None:
+    from orchestrator.agent import trim_messages
+    from orchestrator.model import ChatMessageAssistant, ChatMessageSystem
+
+    history = [ChatMessageSystem(content="s"), ChatMessageUser(content="q", source="input")]
+    history += [ChatMessageAssistant(content=f"a{i}") for i in range(4)]
+    trimmed = await trim_messages(history)
+    assert [m.text for m in trimmed] == ["s", "q", "a1", "a2"]  # newest 70% of 4 (a1..a3), trailing a3 dropped
+    # without source="input", the input is everything up to the first user message
+    history = [ChatMessageSystem(content="s"), ChatMessageUser(content="q"), ChatMessageUser(content="q2")]
+    history += [ChatMessageAssistant(content=f"a{i}") for i in range(4)]
+    assert [m.text for m in await trim_messages(history)] == ["s", "q", "a0", "a1", "a2"]
