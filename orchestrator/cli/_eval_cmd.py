@@ -28,6 +28,18 @@ def add_commands(commands: Any) -> None:
     _add_run_flags(r, defaults_from_log=True)
     r.set_defaults(handler=run_eval_retry)
 
+    es = commands.add_parser("eval-set", help="several tasks x models into one log dir, retried until complete",
+                             description="Run every task with every model into LOG_DIR; re-running the same "
+                                         "command completes an interrupted set (finished samples are kept).")
+    es.add_argument("tasks", nargs="+", metavar="TASK_FILE[@task]")
+    es.add_argument("--model", "-m", help="provider/model; comma-separate several")
+    es.add_argument("-M", dest="model_args", action="append", metavar="K=V", help="model argument (repeatable)")
+    es.add_argument("-T", dest="task_args", action="append", metavar="K=V", help="task argument (repeatable)")
+    es.add_argument("--retry-attempts", type=int, default=10, help="passes after the first while logs are incomplete")
+    es.add_argument("--retry-wait", type=float, default=30.0, help="seconds before the first retry pass (doubles)")
+    _add_run_flags(es)
+    es.set_defaults(handler=run_eval_set)
+
 
 def _add_run_flags(p: argparse.ArgumentParser, defaults_from_log: bool = False) -> None:
     note = " (default: as recorded in the log)" if defaults_from_log else ""
@@ -116,6 +128,25 @@ def run_eval(args: argparse.Namespace) -> int:
                                    resume=args.resume, **kwargs))
     print_summary(log)
     return 0 if log.status == "success" else 1
+
+
+def run_eval_set(args: argparse.Namespace) -> int:
+    from orchestrator.eval import eval_set_async
+    from orchestrator.util import tune_gc_for_many_samples
+
+    tune_gc_for_many_samples()
+    kwargs = _common_kwargs(args)
+    kwargs["retry_on_error"] = kwargs["retry_on_error"] or 0
+    kwargs["log_format"] = kwargs["log_format"] or "jsonl"
+    models = [m for m in (args.model or "").split(",") if m] or None
+    ok, logs = asyncio.run(eval_set_async(args.tasks, args.log_dir, models, retry_attempts=args.retry_attempts,
+                                          retry_wait=args.retry_wait, task_args=parse_kv(args.task_args, "-T"),
+                                          model_args=parse_kv(args.model_args, "-M"), **kwargs))
+    for log in logs:
+        print_summary(log)
+    print(f"eval-set: {'complete' if ok else 'incomplete (re-run the same command to continue)'} "
+          f"({sum(log.status == 'success' for log in logs)}/{len(logs)} logs complete)")
+    return 0 if ok else 1
 
 
 def run_eval_retry(args: argparse.Namespace) -> int:

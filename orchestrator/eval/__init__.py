@@ -2,6 +2,7 @@
 
 from ._errors import BrokerUnreachableError, DockerUnreachableError, EvalSetupError, PolicyFileError
 from ._eval import eval, eval_async, eval_retry, eval_retry_async
+from ._eval_set import eval_set, eval_set_async
 from ._log import (
     LOG_FORMAT,
     LOG_VERSION,
@@ -46,6 +47,8 @@ __all__ = [
     "eval_async",
     "eval_retry",
     "eval_retry_async",
+    "eval_set",
+    "eval_set_async",
     "load_task",
     "read_eval_log",
     "scripted_policies",

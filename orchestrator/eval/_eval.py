@@ -15,6 +15,7 @@ them when the next run starts its driver (workers reap at start and periodically
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import traceback
 import uuid
@@ -106,6 +107,7 @@ async def eval_async(
     epochs_reducer: str | Sequence[str] | None = None,
     config: GenerateConfig | dict[str, Any] | None = None,
     log_format: LogFormat = "jsonl",
+    skip_complete: bool = False,
 ) -> list[EvalLog]:
     """Run every task; see the module docstring for concurrency and resume semantics.
 
@@ -118,7 +120,8 @@ async def eval_async(
     ``max_subprocesses``: tool calls executing at once. ``epochs_reducer``: how epochs' scores reduce
     (see ``_reducers``). ``config``: generation settings (temperature, max_tokens, ...) over the task's.
     ``log_format``: "jsonl" (always written, for streaming and resume) plus, with "eval" or "json", an
-    Inspect-format copy written next to it when the eval ends.
+    Inspect-format copy written next to it when the eval ends. ``skip_complete``: a finished log of the
+    same identity in ``log_dir`` is returned instead of running again (what ``eval_set`` relies on).
     """
     task_list = [tasks] if isinstance(tasks, (Task, str)) else list(tasks)
     if log_file is not None and len(task_list) != 1:
@@ -149,7 +152,7 @@ async def eval_async(
                                broker, approval, review, message_limit, token_limit, time_limit, resume,
                                Path(log_file) if log_file else None, _sample_id_list(sample_id), fail_on_error,
                                max_connections, max_subprocesses, reducers, generate_config,
-                               recordable_args(model_args or {}), log_format)
+                               recordable_args(model_args or {}), log_format, skip_complete)
             logs.append(await _eval_task(task, resolved_model, dispatcher, options, display))
     finally:
         if own_dispatcher:
@@ -215,10 +218,13 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     notice: str | None = None
     path = o.log_file
     if path is None and o.resume:
-        path, notice = _find_resumable(o.log_dir, identity)
+        path, notice = _find_resumable(o.log_dir, identity, complete_too=o.skip_complete)
     finished: dict[tuple[str, int], EvalSample] = {}
     if path is not None:
         existing = read_eval_log(path)
+        if o.skip_complete and existing.status == "success":
+            print(f"toolfleet: {path} is complete: not run again", file=sys.stderr, flush=True)
+            return existing
         spec = existing.eval
         notice = f"resuming {path} ({sum(1 for s in existing.samples if s.error is None)} samples already done)"
         finished = {s.key: s for s in existing.samples if s.error is None}

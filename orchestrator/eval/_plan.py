@@ -47,6 +47,7 @@ class _Options:
     generate_config: GenerateConfig | None = None
     model_args: dict[str, Any] | None = None
     log_format: str = "jsonl"
+    skip_complete: bool = False
 
 
 def _sample_id_list(value: str | int | Sequence[str | int] | None) -> list[str] | None:
@@ -139,9 +140,9 @@ def _build_spec(task: Task, model: Model, samples: list[Sample], o: _Options, sa
     )
 
 
-def _find_resumable(log_dir: Path, identity: EvalIdentity) -> tuple[Path | None, str | None]:
-    """The newest unfinished log in ``log_dir`` with this identity; else why the newest unfinished log of the
-    same task (if any) was not resumed (a notice for the user)."""
+def _find_resumable(log_dir: Path, identity: EvalIdentity, complete_too: bool = False) -> tuple[Path | None, str | None]:
+    """The newest unfinished log in ``log_dir`` with this identity (or finished, with ``complete_too``: eval-set
+    skips those); else why the newest unfinished log of the same task (if any) was not resumed (a notice)."""
     if not log_dir.is_dir():
         return None, None
     passed_over: str | None = None
@@ -150,9 +151,11 @@ def _find_resumable(log_dir: Path, identity: EvalIdentity) -> tuple[Path | None,
             spec = read_eval_log(path, header_only=True).eval
             if spec.task != identity.task or spec.task_file != identity.task_file:
                 continue
-            if read_eval_log(path).status == "success":
-                continue
             differences = identity_differences(spec.identity, identity)
+            if read_eval_log(path).status == "success":
+                if complete_too and not differences:
+                    return path, None
+                continue
             if not differences:
                 return path, None
             if passed_over is None:
