@@ -53,7 +53,8 @@ async def test_s13a_a_handoff_is_reviewed_after_the_sub_agent_returns_by_its_too
     seen: list = []
     review = [ReviewPolicy(rt.scripted_review(seen=seen), tools="transfer_to_helper")]
     state = await run(parent_agent(helper_agent()), "please add")  # without review: the baseline
-    assert state.output.completion == "parent done"
+    # As in Inspect, a no-submit parent stops after the handoff turn: the helper's answer is the output.
+    assert state.output.completion == "helper finished"
     with review_policy_scope(review):
         await run(parent_agent(helper_agent()), "please add")
     [handoff_review] = seen

@@ -398,8 +398,10 @@ async def test_s25_a_reviewers_own_model_calls_do_not_count_toward_sample_limits
         check_limits()  # nothing breached
         assert (tokens.usage, turns.usage) == (0, 0)
         assert sample.total_tokens == 500  # still reported in the sample's usage, as a child figure
-        # Control: the same call made by the sample itself is charged (and would breach the limit).
-        await judge().generate("sample's own call")
+        # Control: the same call made by the sample itself is charged (and, as in Inspect, the model
+        # call that crosses the limit raises once its usage is recorded).
+        with pytest.raises(LimitExceededError):
+            await judge().generate("sample's own call")
         assert tokens.usage == 500
         with pytest.raises(LimitExceededError):
             check_limits()
