@@ -6,7 +6,6 @@ import inspect
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from orchestrator.log import transcript
 from orchestrator.model._chat_message import ChatMessage
 from orchestrator.model._model_output import ModelOutput
 from orchestrator.util._limits import Limit, apply_limits
@@ -26,9 +25,9 @@ class TaskStateLike(Protocol):
 def as_solver(agent: Agent, limits: Sequence[Limit] = (), **agent_kwargs: Any) -> Any:
     """A solver ``async (state, generate=None) -> state`` that runs ``agent`` on the task's messages.
 
-    ``limits`` apply to the agent: a breach stops it and the solver returns normally (recorded as
-    an info event). The agent's messages and output are copied back to the task state whatever
-    happens, so the log and the scorers see how far it got.
+    ``limits`` apply to the agent: as in Inspect, a breach ends the sample (the runner records the
+    limit and goes on to scoring). The agent's messages and output are copied back to the task
+    state whatever happens, so the log and the scorers see how far it got.
     """
     _check_required(agent, agent_kwargs)
     name = agent_name(agent)
@@ -38,10 +37,8 @@ def as_solver(agent: Agent, limits: Sequence[Limit] = (), **agent_kwargs: Any) -
         try:
             # Fresh limit objects per sample: one solver instance serves every sample.
             own = [_fresh(limit) for limit in limits]
-            with apply_limits(own, catch_errors=True) as scope:
+            with apply_limits(own):
                 agent_state = await run_in_span(agent, agent_state, name, **agent_kwargs)
-            if scope.limit_error is not None:
-                transcript().info({"limit": scope.limit_error.type, "message": scope.limit_error.message}, source=name)
         finally:
             state.messages = agent_state.messages
             state.output = agent_state.output

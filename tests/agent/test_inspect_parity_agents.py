@@ -72,9 +72,18 @@ async def test_custom_agent_as_solver_stops_at_the_message_limit(bound) -> None:
             self.output = None
 
     state = St()
-    with model_context(chatty_model()):
-        await solver(state)
+    with model_context(chatty_model()), pytest.raises(LimitExceededError):
+        await solver(state)  # the breach ends the sample (Inspect records it as the sample's limit)
     assert len(state.messages) == 10
+
+
+async def test_as_solver_limit_is_the_samples_limit(tmp_path) -> None:
+    task = Task(dataset=[Sample(input="go")], solver=as_solver(chatter(), limits=[message_limit(10)]))
+    [log] = await eval_async(task, chatty_model(), log_dir=tmp_path)
+    [sample] = log.samples
+    assert sample.error is None and sample.limit is not None
+    assert (sample.limit.type, sample.limit.message) == ("message", "Message limit exceeded. count: 11; limit: 10")
+    assert len(sample.messages) == 10
 
 
 @pytest.mark.parametrize(("limit", "kept", "runs"), [(4, 4, 1), (5, 5, 2), (6, 6, 2), (7, 7, 3)])

@@ -206,11 +206,13 @@ async def test_as_solver_copies_back_even_on_error(bound) -> None:
     assert state.output.message.tool_calls[0].function == "explode"
 
 
-async def test_as_solver_limits_stop_the_agent_quietly(bound) -> None:
+async def test_as_solver_limit_ends_the_sample_with_the_state_copied_back(bound) -> None:
+    # As in Inspect: the breach propagates (the sample runner records the limit, then scores).
     solver = as_solver(react(tools=[at.add()], model=add_forever()), limits=[message_limit(5)])
     for _ in range(2):  # one solver, several samples: each gets fresh limits
         state = FakeTaskState("go")
-        await solver(state)
+        with pytest.raises(LimitExceededError):
+            await solver(state)
         assert len(state.messages) == 5  # the 6th message (a tool result) is refused, as in Inspect
 
 
