@@ -47,6 +47,7 @@ class WorkerPolicy(BaseModel):
     max_pool_size: int = Field(8, ge=0)
     max_sandboxes: int = Field(256, gt=0, description="cap on a docker driver's containers on this host")
     max_ttl: float = Field(24 * 3600.0, gt=0)
+    local_root: str | None = Field(None, description="parent directory of local sandboxes (the worker's choice, never a message's)")
     allow_runsc: bool = Field(True, description="a message may ask for the gVisor runtime (stronger isolation)")
     max_outcome_bytes: int = Field(1 * MiB, gt=0, description="a call's result is cut to this size at the worker "
                                    "before it is cached or stored (the model sees far less: 16 KiB by default)")
@@ -104,6 +105,8 @@ def admit_sandbox(policy: WorkerPolicy, config: dict[str, Any]) -> dict[str, Any
         cap = parse_bytes(policy.max_memory)
         if mem > cap:
             admitted["mem_limit"] = policy.max_memory
+    if kind == "local":
+        admitted["root_dir"] = policy.local_root
     if "output_cap" in admitted:
         admitted["output_cap"] = min(admitted["output_cap"], policy.max_output_cap)
     return admitted

@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     trust.add_argument("--allow-local", action="store_true",
                        help="also run `local` sandboxes (subprocesses on this host as this user: NO isolation; "
                             "for development and tests only)")
+    trust.add_argument("--local-root", metavar="DIR", help="parent directory of local sandboxes (default: the system temp dir)")
     trust.add_argument("--image", dest="images", action="append", metavar="PATTERN",
                        help="allowed sandbox image pattern (repeatable; default toolfleet/*)")
     trust.add_argument("--allow-network", dest="networks", action="append", metavar="MODE",
@@ -75,7 +76,7 @@ def build_policy(args: argparse.Namespace) -> WorkerPolicy:
         images=args.images or ["toolfleet/*"],
         network_modes=["none", *(args.networks or [])],
         max_memory=args.max_memory, max_cpus=args.max_cpus, max_pids=args.max_pids,
-        max_outcome_bytes=args.max_outcome_bytes,
+        max_outcome_bytes=args.max_outcome_bytes, local_root=args.local_root,
     )
 
 

@@ -178,11 +178,11 @@ async def test_sigterm_drains_running_calls_and_takes_no_new_sandboxes(fleet, ma
 
 
 async def test_sandboxes_of_a_vanished_orchestrator_are_closed_by_their_host(fleet, make_dispatcher, tmp_path) -> None:
-    worker = fleet.worker()
-    d = make_dispatcher(lease_ttl=1.0)
     boxes = tmp_path / "boxes"
     boxes.mkdir()
-    route = await d.open_sandbox(local_spec("orphan").model_copy(update={"config": {"type": "local", "root_dir": str(boxes)}}))
+    worker = fleet.worker(extra_args=("--local-root", str(boxes)))  # the worker's choice: a message cannot name host dirs
+    d = make_dispatcher(lease_ttl=1.0)
+    route = await d.open_sandbox(local_spec("orphan"))
     assert len(list(boxes.iterdir())) == 1
     await d.aclose()  # stands in for a crashed orchestrator: its lease is no longer renewed
     client = fleet.redis.client()
