@@ -14,6 +14,7 @@ stays the source of truth (streaming, resume); this is a view of it.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import zipfile
 from pathlib import Path
@@ -88,10 +89,13 @@ def _event(e: dict[str, Any], model: str) -> dict[str, Any]:
     return {**base, "event": "info", "source": f"toolfleet.{kind}", "data": data}
 
 
-def _sample(s: dict[str, Any], model: str) -> dict[str, Any]:
+def _sample(s: dict[str, Any], model: str, eval_id: str) -> dict[str, Any]:
     error = s.get("error")
     limit = s.get("limit")
+    # The viewer addresses samples by uuid and expects the (here empty) attachment and store maps.
+    uuid = hashlib.sha256(f"{eval_id}/{s['id']}/{s.get('epoch', 1)}".encode()).hexdigest()[:22]
     return {
+        "uuid": uuid, "attachments": {}, "store": {}, "working_time": s.get("total_time"),
         "id": s["id"], "epoch": s.get("epoch", 1), "input": s.get("input", ""), "target": s.get("target", ""),
         "metadata": s.get("metadata") or {}, "messages": s.get("messages") or [],
         "output": _output(s.get("output"), model), "scores": s.get("scores") or {},
@@ -108,8 +112,8 @@ def _sample(s: dict[str, Any], model: str) -> dict[str, Any]:
 
 
 def _summary(s: dict[str, Any]) -> dict[str, Any]:
-    keep = ("id", "epoch", "input", "target", "metadata", "scores", "model_usage", "total_time", "started_at",
-            "completed_at")
+    keep = ("uuid", "id", "epoch", "input", "target", "metadata", "scores", "model_usage", "total_time",
+            "working_time", "started_at", "completed_at")
     out = {k: s[k] for k in keep if k in s}
     out["error"] = s["error"]["message"] if s.get("error") else None
     out["limit"] = s["limit"]["type"] if s.get("limit") else None
@@ -156,7 +160,7 @@ def inspect_log(log: Any) -> dict[str, Any]:
         "stats": {"started_at": _iso(stats.get("started_at")) or "", "completed_at": _iso(stats.get("completed_at")) or "",
                   "model_usage": {k: _usage(v) for k, v in (stats.get("model_usage") or {}).items()}},
         "error": _error(data["error"]["message"], data["error"].get("traceback")) if data.get("error") else None,
-        "samples": [_sample(s, model) for s in sorted(data["samples"], key=lambda s: (s["epoch"], str(s["id"])))],
+        "samples": [_sample(s, model, spec["eval_id"]) for s in sorted(data["samples"], key=lambda s: (s["epoch"], str(s["id"])))],
     }
     return out
 
