@@ -141,6 +141,10 @@ class MessageLimit(Limit):
         """The last conversation length checked against this limit (Inspect raises here instead)."""
         return self._last
 
+    def check(self, count: int | None = None, raise_for_equal: bool = False) -> None:  # type: ignore[override]
+        """Inspect's form: check a conversation of ``count`` messages (default: the last one checked)."""
+        self.check_count(self._last if count is None else count, raise_for_equal)
+
     def check_count(self, count: int, raise_for_equal: bool = False) -> None:
         self._last = count
         if self.limit is not None and (count > self.limit or (raise_for_equal and count == self.limit)):
