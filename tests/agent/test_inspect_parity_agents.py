@@ -396,3 +396,44 @@ async def test_trim_messages_keeps_input_and_drops_a_trailing_assistant() -> Non
     history = [ChatMessageSystem(content="s"), ChatMessageUser(content="q"), ChatMessageUser(content="q2")]
     history += [ChatMessageAssistant(content=f"a{i}") for i in range(4)]
     assert [m.text for m in await trim_messages(history)] == ["s", "q", "a0", "a1", "a2"]
+
+
+@agent
+def searcher():
+    async def execute(state: AgentState, max_searches: int = 5) -> AgentState:
+        """Reports its search budget.
+
+        Args:
+          state: The conversation.
+          max_searches: Maximum number of web searches to conduct.
+        """
+        state.messages.append(ChatMessageUser(content=f"The maximum searches is {max_searches}"))
+        return state
+
+    return execute
+
+
+@pytest.mark.parametrize(("arguments", "curried", "expected"), [({}, {}, 5), ({"max_searches": 10}, {}, 10),
+                                                               ({}, {"max_searches": 15}, 15)])
+async def test_handoff_passes_tool_arguments_and_curried_ones(bound, arguments, curried, expected) -> None:
+    parent = scripted(calls(call("transfer_to_searcher", **arguments)), text("reported"))
+    transfer = handoff(searcher(), **curried)
+    from orchestrator.tool import ToolDef
+
+    assert ("max_searches" in ToolDef(transfer).parameters.properties) == (not curried)
+    state = await run(react(tools=[transfer], model=parent, submit=False), "go")
+    assert f"The maximum searches is {expected}" in texts(state.messages, "user")
+
+
+async def test_handoff_to_an_agent_that_adds_nothing_says_it_completed(bound) -> None:
+    @agent(description="Does nothing.")
+    def idle():
+        async def execute(state: AgentState) -> AgentState:
+            return state
+
+        return execute
+
+    state = await run(react(tools=[handoff(idle())], model=scripted(calls(call("transfer_to_idle")), text("ok")),
+                            submit=False), "go")
+    assert roles(state.messages)[-3:] == ["tool", "user", "assistant"]
+    assert state.messages[-2].text == "The idle agent has completed its work."
