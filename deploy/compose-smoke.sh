@@ -16,6 +16,7 @@ LOGS=$(mktemp -d)
 export TOOLFLEET_LOG_DIR=$LOGS   # the orchestrator's /logs
 trap 'timeout 180 $COMPOSE down -v --remove-orphans >/dev/null 2>&1 || true; rm -f deploy/docker/extra-ca.crt' EXIT
 
+deploy/make-secrets.sh
 timeout 120 $COMPOSE config -q
 if [ -n "${EXTRA_CA:-}" ]; then cp "$EXTRA_CA" deploy/docker/extra-ca.crt; fi   # e.g. EXTRA_CA=/etc/ssl/certs/ca-certificates.crt
 echo "== build"

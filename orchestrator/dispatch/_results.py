@@ -39,7 +39,8 @@ class ResultListener:
     def __init__(self, url: str, health_interval: float = 5.0, on_reconnect: Callable[[], Awaitable[None]] | None = None,
                  keyring: _auth.Keyring | None = None) -> None:
         self._conn_kwargs = dict(parse_url(url))
-        self._conn_kwargs.pop("connection_class", None)
+        # rediss:// gives SSLConnection (TLS to the broker); keep it for the subscribed connection too.
+        self._conn_class = self._conn_kwargs.pop("connection_class", None) or Connection
         self.redis = Redis.from_url(url, socket_connect_timeout=5)  # GET/MGET re-checks (ordinary commands)
         self._futures: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._conn: Connection | None = None
@@ -122,7 +123,7 @@ class ResultListener:
         delay = 0.05
         first = True
         while not self._closed:
-            conn = Connection(**self._conn_kwargs, socket_connect_timeout=5, socket_timeout=None,
+            conn = self._conn_class(**self._conn_kwargs, socket_connect_timeout=5, socket_timeout=None,
                               health_check_interval=0, protocol=2)  # RESP2: pubsub frames are plain replies
             try:
                 await conn.connect()
