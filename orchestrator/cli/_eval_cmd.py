@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from pathlib import Path
 from typing import Any
 
 from ._common import parse_kv
@@ -178,4 +179,8 @@ def print_summary(log: Any) -> None:
             reduced = f" ({score.reducer} over epochs)" if score.reducer else ""
             lines.append(f"{score.name}: {metrics}{reduced}")
     lines.append(f"log: {log.location}")
+    for suffix in (".eval", ".json"):  # an Inspect-format copy written with --log-format
+        inspect_copy = Path(log.location or "").with_suffix(suffix)
+        if log.location and inspect_copy.is_file():
+            lines.append(f"inspect log: {inspect_copy}")
     print("\n".join(lines), file=sys.stdout, flush=True)

@@ -26,7 +26,8 @@ ExportFormat = Literal["eval", "json"]
 _TOOL_ERROR_TYPES = {"parsing", "timeout", "unicode_decode", "permission", "file_not_found", "is_a_directory",
                      "limit", "approval", "unknown", "output_limit"}
 _LIMIT_TYPES = {"message", "time", "working", "token", "operator", "custom", "cost"}
-_PASSTHROUGH = {"span_begin", "span_end", "info", "sandbox"}
+_PASSTHROUGH = {"span_begin", "span_end", "info"}
+SANDBOX_OUTPUT_CHARS = 10_000
 
 
 def _iso(ts: float | None) -> str | None:
@@ -69,7 +70,10 @@ def _event(e: dict[str, Any], model: str) -> dict[str, Any]:
                 "working_time": e.get("working_time"), "agent": e.get("agent"), "failed": e.get("failed")}
     if kind == "model":
         inputs = e.get("input") if isinstance(e.get("input"), list) else []
-        return {**base, "event": "model", "model": e.get("model") or model, "input": inputs, "tools": [],
+        tools = [{"name": t["name"], "description": t.get("description") or "",
+                  "parameters": t.get("parameters") or {"type": "object", "properties": {}}}
+                 for t in e.get("tools") or [] if isinstance(t, dict) and t.get("name")]
+        return {**base, "event": "model", "model": e.get("model") or model, "input": inputs, "tools": tools,
                 "tool_choice": "auto", "config": {}, "output": _output(e.get("output"), e.get("model") or model),
                 "error": e.get("error") if isinstance(e.get("error"), str) else None, "retries": e.get("retries"),
                 "working_time": e.get("time")}
@@ -83,10 +87,34 @@ def _event(e: dict[str, Any], model: str) -> dict[str, Any]:
         kind_ = e.get("type") if e.get("type") in _LIMIT_TYPES else "custom"
         return {**base, "event": "sample_limit", "type": kind_, "message": e.get("message") or "",
                 "limit": e.get("limit")}
+    if kind == "sandbox":
+        return {**base, **_sandbox_event(e)}
     if kind in _PASSTHROUGH:
         return {**e, **base}
     data = {k: v for k, v in e.items() if k not in ("uuid", "timestamp", "span_id")}
     return {**base, "event": "info", "source": f"toolfleet.{kind}", "data": data}
+
+
+def _first(e: dict[str, Any], *names: str) -> Any:
+    return next((e[n] for n in names if e.get(n) is not None), None)
+
+
+def _sandbox_event(e: dict[str, Any]) -> dict[str, Any]:
+    """An exec (or file read/write) on a sandbox, with where it ran and how long it took in ``options``."""
+    action = e.get("action") if e.get("action") in ("exec", "read_file", "write_file") else "exec"
+    cmd = _first(e, "cmd", "command")
+    result = _first(e, "result", "exit_code", "returncode", "exit")
+    output = _first(e, "output", "stdout")
+    duration = _first(e, "duration", "working_time")
+    options = {k: v for k, v in (("host", e.get("host")), ("duration", duration), ("phase", e.get("phase")),
+                                 ("truncated", e.get("truncated"))) if v is not None}
+    return {"event": "sandbox", "action": action,
+            "cmd": cmd if isinstance(cmd, str) or cmd is None else " ".join(map(str, cmd)),
+            "options": options or None, "file": e.get("file"),
+            "result": result if isinstance(result, int) else None,
+            "output": None if output is None else str(output)[:SANDBOX_OUTPUT_CHARS],
+            "completed": _iso(e["timestamp"] + duration) if isinstance(duration, (int, float)) and e.get("timestamp")
+            else None}
 
 
 def _sample(s: dict[str, Any], model: str, eval_id: str) -> dict[str, Any]:

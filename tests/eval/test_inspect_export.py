@@ -85,3 +85,28 @@ async def test_log_export_command_and_hostile_text(tmp_path: Path) -> None:
         _compare(log, theirs)
         assert theirs.status == "error" and sum(1 for s in theirs.samples if s.error is not None) == 2
         assert any("\ufffd" in (s.output.completion or "") for s in theirs.samples)
+
+
+@pytest.mark.parametrize("ours, kind", [
+    ({"event": "sandbox", "timestamp": 1.7e9, "command": ["bash", "-c", "ls"], "exit_code": 0, "duration": 0.2,
+      "host": "w1", "output": "a\nb"}, "sandbox"),
+    ({"event": "review", "timestamp": 1.7e9, "decision": "continue", "reviewer": "r"}, "info"),
+    ({"event": "tool", "timestamp": 1.7e9, "id": "c1", "function": "bash", "arguments": {"cmd": "x"},
+      "error": {"type": "sandbox_unavailable", "message": "gone"}}, "tool"),
+    ({"event": "sample_limit", "timestamp": 1.7e9, "type": "operator", "message": "stop"}, "sample_limit"),
+])
+def test_events_map_to_inspect_event_types(ours: dict, kind: str) -> None:  # type: ignore[type-arg]
+    from pydantic import TypeAdapter
+
+    from orchestrator.log._inspect_export import _event
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from inspect_ai.event import Event as InspectEvent
+
+    mapped = TypeAdapter(InspectEvent).validate_python(_event(ours, "m"))
+    assert mapped.event == kind
+    if kind == "sandbox":
+        assert mapped.cmd == "bash -c ls" and mapped.result == 0 and mapped.options == {"host": "w1", "duration": 0.2}
+    if ours["event"] == "tool":
+        assert mapped.error.type == "unknown" and "sandbox_unavailable" in mapped.error.message

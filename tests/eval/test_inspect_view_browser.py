@@ -119,12 +119,23 @@ async def test_inspect_view_shows_a_toolfleet_sample(tmp_path: Path) -> None:
                 await asyncio.sleep(0.5)
                 text = await page.text()
             shot = await page.call("Page.captureScreenshot", format="png")
+            # The transcript tab renders the events (the model event's output holds the same text).
+            await page.call("Page.navigate", url=url.replace("/messages", "/transcript"))
+            transcript = ""
+            deadline = time.monotonic() + 90
+            while "model call: scripted/scripted" not in transcript.lower() and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+                transcript = await page.text()
         SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
         screenshot = SCREENSHOT_DIR / f"sample-zq-{int(time.time())}.png"
         screenshot.write_bytes(base64.b64decode(shot["data"]))
         print(f"screenshot: {screenshot}")
         assert MARKER in text, f"the viewer did not show the sample's message; page text: {text[:500]!r}"
         assert "What is the zebra-quartz code?" in text  # the user's message too
+        # The model event, with its output, as Inspect renders it.
+        events_part = transcript.lower().split("model call: scripted/scripted", 1)
+        assert len(events_part) == 2, f"the transcript tab did not render the events: {transcript[-500:]!r}"
+        assert MARKER.lower() in events_part[1]
     finally:
         for proc in (browser, viewer):
             if proc.poll() is None:
