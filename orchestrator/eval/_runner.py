@@ -219,7 +219,7 @@ class SampleRunner:
         async def score_attempt(agent_state: Any) -> Any:
             view = copy.copy(state)
             view.messages, view.output = agent_state.messages, agent_state.output
-            return (await first(view, state.target)).value
+            return await first(view, state.target)  # the Score: react hands it to incorrect_message
 
         return attempt_scorer(score_attempt)
 

@@ -437,3 +437,26 @@ async def test_handoff_to_an_agent_that_adds_nothing_says_it_completed(bound) ->
                             submit=False), "go")
     assert roles(state.messages)[-3:] == ["tool", "user", "assistant"]
     assert state.messages[-2].text == "The idle agent has completed its work."
+
+
+async def test_attempts_in_a_task_hand_the_scorers_score_to_incorrect_message(tmp_path) -> None:
+    from orchestrator.scorer import accuracy, scorer
+
+    @scorer(metrics=[accuracy()])
+    def compare():
+        async def score(state, target) -> Score:
+            answer, wanted = float(state.output.completion), float(target.text)
+            if answer == wanted:
+                return Score(value=1.0)
+            return Score(value=0.0, explanation="Answer is too high" if answer > wanted else "Answer is too low")
+
+        return score
+
+    async def incorrect(state: AgentState, scores: list[Score]) -> str:
+        return f"Incorrect: {scores[0].explanation}"
+
+    task = Task(dataset=[Sample(input="What is 1 + 1?", target="2")], scorer=compare(),
+                solver=react(attempts=AgentAttempts(attempts=3, incorrect_message=incorrect)))
+    [log] = await eval_async(task, scripted(submit("5"), submit("1"), submit("2")), log_dir=tmp_path)
+    [sample] = log.samples
+    assert texts(sample.messages, "user") == ["What is 1 + 1?", "Incorrect: Answer is too high", "Incorrect: Answer is too low"]
