@@ -68,5 +68,6 @@ def _check_required(agent: Agent, agent_kwargs: dict[str, Any]) -> None:
     ]
     if missing:
         raise ValueError(
-            f"Agent '{agent_name(agent)}' has required parameters {missing}: give them to as_solver(..., name=value)."
+            f"To use the {agent_name(agent)} agent as a solver you must pass a value for the agent's required "
+            f"'{missing[0]}' parameter to the as_solver() function."
         )
