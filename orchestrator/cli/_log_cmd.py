@@ -147,11 +147,9 @@ def _show_sample(log: Any, sample_id: str, epoch: int, all_events: bool = False)
 
 
 def _arguments_as_sent(call: Any) -> str:
-    """What the model sent: the raw text when it did not parse as JSON, else the parsed arguments."""
-    parse_error = getattr(call, "parse_error", None)
-    raw = getattr(call, "raw_arguments", None) or getattr(call, "arguments_text", None)
-    if (parse_error or not call.arguments) and raw:
-        return str(raw)
+    """What the model sent: when its arguments did not parse, the parse error (which quotes the raw text)."""
+    if getattr(call, "parse_error", None):
+        return f"<not parsed: {' '.join(str(call.parse_error).split())}>"
     return json.dumps(call.arguments, ensure_ascii=False)
 
 
@@ -164,7 +162,9 @@ def event_line(e: Any) -> str:
     data = e.model_dump(mode="json", exclude={"uuid", "timestamp", "span_id", "event"})
     if kind == "tool":
         err = data.get("error")
-        detail = f"{data.get('function')}({json.dumps(data.get('arguments'), ensure_ascii=False)[:120]})"
+        unparsed = err is not None and err.get("type") == "parsing" and not data.get("arguments")
+        args = "<not parsed>" if unparsed else json.dumps(data.get("arguments"), ensure_ascii=False)[:120]
+        detail = f"{data.get('function')}({args})"
         detail += f" ERROR [{err.get('type')}] {err.get('message')}" if err else f" -> {str(data.get('result'))[:80]!r}"
         detail += f" on {data['host']}" if data.get("host") else ""
     elif kind == "model":
