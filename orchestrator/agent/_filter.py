@@ -37,7 +37,8 @@ async def content_only(messages: list[ChatMessage]) -> list[ChatMessage]:
     """Pure content another model can read (the default handoff output filter, as in Inspect).
 
     System messages go; tool results become user messages; an assistant message's tool calls
-    become text (``add(x=5, y=5)``) after its content; reasoning goes.
+    become text (``add(x=5, y=5)``) after its content; reasoning goes; server-side tool use
+    becomes text (``name arguments\n\nresult``).
     """
     filtered: list[ChatMessage] = []
     for message in messages:
@@ -52,11 +53,20 @@ async def content_only(messages: list[ChatMessage]) -> list[ChatMessage]:
             calls = "\n".join(format_function_call(c.function, c.arguments) for c in (message.tool_calls or []))
             if calls:
                 content.append(ContentText(text=calls))
-            content = [c for c in content if getattr(c, "type", None) != "reasoning"]
+            content = [_plain(c) for c in content if getattr(c, "type", None) != "reasoning"]
             filtered.append(message.model_copy(update={"content": content, "tool_calls": None}))
         else:
             filtered.append(message)
     return filtered
+
+
+def _plain(content: Any) -> Any:
+    """Server-side tool use becomes text; provider-internal data goes."""
+    if getattr(content, "type", None) == "tool_use":
+        return ContentText(text=f"{content.name} {content.arguments}\n\n{content.result}")
+    if getattr(content, "internal", None) is not None:
+        return content.model_copy(update={"internal": None})
+    return content
 
 
 def format_function_call(function: str, arguments: dict[str, Any], width: int = 80) -> str:

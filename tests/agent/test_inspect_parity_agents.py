@@ -460,3 +460,13 @@ async def test_attempts_in_a_task_hand_the_scorers_score_to_incorrect_message(tm
     [log] = await eval_async(task, scripted(submit("5"), submit("1"), submit("2")), log_dir=tmp_path)
     [sample] = log.samples
     assert texts(sample.messages, "user") == ["What is 1 + 1?", "Incorrect: Answer is too high", "Incorrect: Answer is too low"]
+
+
+async def test_content_only_turns_server_tool_use_into_text_and_drops_reasoning() -> None:
+    from orchestrator.model import ChatMessageAssistant
+    from orchestrator.tool._content import ContentReasoning, ContentText, ContentToolUse
+
+    use = ContentToolUse(tool_type="web_search", id="s1", name="web_search", arguments='{"query": "tides"}',
+                         result="Found 3 results", error=None)
+    [out] = await content_only([ChatMessageAssistant(content=[ContentReasoning(reasoning="hmm"), ContentText(text="a"), use])])
+    assert [c.text for c in out.content] == ["a", 'web_search {"query": "tides"}\n\nFound 3 results']
