@@ -25,13 +25,13 @@ from orchestrator.log import ModelEvent, span, transcript
 from orchestrator.tool._tool_call import ToolChoice, ToolFunction
 from orchestrator.tool._tool_def import ToolDef, tool_def
 from orchestrator.tool._tool_info import ToolInfo
+from orchestrator.util._limits import check_message_limit, check_token_limit, record_token_usage, record_turn
 
 from ._chat_message import ChatMessage, ChatMessageUser
 from ._generate_config import GenerateConfig, active_generate_config
 from ._model_output import ModelOutput
 from ._providers._retry import RetryPolicy, backoff_delay
 from ._usage import record_model_usage
-from orchestrator.util._limits import check_message_limit, check_token_limit, record_token_usage, record_turn
 
 MODEL_ENV = "TOOLFLEET_MODEL"  # fallback for get_model() when no model is active
 # Per-attempt bound when GenerateConfig.timeout is unset; above the openai SDK's own 600 s default
