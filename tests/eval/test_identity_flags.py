@@ -32,14 +32,18 @@ async def _broken_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **kwargs:
     return Path(log.location or "")
 
 
+@pytest.mark.parametrize("display", ["none", "log"])
 async def test_same_identity_resumes_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+                                                 capsys: pytest.CaptureFixture[str], display: str) -> None:
     first = await _broken_run(tmp_path, monkeypatch, model_args={"default_output": "x"}, config={"temperature": 0.5})
     capsys.readouterr()
-    [log] = await eval_async(f"{FLAKY}@flaky", "scripted/answer", log_dir=tmp_path, display="none",
+    [log] = await eval_async(f"{FLAKY}@flaky", "scripted/answer", log_dir=tmp_path, display=display,
                              model_args={"default_output": "x"}, config={"temperature": 0.5})
     assert Path(log.location or "") == first and log.status == "success"
-    assert f"resuming {first} (3 samples already done)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"resuming {first} (3 samples already done)" in err
+    if display == "log":  # in the structured eval_start line
+        assert '"event": "eval_start"' in err and '"notice": "resuming' in err
     assert len(log.runs) == 2 and log.runs[1].resumed
     assert log.eval.model_args == {"default_output": "x"}
     assert log.eval.identity is not None and log.eval.identity.task_file_hash.startswith("sha256:")
