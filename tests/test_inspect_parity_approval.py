@@ -63,6 +63,15 @@ async def test_modify_to_another_function_fails_the_sample_and_logs_the_call(dis
                               "may change only the arguments of a tool call, not the function called.")
 
 
+async def test_modified_arguments_nested_too_deep_are_a_parsing_error(dispatcher) -> None:
+    deep: object = 1
+    for _ in range(5000):
+        deep = {"k": deep}
+    result, _ = await run_turn(dispatcher, ADD, TOOLS, approval=[ApprovalPolicy(deciding("modify", {"x": deep}), "*")])
+    assert (result.messages[0].error.type, result.messages[0].error.message) == (
+        "parsing", "Error parsing tool call arguments: arguments exceed the maximum supported nesting depth of 100")
+
+
 # -- item 13 ------------------------------------------------------------------------------------------
 
 async def test_no_matching_approver_records_the_policys_rejection(dispatcher) -> None:

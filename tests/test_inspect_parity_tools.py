@@ -312,9 +312,9 @@ def test_huge_raw_arguments_are_middle_truncated_in_the_error() -> None:
 
 
 async def test_deep_arguments_from_a_model_reach_it_as_a_parsing_error() -> None:
-    """End to end: a model hands over already-parsed, over-deep arguments; the sample keeps going."""
+    """End to end: a model hands over already-parsed arguments deeper than the interpreter's stack."""
     deep: object = 1
-    for _ in range(300):
+    for _ in range(5000):
         deep = {"k": deep}
     call = ToolCall(id="c", function="add", arguments={"x": deep, "y": 1})
     output = ModelOutput(model="scripted", choices=[ChatCompletionChoice(
@@ -326,6 +326,17 @@ async def test_deep_arguments_from_a_model_reach_it_as_a_parsing_error() -> None
     assert messages[0].error.message == (
         "Error parsing tool call arguments: arguments exceed the maximum supported nesting depth of 100")
     assert transcript.find(ToolEvent)[0].error.type == "parsing"
+
+
+def test_a_tool_call_never_holds_over_deep_arguments() -> None:
+    deep: object = 1
+    for _ in range(101):
+        deep = [deep]
+    call = ToolCall(id="c", function="f", arguments={"x": deep})
+    assert call.arguments == {} and call.parse_error == (
+        "Error parsing tool call arguments: arguments exceed the maximum supported nesting depth of 100")
+    flat = ToolCall(id="c", function="f", arguments={"x": [[1]], "y": 2})
+    assert flat.arguments == {"x": [[1]], "y": 2} and flat.parse_error is None
 
 
 def test_model_event_records_full_tool_infos() -> None:

@@ -126,6 +126,10 @@ async def prepare_call(
                     "not the function called."
                 )
             call = call.model_copy(update={"arguments": decision.modified.arguments})
+            if decision.modified.parse_error:  # e.g. the approver's arguments nest too deep
+                return Prepared(call, tool, error=ToolParsingError(decision.modified.parse_error))
+            if exceeds_max_depth(call.arguments):  # a modified call built without validation
+                return Prepared(call, tool, error=ToolParsingError(depth_error_message()))
     elif await needs_approval(tool, call):
         return Prepared(call, tool, error=ToolApprovalError(
             f"Tool {call.function} needs approval and no approval policy is active."))

@@ -14,57 +14,20 @@ from __future__ import annotations
 
 import json
 import string
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
-from pydantic import BaseModel
 
+from orchestrator.tool._depth import MAX_ARGUMENT_DEPTH, depth_error_detail, depth_error_message, exceeds_max_depth
 from orchestrator.tool._tool_call import ToolCall
 from orchestrator.tool._tool_info import ToolInfo
 
 from ._truncate import middle_truncate
 
-MAX_ARGUMENT_DEPTH = 100
+__all__ = ["MAX_ARGUMENT_DEPTH", "depth_error_message", "exceeds_max_depth", "parse_error_message", "parse_tool_call"]
+
 _SHOWN_ARGUMENTS_BYTES = 16 * 1024  # the raw arguments are echoed to the model; keep that bounded
-
-
-def exceeds_max_depth(value: object, max_depth: int = MAX_ARGUMENT_DEPTH) -> bool:
-    """Whether ``value`` nests containers more than ``max_depth`` levels deep.
-
-    Iterative, so measuring cannot exhaust the stack. A container is expanded again only when
-    reached at a greater depth than before: YAML aliases make shared sub-trees (a tiny document can
-    alias its way to billions of paths), and cycles must terminate.
-    """
-    deepest_seen: dict[int, int] = {}
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children: Iterable[object]
-        if isinstance(item, dict):
-            children = item.values()
-        elif isinstance(item, (list, tuple, set, frozenset)):
-            children = item
-        elif isinstance(item, BaseModel):
-            children = [*item.__dict__.values(), *(item.__pydantic_extra__ or {}).values()]
-        else:
-            continue
-        if depth > max_depth:
-            return True
-        if deepest_seen.get(id(item), 0) >= depth:
-            continue
-        deepest_seen[id(item)] = depth
-        stack.extend((child, depth + 1) for child in children)
-    return False
-
-
-def depth_error_detail() -> str:
-    return f"arguments exceed the maximum supported nesting depth of {MAX_ARGUMENT_DEPTH}"
-
-
-def depth_error_message() -> str:
-    """The error for a call whose (already parsed) arguments are nested too deep (Inspect's words)."""
-    return f"Error parsing tool call arguments: {depth_error_detail()}"
 
 
 def parse_error_message(arguments: str | None, detail: object) -> str:

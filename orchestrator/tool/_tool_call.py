@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
+
+from ._depth import depth_error_message, exceeds_max_depth
 
 ToolCallErrorType = Literal[
     "parsing",
@@ -36,6 +38,19 @@ class ToolCall(BaseModel):
     parse_error: str | None = None
     type: Literal["function"] = "function"
     view: ToolCallContent | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bound_argument_depth(cls, data: Any) -> Any:
+        # Whatever built the call (a provider that parses its own JSON, a test double), arguments
+        # nested too deep never live in a ToolCall: they could not be validated, copied or logged
+        # without exhausting the stack. The call carries Inspect's parsing error instead.
+        if isinstance(data, dict):
+            arguments = data.get("arguments")
+            if isinstance(arguments, dict) and any(isinstance(v, (dict, list, tuple)) for v in arguments.values()) \
+                    and exceeds_max_depth(arguments):
+                data = {**data, "arguments": {}, "parse_error": data.get("parse_error") or depth_error_message()}
+        return data
 
 
 class ToolCallError(BaseModel):
