@@ -222,7 +222,7 @@ async def test_submit_none_is_the_default_submit_and_custom_tool(bound) -> None:
     state = await run(react(submit=None, model=scripted(submit("x"))), "q")
     assert state.output.completion == "x"
 
-    @tool
+    @tool(runs_on="orchestrator")  # defined in a test: no worker can import it
     def answer():
         async def execute(answer: str) -> str:
             """Answer.
