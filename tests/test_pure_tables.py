@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator._glob import match_call
-from orchestrator.model._call_prepare import argument_depth
+from orchestrator.tool._depth import exceeds_max_depth
 from orchestrator.model._planner import plan_stages
 from orchestrator.model._truncate import ENVELOPE, effective_limit, truncate_output
 from orchestrator.tool import ToolApprovalError, ToolError, ToolParsingError
@@ -148,4 +148,5 @@ def test_invalid_pattern_is_rejected() -> None:
 
 @pytest.mark.parametrize(("value", "depth"), [(1, 0), ({}, 1), ({"a": [1]}, 2), ({"a": {"b": {"c": [[]]}}}, 5)])
 def test_argument_depth(value, depth) -> None:
-    assert argument_depth(value) == depth
+    assert not exceeds_max_depth(value, depth)
+    assert exceeds_max_depth(value, depth - 1) is (depth > 0)

@@ -43,23 +43,6 @@ class Prepared:
         return self.error is None and self.replacement is None
 
 
-def argument_depth(value: Any) -> int:
-    """Nesting depth of a JSON value (iterative, so hostile input cannot blow the stack)."""
-    if isinstance(value, dict) and not any(isinstance(v, (dict, list)) for v in value.values()):
-        return 1  # the common case: flat arguments
-    depth = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict):
-            depth = max(depth, level)
-            stack.extend((v, level + 1) for v in item.values())
-        elif isinstance(item, list):
-            depth = max(depth, level)
-            stack.extend((v, level + 1) for v in item)
-    return depth
-
-
 def record_unexecuted(call: ToolCall) -> None:
     """The ``ToolEvent`` of a call that ends the sample before running (Inspect logs it too)."""
     transcript().record(ToolEvent(id=call.id, function=call.function, arguments=call.arguments, result=""))

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from orchestrator.tool._content import ContentImage, ContentText
-from orchestrator.tool._tool_call import ToolCall, ToolChoice, ToolFunction
+from orchestrator.tool._tool_call import ToolChoice, ToolFunction
 from orchestrator.tool._tool_info import ToolInfo
 
 from .._chat_message import (
