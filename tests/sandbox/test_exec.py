@@ -121,7 +121,9 @@ async def test_100_mib_of_output_is_capped_at_the_source_with_bounded_memory(env
     result = await env.exec(["sh", "-c", "head -c 104857600 /dev/zero; echo done >&2"], timeout=120)
     grown = me.memory_info().rss - before
     assert result.truncated
-    assert len(result.stdout) == DEFAULT_OUTPUT_CAP
+    head, marker, tail = result.stdout.partition("\n[... ")
+    assert marker and len(head) + len(tail.split("...]\n", 1)[1]) == DEFAULT_OUTPUT_CAP  # head and tail kept
+    assert f"{104857600 - DEFAULT_OUTPUT_CAP} bytes omitted" in tail
     assert result.stderr == "done\n"  # the other stream is unaffected
     assert grown < 80 * 1024 * 1024, f"worker RSS grew by {grown / 2**20:.0f} MiB for 100 MiB of output"
 

@@ -47,8 +47,20 @@ async def test_killing_the_agent_again_and_again_never_ends_the_sandbox(sandbox_
     (python, "code", "print('\ud83d')"),
 ])
 async def test_unencodable_commands_are_parsing_errors(sandbox_factory, tool, arg, text):
+    """In-process (embedded) the arguments reach the tool as the model wrote them (the wire itself
+    cannot carry a lone surrogate): the sandbox layer turns them into a parsing error."""
+    import uuid
+
+    from orchestrator._wire import CallRequest
+    from orchestrator.tool._registry import tool_meta
+    from workers.executor import execute_call
+
     env = await sandbox_factory("docker")
-    outcome = await call(env, tool(), **{arg: text})
+    instance = tool()
+    meta = tool_meta(instance)
+    request = CallRequest(call_id=uuid.uuid4().hex, function=meta.name, tool=meta.ref, arguments={arg: text},
+                          sandbox=env.sandbox_id)
+    outcome = await execute_call(request, tool=instance, env=env)
     assert outcome.fatal is None
     assert outcome.error is not None and outcome.error.type == "parsing", outcome.error
     await _still_works(env)

@@ -24,7 +24,8 @@ async def test_filling_the_disk_is_enospc_in_the_sandbox_only(sandbox_factory, w
     result = await env.exec(["bash", "-c", fill], timeout=120)
     assert "No space left on device" in result.stdout and "rc=0" not in result.stdout
     # The host's disk did not take the write: the container's own layer stayed small.
-    size_rw = docker.from_env(timeout=30).api.inspect_container(env.container_id, size=True).get("SizeRw") or 0
+    [listed] = docker.from_env(timeout=30).api.containers(all=True, filters={"id": env.container_id}, size=True)
+    size_rw = listed.get("SizeRw") or 0
     assert size_rw < 32 * 1024 * 1024
     # Only the sandbox is affected: freeing space makes it usable again.
     assert (await env.exec(["bash", "-c", f"rm {where}/fill && echo freed"])).stdout == "freed\n"
@@ -72,3 +73,10 @@ async def test_a_call_without_a_timeout_still_has_a_deadline(sandbox_factory, mo
             break
         await asyncio.sleep(0.05)
     assert ps == "0"
+
+
+async def test_the_editor_refuses_a_huge_file_before_reading_it(sandbox_factory):
+    env = await sandbox_factory("docker")
+    await env.exec(["truncate", "-s", "2G", "/tmp/huge"])  # sparse: no space used, 2 GiB to read
+    outcome = await call(env, text_editor(timeout=120), command="view", path="/tmp/huge")
+    assert outcome.error is not None and "too large for the editor" in outcome.error.message

@@ -20,9 +20,13 @@ UNDO_DEPTH = 10
 SNIPPET_LINES = 4
 _DIR_EXIT = 100  # the view script's "this is a directory" code
 _SPECIAL_EXIT = 101  # exists but is not a regular file (a device, fifo, socket): never read
+_TOO_LARGE_EXIT = 102
+MAX_FILE_BYTES = 16 * 1024 * 1024  # larger files are refused before they are read (the model sees 16 KiB anyway)
 _VIEW_DIR = (
     'if [ -d "$1" ]; then find "$1" -maxdepth 2 -not -path "*/.*" 2>/dev/null | sort; exit 100; fi; '
-    'if [ -f "$1" ]; then exit 0; fi; if [ -e "$1" ] || [ -L "$1" ]; then exit 101; fi; exit 2'
+    'if [ -f "$1" ]; then s=$(stat -L -c %s -- "$1" 2>/dev/null || echo 0); '
+    f'[ "$s" -gt {MAX_FILE_BYTES} ] 2>/dev/null && exit {_TOO_LARGE_EXIT}; exit 0; fi; '
+    'if [ -e "$1" ] || [ -L "$1" ]; then exit 101; fi; exit 2'
 )
 
 
@@ -147,6 +151,8 @@ class _Editor:
         result = await self.env.exec(["sh", "-c", _VIEW_DIR, "sh", path], user=self.user)
         if result.returncode == 2:
             raise _Missing(f"The path {path} does not exist. Please provide a valid path.")
+        if result.returncode == _TOO_LARGE_EXIT:
+            raise ToolError(f"The file {path} is too large for the editor (over {MAX_FILE_BYTES // (1 << 20)} MiB).")
         if result.returncode == _SPECIAL_EXIT:
             raise ToolError(f"The path {path} is not a regular file or directory (e.g. a device or a pipe): "
                             "the editor only works on regular files.")
