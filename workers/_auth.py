@@ -5,7 +5,7 @@ X.509 key pair and a certificate store on every host, signs with RSA/ECDSA (hund
 message on each side, a visible share of a ~1 ms tool call), and switches the process-wide serializer
 registry. The fleet has one trust domain — the operator who starts the orchestrator and the workers —
 so a symmetric key is enough: HMAC-SHA256 costs microseconds, is in the standard library, needs one
-secret on each side, and rotates by listing the new secret first and the old one after it.
+secret on each side, and rotates through a window where both are listed (deploy/README.md, "Secrets and rotation").
 
 * ``Keyring``: the secrets, newest first. ``sign`` uses the first; ``verify`` accepts any (rotation).
   A MAC travels as ``"<key id>:<hex>"`` (key id = first 8 hex digits of the secret's SHA-256) so the
@@ -50,12 +50,14 @@ class Keyring:
             raise MissingSecretError(f"fleet secrets must be at least {MIN_SECRET_BYTES} bytes long")
         self._keys = {hashlib.sha256(s).hexdigest()[:8]: s for s in secrets}
         self._signing_id = hashlib.sha256(secrets[0]).hexdigest()[:8]
-
-    def __repr__(self) -> str:
         # The signing key's id (a hash prefix, not the secret) is part of the repr on purpose: kombu's
         # process-wide connection pools key on repr(transport_options), so apps with different
         # keyrings must not share a pooled producer (it would sign with the other app's key).
-        return f"Keyring({len(self._keys)} key{'s' if len(self._keys) != 1 else ''}, signs with {self._signing_id})"
+        # Computed once: kombu takes it on every producer acquire.
+        self._repr = f"Keyring({len(self._keys)} key{'s' if len(self._keys) != 1 else ''}, signs with {self._signing_id})"
+
+    def __repr__(self) -> str:
+        return self._repr
 
     def sign(self, *parts: bytes) -> str:
         return f"{self._signing_id}:{self._digest(self._keys[self._signing_id], parts)}"
@@ -69,11 +71,9 @@ class Keyring:
 
     @staticmethod
     def _digest(key: bytes, parts: tuple[bytes, ...]) -> str:
-        mac = hmac.new(key, digestmod=hashlib.sha256)
-        for part in parts:  # length-prefixed: no two different part lists hash the same bytes
-            mac.update(len(part).to_bytes(8, "big"))
-            mac.update(part)
-        return mac.hexdigest()
+        # Length-prefixed, so no two different part lists hash the same bytes; one-shot (OpenSSL) HMAC.
+        message = b"".join(len(part).to_bytes(8, "big") + part for part in parts)
+        return hmac.digest(key, message, "sha256").hex()
 
 
 def _split(text: str, sep: str | None) -> list[bytes]:
@@ -82,9 +82,11 @@ def _split(text: str, sep: str | None) -> list[bytes]:
 
 
 def load_keyring(secret: str | None = None, secret_file: str | None = None) -> Keyring:
-    """The fleet keyring from arguments, else ``TOOLFLEET_SECRET``, else ``TOOLFLEET_SECRET_FILE``."""
-    secret = secret if secret is not None else os.environ.get(SECRET_ENV)
-    secret_file = secret_file or os.environ.get(SECRET_FILE_ENV)
+    """The fleet keyring: an explicit ``secret`` or ``secret_file`` first, else ``TOOLFLEET_SECRET``,
+    else ``TOOLFLEET_SECRET_FILE``."""
+    if not secret and not secret_file:
+        secret = os.environ.get(SECRET_ENV) or None
+        secret_file = None if secret else os.environ.get(SECRET_FILE_ENV)
     if secret:
         return Keyring(_split(secret, ","))
     if secret_file:
@@ -113,8 +115,9 @@ def verify_message(keyring: Keyring, mac: Any, task: Any, task_id: Any, body: An
 
 
 def canonical(value: Any) -> bytes:
-    """JSON both sides produce identically after a JSON round trip (sorted keys, ASCII)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+    """JSON both sides produce identically after a JSON round trip: ASCII, compact, keys in their
+    order (JSON objects keep it through Celery's encoding and ``json.loads``)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode()
 
 
 def result_mac(keyring: Keyring, task_id: Any, status: Any, result: Any) -> str:
@@ -125,3 +128,12 @@ def verify_result(keyring: Keyring, meta: dict[str, Any], task_id: str) -> bool:
     """Whether a stored result meta was written by a worker holding the secret, for this task id."""
     return keyring.verify(meta.get(RESULT_MAC_FIELD), b"toolfleet-result-v1", _bytes(task_id),
                           _bytes(meta.get("status")), canonical(meta.get("result")))
+
+
+def cancel_mac(keyring: Keyring, call_ids: list[str]) -> str:
+    """The MAC a ``toolfleet_cancel`` control command carries (control messages are otherwise unsigned)."""
+    return keyring.sign(b"toolfleet-cancel-v1", "\n".join(call_ids).encode())
+
+
+def verify_cancel(keyring: Keyring, mac: Any, call_ids: list[str]) -> bool:
+    return keyring.verify(mac, b"toolfleet-cancel-v1", "\n".join(call_ids).encode())

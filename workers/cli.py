@@ -95,8 +95,6 @@ def worker_main(argv: list[str]) -> int:
     except _auth.MissingSecretError as exc:
         print(f"toolfleet worker: {exc}", file=sys.stderr)
         return 2
-    if args.secret_file:
-        os.environ[_auth.SECRET_FILE_ENV] = args.secret_file  # `workers.app` loads the same keyring
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # `--import tests.support.sample_tools` from the repo root
     for module in (*BUILTIN_TOOL_MODULES, *args.imports):
@@ -113,7 +111,8 @@ def worker_main(argv: list[str]) -> int:
 
     from . import app as app_module
 
-    app = app_module.app  # the module's app (built now, from the broker just set): `celery -A workers.app` agrees
+    # The module's app, built now from the broker just set and this keyring (`celery -A workers.app` agrees).
+    app = app_module.app = app_module.create_worker_app(keyring=keyring)
     _connect_lifecycle(app, config.host)
     if args.allow_local:
         print("toolfleet worker: --allow-local: `local` sandboxes run as this user on this host, with NO isolation",

@@ -202,10 +202,6 @@ def register_tasks(app: Celery) -> None:
             return {"error": {"type": "TimeoutError", "message": str(exc)}, "host": rt.config.host}
 
 
-def cancel_mac(keyring: _auth.Keyring, call_ids: list[str]) -> str:
-    return keyring.sign(b"toolfleet-cancel-v1", "\n".join(call_ids).encode())
-
-
 @control_command(args=[("call_ids", list)], signature="<call_id> [call_id ...]")
 def toolfleet_cancel(state: Any, call_ids: list[str], mac: str | None = None, **kwargs: Any) -> dict[str, Any]:
     """Cancel running toolfleet calls by id (Celery control command; runs in the consumer thread).
@@ -214,7 +210,7 @@ def toolfleet_cancel(state: Any, call_ids: list[str], mac: str | None = None, **
 
     rt = _loop._runtime
     ids = [str(c) for c in call_ids] if isinstance(call_ids, list) else []
-    if rt is None or rt.keyring is None or not rt.keyring.verify(mac, b"toolfleet-cancel-v1", "\n".join(ids).encode()):
+    if rt is None or rt.keyring is None or not _auth.verify_cancel(rt.keyring, mac, ids):
         from .app import rejects
 
         rejects.reject("unauthenticated cancel", None)

@@ -12,7 +12,7 @@ not lost. A PING every ``health_interval`` seconds detects a silently dead conne
 
 Only results a worker signed with the fleet secret resolve a call (anyone who can write to Redis
 could otherwise answer for a worker); others are ignored and logged. A result read is deleted from
-Redis (batched, with the unsubscribes): it is needed only until the orchestrator has it.
+Redis (one UNLINK every ``DELETE_BATCH_S``): it is needed only until the orchestrator has it.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from workers import _auth, _names
 log = structlog.get_logger("toolfleet.dispatch")
 
 READY_STATES = frozenset({"SUCCESS", "FAILURE", "REVOKED"})
+DELETE_BATCH_S = 0.2  # results read are deleted from Redis this often (one UNLINK for all of them)
 
 
 class ResultListener:
@@ -46,7 +47,8 @@ class ResultListener:
         self._conn: Connection | None = None
         self._connected = asyncio.Event()
         self._unsubscribe: list[str] = []
-        self._consumed: list[str] = []  # result keys read: deleted with the next flush
+        self._consumed: list[str] = []  # result keys read: deleted in batches
+        self._delete_scheduled = False
         self._keyring = keyring
         self.unauthenticated = 0
         self._flush_scheduled = False
@@ -202,9 +204,10 @@ class ResultListener:
     async def _flush(self) -> None:
         self._flush_scheduled = False
         channels, self._unsubscribe = self._unsubscribe, []
-        consumed, self._consumed = self._consumed, []
-        if consumed:
-            asyncio.ensure_future(self._delete(consumed))
+        if self._consumed and not self._delete_scheduled:
+            # Batched: one UNLINK per DELETE_BATCH_S for every result read meanwhile.
+            self._delete_scheduled = True
+            asyncio.get_running_loop().call_later(DELETE_BATCH_S, lambda: asyncio.ensure_future(self._delete()))
         # A task expected again since (a republished call) keeps its channel.
         channels = [c for c in channels if c[len(_names.RESULT_PREFIX):] not in self._futures]
         conn = self._conn
@@ -214,7 +217,11 @@ class ResultListener:
             except (RedisError, OSError):
                 pass  # a reconnect subscribes only what is still pending
 
-    async def _delete(self, keys: list[str]) -> None:
+    async def _delete(self) -> None:
+        self._delete_scheduled = False
+        keys, self._consumed = self._consumed, []
+        if not keys or self._closed:
+            return
         try:
             await self.redis.unlink(*keys)
         except (RedisError, OSError):

@@ -282,8 +282,8 @@ class CeleryDispatcher(Dispatcher):
         try:
             for host, ids in by_host.items():
                 destination = [_names.worker_nodename(host)] if host else None
-                mac = self._keyring.sign(b"toolfleet-cancel-v1", "\n".join(ids).encode())
-                await self._publisher.broadcast(_names.CONTROL_CANCEL, {"call_ids": ids, "mac": mac}, destination)
+                await self._publisher.broadcast(_names.CONTROL_CANCEL, {"call_ids": ids, "mac": _auth.cancel_mac(self._keyring, ids)},
+                                                destination)
         except Exception as exc:  # noqa: BLE001 - best effort: the worker's own deadline still applies
             log.warning("dispatch.cancel_failed", error=str(exc))
 

@@ -146,3 +146,47 @@ async def test_unsigned_cancel_and_dangerous_control_commands_are_ignored(broker
         app.close()
     await legit_call_works(dispatcher, broker_fleet)
     assert broker_fleet.worker.alive()
+
+
+async def test_secret_file_and_rotation(broker_fleet, tmp_path) -> None:  # noqa: F811
+    """Mid-rotation (deploy/README.md): a worker with ``--secret-file`` holding NEW then OLD serves
+    orchestrators holding OLD,NEW (step 1: they sign with OLD and accept results signed with NEW) or
+    NEW (step 3), and nobody else."""
+    from orchestrator.dispatch import CeleryDispatcher, CeleryDispatcherConfig, SampleRoute
+    from tests.distributed._helpers import one, request
+    from tests.support.fleet import WorkerProcess, ensure_fleet_secret
+
+    old, new = ensure_fleet_secret(), "a-new-fleet-secret-" + uuid.uuid4().hex
+    secret_file = tmp_path / "fleet-secret"
+    secret_file.write_text(f"# newest first\n{new}\n{old}\n")
+    worker = WorkerProcess(broker_fleet.redis.url, allow_local=False, secret="",
+                           extra_args=("--secret-file", str(secret_file))).start()
+    route = SampleRoute(queue=_names.host_queue(worker.host))
+    try:
+        for secret, works in ((f"{old},{new}", True), (new, True), ("some-other-secret-" + uuid.uuid4().hex, False)):
+            d = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=broker_fleet.redis.url, secret=secret,
+                                                               call_grace=0.0))
+            try:
+                outcome = await one(d, request("add", {"x": 1, "y": 1}, timeout=3.0), route=route, bound=30)
+            finally:
+                await d.aclose()
+            if works:
+                assert outcome.error is None and outcome.result in (2, "2"), outcome
+            else:
+                assert outcome.error is not None and outcome.error.type == "timeout", outcome
+        assert worker.alive()
+    finally:
+        worker.cleanup()
+
+
+def test_worker_refuses_to_start_without_a_secret(broker_fleet) -> None:  # noqa: F811
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.fleet import REPO_ROOT
+
+    env = {k: v for k, v in os.environ.items() if k not in (_auth.SECRET_ENV, _auth.SECRET_FILE_ENV)}
+    proc = subprocess.run([sys.executable, "-m", "workers.cli", "--broker", broker_fleet.redis.url],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "No fleet secret" in proc.stderr
