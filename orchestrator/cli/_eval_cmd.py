@@ -19,7 +19,9 @@ def add_commands(commands: Any) -> None:
     p.add_argument("-T", dest="task_args", action="append", metavar="K=V", help="task argument (repeatable)")
     _add_run_flags(p)
     p.add_argument("--no-resume", dest="resume", action="store_false",
-                   help="start a new log even if LOG_DIR holds an unfinished one for this task")
+                   help="start a new log even if LOG_DIR holds an unfinished one of the same identity (task, task "
+                        "file contents and args, model and -M args, generation settings, sandbox, solver, scorers, "
+                        "sample selection, epochs)")
     p.set_defaults(handler=run_eval)
 
     r = commands.add_parser("eval-retry", help="resume an interrupted eval (or retry its errored samples)",

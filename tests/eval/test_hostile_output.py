@@ -24,6 +24,14 @@ pytestmark = pytest.mark.timeout(120)
 LONE = "\ud83d"  # the first half of an emoji, as a model cut mid-character gives
 
 
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
 def _deep(n: int) -> Any:
     value: Any = "bottom"
     for _ in range(n):
@@ -101,6 +109,8 @@ async def test_eval_survives_hostile_model_output(tmp_path: Path) -> None:
     deep_text = json.dumps(by_id["deep-1500"].model_dump(mode="json"))
     assert "maximum supported nesting depth of 100" in deep_text or "nested deeper than" in deep_text \
         or by_id["deep-1500"].error is not None
+    # Whatever form the bound takes, no line of the file nests anywhere near the 1500 levels sent.
+    assert max(_depth(json.loads(line)) for line in raw.splitlines()) <= MAX_LOG_DEPTH + 20
 
 
 def test_loggable_replaces_surrogates_and_cuts_depth() -> None:
