@@ -47,14 +47,15 @@ def test_resume_after_sigkill_closes_the_dead_runs_sandboxes_on_workers(tmp_path
 
     from .test_resume import _kill_after_samples
 
-    fleet.worker(concurrency=8, slots=8)
     boxes = tmp_path / "boxes"
     boxes.mkdir()
+    # Where local sandboxes live is the worker's choice (a message naming a host directory is refused).
+    fleet.worker(concurrency=8, slots=8, extra_args=("--local-root", str(boxes)))
     marker = tmp_path / "runs.txt"
     log_dir = tmp_path / "logs"
     env = {**os.environ, "TOOLFLEET_TEST_MARKER": str(marker)}
     cmd = [sys.executable, "-m", "orchestrator.cli", "eval", f"{BASIC}@sandboxed", "--model", "scripted/bash_then_answer",
-           "-T", "n=8", "-T", f"sandbox={{type: local, root_dir: {boxes}}}", "--broker", fleet.redis.url,
+           "-T", "n=8", "-T", "sandbox=local", "--broker", fleet.redis.url,
            "--max-samples", "3", "--log-dir", str(log_dir), "--display", "none"]
     # Kill while every slot holds a journaled sandbox (so no open is in flight: a sandbox whose open had
     # not returned when the orchestrator died is the worker's orphan reaping's to remove, not the resume's).
