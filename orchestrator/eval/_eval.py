@@ -175,6 +175,7 @@ async def eval_retry_async(log: str | Path, **overrides: Any) -> EvalLog:
         log_dir=Path(log).parent, sample_id=config.sample_ids, epochs_reducer=config.epochs_reducer,
         fail_on_error=config.fail_on_error, max_connections=config.max_connections,
         max_subprocesses=config.max_subprocesses, config=spec.generate_config or None,
+        log_format=config.log_format,
         # Redacted or non-JSON args cannot come back from the log: the provider's defaults/env apply.
         model_args={k: v for k, v in spec.model_args.items() if not (isinstance(v, str) and v.startswith("<"))},
     )

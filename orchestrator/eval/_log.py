@@ -69,6 +69,7 @@ class EvalConfig(BaseModel):
     fail_on_error: bool | float | None = None
     max_connections: int | None = None
     max_subprocesses: int | None = None
+    log_format: str = "jsonl"  # "eval"/"json": an Inspect-format copy is (re)written when a run ends
     max_samples: int | None = None
     max_sandboxes: int | None = None
     retry_on_error: int = 0

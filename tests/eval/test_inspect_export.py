@@ -110,3 +110,19 @@ def test_events_map_to_inspect_event_types(ours: dict, kind: str) -> None:  # ty
         assert mapped.cmd == "bash -c ls" and mapped.result == 0 and mapped.options == {"host": "w1", "duration": 0.2}
     if ours["event"] == "tool":
         assert mapped.error.type == "unknown" and "sandbox_unavailable" in mapped.error.message
+
+
+async def test_eval_retry_rewrites_the_inspect_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.eval import eval_retry_async
+
+    from .task_files import FLAKY
+
+    monkeypatch.setenv("TOOLFLEET_TEST_BREAK", "1")
+    [log] = await eval_async(f"{FLAKY}@flaky", "scripted/answer", log_dir=tmp_path, log_format="eval")
+    copy = Path(log.location or "").with_suffix(".eval")
+    assert _read_inspect(copy).status == "error"
+    monkeypatch.delenv("TOOLFLEET_TEST_BREAK")
+    retried = await eval_retry_async(log.location or "")
+    assert retried.eval.config.log_format == "eval"
+    _compare(retried, _read_inspect(copy))  # the copy follows the log: now complete
+    assert _read_inspect(copy).status == "success"
