@@ -128,12 +128,16 @@ async def _fleet(args: argparse.Namespace) -> AsyncIterator[str]:
                     return False
 
             await _wait(pings, "redis-server")
+            if not os.environ.get("TOOLFLEET_SECRET"):  # workers run only messages signed with the fleet secret
+                import secrets
+
+                os.environ["TOOLFLEET_SECRET"] = secrets.token_hex(32)
             for i in range(args.workers):
                 host = f"bench-{os.getpid()}-{i}"
                 log = open(Path(tmp) / f"{host}.log", "wb")
                 procs.append(subprocess.Popen(
                     [sys.executable, "-m", "orchestrator.cli", "worker", "--broker", broker, "--hostname", host,
-                     "--concurrency", str(args.worker_concurrency), "--slots", str(args.max_samples)],
+                     "--concurrency", str(args.worker_concurrency), "--slots", str(args.max_samples), "--allow-local"],
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
                 await _wait(lambda h=host: bool(client.exists(f"toolfleet:host:{h}")), f"worker {host}")
         yield broker
