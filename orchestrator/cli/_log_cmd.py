@@ -25,7 +25,8 @@ def add_commands(commands: Any) -> None:
     show.add_argument("--events", action="store_true", help="with --sample: every event, one line each")
     show.set_defaults(handler=log_show)
     export = sub.add_parser("export", help="write the log in Inspect's format (read by inspect_ai / `inspect view`)")
-    export.add_argument("log", metavar="LOG")
+    export.add_argument("log", metavar="LOG|DIR", help="a log, or a directory: every log under it (then "
+                        "`inspect view --log-dir DIR` shows them all)")
     export.add_argument("--format", choices=["eval", "json"], default="eval")
     export.add_argument("--output", "-o", help="output file (default: next to LOG, .eval or .json)")
     export.set_defaults(handler=log_export)
@@ -182,8 +183,17 @@ def event_line(e: Any) -> str:
 def log_export(args: argparse.Namespace) -> int:
     from orchestrator.log._inspect_export import export_inspect_log
 
-    out = export_inspect_log(args.log, args.format, args.output)
-    print(out)
+    source = Path(args.log)
+    if source.is_dir():
+        if args.output:
+            return fail("--output names one file: give a LOG, not a directory.")
+        logs = sorted(source.rglob("*.jsonl"))
+        if not logs:
+            return fail(f"No eval logs under {source}.")
+        for log in logs:
+            print(export_inspect_log(log, args.format))
+        return 0
+    print(export_inspect_log(source, args.format, args.output))
     return 0
 
 

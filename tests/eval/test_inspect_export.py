@@ -126,3 +126,19 @@ async def test_eval_retry_rewrites_the_inspect_copy(tmp_path: Path, monkeypatch:
     assert retried.eval.config.log_format == "eval"
     _compare(retried, _read_inspect(copy))  # the copy follows the log: now complete
     assert _read_inspect(copy).status == "success"
+
+
+async def test_export_a_directory(tmp_path: Path) -> None:
+    from orchestrator.dataset import Sample
+    from orchestrator.eval import Task
+    from orchestrator.model import get_model
+
+    for sub in ("a", "b/c"):
+        task = Task(dataset=[Sample(input="q", target="x", id=1)], name=f"t{sub[0]}")
+        await eval_async(task, get_model("scripted", outputs=["x"]), log_dir=tmp_path / sub)
+    result = subprocess.run([sys.executable, "-m", "orchestrator.cli", "log", "export", str(tmp_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    exported = sorted(tmp_path.rglob("*.eval"))
+    assert len(exported) == 2 and [str(p) for p in exported] == sorted(result.stdout.split())
+    assert all(_read_inspect(p).status == "success" for p in exported)
