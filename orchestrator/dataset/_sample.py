@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, overload
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,8 +23,13 @@ class Sample(BaseModel):
     metadata: dict[str, Any] | None = None
     choices: list[str] | None = None
     sandbox: str | dict[str, Any] | None = None  # per-sample override of the task's sandbox config
-    files: dict[str, str] | None = None  # path in the sandbox -> contents, written before the solver runs
-    setup: str | None = None  # shell script run once in the sandbox after the files are written
+    files: dict[str, str | bytes | Path] | None = None
+    """Path in the sandbox -> inline text, bytes, a local file or directory path, or a ``data:`` URI; put in
+    the sandbox (one archive) before ``setup`` runs. See ``orchestrator.dataset._files`` for the rules."""
+    setup: str | None = None
+    """A shell script run once (``sh -c``) in the sandbox after the files are in place, before the solver:
+    as the sandbox's default user, in its working directory, within 600 s; a non-zero exit or a timeout
+    destroys the sandbox and fails the sample (an error, retried under ``--retry-on-error``)."""
 
     def __init__(self, input: str | list[ChatMessage], target: str | list[str] = "", id: int | str | None = None,
                  **kwargs: Any) -> None:

@@ -20,11 +20,12 @@ import copy
 import time
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from orchestrator._wire import SandboxSpec
 from orchestrator.approval._policy import approval_policy_scope
-from orchestrator.dataset import Sample
+from orchestrator.dataset import Sample, sandbox_files_wire
 from orchestrator.dispatch import Dispatcher, SampleRoute, reset_active_dispatcher, set_active_dispatcher, set_route
 from orchestrator.dispatch._dispatcher import reset_route
 from orchestrator.log import ToolEvent, Transcript, bind_transcript
@@ -140,9 +141,10 @@ class SampleRunner:
                     if self.sandbox_slots is not None:
                         await self.sandbox_slots.acquire()
                         slot_held = True
+                    files, setup = await asyncio.to_thread(sandbox_files_wire, sample, self._files_base_dir())
                     route = await self.dispatcher.open_sandbox(SandboxSpec(
                         eval_id=self.eval_id, sample_id=self._sandbox_sample_id(sample.id, epoch),
-                        config=_config_json(config), files=sample.files or {}, setup=sample.setup))
+                        config=_config_json(config), files=files, setup=setup))
                     if self.journal is not None:
                         await self.journal.sandbox("open", SandboxRecord(
                             handle=str(route.sandbox), queue=route.queue, sample_id=sample.id, epoch=epoch,
@@ -184,6 +186,11 @@ class SampleRunner:
                 if slot_held and self.sandbox_slots is not None:
                     self.sandbox_slots.release()
             return self._finish(result, state, transcript, usage)
+
+    def _files_base_dir(self) -> Path | None:
+        """Relative local paths in ``Sample.files`` resolve against the task file's directory (as Inspect)."""
+        task_file = getattr(self.task, "task_file", None)
+        return Path(task_file).parent if task_file else None
 
     async def _solve(self, state: TaskState) -> tuple[TaskState, EvalSampleLimit | None]:
         limits = [message_limit(self.task.message_limit), token_limit(self.task.token_limit),

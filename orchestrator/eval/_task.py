@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.dataset import Dataset, MemoryDataset, Sample
+from orchestrator.dataset import Dataset, MemoryDataset, Sample, SampleFilesError, resolve_dataset_files
 from orchestrator.model._generate_config import GenerateConfig
 
 from ._errors import EvalSetupError
@@ -167,6 +167,10 @@ def load_task(spec: str, task_args: dict[str, Any] | None = None) -> Task:
                         f"{' with ' + ', '.join(f'{k}={v!r}' for k, v in args.items()) if args else ''}: "
                         f"{type(exc).__name__}: {exc}".splitlines()[0]) from exc
     instance.task_file = str(Path(path).resolve())
+    try:  # Sample.files: paths checked (and made absolute) now, against the task file's directory
+        resolve_dataset_files(instance.dataset, Path(instance.task_file).parent)
+    except SampleFilesError as exc:
+        raise TaskError(str(exc)) from exc
     return instance
 
 

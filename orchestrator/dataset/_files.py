@@ -1,0 +1,249 @@
+"""``Sample.files``: what a value may be, how it is checked when the task loads, and how it travels.
+
+A ``Sample.files`` entry maps a path in the sandbox to its contents. The key is absolute, or relative
+to the sandbox's working directory (the image's ``WORKDIR``, or ``working_dir`` in the sandbox config);
+it may not contain ``..``. The value is (Inspect's forms, plus ``bytes`` and ``Path``):
+
+* ``bytes``: the contents as they are;
+* a ``pathlib.Path``: a local file (its contents) or directory (every file under it, recursively, placed
+  under the key; empty directories are not copied); it must exist;
+* a ``str`` that names an existing local file or directory (absolute, or relative to the task file's
+  directory, as Inspect runs a task from its directory; without a task file, the current directory):
+  the same as a ``Path``;
+* a ``data:`` URI (``data:;base64,...`` or percent-encoded text): the decoded bytes;
+* any other ``str``: the contents, as UTF-8 text (``""`` is an empty file, never a path).
+  ``http(s)://`` URLs are refused (nothing is downloaded: fetch the file first).
+
+``resolve_sample_files`` runs when the task loads (``load_task``): it turns path strings into
+absolute ``Path``s, decodes nothing yet, and checks every path exists and is readable and that the
+sample's total stays under ``sample_files_limit()`` (``TOOLFLEET_SAMPLE_FILES_LIMIT`` bytes, default
+4 MiB: the whole sample spec must fit in one broker message). Each problem is a ``SampleFilesError``
+naming the sample and the path.
+
+``pack_sample_files`` runs when the sample's sandbox opens: the files become ONE gzipped tar archive per
+kind of key (relative keys, absolute keys), written into the sandbox as one base64 text file and
+unpacked by a few lines of shell put before the sample's ``setup`` script (then run unchanged, by
+``exec sh -c``). So a sample with hundreds of files costs one write and one exec, not one per file.
+Unpacking needs ``sh``, ``base64`` and ``tar`` (with gzip) in the image (Debian, Ubuntu, Alpine and
+``toolfleet/sandbox`` have them). Files are unpacked as the sandbox's default user (so a non-root
+user cannot write outside the places it owns); mode 0644, or 0755 for local files that are executable.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import gzip
+import io
+import os
+import shlex
+import tarfile
+import time
+import urllib.parse
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._sample import Sample
+
+FileValue = str | bytes | Path
+LIMIT_ENV = "TOOLFLEET_SAMPLE_FILES_LIMIT"
+DEFAULT_LIMIT_BYTES = 4 * 1024 * 1024
+_MAX_PATH_CHARS = 4096  # longer strings (or ones with newlines) are always contents, never checked as paths
+UNPACK_FAILED_EXIT = 70
+
+
+class SampleFilesError(ValueError):
+    """A sample's ``files`` cannot be sent: a missing or unreadable path, a bad key or data URI, too large."""
+
+
+def sample_files_limit() -> int:
+    """The most bytes (before compression) a sample's files may total."""
+    raw = os.environ.get(LIMIT_ENV)
+    if not raw:
+        return DEFAULT_LIMIT_BYTES
+    try:
+        return int(raw)
+    except ValueError:
+        raise SampleFilesError(f"{LIMIT_ENV} must be a number of bytes, got {raw!r}.") from None
+
+
+def _where(sample_id: object, key: str) -> str:
+    return f"Sample {sample_id!r}, file '{key}'"
+
+
+def _check_key(sample_id: object, key: str) -> None:
+    if not isinstance(key, str) or not key.strip() or "\0" in key:
+        raise SampleFilesError(f"Sample {sample_id!r}: a files key must be a non-empty path, got {key!r}.")
+    if ".." in PurePosixPath(key).parts:
+        raise SampleFilesError(f"{_where(sample_id, key)}: '..' is not allowed in a sandbox path.")
+
+
+def _is_data_uri(value: str) -> bool:
+    return value.startswith("data:") and "," in value
+
+
+def _as_local_path(value: str, base_dir: Path) -> Path | None:
+    """The existing local file or directory a string names, or None (then it is contents)."""
+    if not value or len(value) > _MAX_PATH_CHARS or "\n" in value or "\0" in value:
+        return None
+    try:
+        path = Path(value).expanduser()
+        path = path if path.is_absolute() else base_dir / path
+        return path.resolve() if path.exists() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _tree(root: Path) -> Iterator[tuple[str, Path]]:
+    """(relative POSIX path, file) for every file under a directory, in a stable order."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            file = Path(dirpath) / name
+            if file.is_file():
+                yield file.relative_to(root).as_posix(), file
+
+
+def _local_entries(sample_id: object, key: str, path: Path) -> Iterator[tuple[str, Path]]:
+    if path.is_dir():
+        for rel, file in _tree(path):
+            yield f"{key.rstrip('/')}/{rel}", file
+    elif path.is_file():
+        yield key, path
+    else:
+        raise SampleFilesError(f"{_where(sample_id, key)}: local path '{path}' does not exist "
+                               "(or is not a regular file or directory).")
+
+
+def decode_data_uri(sample_id: object, key: str, value: str) -> bytes:
+    header, _, payload = value.partition(",")
+    try:
+        if header.endswith(";base64"):
+            return base64.b64decode(payload, validate=True)
+        return urllib.parse.unquote_to_bytes(payload)
+    except (binascii.Error, ValueError) as exc:
+        raise SampleFilesError(f"{_where(sample_id, key)}: invalid data URI ({exc}).") from None
+
+
+def resolve_sample_files(sample: "Sample", base_dir: Path | None = None,
+                         limit: int | None = None) -> dict[str, FileValue] | None:
+    """Check a sample's files and return them with path strings made absolute ``Path``s (see module doc)."""
+    if not sample.files:
+        return sample.files
+    base = (base_dir or Path.cwd()).resolve()
+    resolved: dict[str, FileValue] = {}
+    for key, value in sample.files.items():
+        _check_key(sample.id, key)
+        if isinstance(value, str):
+            if value.startswith(("http://", "https://")) and "\n" not in value:
+                raise SampleFilesError(f"{_where(sample.id, key)}: URLs are not downloaded ('{value}'); "
+                                       "fetch the file and give its local path.")
+            if _is_data_uri(value):
+                decode_data_uri(sample.id, key, value)  # fail now, not when the sandbox opens
+            local = _as_local_path(value, base) if not _is_data_uri(value) else None
+            resolved[key] = local if local is not None else value
+        elif isinstance(value, Path):
+            path = value.expanduser()
+            resolved[key] = (path if path.is_absolute() else base / path).resolve()
+        else:
+            resolved[key] = value
+    _check_size(sample.id, resolved, sample_files_limit() if limit is None else limit)
+    return resolved
+
+
+def _entries(sample_id: object, files: dict[str, FileValue]) -> Iterator[tuple[str, bytes | Path, str]]:
+    """(sandbox path, contents or local file, where it came from) for every file to send."""
+    for key, value in files.items():
+        if isinstance(value, Path):
+            for dest, file in _local_entries(sample_id, key, value):
+                yield dest, file, str(file)
+        elif isinstance(value, bytes):
+            yield key, value, "bytes"
+        elif _is_data_uri(value):
+            yield key, decode_data_uri(sample_id, key, value), "data URI"
+        else:
+            yield key, value.encode("utf-8"), "inline text"
+
+
+def _size(sample_id: object, key: str, item: bytes | Path) -> int:
+    if isinstance(item, bytes):
+        return len(item)
+    try:
+        if not os.access(item, os.R_OK):
+            raise SampleFilesError(f"{_where(sample_id, key)}: local file '{item}' is not readable.")
+        return item.stat().st_size
+    except OSError as exc:
+        raise SampleFilesError(f"{_where(sample_id, key)}: cannot read '{item}': {exc.strerror}.") from None
+
+
+def _check_size(sample_id: object, files: dict[str, FileValue], limit: int) -> int:
+    total = 0
+    for dest, item, source in _entries(sample_id, files):
+        size = _size(sample_id, dest, item)
+        total += size
+        if total > limit:
+            raise SampleFilesError(
+                f"Sample {sample_id!r}: files exceed the limit of {limit:,} bytes at '{dest}' (from {source}, "
+                f"{size:,} bytes; {total:,} so far). Put large files in the sample's image, or raise {LIMIT_ENV}.")
+    return total
+
+
+def _archive(members: Iterable[tuple[str, bytes | Path]]) -> bytes:
+    buffer = io.BytesIO()
+    now = int(time.time())
+    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=now, compresslevel=6) as gz:
+        with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
+            for name, item in members:
+                data = item if isinstance(item, bytes) else item.read_bytes()
+                info = tarfile.TarInfo(name)
+                info.size, info.mtime, info.uid, info.gid, info.uname, info.gname = len(data), now, 0, 0, "root", "root"
+                info.mode = 0o755 if isinstance(item, Path) and os.access(item, os.X_OK) else 0o644
+                tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def pack_sample_files(sample_id: object, files: dict[str, FileValue] | None, setup: str | None,
+                      limit: int | None = None) -> tuple[dict[str, str], str | None]:
+    """The wire form of a sample's files and setup: ``(files, setup)`` for ``SandboxSpec``.
+
+    Relative keys unpack in the sandbox's working directory, absolute ones under ``/``. An unpacking
+    failure (e.g. a path the sandbox user may not write) fails the setup with exit status 70 and the
+    ``tar`` message, like any setup failure.
+    """
+    if not files:
+        return {}, setup
+    _check_size(sample_id, files, sample_files_limit() if limit is None else limit)
+    relative: list[tuple[str, bytes | Path]] = []
+    absolute: list[tuple[str, bytes | Path]] = []
+    for dest, item, _source in _entries(sample_id, files):
+        (absolute if dest.startswith("/") else relative).append((dest.lstrip("/"), item))
+    wire: dict[str, str] = {}
+    lines = ["set -e"]
+    for members, target in ((relative, ""), (absolute, " -C /")):
+        if not members:
+            continue
+        carrier = f"/tmp/.toolfleet-files-{uuid.uuid4().hex}.b64"
+        wire[carrier] = base64.b64encode(_archive(members)).decode("ascii")
+        where = "the working directory" if not target else "/"
+        lines.append(f"base64 -d {carrier} | tar -xzf -{target} || {{ echo \"toolfleet: could not unpack the "
+                     f"sample's files into {where}\" >&2; exit {UNPACK_FAILED_EXIT}; }}")
+        lines.append(f"rm -f {carrier}")
+    script = "\n".join(lines) + "\n"
+    script += f"exec sh -c {shlex.quote(setup)}\n" if setup else ""
+    return wire, script
+
+
+def resolve_dataset_files(samples: Iterable["Sample"], base_dir: Path | None = None) -> None:
+    """Check every sample's files when a task loads, storing the resolved form on each sample."""
+    limit = sample_files_limit()
+    for sample in samples:
+        if sample.files:
+            sample.files = resolve_sample_files(sample, base_dir, limit)
+
+
+def sandbox_files_wire(sample: "Sample", base_dir: Path | None = None) -> tuple[dict[str, str], str | None]:
+    """A sample's ``(files, setup)`` as they travel in a ``SandboxSpec`` (blocking file I/O: run in a thread)."""
+    return pack_sample_files(sample.id, resolve_sample_files(sample, base_dir), sample.setup)
