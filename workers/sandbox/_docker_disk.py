@@ -13,6 +13,8 @@
   sandbox user in our image there are none; a command run as ``user="root"`` (no capabilities, but
   owner of the image's files) can still write the container layer unbounded. ``read_only: true``
   closes that too, for images that write nothing outside the listed paths.
+- ``runtime: runsc`` (gVisor): the runtime must be registered with ``--overlay`` (and ``--network=none``):
+  the root filesystem's writes then stay in the sandbox's memory, bounded by ``mem_limit``.
 """
 
 from __future__ import annotations
@@ -58,10 +60,14 @@ class DiskPlan:
 
 async def plan_disk(
     api: DockerAPI, image: str, limit: str | None, working_dir: str | None, paths: list[str] | None,
-    quota: bool,
+    quota: bool, runtime: str | None = None,
 ) -> DiskPlan:
     if not limit:
         return DiskPlan("none", None)
+    if runtime == "runsc":
+        # gVisor registered with `--overlay` keeps every write to the root filesystem in the sandbox's
+        # own memory (bounded by mem_limit); its tmpfs does not take uid/gid options.
+        return DiskPlan("runsc-overlay", limit)
     if quota:
         return DiskPlan("storage_opt", limit, storage_opt={"size": limit})
     wanted = list(paths) if paths is not None else [*DEFAULT_WRITABLE, *([working_dir] if working_dir else [])]

@@ -131,7 +131,7 @@ class DockerSandboxDriver(SandboxDriver):
                 self.disk = await plan_disk(
                     self.api, self.config.image, self.config.disk_limit,
                     self.config.working_dir or image_config.get("WorkingDir") or None,
-                    self.config.writable_paths, layer_quota_supported(info),
+                    self.config.writable_paths, layer_quota_supported(info), self.config.runtime,
                 )
             except ImageNotFound as exc:
                 raise SandboxImageError(missing_image_message(self.config.image)) from exc
