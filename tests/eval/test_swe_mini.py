@@ -1,0 +1,100 @@
+"""``examples/swe_mini.py`` end to end: per-sample images built by the example's script, ``files`` and
+``setup``, the scripted fixer (every sample correct) and noop (none), embedded with Docker and through
+Redis with two real workers on this machine; without images (repositories sent as directories) in
+a local sandbox; and a setup that fails (the "failing" test already passes) failing its sample.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.eval import Task, eval_async
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "swe_mini.py"
+BUILD = ROOT / "examples" / "swe_mini" / "build_images.sh"
+NAMES = ["calc", "clamp", "leap", "slug", "stack"]
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def _example() -> Any:
+    spec = importlib.util.spec_from_file_location("swe_mini_example_under_test", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def swe_images(sandbox_image: str) -> list[str]:
+    """The example's images, built by its own script (cached by Docker after the first build)."""
+    done = subprocess.run(["sh", str(BUILD)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return [f"toolfleet/swe-mini-{name}:latest" for name in NAMES]
+
+
+def _scores(log: Any) -> dict[str, str]:
+    assert log.status == "success", [s.error for s in log.samples]
+    assert all(s.error is None for s in log.samples), [s.error for s in log.samples]
+    return {str(s.id): s.scores["sandbox_test"].value for s in log.samples}
+
+
+def _containers(owner: str) -> list[str]:
+    out = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=toolfleet.owner={owner}"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    return out.split()
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(("policy", "expected"), [("fixer", "C"), ("noop", "I")])
+async def test_embedded_docker(tmp_path: Path, swe_images: list[str], policy: str, expected: str) -> None:
+    [log] = await eval_async(str(EXAMPLE), f"scripted/{policy}", log_dir=tmp_path, sandbox="docker")
+    assert _scores(log) == {name: expected for name in NAMES}
+    calc = next(s for s in log.samples if s.id == "calc")
+    tools = [e for e in calc.events if e.event == "tool"]
+    assert [e.function for e in tools] == (["bash", "text_editor", "bash", "submit"] if policy == "fixer"
+                                           else ["bash", "bash", "submit"])
+    look = str(tools[0].result)
+    # The image's checkout, the inline ISSUE.md and the failing test from a local file all arrived.
+    assert look.startswith("/home/sandbox") and "mean([1, 2, 3]) returns 3.0" in look and "test_mean_of_three" in look
+
+
+@pytest.mark.docker
+@pytest.mark.celery
+async def test_two_workers_through_redis(tmp_path: Path, swe_images: list[str], fleet) -> None:  # type: ignore[no-untyped-def]
+    workers = [fleet.worker(slots=3), fleet.worker(slots=3)]
+    [log] = await eval_async(str(EXAMPLE), "scripted/fixer", log_dir=tmp_path, broker=fleet.redis.url)
+    assert _scores(log) == {name: "C" for name in NAMES}
+    hosts = {e.host for s in log.samples for e in s.events if e.event == "tool" and e.function == "bash"}
+    assert hosts and hosts <= {w.host for w in workers}
+    # pool_size 0 in every sample's sandbox: nothing is left running on either worker after the eval.
+    assert [_containers(w.host) for w in workers] == [[], []]
+
+
+async def test_without_images_repositories_travel_as_directories(tmp_path: Path) -> None:
+    [log] = await eval_async(str(EXAMPLE), "scripted/fixer", log_dir=tmp_path, task_args={"images": False})
+    assert _scores(log) == {name: "C" for name in NAMES}
+
+
+async def test_a_failing_setup_fails_its_sample(tmp_path: Path) -> None:
+    example = _example()
+    broken = example.make_sample("leap", images=False)
+    assert broken.files is not None
+    broken.files["repo/tests/test_issue.py"] = "import unittest\n"  # no failing test: setup refuses it
+    good = example.make_sample("calc", images=False)
+    task = Task(dataset=[broken, good], solver=example.swe_mini(images=False).solver,
+                scorer=example.swe_mini(images=False).scorer, sandbox="local")
+    [log] = await eval_async(task, "scripted/fixer", log_dir=tmp_path, fail_on_error=False)
+    by_id = {s.id: s for s in log.samples}
+    assert by_id["calc"].error is None and by_id["calc"].scores["sandbox_test"].value == "C"
+    error = by_id["leap"].error
+    assert error is not None and "Setup for sample" in error.message and "exited with 1" in error.message
+    assert "already passes" in error.message
