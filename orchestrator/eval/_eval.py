@@ -47,6 +47,7 @@ from ._policies import configured_model, resolve_model
 from ._progress import EvalProgress
 from ._reducers import check_reducers
 from ._results import eval_results, eval_stats
+from ._retry_events import reporting_retries
 from ._runner import SampleRunner
 from ._setup import check_docker, make_dispatcher, resolve_policies
 from ._task import Task, TaskError, import_task_file, load_task
@@ -139,7 +140,7 @@ async def eval_async(
     generate_config = _generate_config(config)
     if log_format not in ("jsonl", "eval", "json"):
         raise TaskError(f"Unknown log format '{log_format}' (use eval, json or jsonl).")
-    resolved_model = configured_model(resolve_model(model, **(model_args or {})), max_connections)
+    resolved_model = reporting_retries(configured_model(resolve_model(model, **(model_args or {})), max_connections))
     with model_context(resolved_model):
         resolved = [load_task(t, task_args) if isinstance(t, str) else t for t in task_list]
     own_dispatcher = dispatcher is None

@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from orchestrator.log._events import BaseEvent, ModelEvent, ToolEvent
+from orchestrator.log._events import BaseEvent, InfoEvent, ModelEvent, ToolEvent
 
 RATE_WINDOW_S = 10.0  # tool calls/s is measured over this sliding window
 
@@ -30,6 +30,7 @@ class EvalProgress:
     tokens: int = 0
     started: float = field(default_factory=time.monotonic)
     _recent_calls: deque[float] = field(default_factory=deque)
+    _live_retries: dict[str | None, int] = field(default_factory=dict)  # model span -> retries seen live
     listeners: list[Callable[[str, "EvalProgress"], None]] = field(default_factory=list)
 
     def on_event(self, event: BaseEvent) -> None:
@@ -39,11 +40,17 @@ class EvalProgress:
             self._recent_calls.append(now)
             while self._recent_calls and now - self._recent_calls[0] > RATE_WINDOW_S:
                 self._recent_calls.popleft()
+        elif isinstance(event, InfoEvent) and event.source == "model_retry":
+            # Live, before the back-off: counted now, and not again from the call's ModelEvent.
+            self.model_retries += 1
+            self.rate_limits += bool(isinstance(event.data, dict) and event.data.get("rate_limited"))
+            self._live_retries[event.span_id] = self._live_retries.get(event.span_id, 0) + 1
         elif isinstance(event, ModelEvent):
             if event.usage is not None:
                 self.tokens += getattr(event.usage, "total_tokens", 0) or 0
-            self.model_retries += event.retries or 0
-            if event.error and ("429" in event.error or "rate limit" in event.error.lower()):
+            seen = self._live_retries.pop(event.span_id, 0)
+            self.model_retries += max(0, (event.retries or 0) - seen)
+            if not seen and event.error and ("429" in event.error or "rate limit" in event.error.lower()):
                 self.rate_limits += 1
 
     @property
