@@ -84,7 +84,8 @@ def log_list(args: argparse.Namespace) -> int:
     table = Table("log", "task", "model", "status", "samples", "errors", "scores")
     table.columns[0].overflow = "fold"  # a long name wraps; it is never cut
     for row in rows:
-        scores = "; ".join(f"{k}: " + ", ".join(f"{m}={v}" for m, v in s.items()) for k, s in row["scores"].items())
+        scores = "; ".join(f"{k}: " + (", ".join(f"{m}={v}" for m, v in s.items()) or "none scored")
+                           for k, s in row["scores"].items())
         table.add_row(str(Path(row["log"]).relative_to(log_dir)), row["task"], row["model"], row["status"],
                       f"{row['done']}/{row['total']}", str(row["errors"]), scores)
     # Never cut a log name: as wide as the rows need on a terminal, unbounded when piped.
@@ -105,7 +106,7 @@ def log_show(args: argparse.Namespace) -> int:
     print(f"{row['task']} · {row['model']} · {row['status']} · {row['done']}/{row['total']} samples, {row['errors']} errors")
     print(f"eval id {log.eval.eval_id} · runs {len(log.runs)} · log {log.location}")
     for name, metrics in row["scores"].items():
-        print(f"  {name}: " + ", ".join(f"{m}={v}" for m, v in metrics.items()))
+        print(f"  {name}: " + (", ".join(f"{m}={v}" for m, v in metrics.items()) or "no samples scored"))
     for s in sorted(log.samples, key=lambda s: (s.epoch, str(s.id))):
         score = ", ".join(f"{k}={v.value}" for k, v in s.scores.items())
         extra = f" limit={s.limit.type}" if s.limit else ""

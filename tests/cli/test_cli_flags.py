@@ -65,6 +65,9 @@ def test_nothing_scored_prints_no_metric(tmp_path: Path) -> None:
                  "none", "--sample-id", "s1", env={"TOOLFLEET_TEST_BREAK": "1"})
     assert result.returncode == 1
     assert "includes: no samples scored" in result.stdout and "accuracy=" not in result.stdout
+    [log] = list(tmp_path.glob("*.jsonl"))
+    shown = run("log", "show", str(log)).stdout
+    assert "includes: no samples scored" in shown and "accuracy=" not in shown
 
 
 def test_ctrl_c_names_the_log(tmp_path: Path) -> None:
