@@ -10,7 +10,8 @@ two polls are not missed.
 
 JSON: ``{"workload": "swe", "policy", "images", "samples", "workers", "slots", "correct", "errors",
 "wall_s", "samples_per_s", "container_starts", "container_starts_per_worker": [..],
-"peak_containers_per_worker": [..], "containers_left": [..], "poll_interval_s", "polls"}`` (per-worker lists in worker start order).
+"peak_containers_per_worker": [..], "containers_left": [..], "poll_interval_s", "polls"}``
+(per-worker lists in worker start order).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterable
@@ -120,7 +120,8 @@ class StartCounter:
     async def __aenter__(self) -> "StartCounter":
         self._proc = await asyncio.create_subprocess_exec(
             "docker", "events", "--filter", "type=container", "--filter", "event=start",
-            "--filter", "label=toolfleet.managed=1", "--format", '{{index .Actor.Attributes "' + OWNER_PID_LABEL + '"}}',
+            "--filter", "label=toolfleet.managed=1",
+            "--format", '{{index .Actor.Attributes "' + OWNER_PID_LABEL + '"}}',
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
         self._reader = asyncio.create_task(self._read())
         await asyncio.sleep(0.5)  # the stream is open before the first sample starts

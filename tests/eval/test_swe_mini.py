@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.bench.swe import ContainerCounter, StartCounter
 from orchestrator.eval import Task, eval_async
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,12 +48,6 @@ def _scores(log: Any) -> dict[str, str]:
     return {str(s.id): s.scores["sandbox_test"].value for s in log.samples}
 
 
-def _containers(owner: str) -> list[str]:
-    out = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=toolfleet.owner={owner}"],
-                         capture_output=True, text=True, timeout=60, check=True).stdout
-    return out.split()
-
-
 @pytest.mark.docker
 @pytest.mark.parametrize(("policy", "expected"), [("fixer", "C"), ("noop", "I")])
 async def test_embedded_docker(tmp_path: Path, swe_images: list[str], policy: str, expected: str) -> None:
@@ -69,14 +64,22 @@ async def test_embedded_docker(tmp_path: Path, swe_images: list[str], policy: st
 
 @pytest.mark.docker
 @pytest.mark.celery
-async def test_two_workers_through_redis(tmp_path: Path, swe_images: list[str], fleet) -> None:  # type: ignore[no-untyped-def]
-    workers = [fleet.worker(slots=3), fleet.worker(slots=3)]
-    [log] = await eval_async(str(EXAMPLE), "scripted/fixer", log_dir=tmp_path, broker=fleet.redis.url)
+async def test_two_workers_through_redis(tmp_path: Path, swe_images: list[str],
+                                         fleet) -> None:  # type: ignore[no-untyped-def]
+    slots = 2
+    workers = [fleet.worker(slots=slots), fleet.worker(slots=slots)]
+    pids = [w.pid for w in workers]
+    counter = ContainerCounter(pids, interval=0.1)
+    async with StartCounter() as starts, counter.running():
+        [log] = await eval_async(str(EXAMPLE), "scripted/fixer", log_dir=tmp_path, broker=fleet.redis.url)
     assert _scores(log) == {name: "C" for name in NAMES}
     hosts = {e.host for s in log.samples for e in s.events if e.event == "tool" and e.function == "bash"}
     assert hosts and hosts <= {w.host for w in workers}
-    # pool_size 0 in every sample's sandbox: nothing is left running on either worker after the eval.
-    assert [_containers(w.host) for w in workers] == [[], []]
+    # One container per sample (pool_size 0: no spares), never more per worker than its slots, and
+    # nothing left on either worker after the eval.
+    assert sum(starts.starts(pids)) == len(NAMES)
+    assert 1 <= max(counter.peaks) and all(peak <= slots for peak in counter.peaks), counter.peaks
+    assert await counter.counts() == [0, 0]
 
 
 async def test_without_images_repositories_travel_as_directories(tmp_path: Path) -> None:
