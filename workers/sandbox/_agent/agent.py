@@ -143,7 +143,7 @@ class Capture:
 
 class Job:
     __slots__ = ("req_id", "pid", "cap", "deadline", "bufs", "open_reads", "stdin_fd", "pending",
-                 "code", "exited_at", "timed_out", "truncated", "retry")
+                 "code", "exited_at", "timed_out", "retry")
 
     def __init__(self, req_id, pid, cap, timeout):
         self.req_id = req_id
@@ -157,7 +157,6 @@ class Job:
         self.code = None
         self.exited_at = None
         self.timed_out = False
-        self.truncated = False
         self.retry = None  # warm jobs: (spec, stdin, read end of its stdin) to rerun cold if need be
 
     def kill(self):
