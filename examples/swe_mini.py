@@ -10,8 +10,11 @@ test suite in the sample's sandbox (``sandbox_test``): correct when it exits 0.
     sh examples/swe_mini/build_images.sh                       # once per Docker host (about 20 s an image)
     toolfleet eval examples/swe_mini.py --model scripted/fixer --sandbox docker       # embedded: all pass
     toolfleet eval examples/swe_mini.py --model scripted/noop --sandbox docker        # all fail
-    toolfleet worker --broker redis://localhost:6379/0 &       # x2 (TOOLFLEET_SECRET set on every process)
+    export TOOLFLEET_SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(32))')  # same on every process
+    toolfleet worker --broker redis://localhost:6379/0 --hostname w1 --slots 3 &
+    toolfleet worker --broker redis://localhost:6379/0 --hostname w2 --slots 3 &
     toolfleet eval examples/swe_mini.py --model scripted/fixer --broker redis://localhost:6379/0
+    toolfleet bench swe --json                                 # the same on 2 workers, with container counts
     toolfleet eval examples/swe_mini.py --model openai/gpt-4o-mini --sandbox docker  # a real model
 
 Task arguments (``-T``): ``images=false`` sends each repository as a directory in ``files`` instead

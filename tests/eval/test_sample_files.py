@@ -132,6 +132,9 @@ def test_one_archive_per_sample_however_many_files(tmp_path: Path) -> None:
     wire, setup = pack_sample_files(1, resolve_sample_files(sample), "echo user-setup")
     assert len(wire) == 1 and setup is not None
     assert setup.rstrip().endswith("exec sh -c 'echo user-setup'")
+    wire, setup = pack_sample_files(1, {"a.txt": "x", "/abs/b.txt": b"y"}, None)
+    assert len(wire) == 2 and setup is not None and "exec" not in setup  # relative + absolute; no user setup
+    assert pack_sample_files(1, None, "echo only") == ({}, "echo only")  # no files: setup as given
 
 
 def test_relative_paths_resolve_against_the_task_file(tmp_path: Path) -> None:
