@@ -142,6 +142,14 @@ async def _complete(track: _Track, ctx: FinishContext) -> ChatMessageTool:
     return track.message
 
 
+def _dispatch(p: Prepared) -> Dispatch:
+    # In this process the ToolDef itself runs, so an explicit name, description or ToolParams given
+    # to ToolDef(...) holds at execution as it does in the schema (Inspect executes the ToolDef).
+    if runs_locally(p.tool):  # type: ignore[arg-type]
+        return Dispatch(p.request, p.tool, local=True)  # type: ignore[arg-type]
+    return Dispatch(p.request, p.tool.tool)  # type: ignore[arg-type,union-attr]
+
+
 async def _run_stage(stage: list[Prepared], ctx: FinishContext) -> list[tuple[Prepared, ChatMessageTool]]:
     if len(stage) == 1:
         # A one-call stage (every serial call) runs inline: no task of its own, no stage bookkeeping.
@@ -151,7 +159,7 @@ async def _run_stage(stage: list[Prepared], ctx: FinishContext) -> list[tuple[Pr
         # The call runs inside its tool span, so what it does (a nested agent run) nests under it.
         with span(name=p.call.function, type="tool"):
             try:
-                track.outcome = await dispatcher.run_one(Dispatch(p.request, p.tool.tool, local=runs_locally(p.tool)))  # type: ignore[arg-type,union-attr]
+                track.outcome = await dispatcher.run_one(_dispatch(p))
                 return [(p, await _complete(track, ctx))]
             except BaseException as exc:
                 await _abandon([track], [], exc)
@@ -162,7 +170,7 @@ async def _run_stage(stage: list[Prepared], ctx: FinishContext) -> list[tuple[Pr
     tracks: list[_Track] = []
     if local:
         in_process = InProcessDispatcher.default()
-        for p, fut in zip(local, in_process.dispatch([Dispatch(p.request, p.tool.tool, local=True) for p in local])):  # type: ignore[arg-type,union-attr]
+        for p, fut in zip(local, in_process.dispatch([_dispatch(p) for p in local])):  # type: ignore[arg-type,union-attr]
             tracks.append(_Track(p, fut))
     if remote:
         dispatcher = active_dispatcher()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+import mimetypes
+from pathlib import PurePosixPath
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 
 class ContentText(BaseModel):
@@ -33,9 +35,24 @@ class ContentDocument(BaseModel):
 
     type: Literal["document"] = "document"
     document: str
-    filename: str
-    mime_type: str
+    filename: str = ""
+    mime_type: str = ""
     citations: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _infer_name_and_type(cls, data: Any) -> Any:
+        # As Inspect: a missing file name / MIME type is read off the document (path or data URI).
+        if not isinstance(data, dict) or not isinstance(data.get("document"), str) or not data["document"]:
+            return data
+        document, filename, mime_type = data["document"], data.get("filename"), data.get("mime_type")
+        if document.startswith("data:"):
+            mime_type = mime_type or document[5:].split(";", 1)[0].split(",", 1)[0] or "application/octet-stream"
+            filename = filename or f"document.{mime_type.split('/')[-1]}"
+        else:
+            filename = filename or PurePosixPath(document).name
+            mime_type = mime_type or mimetypes.guess_type(document)[0] or "application/octet-stream"
+        return {**data, "filename": filename, "mime_type": mime_type}
 
 
 class ContentToolUse(BaseModel):

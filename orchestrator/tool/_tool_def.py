@@ -119,7 +119,9 @@ class ToolDef:
             self.meta.input_guardrails = tuple(input_guardrails)
         if output_guardrails is not None:
             self.meta.output_guardrails = tuple(output_guardrails)
-        self._validate_descriptions()
+        # Inspect checks descriptions only where it derives the schema itself: an explicit
+        # ToolParams is taken as the caller wrote it.
+        self._validate_descriptions(check_params=not isinstance(parameters, ToolParams))
 
     # -- behaviour options (read through to the metadata) ----------------------------------
     parallel = property(lambda self: self.meta.parallel)
@@ -134,9 +136,11 @@ class ToolDef:
     output_guardrails = property(lambda self: self.meta.output_guardrails)
     ref: ToolRef | None = property(lambda self: self.meta.ref)  # type: ignore[assignment]
 
-    def _validate_descriptions(self) -> None:
+    def _validate_descriptions(self, check_params: bool = True) -> None:
         if not self.description:
             raise ValueError(f"Description not provided for tool function '{self.name}'")
+        if not check_params:
+            return
         for pname, param in self.parameters.properties.items():
             if not param.description:
                 raise ValueError(f"Description not provided for parameter '{pname}' of function '{self.name}'.")
