@@ -52,7 +52,7 @@ class CallMemory:
         self._cancelled: OrderedDict[str, float] = OrderedDict()
         self._max_entries = max_entries
         self._max_age = max_age
-        # Bounded by size too: outcomes are capped at the worker (1 MiB by default), and the sum kept
+        # Bounded by size too: outcomes are capped at the worker (512 KiB by default), and the sum kept
         # here stays under max_bytes (oldest evicted first; a later duplicate then asks Redis).
         self._max_bytes = max_bytes
         self._sizes: dict[str, int] = {}

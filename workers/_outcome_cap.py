@@ -2,7 +2,7 @@
 
 The model sees a middle-truncated 16 KiB of a tool's output by default (``max_tool_output``); the
 orchestrator's reviewers and log see the outcome as the worker sent it. The worker keeps at most
-``max_outcome_bytes`` (1 MiB by default, ``toolfleet worker --max-outcome-bytes``) so that a call
+``max_outcome_bytes`` (512 KiB by default, ``toolfleet worker --max-outcome-bytes``) so that a call
 printing gigabytes costs the fleet (worker call memory, Redis, the orchestrator) at most that much.
 
 Text is cut in the middle, as the orchestrator does for the model (the first and last halves stay,

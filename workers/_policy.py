@@ -49,7 +49,7 @@ class WorkerPolicy(BaseModel):
     max_ttl: float = Field(24 * 3600.0, gt=0)
     local_root: str | None = Field(None, description="parent directory of local sandboxes (the worker's choice, never a message's)")
     allow_runsc: bool = Field(True, description="a message may ask for the gVisor runtime (stronger isolation)")
-    max_outcome_bytes: int = Field(1 * MiB, gt=0, description="a call's result is cut to this size at the worker "
+    max_outcome_bytes: int = Field(512 * 1024, gt=0, description="a call's result is cut to this size at the worker "
                                    "before it is cached or stored (the model sees far less: 16 KiB by default)")
 
 

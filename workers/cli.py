@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     trust.add_argument("--max-memory", default="4g", help="cap on a sandbox's memory limit")
     trust.add_argument("--max-cpus", type=float, default=float(os.cpu_count() or 1), help="cap on a sandbox's CPU limit (default: this host's CPUs)")
     trust.add_argument("--max-pids", type=int, default=4096, help="cap on a sandbox's pids limit")
-    trust.add_argument("--max-outcome-bytes", type=int, default=1024 * 1024,
+    trust.add_argument("--max-outcome-bytes", type=int, default=512 * 1024,
                        help="a call's result is cut to this many bytes at the worker (the model sees 16 KiB by default)")
     trust.add_argument("--unsafe-remote-control", action="store_true",
                        help="keep all of Celery's remote-control commands (shutdown, revoke, pool_restart, ...), "

@@ -12,7 +12,7 @@ whole orchestrator path). Reports, per the issue's bound (worker RSS < 300 MB, R
 - ``ok``: both bounds held.
 
 What bounds it: the sandbox command captures at most ``output_cap`` (10 MiB) per stream; the worker
-cuts each outcome to ``--max-outcome-bytes`` (1 MiB) before its call memory or Redis keep it; the
+cuts each outcome to ``--max-outcome-bytes`` (512 KiB) before its call memory or Redis keep it; the
 call memory is bounded by bytes; the orchestrator deletes each result from Redis as it reads it.
 """
 
@@ -35,8 +35,8 @@ REDIS_BOUND_MB = 100
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calls", type=int, default=50, help="calls, each printing --mb MB")
     parser.add_argument("--mb", type=int, default=100, help="MB each call prints")
-    parser.add_argument("--sandboxes", type=int, default=5, help="sandboxes the calls are spread over")
-    parser.add_argument("--in-flight", type=int, default=10, help="calls running at once (at most the worker's pool)")
+    parser.add_argument("--sandboxes", type=int, default=10, help="sandboxes the calls are spread over")
+    parser.add_argument("--in-flight", type=int, default=50, help="calls running at once (at most the worker's pool)")
     parser.add_argument("--sandbox", choices=["docker", "local"], default="docker")
 
 
