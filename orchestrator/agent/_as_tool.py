@@ -25,7 +25,7 @@ from ._run import run
 
 OutputExtractor = Callable[[AgentState], Union[str, Awaitable[str]]]
 
-INPUT_DESCRIPTION = "The input to pass to the agent."
+INPUT_DESCRIPTION = "Input message."  # what Inspect tells the model
 
 
 def as_tool(

@@ -83,8 +83,10 @@ class ModelOutput(BaseModel):
         tool_name: str,
         tool_arguments: dict[str, Any],
         tool_call_id: str | None = None,
-        content: str = "",
+        content: str | None = None,
     ) -> "ModelOutput":
+        if content is None:  # Inspect's default text beside the call (mockllm outputs read the same)
+            content = f"tool call for tool {tool_name}"
         call = ToolCall(id=tool_call_id or f"call_{uuid.uuid4().hex[:12]}", function=tool_name, arguments=tool_arguments)
         return ModelOutput.for_tool_calls(model, [call], content)
 
