@@ -37,7 +37,8 @@ TEST_TIMEOUT_S = 30
 INSTRUCTIONS = f"""You are an expert Python programmer working in a sandbox.
 Complete the function below. Write the COMPLETE code (imports, the signature, any helper
 functions given, and your implementation) to the file `{SOLUTION_FILE}` in the current
-directory using the text_editor tool. You can run it with the python or bash tools to check it.
+directory using the text_editor tool (it takes absolute paths: `pwd` tells you the directory).
+You can run it with the python or bash tools to check it.
 When you are done, call submit() with a one-line summary. Hidden tests will be run against
 `{SOLUTION_FILE}`."""
 
@@ -83,12 +84,16 @@ def humaneval(sandbox: str = "local", attempts: int = 1, message_limit: int = 30
 
 
 def _scripted_turn(messages: list[Any], solution: str) -> ModelOutput:
-    """Write the solution, run it once, submit — one step per turn, decided by how far the sample got."""
-    done = sum(1 for m in messages if isinstance(m, ChatMessageTool))
-    if done == 0:
+    """Find the directory, write the solution, run it once, submit — one step per turn, decided by how far
+    the sample got (text_editor takes absolute paths, and a local sandbox's directory is a fresh temp dir)."""
+    results = [m for m in messages if isinstance(m, ChatMessageTool)]
+    if not results:
+        return ModelOutput.for_tool_call("scripted", "bash", {"cmd": "pwd"})
+    if len(results) == 1:
+        path = f"{results[0].text.strip()}/{SOLUTION_FILE}"
         return ModelOutput.for_tool_call("scripted", "text_editor",
-                                         {"command": "create", "path": SOLUTION_FILE, "file_text": solution})
-    if done == 1:
+                                         {"command": "create", "path": path, "file_text": solution})
+    if len(results) == 2:
         code = (f"exec(compile(open({SOLUTION_FILE!r}).read(), {SOLUTION_FILE!r}, 'exec'))\n"
                 "print('solution.py loads')")
         return ModelOutput.for_tool_call("scripted", "python", {"code": code})

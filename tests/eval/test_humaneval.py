@@ -28,7 +28,7 @@ async def test_embedded_local_all_problems(tmp_path: Path, policy: str, expected
     assert _tally(log) == (expected, 164, 0)
     sample = next(s for s in log.samples if s.id == "HumanEval/0")
     tools = [e.function for e in sample.events if e.event == "tool"]
-    assert tools == ["text_editor", "python", "submit"]  # wrote, ran, submitted
+    assert tools == ["bash", "text_editor", "python", "submit"]  # found the directory, wrote, ran, submitted
     explanation = sample.scores["sandbox_test"].explanation or ""
     assert explanation.startswith("Tests passed" if policy == "oracle" else "Tests failed")
 

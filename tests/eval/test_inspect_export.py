@@ -58,7 +58,7 @@ async def test_humaneval_native_inspect_format(tmp_path: Path, log_format: str) 
     theirs = _read_inspect(exported)
     _compare(log, theirs)
     sample = next(s for s in theirs.samples if s.id == "HumanEval/0")
-    assert [e.function for e in sample.events if e.event == "tool"] == ["text_editor", "python", "submit"]
+    assert [e.function for e in sample.events if e.event == "tool"] == ["bash", "text_editor", "python", "submit"]
 
 
 async def test_log_export_command_and_hostile_text(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from tests.support.prerequisites import require_redis_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_TOOLS = "tests.support.sample_tools"
+SESSION_TOOL_MODULES = (SAMPLE_TOOLS, "tests.agent.agent_tools", "tests.review.review_tools")
 SECRET_ENV = "TOOLFLEET_SECRET"
 
 
@@ -222,7 +223,9 @@ def redis_server() -> Iterator[RedisServer]:
 @pytest.fixture(scope="session")
 def session_worker(redis_server: RedisServer) -> Iterator[WorkerProcess]:
     """One long-lived worker for the tool-execution suite over the Celery dispatcher."""
-    worker = WorkerProcess(redis_server.url, concurrency=32).start()
+    # A worker looks tools up only in what it imported at start (never what a message names): the
+    # session worker imports every test module whose tools the suites send over Celery.
+    worker = WorkerProcess(redis_server.url, concurrency=32, imports=SESSION_TOOL_MODULES).start()
     yield worker
     worker.cleanup()
 

@@ -73,12 +73,12 @@ async def plan_disk(
     wanted = list(paths) if paths is not None else [*DEFAULT_WRITABLE, *([working_dir] if working_dir else [])]
     plan = DiskPlan("tmpfs", limit)
     for path in dict.fromkeys(posixpath.normpath(p) for p in wanted if p and p.startswith("/") and p != "/"):
-        options = f"size={limit},mode=1777"
+        options = f"exec,size={limit},mode=1777"  # Docker mounts a tmpfs noexec unless told: scripts must run
         if path not in DEFAULT_WRITABLE:
             tar, owner = await _image_contents(api, image, path)
             if owner is not None:
                 uid, gid, mode = owner
-                options = f"size={limit},uid={uid},gid={gid},mode={mode:o}"
+                options = f"exec,size={limit},uid={uid},gid={gid},mode={mode:o}"
             if tar:
                 plan.seeds[path] = tar
         plan.tmpfs[path] = options
