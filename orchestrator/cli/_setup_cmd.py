@@ -1,4 +1,4 @@
-"""``toolfleet setup [redis] [images]``: bring a bare machine to what the test suite and docker mode need.
+"""``toolfleet setup [redis] [images] [browser]``: bring a bare machine to what the test suite and docker mode need.
 
 What it provides, each step skipped when already there (so a second run takes a second):
 
@@ -6,6 +6,7 @@ What it provides, each step skipped when already there (so a second run takes a 
   port). Installed with ``apt-get`` when we are root on a Debian-like system; otherwise one line says what
   to install. Why apt and not a pip wheel: Debian's package is the server operators run, it is in the
   registry every machine here reaches, and it needs no compiler.
+- ``browser`` — Debian's ``chromium``, headless, for the test that opens a log in ``inspect view``.
 - ``images`` — the sandbox images (``sandbox_images/build.sh``: debootstrap + ``docker import`` +
   ``docker build``, no registry). ``debootstrap`` is installed with apt the same way when it is missing
   and an image has to be built. Cached by tag (and by recipe hash for ``toolfleet/sandbox:latest``).
@@ -27,7 +28,7 @@ from ._common import fail
 
 __all__ = ["SetupError", "add_command", "ensure_images"]
 
-COMPONENTS = ("redis", "images")
+COMPONENTS = ("redis", "images", "browser")
 # The tags build.sh produces; `images` is done when all of them exist with the current recipe.
 IMAGES = ("toolfleet/debian-base:bookworm", "toolfleet/sandbox:latest")
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "sandbox_images" / "build.sh"
@@ -41,10 +42,10 @@ class SetupError(RuntimeError):
 
 def add_command(commands: Any) -> None:
     p = commands.add_parser(
-        "setup", help="install redis-server and build the sandbox images (what the tests and docker mode need)",
-        description="Provide what the test suite and docker mode need on a bare machine: redis-server "
-                    "(apt, as root) and the sandbox images (sandbox_images/build.sh). Idempotent.")
-    p.add_argument("components", nargs="*", metavar="COMPONENT", help="redis and/or images (default: both)")
+        "setup", help="install redis-server and chromium, build the sandbox images (what the tests need)",
+        description="Provide what the test suite and docker mode need on a bare machine: redis-server and "
+                    "chromium (apt, as root) and the sandbox images (sandbox_images/build.sh). Idempotent.")
+    p.add_argument("components", nargs="*", metavar="COMPONENT", help="any of redis, images, browser (default: all)")
     p.add_argument("--force-images", action="store_true", help="rebuild the images even if they exist")
     p.set_defaults(handler=run_setup)
 
@@ -59,6 +60,8 @@ def run_setup(args: argparse.Namespace) -> int:
             _ensure_redis()
         if "images" in wanted:
             ensure_images(force=args.force_images)
+        if "browser" in wanted:
+            _ensure_browser()
     except SetupError as exc:
         return fail(str(exc))
     return 0
@@ -80,6 +83,17 @@ def _ensure_redis() -> None:
         raise SetupError("redis-server is still not on the PATH after installing it; add /usr/bin to PATH")
     # Debian's package starts a system service on 6379; the tests never use it, operators may.
     _say("redis-server: installed")
+
+
+# --- browser -----------------------------------------------------------------------------------------
+
+
+def _ensure_browser() -> None:
+    if shutil.which("chromium") or shutil.which("chromium-browser"):
+        _say("chromium: present")
+        return
+    _apt_install(["chromium"], why="chromium (the inspect view test renders a log headless)")
+    _say("chromium: installed")
 
 
 # --- images ------------------------------------------------------------------------------------------

@@ -32,11 +32,16 @@ INSPECT = shutil.which("inspect")
 MARKER = "zebra-quartz code is ZQ-4417"
 SCREENSHOT_DIR = Path("/tmp/toolfleet-inspect-view")
 
-pytestmark = [
-    pytest.mark.timeout(240),
-    pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)"),
-    pytest.mark.skipif(INSPECT is None, reason="needs inspect-ai (a test dependency) for `inspect view`"),
-]
+pytestmark = [pytest.mark.timeout(240)]
+
+
+@pytest.fixture(autouse=True)
+def _browser_and_viewer() -> None:
+    """Prerequisites fail loudly (README: `toolfleet setup` installs chromium; inspect-ai is in `.[dev]`)."""
+    if CHROMIUM is None:
+        pytest.fail("chromium is not installed: run `toolfleet setup` or `apt-get install chromium`", pytrace=False)
+    if INSPECT is None:
+        pytest.fail("`inspect` is not on the PATH: install the test extras (`pip install -e '.[dev]'`)", pytrace=False)
 
 
 def _free_port() -> int:
