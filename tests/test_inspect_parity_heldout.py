@@ -111,3 +111,24 @@ async def test_structured_text_result_is_kept_as_parts() -> None:
 
     messages, _ = await execute_tools(_turn("parts", {}), [parts()])
     assert [p.text for p in messages[0].content] == ["header", "body"]
+
+
+async def test_validation_does_not_write_defaults_into_the_models_call() -> None:
+    # Inspect leaves the ToolCall as the model sent it; the tool still gets its defaults.
+    @tool
+    def greet():
+        async def execute(name: str, greeting: str = "hello") -> str:
+            """Greet someone.
+
+            Args:
+                name: Who.
+                greeting: How.
+            """
+            return f"{greeting} {name}"
+
+        return execute
+
+    turn = _turn("greet", {"name": "ada"})
+    messages, _ = await execute_tools(turn, [greet()])
+    assert messages[0].text == "hello ada"
+    assert turn[0].tool_calls[0].arguments == {"name": "ada"}
