@@ -2,6 +2,10 @@
 
     toolfleet worker --broker redis://redis:6379/0 --concurrency 64 --import mypkg.tools --hostname h1
 
+Every worker process has its own identity in the fleet (``--hostname``; default
+``<machine>-<pid>-<random>``, so several workers on one machine just work). A worker refuses to start
+under an identity another live worker is heartbeating with.
+
 Consumes the shared call queue and this host's own queue (sandbox affinity), imports user tool
 modules so the registry holds them, reaps orphaned sandboxes and heartbeats capacity at start, and
 drains on SIGTERM: the host is marked draining at once (no new placements), running calls finish,
@@ -13,12 +17,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import secrets
+import socket
 import sys
 
 from . import _auth, _names
 from ._loop import HOST_ENV, WorkerConfig, start_runtime, stop_runtime
 from ._policy import WorkerPolicy
 from .app import BROKER_ENV, DEFAULT_BROKER
+from .heartbeat import identity_in_use
+from .sandbox._docker_labels import set_owner
 
 # Tool modules every worker registers at start-up (the built-in tools); --import adds the user's.
 BUILTIN_TOOL_MODULES = ("workers.tools", "workers.scoring")
@@ -36,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", "-c", type=int, default=64, help="calls executed at once (pool threads)")
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                    help="tool module to import so its tools are registered (repeatable)")
-    p.add_argument("--hostname", default=os.environ.get(HOST_ENV), help="this host's name in the fleet (default: the machine's)")
+    p.add_argument("--hostname", default=os.environ.get(HOST_ENV),
+                   help="this worker's identity in the fleet, unique per worker process "
+                        "(default: <machine>-<pid>-<random>; a name a live worker already uses is refused)")
     p.add_argument("--slots", type=int, default=16, help="sandboxes this host accepts")
     p.add_argument("--heartbeat-interval", type=float, default=2.0)
     p.add_argument("--heartbeat-ttl", type=float, default=10.0, help="seconds without a heartbeat before the host is lost")
@@ -80,6 +90,11 @@ def build_policy(args: argparse.Namespace) -> WorkerPolicy:
     )
 
 
+def default_identity() -> str:
+    """``<machine>-<pid>-<4 hex>``: unique per worker process, readable in ``docker ps`` and logs."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
 def _restrict_remote_control() -> None:
     from celery.worker.control import Panel
 
@@ -101,13 +116,15 @@ def worker_main(argv: list[str]) -> int:
         importlib.import_module(module)  # the registry is complete now: a message never imports anything
     if not args.unsafe_remote_control:
         _restrict_remote_control()
-    config_kwargs = {"broker_url": args.broker, "slots": args.slots,
-                     "heartbeat_interval": args.heartbeat_interval, "heartbeat_ttl": args.heartbeat_ttl,
-                     "orphan_grace": args.orphan_grace, "policy": build_policy(args)}
-    if args.hostname:
-        config_kwargs["host"] = args.hostname
-    config = WorkerConfig(**config_kwargs)
+    config = WorkerConfig(broker_url=args.broker, slots=args.slots, host=args.hostname or default_identity(),
+                          heartbeat_interval=args.heartbeat_interval, heartbeat_ttl=args.heartbeat_ttl,
+                          orphan_grace=args.orphan_grace, policy=build_policy(args))
+    duplicate = identity_in_use(args.broker, config.host)
+    if duplicate:
+        print(f"toolfleet worker: {duplicate}", file=sys.stderr, flush=True)
+        return 2
     os.environ[HOST_ENV] = config.host
+    set_owner(config.host)  # containers are labelled with this worker's identity
 
     from . import app as app_module
 

@@ -45,6 +45,38 @@ class HostRecord(BaseModel):
         return cls.model_validate(decoded)
 
 
+def identity_in_use(broker_url: str, host: str, poll: float = 0.2) -> str | None:
+    """Why ``host`` cannot be this worker's identity (another live worker heartbeats with it), or None.
+
+    A record alone does not prove a live worker: one that just crashed leaves it until its TTL runs
+    out. So watch it (bounded by that TTL): a new beat (its ``ts`` or ``boot`` changes) means a live
+    duplicate; the key expiring means the name is free. An unreachable Redis is not checked here
+    (the worker waits for it at start anyway).
+    """
+    import redis as redis_sync
+
+    key = _names.heartbeat_key(host)
+    client = redis_sync.Redis.from_url(broker_url, socket_connect_timeout=3, socket_timeout=3)
+    try:
+        first = client.hgetall(key)
+        if not first:
+            return None
+        deadline = time.monotonic() + max(0, client.ttl(key)) + 1.0
+        while time.monotonic() < deadline:
+            time.sleep(poll)
+            now = client.hgetall(key)
+            if not now:
+                return None
+            if now.get(b"ts") != first.get(b"ts") or now.get(b"boot") != first.get(b"boot"):
+                return (f"another live worker already uses the identity {host!r} (it heartbeats in Redis); "
+                        "give this one another --hostname, or omit --hostname for a unique default.")
+        return None
+    except (redis_sync.RedisError, OSError):
+        return None
+    finally:
+        client.close()
+
+
 class Heartbeat:
     """Publishes the host record every ``interval`` seconds until stopped."""
 

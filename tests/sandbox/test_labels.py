@@ -11,6 +11,7 @@ import pytest
 from workers.sandbox._docker_labels import (
     EXPIRY,
     HOST,
+    MACHINE,
     OWNER,
     OWNER_PID,
     OWNER_STARTED,
@@ -44,7 +45,7 @@ MINE = {**owner_labels(), EXPIRY: str(int(NOW + 3600))}
         ({**MINE, EXPIRY: "garbage"}, "running", (), "expired"),
         ({**MINE, OWNER_PID: str(_dead_pid())}, "running", (), "orphaned"),
         ({**MINE, OWNER_STARTED: "1"}, "running", (), "orphaned"),  # pid reused by another process
-        ({**MINE, OWNER: "another-host", OWNER_PID: "1"}, "running", (), None),
+        ({**MINE, OWNER: "another-host", MACHINE: "another-host", OWNER_PID: "1"}, "running", (), None),
         ({**MINE, OWNER: "another-host", EXPIRY: str(int(NOW - 1))}, "running", (), "expired"),
         (MINE, "exited", (), "exited"),
         (MINE, "dead", (), "exited"),

@@ -1,11 +1,16 @@
 """Container labels and the reaper that removes expired or orphaned sandboxes.
 
-Every container carries ``toolfleet.*`` labels: eval id, sample id, owner host (+ the owning
-process's pid and start time), expiry. The reaper runs at driver start and periodically:
+Every container carries ``toolfleet.*`` labels: eval id, sample id, owner (the worker's identity,
+unique per worker process; the machine name in embedded mode), the machine, the owning process's pid
+and start time, expiry. The reaper runs at driver start and periodically:
 
 - expired (``toolfleet.expiry`` in the past): removed whoever owns it;
-- orphaned: owned by this host but the owning process is gone (pid dead or reused);
-- exited (e.g. OOM-killed) containers owned by this host that no live driver holds.
+- orphaned: made on this machine by a process that is gone (pid dead or reused) — whichever worker
+  it belonged to, since none can hold it any more;
+- exited (e.g. OOM-killed) containers owned by this very process that no live driver holds.
+
+A live worker's containers are never touched by another worker's reaper (several workers share a
+machine and its Docker daemon).
 """
 
 from __future__ import annotations
@@ -27,8 +32,20 @@ OWNER_PID = PREFIX + "owner_pid"
 OWNER_STARTED = PREFIX + "owner_started"
 EXPIRY = PREFIX + "expiry"
 POOL = PREFIX + "pool"
+MACHINE = PREFIX + "machine"
 
 HOST = socket.gethostname()
+_owner = HOST  # the worker identity; ``set_owner`` at worker start
+
+
+def set_owner(identity: str) -> None:
+    """Label this process's containers with the worker's identity (``toolfleet worker`` calls it)."""
+    global _owner
+    _owner = identity
+
+
+def current_owner() -> str:
+    return _owner
 
 
 def _process_started(pid: int) -> int | None:
@@ -40,7 +57,7 @@ def _process_started(pid: int) -> int | None:
 
 def owner_labels() -> dict[str, str]:
     pid = os.getpid()
-    return {OWNER: HOST, OWNER_PID: str(pid), OWNER_STARTED: str(_process_started(pid) or 0)}
+    return {OWNER: _owner, MACHINE: HOST, OWNER_PID: str(pid), OWNER_STARTED: str(_process_started(pid) or 0)}
 
 
 def container_labels(eval_id: str, sample_id: str, ttl: float, pool: str = "") -> dict[str, str]:
@@ -65,14 +82,14 @@ def reap_reason(info: dict[str, Any], live: Iterable[str], now: float | None = N
             return "expired"
     except ValueError:
         return "expired"  # a mangled label cannot protect a container forever
-    if labels.get(OWNER) != HOST:
-        return None  # another host's container: only its expiry concerns us
+    if labels.get(MACHINE, labels.get(OWNER)) != HOST:
+        return None  # another machine's container: only its expiry concerns us
     pid = int(labels.get(OWNER_PID) or 0)
     started = _process_started(pid) if pid else None
     if started is None or str(started) != labels.get(OWNER_STARTED):
         return "orphaned"
     # "created": being started by this process right now (listed before the driver recorded its
     # id); removing it then made the start fail with a 409 under load.
-    if pid == os.getpid() and info.get("State") not in ("running", "created"):
+    if pid == os.getpid() and labels.get(OWNER) == _owner and info.get("State") not in ("running", "created"):
         return "exited"
     return None

@@ -1,0 +1,90 @@
+"""Worker identity and placement with real worker processes on one machine, through a real Redis.
+
+- two workers started without ``--hostname`` get distinct identities and both serve samples;
+- a second worker under an identity a live worker heartbeats with is refused at start (one line, exit 2);
+- placement spreads the first samples over both workers by free capacity.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.eval import eval_async
+from tests.eval.task_files import BASIC
+from tests.support.fleet import REPO_ROOT, SECRET_ENV, WorkerProcess
+
+pytestmark = [pytest.mark.celery, pytest.mark.timeout(300)]
+
+READY = re.compile(rb"toolfleet worker (\S+) ready")
+
+
+class AnonymousWorker(WorkerProcess):
+    """``toolfleet worker`` without ``--hostname``: its identity is whatever it announces."""
+
+    def __init__(self, broker_url: str, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(broker_url, **kwargs)
+        at = self.args.index("--hostname")
+        del self.args[at:at + 2]
+        self.host = ""
+
+    def _ready(self, client) -> bool:  # type: ignore[no-untyped-def]
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{self.output()}")
+        found = READY.search(Path(self.log.name).read_bytes())
+        if found is None:
+            return False
+        self.host = found.group(1).decode()
+        return bool(client.exists(f"toolfleet:host:{self.host}"))
+
+
+def _anonymous(fleet, **kwargs) -> AnonymousWorker:  # type: ignore[no-untyped-def]
+    worker = AnonymousWorker(fleet.redis.url, **kwargs)
+    fleet.workers.append(worker)
+    return worker.start()
+
+
+def _bash_hosts(log) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return {str(s.id): e.host for s in log.samples for e in s.events if e.event == "tool" and e.function == "bash"}
+
+
+async def test_two_workers_without_hostname_both_serve_samples(tmp_path: Path, fleet) -> None:  # type: ignore[no-untyped-def]
+    workers = [_anonymous(fleet, slots=2), _anonymous(fleet, slots=2)]
+    assert workers[0].host != workers[1].host
+    for w in workers:  # <machine>-<pid>-<random>
+        assert w.host.startswith(f"{socket.gethostname()}-{w.pid}-"), w.host
+    [log] = await eval_async(f"{BASIC}@sandboxed", "scripted/bash_then_answer", task_args={"n": 4},
+                             broker=fleet.redis.url, log_dir=tmp_path, max_samples=4)
+    assert log.status == "success", [s.error for s in log.samples]
+    assert all(s.scores["includes"].value == "C" for s in log.samples)
+    # Four sandboxes at once over 2 + 2 slots: both workers held some.
+    assert set(_bash_hosts(log).values()) == {w.host for w in workers}
+
+
+def test_duplicate_identity_is_refused_at_start(fleet) -> None:  # type: ignore[no-untyped-def]
+    first = fleet.worker(slots=1)
+    env = {**os.environ, SECRET_ENV: first.secret}
+    done = subprocess.run([sys.executable, "-m", "workers.cli", "--broker", fleet.redis.url, "--hostname", first.host,
+                           "--heartbeat-interval", "0.5", "--heartbeat-ttl", "3"],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"another live worker already uses the identity {first.host!r}" in lines[0]
+    assert first.alive()
+
+
+def test_identity_of_a_dead_worker_is_free_once_its_heartbeat_lapses(fleet) -> None:  # type: ignore[no-untyped-def]
+    """A crashed worker's record is not a live duplicate: a restart under its name waits out its TTL."""
+    first = fleet.worker(slots=1)
+    first.kill()
+    again = WorkerProcess(fleet.redis.url, host=first.host, slots=1)
+    fleet.workers.append(again)
+    again.start(timeout=60)
+    assert again.alive()
