@@ -132,3 +132,16 @@ async def test_validation_does_not_write_defaults_into_the_models_call() -> None
     messages, _ = await execute_tools(turn, [greet()])
     assert messages[0].text == "hello ada"
     assert turn[0].tool_calls[0].arguments == {"name": "ada"}
+
+
+@pytest.mark.parametrize("make, text", [
+    ("message_limit", "Message limit value must be a non-negative integer or None: -1"),
+    ("token_limit", "Token limit value must be a non-negative integer or None: -1"),
+    ("time_limit", "Time limit value must be a non-negative float or None: -1"),
+])
+def test_negative_limits_are_refused_in_inspects_words(make: str, text: str) -> None:
+    import orchestrator.util as util
+
+    with pytest.raises(ValueError) as raised:
+        getattr(util, make)(-1)
+    assert str(raised.value) == text

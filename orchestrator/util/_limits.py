@@ -60,7 +60,8 @@ class Limit:
 
     def _validate(self, limit: float | int | None) -> None:
         if limit is not None and limit < 0:
-            raise ValueError(f"{self.type.capitalize()} limit value must be non-negative or None: {limit}")
+            number = "float" if self.type in ("time", "working") else "integer"  # Inspect's wording
+            raise ValueError(f"{self.type.capitalize()} limit value must be a non-negative {number} or None: {limit}")
 
     # -- activation ------------------------------------------------------------------------
     def __enter__(self) -> "Limit":
