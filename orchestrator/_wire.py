@@ -7,7 +7,7 @@ Plain JSON models, versioned: no pickles, no class paths. Errors that reach the 
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 from pydantic import BaseModel, Field
 
@@ -54,6 +54,25 @@ class FatalError(BaseModel):
     traceback: str | None = None
 
 
+class SandboxExec(BaseModel):
+    """One command (or file read/write) a tool ran in its sandbox, as recorded next to the sandbox.
+
+    Kept small on purpose: ``cmd``, ``input`` and ``output`` are cut (head and tail) to a few KiB and
+    a call sends at most ``MAX_SANDBOX_EXECS`` of them. The host is the outcome's (not repeated).
+    """
+
+    action: Literal["exec", "read_file", "write_file"] = "exec"
+    cmd: str | None = None  # the argv, shell-quoted
+    file: str | None = None  # read_file / write_file
+    input: str | None = None  # stdin, or the contents written (cut)
+    result: int | None = None  # exit status (None: the command did not finish)
+    output: str | None = None  # stderr then stdout, or the contents read (cut)
+    truncated: bool = False  # cut here or capped at the source
+    error: str | None = None  # why it did not finish (timeout, output limit, sandbox lost, ...)
+    started: float = 0.0
+    duration: float = 0.0
+
+
 class CallOutcome(BaseModel):
     v: int = WIRE_VERSION
     call_id: str
@@ -64,6 +83,8 @@ class CallOutcome(BaseModel):
     completed: float = 0.0
     host: str | None = None  # which host executed it
     replayed: bool = False  # a redelivered call answered from the executing side's memory
+    sandbox_execs: list[SandboxExec] = Field(default_factory=list)  # in order; spliced into the transcript
+    sandbox_execs_dropped: int = 0  # execs past the per-call bound (counted, not sent)
     # In-process only: the original exception behind ``fatal`` (never serialised, never on the wire).
     exception: Any = Field(default=None, exclude=True, repr=False)
 

@@ -9,12 +9,14 @@ from its ``open_sandbox`` / ``close_sandbox`` tasks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import structlog
 
 from orchestrator._wire import SandboxSpec
 from orchestrator.util._sandbox import SandboxUnavailableError
 
+from ._sandbox_recorder import ExecList, RecordingSandbox
 from .sandbox import _registry as registry
 from .sandbox._driver import DockerSandboxConfig, SandboxDriver, sandbox_config
 from .sandbox._driver import SandboxSpec as DriverSpec
@@ -44,25 +46,39 @@ async def _driver_for(config_json: dict) -> SandboxDriver:
 
 async def open_sandbox(spec: SandboxSpec) -> str:
     """Create the sample's sandbox, write its files, run its setup; return its handle."""
+    handle, _ = await open_sandbox_recorded(spec)
+    return handle
+
+
+async def open_sandbox_recorded(spec: SandboxSpec) -> tuple[str, ExecList]:
+    """``open_sandbox``, also returning the file writes and setup run as recorded execs.
+
+    On failure the execs so far ride on the raised exception as ``sandbox_execs`` (a failing setup's
+    output is what the transcript most needs).
+    """
     driver = await _driver_for(spec.config)
     env = await driver.create(DriverSpec(eval_id=spec.eval_id or "", sample_id=spec.sample_id or ""))
     handle: str = env.sandbox_id
     _owners[handle] = driver
+    execs = ExecList()
+    box = RecordingSandbox(env, execs)
     try:
         for path, contents in spec.files.items():
-            await env.write_file(path, contents)
+            await box.write_file(path, contents)
         if spec.setup:
-            result = await env.exec(["sh", "-c", spec.setup], timeout=SETUP_TIMEOUT_S)
+            result = await box.exec(["sh", "-c", spec.setup], timeout=SETUP_TIMEOUT_S)
             if not result.success:
                 raise SandboxSetupError(
                     f"Setup for sample {spec.sample_id!r} exited with {result.returncode}: "
                     f"{(result.stderr or result.stdout).strip()[-500:]}"
                 )
-    except BaseException:
+    except BaseException as exc:
+        with contextlib.suppress(Exception):
+            exc.sandbox_execs = execs  # type: ignore[attr-defined]
         await close_sandbox(handle)
         raise
     log.debug("sandbox.opened", handle=handle, sample=spec.sample_id, driver=spec.config.get("type"))
-    return handle
+    return handle, execs
 
 
 async def close_sandbox(handle: str) -> None:

@@ -19,9 +19,18 @@ from orchestrator.tool._content import ContentImage, ContentText
 from orchestrator.tool._registry import ToolNotRegisteredError, rebuild_tool
 from orchestrator.tool._tool_call import ToolCallError
 from orchestrator.tool._tool_def import tool_def
-from orchestrator.util._sandbox import OutputLimitExceededError, SandboxEnvironment, SandboxTimeoutError, SandboxUnavailableError, bind_sandbox
+from orchestrator.util._sandbox import (
+    OutputLimitExceededError,
+    SandboxEnvironment,
+    SandboxTimeoutError,
+    SandboxUnavailableError,
+    _current,
+    _named,
+    bind_sandbox,
+)
 
 from ._classify import classify_exception
+from ._sandbox_recorder import ExecList, RecordingSandbox
 
 HOST = socket.gethostname()
 
@@ -71,9 +80,11 @@ async def execute_call(
 
     ``tool`` is the live instance when executing in-process; otherwise it is rebuilt from the
     registry by name. ``env`` is bound as the current sandbox when ``bind`` (in-process callers
-    that already carry the sample's context pass ``bind=False``).
+    that already carry the sample's context pass ``bind=False``: their context's sandbox is used).
+    Either way the sandbox the tool sees records each exec into the outcome's ``sandbox_execs``.
     """
     started = time.time()
+    execs: ExecList | None = None
     result: Any = None
     error: ToolCallError | None = None
     fatal: FatalError | None = None
@@ -85,8 +96,13 @@ async def execute_call(
             tool = rebuild_tool(request.tool)
         definition = tool_def(tool)
         kwargs = definition.deserialize(request.arguments)
-        if bind:
-            with bind_sandbox(env):
+        box = env if bind else _current.get()
+        if box is not None:
+            execs = ExecList()
+            with bind_sandbox(RecordingSandbox(box, execs), None if bind else _named.get()):
+                value = await _call_with_timeout(definition.tool, kwargs, request)
+        elif bind:
+            with bind_sandbox(None):
                 value = await _call_with_timeout(definition.tool, kwargs, request)
         else:
             value = await _call_with_timeout(definition.tool, kwargs, request)
@@ -107,6 +123,10 @@ async def execute_call(
         else:
             result = _timeout_partial(exc)
     # Built once at the end: setting fields one by one on a pydantic model costs more than the call.
+    if execs is not None and execs.items:
+        return CallOutcome(call_id=request.call_id, result=result, error=error, fatal=fatal, started=started,
+                           completed=time.time(), host=HOST, exception=exception, sandbox_execs=execs.items,
+                           sandbox_execs_dropped=execs.dropped)
     return CallOutcome(call_id=request.call_id, result=result, error=error, fatal=fatal, started=started,
                        completed=time.time(), host=HOST, exception=exception)
 

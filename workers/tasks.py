@@ -102,20 +102,29 @@ async def run_open(rt: WorkerRuntime, payload: dict[str, Any], owner: str | None
     try:
         spec = SandboxSpec.model_validate(payload)
         spec = spec.model_copy(update={"config": admit_sandbox(rt.policy, spec.config)})  # the worker decides
-        from ._sandbox_service import open_sandbox
+        from ._sandbox_service import open_sandbox_recorded
 
-        handle = await open_sandbox(spec)
+        handle, execs = await open_sandbox_recorded(spec)
     except PolicyRefused as exc:
         log.warning("worker.sandbox_refused", host=host, reason=str(exc))
         return {"error": {"type": "PolicyRefused", "message": str(exc)}, "host": host}
     except Exception as exc:  # noqa: BLE001 - reported to the orchestrator as data
         log.warning("worker.open_sandbox_failed", host=host, error=str(exc))
-        return {"error": {"type": type(exc).__name__, "message": str(exc)}, "host": host}
+        return {"error": {"type": type(exc).__name__, "message": str(exc)}, "host": host,
+                **_execs_json(getattr(exc, "sandbox_execs", None))}
     if rt.heartbeat is not None:
         rt.heartbeat.record.sandboxes += 1
     if owner:
         rt.owners[handle] = owner
-    return {"handle": handle, "host": host}
+    return {"handle": handle, "host": host, **_execs_json(execs)}
+
+
+def _execs_json(execs: Any) -> dict[str, Any]:
+    """The files/setup execs of an open, as JSON (``sandbox_execs``, ``sandbox_execs_dropped``)."""
+    if not execs or not execs.items:
+        return {}
+    return {"sandbox_execs": [e.model_dump(mode="json") for e in execs.items],
+            "sandbox_execs_dropped": execs.dropped}
 
 
 async def run_close(rt: WorkerRuntime, handle: str) -> dict[str, Any]:

@@ -11,10 +11,10 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator._wire import CallOutcome, CallRequest, SandboxSpec
+from orchestrator._wire import CallOutcome, CallRequest, SandboxExec, SandboxSpec
 
 
 @dataclass
@@ -69,6 +69,20 @@ class SampleRoute:
     sample_id: str | None = None
     sandbox: str | None = None
     queue: str | None = None  # the worker host's own queue (sandbox affinity)
+    # What opening it ran (files written, setup), recorded where it ran, for the sample's transcript.
+    host: str | None = field(default=None, compare=False)
+    setup_execs: tuple[SandboxExec, ...] = field(default=(), compare=False, repr=False)
+    setup_execs_dropped: int = field(default=0, compare=False, repr=False)
+
+
+def attach_setup_execs(exc: BaseException, execs: Any, dropped: int, host: str | None) -> None:
+    """A failed open carries the execs it ran (a failing setup's output) on its exception."""
+    try:
+        exc.sandbox_execs = list(execs or ())  # type: ignore[attr-defined]
+        exc.sandbox_execs_dropped = dropped  # type: ignore[attr-defined]
+        exc.sandbox_host = host  # type: ignore[attr-defined]
+    except AttributeError:  # an exception type that refuses attributes: nothing to carry
+        pass
 
 
 _NO_ROUTE = SampleRoute()

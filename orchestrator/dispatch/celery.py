@@ -31,17 +31,18 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from redis.exceptions import RedisError
 
-from orchestrator._wire import CallOutcome, FatalError, SandboxSpec
+from orchestrator._wire import CallOutcome, FatalError, SandboxExec, SandboxSpec
 from orchestrator.tool._tool_call import ToolCallError
 from orchestrator.util._sandbox import SandboxUnavailableError
 from workers import _auth, _names, placement
 from workers.app import AppConfig, create_app
 
-from ._dispatcher import Dispatch, Dispatcher, SampleRoute, current_route
+from ._dispatcher import Dispatch, Dispatcher, SampleRoute, attach_setup_execs, current_route
 from ._publisher import Publisher, TaskMessage
 from ._results import ResultListener
 
 log = structlog.get_logger("toolfleet.dispatch")
+MAX_SETUP_EXECS = 100  # what a worker's open answer may carry (the worker keeps the same bound)
 
 
 class CeleryDispatcherConfig(BaseModel):
@@ -100,6 +101,20 @@ def _argsrepr(rec: _Pending) -> str:
 
 def _shown(seconds: float) -> str:
     return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
+
+
+def _setup_execs(answer: Any) -> tuple[list[SandboxExec], int]:
+    """The files/setup execs a worker's open answer carries (malformed ones are dropped, not fatal)."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("sandbox_execs"), list):
+        return [], 0
+    execs: list[SandboxExec] = []
+    for item in answer["sandbox_execs"][:MAX_SETUP_EXECS]:
+        try:
+            execs.append(SandboxExec.model_validate(item))
+        except ValueError:
+            continue
+    dropped = answer.get("sandbox_execs_dropped")
+    return execs, dropped if isinstance(dropped, int) and dropped >= 0 else 0
 
 
 class CeleryDispatcher(Dispatcher):
@@ -304,14 +319,18 @@ class CeleryDispatcher(Dispatcher):
             await self._release(host.host)
             raise
         answer = meta.get("result") if meta.get("status") == "SUCCESS" else None
+        execs, dropped = _setup_execs(answer)
         if not isinstance(answer, dict) or "handle" not in answer:
             await self._release(host.host)
             reason = answer.get("error", {}).get("message") if isinstance(answer, dict) else meta.get("result")
-            raise SandboxUnavailableError(f"Could not create a sandbox on worker host '{host.host}': {reason}")
+            error = SandboxUnavailableError(f"Could not create a sandbox on worker host '{host.host}': {reason}")
+            attach_setup_execs(error, execs, dropped, host.host)
+            raise error
         handle = str(answer["handle"])
         self._sandboxes[handle] = (host.host, host.boot)
         log.debug("dispatch.sandbox_opened", host=host.host, sandbox=handle, sample=spec.sample_id)
-        return SampleRoute(sample_id=spec.sample_id, sandbox=handle, queue=host.queue)
+        return SampleRoute(sample_id=spec.sample_id, sandbox=handle, queue=host.queue, host=host.host,
+                           setup_execs=tuple(execs), setup_execs_dropped=dropped)
 
     async def _place(self, redis: Any) -> Any:
         """Reserve a slot; when the fleet is full, wait (bounded by ``placement_wait``) and say so in

@@ -12,9 +12,9 @@ from typing import ClassVar
 
 from orchestrator._wire import CallOutcome, SandboxSpec
 from orchestrator.util._sandbox import SandboxUnavailableError
-from workers.executor import execute_call, execute_request, lookup_sandbox
+from workers.executor import HOST, execute_call, execute_request, lookup_sandbox
 
-from ._dispatcher import Dispatch, Dispatcher, SampleRoute
+from ._dispatcher import Dispatch, Dispatcher, SampleRoute, attach_setup_execs
 
 
 class InProcessDispatcher(Dispatcher):
@@ -50,9 +50,17 @@ class InProcessDispatcher(Dispatcher):
         return await execute_request(request, tool=item.tool)
 
     async def open_sandbox(self, spec: SandboxSpec) -> SampleRoute:
-        from workers._sandbox_service import open_sandbox
+        from workers._sandbox_service import open_sandbox_recorded
 
-        return SampleRoute(sample_id=spec.sample_id, sandbox=await open_sandbox(spec))
+        try:
+            handle, execs = await open_sandbox_recorded(spec)
+        except Exception as exc:
+            recorded = getattr(exc, "sandbox_execs", None)
+            if recorded is not None:
+                attach_setup_execs(exc, recorded.items, recorded.dropped, HOST)
+            raise
+        return SampleRoute(sample_id=spec.sample_id, sandbox=handle, host=HOST, setup_execs=tuple(execs.items),
+                           setup_execs_dropped=execs.dropped)
 
     async def close_sandbox(self, route: SampleRoute) -> None:
         from workers._sandbox_service import close_sandbox

@@ -30,6 +30,7 @@ from orchestrator.dispatch import Dispatcher, SampleRoute, reset_active_dispatch
 from orchestrator.dispatch._dispatcher import reset_route
 from orchestrator.log import ToolEvent, Transcript, bind_transcript
 from orchestrator.log._events import BaseEvent, ErrorEvent, SampleLimitEvent
+from orchestrator.log._sandbox_events import exec_phase, record_sandbox_execs, reset_exec_phase, set_exec_phase
 from orchestrator.model._generate_config import _active_config, active_generate_config
 from orchestrator.model._model import Model, model_context
 from orchestrator.model._usage import usage_scope
@@ -142,9 +143,16 @@ class SampleRunner:
                         await self.sandbox_slots.acquire()
                         slot_held = True
                     files, setup = await asyncio.to_thread(sandbox_files_wire, sample, self._files_base_dir())
-                    route = await self.dispatcher.open_sandbox(SandboxSpec(
-                        eval_id=self.eval_id, sample_id=self._sandbox_sample_id(sample.id, epoch),
-                        config=_config_json(config), files=files, setup=setup))
+                    try:
+                        route = await self.dispatcher.open_sandbox(SandboxSpec(
+                            eval_id=self.eval_id, sample_id=self._sandbox_sample_id(sample.id, epoch),
+                            config=_config_json(config), files=files, setup=setup))
+                    except Exception as exc:  # a failing setup's execs (its output) go on record first
+                        record_sandbox_execs(getattr(exc, "sandbox_execs", None) or (),
+                                             getattr(exc, "sandbox_host", None), "setup",
+                                             getattr(exc, "sandbox_execs_dropped", 0))
+                        raise
+                    record_sandbox_execs(route.setup_execs, route.host, "setup", route.setup_execs_dropped)
                     if self.journal is not None:
                         await self.journal.sandbox("open", SandboxRecord(
                             handle=str(route.sandbox), queue=route.queue, sample_id=sample.id, epoch=epoch,
@@ -231,6 +239,13 @@ class SampleRunner:
         return attempt_scorer(score_attempt)
 
     async def _score(self, state: TaskState) -> dict[str, Score]:
+        token = set_exec_phase("scorer")  # sandbox execs from here on are the scorers'
+        try:
+            return await self._score_all(state)
+        finally:
+            reset_exec_phase(token)
+
+    async def _score_all(self, state: TaskState) -> dict[str, Score]:
         scores: dict[str, Score] = {}
         for instance in self.task.scorer:
             name, _ = scorer_info(instance)
@@ -271,13 +286,19 @@ class SampleRunner:
 
 
 def _sample_sandbox(route: SampleRoute) -> SandboxEnvironment:
-    """The real environment when it lives in this process (embedded), else a proxy through the dispatcher."""
-    from workers.executor import lookup_sandbox
+    """The real environment when it lives in this process (embedded), else a proxy through the dispatcher.
+
+    Either way each exec is a ``SandboxEvent``: here recorded as it happens; through the proxy, the
+    worker's records come back with each internal call.
+    """
+    from workers._sandbox_recorder import RecordingSandbox
+    from workers.executor import HOST, lookup_sandbox
 
     try:
-        return lookup_sandbox(str(route.sandbox))
+        env = lookup_sandbox(str(route.sandbox))
     except SandboxUnavailableError:
         return DispatchedSandbox()
+    return RecordingSandbox(env, lambda rec: record_sandbox_execs([rec], HOST, exec_phase()))
 
 
 def _cancelling() -> bool:

@@ -60,10 +60,23 @@ def _tool_info(value: Any) -> Any:
     return ToolInfo(name=value, description="") if isinstance(value, str) else value
 
 
+def _message_json(message: Any) -> Any:
+    return message.model_dump(mode="json", exclude_none=True) if isinstance(message, BaseModel) else message
+
+
 class ModelEvent(BaseEvent):
+    """One model call. ``input`` is what was sent, as JSON messages: when an earlier model event of the
+    sample sent the same leading messages, only the rest is kept here and ``input_ref`` names that event
+    (its full input's first ``input_ref_count`` messages come first) — an agent loop's log then grows
+    by each turn's new messages, not by the whole conversation. ``full_model_inputs`` rebuilds them.
+    """
+
     event: Literal["model"] = "model"
     model: str
     input_messages: int = 0
+    input: list[Any] | None = None
+    input_ref: str | None = None
+    input_ref_count: int = 0
     tools: list[ToolInfo] = Field(default_factory=list)  # what the model was offered (full specs, as Inspect)
     tool_choice: Any = None
     output: Any = None
@@ -76,6 +89,46 @@ class ModelEvent(BaseEvent):
     @classmethod
     def _tools_from_names(cls, value: Any) -> Any:
         return [_tool_info(v) for v in value] if isinstance(value, list) else value
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _input_snapshot(cls, value: Any) -> Any:
+        # A snapshot as sent: callers go on editing their message objects after the call.
+        return [_message_json(m) for m in value] if isinstance(value, (list, tuple)) else value
+
+
+def full_model_inputs(events: list[Any]) -> dict[str, list[Any]]:
+    """Each model event's whole input (by uuid), ``input_ref`` chains resolved; events as models or dicts."""
+    full: dict[str, list[Any]] = {}
+    for e in events:
+        get = e.get if isinstance(e, dict) else lambda k, e=e: getattr(e, k, None)
+        if get("event") != "model" or get("input") is None:
+            continue
+        ref, count = get("input_ref"), get("input_ref_count") or 0
+        head = full.get(ref, [])[:count] if ref else []
+        full[get("uuid")] = head + list(get("input") or [])
+    return full
+
+
+class SandboxEvent(BaseEvent):
+    """One exec (or file read/write) in the sample's sandbox: a tool's, the sample's setup, a scorer's.
+
+    ``timestamp`` is when it started (on the host that ran it); texts are cut to a few KiB.
+    """
+
+    event: Literal["sandbox"] = "sandbox"
+    action: Literal["exec", "read_file", "write_file"] = "exec"
+    cmd: str | None = None
+    file: str | None = None
+    input: str | None = None
+    result: int | None = None  # exit status
+    output: str | None = None
+    truncated: bool = False
+    error: str | None = None
+    duration: float | None = None
+    host: str | None = None
+    phase: Literal["tool", "setup", "scorer", "solver"] | None = None
+    call_id: str | None = None  # the tool call it belongs to (phase "tool")
 
 
 class SpanBeginEvent(BaseEvent):
@@ -113,7 +166,7 @@ class SampleLimitEvent(BaseEvent):
 Event = Annotated[
     Union[
         ToolEvent, ApprovalEvent, ReviewEvent, ModelEvent, SpanBeginEvent, SpanEndEvent,
-        InfoEvent, ErrorEvent, SampleLimitEvent,
+        InfoEvent, ErrorEvent, SampleLimitEvent, SandboxEvent,
     ],
     Field(discriminator="event"),
 ]

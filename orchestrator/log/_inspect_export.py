@@ -20,6 +20,8 @@ import zipfile
 from pathlib import Path
 from typing import Any, Literal
 
+from ._events import full_model_inputs
+
 INSPECT_LOG_VERSION = 2
 ExportFormat = Literal["eval", "json"]
 
@@ -54,7 +56,7 @@ def _output(output: dict[str, Any] | None, model: str) -> dict[str, Any]:
     return out
 
 
-def _event(e: dict[str, Any], model: str) -> dict[str, Any]:
+def _event(e: dict[str, Any], model: str, inputs: dict[str, list[Any]] | None = None) -> dict[str, Any]:
     kind = e.get("event")
     base = {"timestamp": _iso(e.get("timestamp")), "span_id": e.get("span_id"), "uuid": e.get("uuid")}
     if kind == "tool":
@@ -69,11 +71,13 @@ def _event(e: dict[str, Any], model: str) -> dict[str, Any]:
                     "message": f"[{err.get('type')}] {err.get('message', '')}"},
                 "working_time": e.get("working_time"), "agent": e.get("agent"), "failed": e.get("failed")}
     if kind == "model":
-        inputs = e.get("input") if isinstance(e.get("input"), list) else []
+        sent = (inputs or {}).get(e.get("uuid") or "")
+        if sent is None:
+            sent = e.get("input") if isinstance(e.get("input"), list) else []
         tools = [{"name": t["name"], "description": t.get("description") or "",
                   "parameters": t.get("parameters") or {"type": "object", "properties": {}}}
                  for t in e.get("tools") or [] if isinstance(t, dict) and t.get("name")]
-        return {**base, "event": "model", "model": e.get("model") or model, "input": inputs, "tools": tools,
+        return {**base, "event": "model", "model": e.get("model") or model, "input": sent, "tools": tools,
                 "tool_choice": "auto", "config": {}, "output": _output(e.get("output"), e.get("model") or model),
                 "error": e.get("error") if isinstance(e.get("error"), str) else None, "retries": e.get("retries"),
                 "working_time": e.get("time")}
@@ -107,10 +111,13 @@ def _sandbox_event(e: dict[str, Any]) -> dict[str, Any]:
     output = _first(e, "output", "stdout")
     duration = _first(e, "duration", "working_time")
     options = {k: v for k, v in (("host", e.get("host")), ("duration", duration), ("phase", e.get("phase")),
-                                 ("truncated", e.get("truncated"))) if v is not None}
+                                 ("truncated", e.get("truncated") or None), ("error", e.get("error")),
+                                 ("call_id", e.get("call_id"))) if v is not None}
+    stdin = e.get("input")
     return {"event": "sandbox", "action": action,
             "cmd": cmd if isinstance(cmd, str) or cmd is None else " ".join(map(str, cmd)),
             "options": options or None, "file": e.get("file"),
+            "input": None if stdin is None else str(stdin)[:SANDBOX_OUTPUT_CHARS],
             "result": result if isinstance(result, int) else None,
             "output": None if output is None else str(output)[:SANDBOX_OUTPUT_CHARS],
             "completed": _iso(e["timestamp"] + duration) if isinstance(duration, (int, float)) and e.get("timestamp")
@@ -122,12 +129,14 @@ def _sample(s: dict[str, Any], model: str, eval_id: str) -> dict[str, Any]:
     limit = s.get("limit")
     # The viewer addresses samples by uuid and expects the (here empty) attachment and store maps.
     uuid = hashlib.sha256(f"{eval_id}/{s['id']}/{s.get('epoch', 1)}".encode()).hexdigest()[:22]
+    events = s.get("events") or []
+    inputs = full_model_inputs(events)  # model inputs kept as shared heads in our log, whole in Inspect's
     return {
         "uuid": uuid, "attachments": {}, "store": {}, "working_time": s.get("total_time"),
         "id": s["id"], "epoch": s.get("epoch", 1), "input": s.get("input", ""), "target": s.get("target", ""),
         "metadata": s.get("metadata") or {}, "messages": s.get("messages") or [],
         "output": _output(s.get("output"), model), "scores": s.get("scores") or {},
-        "events": [_event(e, model) for e in s.get("events") or []],
+        "events": [_event(e, model, inputs) for e in events],
         "model_usage": {k: _usage(v) for k, v in (s.get("model_usage") or {}).items()},
         "started_at": _iso(s.get("started_at")), "completed_at": _iso(s.get("completed_at")),
         "total_time": s.get("total_time"),

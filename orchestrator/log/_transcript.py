@@ -13,21 +13,40 @@ from typing import Any
 
 from orchestrator._ids import new_id
 
-from ._events import BaseEvent, InfoEvent, SpanBeginEvent, SpanEndEvent
+from ._events import BaseEvent, InfoEvent, ModelEvent, SpanBeginEvent, SpanEndEvent
+
+
+_RECENT_INPUTS = 4  # model inputs remembered for sharing (interleaved agents each have their own)
 
 
 class Transcript:
     def __init__(self) -> None:
         self.events: list[BaseEvent] = []
         self._listeners: list[Callable[[BaseEvent], None]] = []
+        self._inputs: list[tuple[str, list[Any]]] = []  # recent model events' whole inputs, newest last
 
     def record(self, event: BaseEvent) -> BaseEvent:
         if event.span_id is None:
             event.span_id = _current_span.get()
+        if isinstance(event, ModelEvent) and event.input and event.input_ref is None:
+            self._share_input(event)
         self.events.append(event)
         for listener in self._listeners:
             listener(event)
         return event
+
+    def _share_input(self, event: ModelEvent) -> None:
+        """Keep only what this input adds to the recent one it shares the longest head with."""
+        whole = list(event.input or [])
+        best, best_n = None, 0
+        for uuid, earlier in reversed(self._inputs):
+            n = _common_head(earlier, whole)
+            if n > best_n:
+                best, best_n = uuid, n
+        if best is not None:
+            event.input, event.input_ref, event.input_ref_count = whole[best_n:], best, best_n
+        self._inputs.append((event.uuid, whole))
+        del self._inputs[:-_RECENT_INPUTS]
 
     def info(self, data: Any, source: str | None = None) -> None:
         self.record(InfoEvent(data=data, source=source))
@@ -37,6 +56,15 @@ class Transcript:
 
     def find(self, kind: type[BaseEvent]) -> list[Any]:
         return [e for e in self.events if isinstance(e, kind)]
+
+
+def _common_head(a: list[Any], b: list[Any]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 _transcript: ContextVar[Transcript | None] = ContextVar("toolfleet_transcript", default=None)

@@ -14,6 +14,7 @@ from typing import Any
 
 from orchestrator._wire import CallOutcome
 from orchestrator.log._events import ToolEvent
+from orchestrator.log._sandbox_events import record_outcome_execs
 from orchestrator.log._transcript import transcript
 from orchestrator.tool._content import ContentImage, ContentText
 from orchestrator.tool._guardrails import ToolGuardrailTripwire
@@ -81,6 +82,8 @@ def _record(p: Prepared, result: Any, error: ToolCallError | None, outcome: Call
             truncated: tuple[int, int] | None = None, failed: bool = False, message_id: str | None = None) -> None:
     started = outcome.started if outcome else None
     completed = outcome.completed if outcome else None
+    if outcome is not None:  # the call's sandbox execs, in order, just before its event
+        record_outcome_execs(outcome, p.call.id)
     transcript().record(ToolEvent(
         id=p.call.id,
         function=p.call.function,

@@ -166,7 +166,7 @@ class Model:
         check_token_limit(raise_for_equal=True)
 
         with span(name=name, type="model"):
-            event = ModelEvent(model=name, input_messages=len(messages), tools=infos,
+            event = ModelEvent(model=name, input_messages=len(messages), input=messages, tools=infos,
                                tool_choice=_choice_json(choice))
             start = time.monotonic()
             try:

@@ -41,6 +41,9 @@ async def call_sandbox_tool(name: str, arguments: dict[str, Any]) -> CallOutcome
                           arguments=arguments, sample_id=route.sample_id, sandbox=route.sandbox)
     [future] = active_dispatcher().dispatch([Dispatch(request, instance)])
     outcome = await future
+    from orchestrator.log._sandbox_events import exec_phase, record_outcome_execs
+
+    record_outcome_execs(outcome, phase=exec_phase())  # the worker's records of what it ran
     if outcome.fatal is not None:
         raise SandboxCallError(f"{name} failed: {outcome.fatal.type}: {outcome.fatal.message}")
     return outcome
