@@ -27,6 +27,7 @@ from ._policy import WorkerPolicy
 from .app import BROKER_ENV, DEFAULT_BROKER
 from .heartbeat import identity_in_use
 from .sandbox._docker_labels import set_owner
+from .sandbox._docker_pool import configure_host
 
 # Tool modules every worker registers at start-up (the built-in tools); --import adds the user's.
 BUILTIN_TOOL_MODULES = ("workers.tools", "workers.scoring")
@@ -47,7 +48,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hostname", default=os.environ.get(HOST_ENV),
                    help="this worker's identity in the fleet, unique per worker process "
                         "(default: <machine>-<pid>-<random>; a name a live worker already uses is refused)")
-    p.add_argument("--slots", type=int, default=16, help="sandboxes this host accepts")
+    p.add_argument("--slots", type=int, default=16,
+                   help="containers this worker holds at most: running samples' sandboxes and warm spares together")
+    p.add_argument("--warm-pool", type=int, default=2, metavar="N",
+                   help="warm spare containers kept at most, over all images (least recently used image first "
+                        "to go; 0: no spares)")
+    p.add_argument("--pool-idle-ttl", type=float, default=300.0, metavar="SECONDS",
+                   help="a spare idle this long is removed (and not replaced until its image is used again)")
+    p.add_argument("--pool-image", dest="pool_images", action="append", metavar="PATTERN",
+                   help="images pre-started when a sandbox does not set pool_size (repeatable; default: "
+                        "the default sandbox image only; a sample's own image is not pooled unless asked)")
     p.add_argument("--heartbeat-interval", type=float, default=2.0)
     p.add_argument("--heartbeat-ttl", type=float, default=10.0, help="seconds without a heartbeat before the host is lost")
     p.add_argument("--orphan-grace", type=float, default=30.0,
@@ -125,6 +135,8 @@ def worker_main(argv: list[str]) -> int:
         return 2
     os.environ[HOST_ENV] = config.host
     set_owner(config.host)  # containers are labelled with this worker's identity
+    configure_host(limit=args.slots, max_spares=args.warm_pool, idle_ttl=args.pool_idle_ttl,
+                   pooled_images=args.pool_images or ())
 
     from . import app as app_module
 

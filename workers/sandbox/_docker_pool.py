@@ -1,8 +1,24 @@
-"""A pool of pre-started sandboxes (agent running) and the per-host capacity they count against."""
+"""What a process's docker drivers hold, counted together: host capacity and bounded warm pools.
+
+One ``HostSandboxes`` per process (a worker, or an embedded eval) is shared by every docker driver
+(one driver per distinct sandbox config, e.g. one per image):
+
+- **capacity**: every container held — a running sample's, a warm spare, one being created —
+  counts against one limit: a worker's ``--slots`` (``configure_host``), else each driver's
+  ``max_sandboxes`` (a per-host cap, not per image). A sample that finds the host full evicts an
+  idle spare rather than wait.
+- **warm pools** (``ContainerPool``, one per driver): spares are pre-started only for configs that
+  ask (``pool_size`` > 0) or, when ``pool_size`` is unset, for the images the host pools (the
+  default sandbox image unless configured); all pools together keep at most ``max_spares``, the
+  least recently used pool giving its spares up first (LRU over images); a spare idle longer than
+  ``idle_ttl`` is removed and not replaced until its pool is used again.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import fnmatch
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -13,81 +29,151 @@ from ._errors import SandboxCapacityError
 
 log = structlog.get_logger("toolfleet.sandbox")
 
+DEFAULT_SPARES = 2
 
-class Capacity:
-    """Counts containers a driver owns (in use + pooled) against the per-host cap."""
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
+class HostSandboxes:
+    """The process-wide count of containers held and the registry of warm pools."""
+
+    def __init__(self) -> None:
+        self.limit: int | None = None  # None: each driver's own max_sandboxes
+        self.max_spares = DEFAULT_SPARES
+        self.idle_ttl = 300.0
+        self.pooled_images: tuple[str, ...] = ()  # () means the default sandbox image
         self.used = 0
-        self._cond = asyncio.Condition()
+        self.pools: list[ContainerPool] = []
 
-    def try_acquire(self) -> bool:
-        if self.used >= self.limit:
+    def configure(self, limit: int | None = None, max_spares: int = DEFAULT_SPARES, idle_ttl: float = 300.0,
+                  pooled_images: tuple[str, ...] | list[str] = ()) -> None:
+        self.limit, self.max_spares, self.idle_ttl = limit, max(0, max_spares), idle_ttl
+        self.pooled_images = tuple(pooled_images)
+
+    def pool_size_for(self, image: str, asked: int | None) -> int:
+        """Spares a driver for ``image`` keeps: what its config asked, else the host's choice."""
+        if asked is None:
+            from ._driver import DEFAULT_IMAGE
+
+            patterns = self.pooled_images or (DEFAULT_IMAGE,)
+            asked = DEFAULT_SPARES if any(fnmatch.fnmatchcase(image, p) for p in patterns) else 0
+        return min(asked, self.max_spares)
+
+    def cap(self, driver_cap: int) -> int:
+        return driver_cap if self.limit is None else min(self.limit, driver_cap)
+
+    @property
+    def spares(self) -> int:
+        return sum(p.held for p in self.pools)
+
+    def try_acquire(self, driver_cap: int) -> bool:
+        if self.used >= self.cap(driver_cap):
             return False
         self.used += 1
         return True
 
-    async def acquire(self, timeout: float) -> None:
-        try:
-            async with asyncio.timeout(timeout):
-                async with self._cond:
-                    await self._cond.wait_for(lambda: self.used < self.limit)
-                    self.used += 1
-        except TimeoutError as exc:
-            raise SandboxCapacityError(
-                f"No sandbox capacity on this host: {self.limit} sandboxes in use after waiting {timeout:g}s."
-            ) from exc
-
     def release(self) -> None:
         self.used = max(0, self.used - 1)
-        loop_cond = self._cond
 
-        async def notify() -> None:
-            async with loop_cond:
-                loop_cond.notify()
+    async def acquire(self, driver_cap: int, timeout: float) -> None:
+        """A slot for a sample's container: free, or freed by evicting an idle spare; bounded wait."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not self.try_acquire(driver_cap):
+            if await self.evict_one(newer_than=None):
+                continue
+            if loop.time() >= deadline:
+                raise SandboxCapacityError(
+                    f"No sandbox capacity on this host: {self.cap(driver_cap)} sandboxes in use "
+                    f"after waiting {timeout:g}s."
+                )
+            await asyncio.sleep(0.05)
 
-        try:
-            asyncio.get_running_loop().create_task(notify())
-        except RuntimeError:
-            pass  # no loop (shutdown): nobody can be waiting
+    async def evict_one(self, newer_than: ContainerPool | None) -> bool:
+        """Remove one idle spare from the least recently used pool (older than ``newer_than``'s use)."""
+        loop = asyncio.get_running_loop()
+        candidates = [p for p in self.pools if len(p) and p.loop is loop and p is not newer_than
+                      and (newer_than is None or p.last_used < newer_than.last_used)]
+        if not candidates:
+            return False
+        return await min(candidates, key=lambda p: p.last_used).evict_oldest("lru")
+
+    async def reserve_spare(self, pool: ContainerPool, driver_cap: int) -> bool:
+        """Room for one more spare in ``pool``: within the spares budget and capacity, evicting
+        spares of less recently used pools if need be."""
+        while self.spares >= self.max_spares:
+            if not await self.evict_one(newer_than=pool):
+                return False
+        while not self.try_acquire(driver_cap):
+            if not await self.evict_one(newer_than=pool):
+                return False
+        return True
+
+
+_HOST = HostSandboxes()
+
+
+def host_sandboxes() -> HostSandboxes:
+    return _HOST
+
+
+def configure_host(limit: int | None = None, max_spares: int = DEFAULT_SPARES, idle_ttl: float = 300.0,
+                   pooled_images: tuple[str, ...] | list[str] = ()) -> None:
+    """A worker's capacity (``--slots``) and warm-pool bounds, for every docker driver in this process."""
+    _HOST.configure(limit, max_spares, idle_ttl, pooled_images)
 
 
 class ContainerPool:
+    """Pre-started sandboxes (agent running) for one driver's config."""
+
     def __init__(
         self,
         size: int,
         make: Callable[[], Awaitable[Any]],
         discard: Callable[[Any], Awaitable[None]],
-        capacity: Capacity,
+        driver_cap: int,
+        host: HostSandboxes | None = None,
     ) -> None:
         self.size = size
         self._make = make
         self._discard = discard
-        self._capacity = capacity
-        self._ready: deque[Any] = deque()
+        self._cap = driver_cap
+        self.host = host or _HOST
+        self._ready: deque[Any] = deque()  # oldest first
+        self._since: deque[float] = deque()  # when each became idle (parallel to _ready)
+        self._making = 0
         self._task: asyncio.Task[None] | None = None
+        self._expiry: asyncio.Task[None] | None = None
         self._closed = False
+        self.last_used = time.monotonic()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        if size > 0:
+            self.host.pools.append(self)
 
     def __len__(self) -> int:
         return len(self._ready)
 
+    @property
+    def held(self) -> int:
+        """Spares ready or being made (what counts against the host's spares budget)."""
+        return len(self._ready) + self._making
+
     async def acquire(self) -> Any | None:
         """A warm sandbox (its capacity slot moves to the caller), or None if the pool is empty."""
+        self.last_used = time.monotonic()
         while self._ready:
-            env = self._ready.popleft()
+            env = self._pop()
             if all(not ch.closed for ch in env._channels.values()):
                 self.refill()
                 return env
             await self._discard(env)  # died while pooled
-            self._capacity.release()
+            self.host.release()
         self.refill()
         return None
 
     def refill(self) -> None:
         if self._closed or self.size <= 0 or (self._task is not None and not self._task.done()):
             return
-        self._task = asyncio.get_running_loop().create_task(self._fill())
+        self.loop = asyncio.get_running_loop()
+        self._task = self.loop.create_task(self._fill())
 
     async def wait_full(self, timeout: float) -> None:
         """Wait (bounded) until the pool holds ``size`` sandboxes (benchmarks, tests)."""
@@ -97,30 +183,67 @@ class ContainerPool:
                 await asyncio.sleep(0.05)
 
     async def _fill(self) -> None:
-        while not self._closed and len(self._ready) < self.size and self._capacity.try_acquire():
+        while not self._closed and len(self._ready) + self._making < self.size:
+            if not await self.host.reserve_spare(self, self._cap):
+                return
+            self._making += 1
             try:
                 env = await self._make()
             except asyncio.CancelledError:
-                self._capacity.release()
+                self.host.release()
                 raise
             except Exception as exc:  # noqa: BLE001 - a failed refill must not kill the driver
-                self._capacity.release()
+                self.host.release()
                 log.warning("sandbox.pool_refill_failed", error=str(exc))
                 return
+            finally:
+                self._making -= 1
             if self._closed:
                 await self._discard(env)
-                self._capacity.release()
+                self.host.release()
                 return
             self._ready.append(env)
+            self._since.append(time.monotonic())
+            self._watch_expiry()
+
+    def _watch_expiry(self) -> None:
+        if self._expiry is None or self._expiry.done():
+            self._expiry = asyncio.get_running_loop().create_task(self._expire())
+
+    async def _expire(self) -> None:
+        """Remove spares idle longer than the host's ``idle_ttl`` (oldest first)."""
+        while self._ready and not self._closed:
+            wait = self._since[0] + self.host.idle_ttl - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            await self.evict_oldest("idle")
+
+    def _pop(self) -> Any:
+        self._since.popleft()
+        return self._ready.popleft()
+
+    async def evict_oldest(self, reason: str) -> bool:
+        if not self._ready:
+            return False
+        env = self._pop()
+        try:
+            await self._discard(env)
+        finally:
+            self.host.release()
+        log.info("sandbox.pool_evicted", reason=reason, sandbox=getattr(env, "sandbox_id", "?"))
+        return True
 
     async def aclose(self) -> None:
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await asyncio.wait_for(self._task, 30)
-            except (asyncio.CancelledError, TimeoutError, Exception):  # noqa: BLE001 - closing anyway
-                pass
+        if self in self.host.pools:
+            self.host.pools.remove(self)
+        for task in (self._task, self._expiry):
+            if task is not None:
+                task.cancel()
+                try:
+                    await asyncio.wait_for(task, 30)
+                except (asyncio.CancelledError, TimeoutError, Exception):  # noqa: BLE001 - closing anyway
+                    pass
         while self._ready:
-            await self._discard(self._ready.popleft())
-            self._capacity.release()
+            await self.evict_oldest("closed")

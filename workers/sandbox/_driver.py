@@ -111,8 +111,11 @@ class DockerSandboxConfig(_BaseConfig):
                                              "working directory (its contents are copied in)")
     runtime: str | None = Field(None, description="OCI runtime, e.g. 'runsc' (gVisor) for stronger isolation")
     # Lifecycle.
-    pool_size: int = Field(2, ge=0, description="pre-started containers kept per (image, limits)")
-    max_sandboxes: int = Field(64, gt=0, description="per-host cap on containers this driver owns")
+    pool_size: int | None = Field(None, ge=0, description="warm spares kept for this config; None: 2 for the "
+                                  "images the host pools (the default sandbox image unless the worker says "
+                                  "otherwise), 0 for any other image; always within the host's spares budget")
+    max_sandboxes: int = Field(64, gt=0, description="per-host cap on the containers this process holds "
+                               "(samples and spares of every image together); a worker's --slots also caps it")
     acquire_timeout: float = Field(120.0, gt=0, description="how long create() waits for capacity")
     ttl: float = Field(24 * 3600.0, gt=0, description="seconds until a container's expiry label passes")
     reap_interval: float = Field(60.0, gt=0)

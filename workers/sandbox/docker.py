@@ -10,7 +10,8 @@
 - Labels and a reaper (``_docker_labels``); a stopped OOM-killed container is ``SandboxOutOfMemoryError``,
   an OOM-killed command in a running one ``CommandOutOfMemoryError`` (model-visible, the sample goes on).
 - A pool of pre-started containers (agent already running) per (image, limits), refilled in the
-  background, so ``create()`` usually takes milliseconds; a per-host cap bounds what the driver owns.
+  background, so ``create()`` usually takes milliseconds; every container counts against one per-host
+  capacity shared by all drivers of the process, and pools are bounded together (``_docker_pool``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from ._docker_direct import HostListener, engine_is_local
 from ._docker_disk import DiskPlan, layer_quota_supported, plan_disk, seed_command
 from ._docker_exec import open_agent, universal_exec
 from ._docker_labels import MANAGED, container_labels, reap_reason
-from ._docker_pool import Capacity, ContainerPool
+from ._docker_pool import ContainerPool, host_sandboxes
 from ._driver import DockerSandboxConfig, SandboxDriver, SandboxSpec
 from ._environment import AgentSandboxEnvironment
 from ._errors import SandboxImageError, SandboxOutOfMemoryError, missing_image_message
@@ -104,8 +105,9 @@ class DockerSandboxDriver(SandboxDriver):
         self.config = config or DockerSandboxConfig()
         self.eval_id = eval_id
         self.api = DockerAPI(self.config.docker_host, self.config.api_threads)
-        self.capacity = Capacity(self.config.max_sandboxes)
-        self.pool = ContainerPool(self.config.pool_size, self._pool_container, self._remove, self.capacity)
+        self.host = host_sandboxes()
+        self.pool = ContainerPool(self.host.pool_size_for(self.config.image, self.config.pool_size),
+                                  self._pool_container, self._remove, self.config.max_sandboxes, self.host)
         self._envs: dict[str, DockerSandboxEnvironment] = {}
         self._started = False
         self._start_lock = asyncio.Lock()
@@ -160,11 +162,11 @@ class DockerSandboxDriver(SandboxDriver):
         await self.start()
         env = await self.pool.acquire()
         if env is None:
-            await self.capacity.acquire(self.config.acquire_timeout)
+            await self.host.acquire(self.config.max_sandboxes, self.config.acquire_timeout)
             try:
                 env = await self._new_container(spec.eval_id or self.eval_id, spec.sample_id)
             except BaseException:
-                self.capacity.release()
+                self.host.release()
                 raise
         else:
             self._tag_later(env, spec)
@@ -178,8 +180,10 @@ class DockerSandboxDriver(SandboxDriver):
         _registry.release(env.sandbox_id)
         if self._envs.pop(env.sandbox_id, None) is None:
             return  # already destroyed
-        await self._remove(env)
-        self.capacity.release()
+        try:
+            await self._remove(env)
+        finally:
+            self.host.release()
 
     async def reap(self) -> int:
         try:
