@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from orchestrator._wire import CallOutcome, CallRequest, FatalError, SandboxSpec
-from orchestrator.tool._registry import registered_tool_names
+from orchestrator.tool._registry import not_registered_message, registered_tool_names
 from orchestrator.tool._tool_call import ToolCallError
 
 from . import _auth, _names, placement
@@ -67,8 +67,7 @@ async def run_call(rt: WorkerRuntime, payload: dict[str, Any], task_id: str) -> 
     if request.tool is not None and request.tool.name not in registered_tool_names():
         # Only the registry built at start-up (built-ins + --import): a message never causes an import.
         now = time.time()
-        where = f" (defined in module '{request.tool.module}'; start the worker with --import {request.tool.module})" if request.tool.module else ""
-        fatal = FatalError(type="ToolNotRegisteredError", message=f"Tool '{request.tool.name}' is not registered on this worker{where}.")
+        fatal = FatalError(type="ToolNotRegisteredError", message=not_registered_message(request.tool.name, request.tool.module))
         return CallOutcome(call_id=call_id, fatal=fatal, started=now, completed=now, host=host).model_dump(mode="json")
     if rt.memory.was_cancelled(call_id):
         return _error_outcome(call_id, host, "cancelled", "The call was cancelled before it started.")
@@ -173,6 +172,10 @@ _REQUEST = f"{FleetRequest.__module__}:{FleetRequest.__name__}"
 
 
 def register_tasks(app: Celery) -> None:
+    from ._worker_logging import connect_log_level
+
+    connect_log_level()  # structlog lines at the worker's --loglevel, not all of them
+
     @app.task(name=_names.TASK_CALL, bind=True, acks_late=True, Request=_REQUEST)
     def call(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         rt = runtime(app.conf.broker_url)

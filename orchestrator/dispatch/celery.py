@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from redis.exceptions import RedisError
 
 from orchestrator._wire import CallOutcome, FatalError, SandboxExec, SandboxSpec
+from orchestrator.tool._registry import GENERATED_TASK_MODULE, not_registered_message
 from orchestrator.tool._tool_call import ToolCallError
 from orchestrator.util._sandbox import SandboxUnavailableError
 from workers import _auth, _names, placement
@@ -101,6 +102,19 @@ def _argsrepr(rec: _Pending) -> str:
 
 def _shown(seconds: float) -> str:
     return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
+
+
+def _named_task_file(outcome: CallOutcome, payload: Any) -> CallOutcome:
+    """A worker lacking a task file's tool knows only the file's generated module name; this process
+    imported the file, so the error names the file the user knows (and the --import that fixes it)."""
+    fatal = outcome.fatal
+    tool = payload.get("tool") if isinstance(payload, dict) else None
+    if fatal is None or fatal.type != "ToolNotRegisteredError" or not isinstance(tool, dict):
+        return outcome
+    module = tool.get("module")
+    if isinstance(module, str) and module.startswith(GENERATED_TASK_MODULE):
+        fatal.message = not_registered_message(str(tool.get("name")), module)
+    return outcome
 
 
 def _setup_execs(answer: Any) -> tuple[list[SandboxExec], int]:
@@ -240,7 +254,7 @@ class CeleryDispatcher(Dispatcher):
             self._resolve(rec, meta)
         elif status == "SUCCESS" and isinstance(result, dict):
             try:
-                self._resolve(rec, CallOutcome.model_validate(result))
+                self._resolve(rec, _named_task_file(CallOutcome.model_validate(result), rec.payload))
             except ValueError as exc:
                 self._resolve(rec, CallOutcome(call_id=rec.task_id, fatal=FatalError(
                     type="InvalidCallOutcome", message=f"The worker answered with a malformed outcome: {exc}")))

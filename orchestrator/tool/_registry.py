@@ -7,8 +7,10 @@ called with); a log names tools the same way.
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -80,6 +82,27 @@ def rebuild_tool(ref: ToolRef) -> Any:
             pass
         factory = _REGISTRY.get(ref.name)
     if factory is None:
-        where = f" (defined in module '{ref.module}'; start the worker with --import {ref.module})" if ref.module else ""
-        raise ToolNotRegisteredError(f"Tool '{ref.name}' is not registered on this worker{where}.")
+        raise ToolNotRegisteredError(not_registered_message(ref.name, ref.module))
     return factory(**ref.params)
+
+
+GENERATED_TASK_MODULE = "toolfleet_task_"  # the module name a task file is imported under (eval._task)
+
+
+def not_registered_message(name: str, module: str | None) -> str:
+    """Why a worker lacks a tool, and the ``--import`` that fixes it, in names the user knows: a task
+    file's tools are named by the file (where this process imported it), never by its generated module."""
+    base = f"Tool '{name}' is not registered on this worker"
+    if not module:
+        return f"{base}."
+    if not module.startswith(GENERATED_TASK_MODULE):
+        return f"{base} (defined in module '{module}'; start the worker with --import {module})."
+    file = getattr(sys.modules.get(module), "__file__", None)
+    advice = ("Tools defined in a task file must be importable on the worker: start the worker with "
+              "--import {mod} (with {where} on its PYTHONPATH or as its working directory), or move the tool "
+              "into a module the worker imports with --import.")
+    if file:
+        path = Path(file)
+        return f"{base}: it is defined in the task file '{path}'. " + advice.format(mod=path.stem, where=f"'{path.parent}'")
+    return (f"{base}: it is defined in the eval's task file. "
+            + advice.format(mod="<the task file's module name>", where="the task file's directory"))
