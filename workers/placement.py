@@ -1,4 +1,4 @@
-"""Sandbox placement: pick a live worker host with free slots, and reserve one atomically.
+"""Sandbox placement: pick the least loaded live worker host with free slots, and reserve one atomically.
 
 ``choose_hosts`` is pure (table-tested): candidates ordered best first. ``reserve`` INCRs the host's
 placement counter and gives the slot back if that overshot the host's capacity, so concurrent
@@ -8,7 +8,9 @@ failed to open).
 
 from __future__ import annotations
 
+import asyncio
 import random
+import weakref
 from collections.abc import Sequence
 
 from redis.asyncio import Redis
@@ -22,11 +24,13 @@ class NoCapacityError(Exception):
 
 
 def choose_hosts(hosts: Sequence[HostRecord], used: dict[str, int], rng: random.Random | None = None) -> list[HostRecord]:
-    """Live hosts that accept sandboxes, most free slots first (ties shuffled so orchestrators spread)."""
+    """Live hosts that accept sandboxes, least loaded first: the smallest share of slots in use, then
+    the most free slots (ties shuffled so orchestrators spread). An idle host always comes before a
+    busy one, whatever their sizes, so the first samples spread over the fleet."""
     rng = rng or random
     candidates = [h for h in hosts if not h.draining and h.slots - used.get(h.host, 0) > 0]
     rng.shuffle(candidates)
-    return sorted(candidates, key=lambda h: h.slots - used.get(h.host, 0), reverse=True)
+    return sorted(candidates, key=lambda h: (used.get(h.host, 0) / h.slots, -(h.slots - used.get(h.host, 0))))
 
 
 async def live_hosts(redis: Redis) -> list[HostRecord]:
@@ -48,8 +52,24 @@ async def used_slots(redis: Redis, hosts: Sequence[str]) -> dict[str, int]:
     return {h: int(v or 0) for h, v in zip(hosts, values)}
 
 
+_locks: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
+
+
 async def reserve(redis: Redis) -> HostRecord:
-    """Reserve a sandbox slot on the best live host; raises ``NoCapacityError``."""
+    """Reserve a sandbox slot on the best live host; raises ``NoCapacityError``.
+
+    One orchestrator's reservations run one at a time: concurrent ones would all read the same
+    counters and pick the same "least loaded" host (the first samples of an eval all landing on one
+    worker while another sits idle)."""
+    loop = asyncio.get_running_loop()
+    lock = _locks.get(loop)
+    if lock is None:
+        lock = _locks[loop] = asyncio.Lock()
+    async with lock:
+        return await _reserve(redis)
+
+
+async def _reserve(redis: Redis) -> HostRecord:
     hosts = await live_hosts(redis)
     used = await used_slots(redis, [h.host for h in hosts])
     for host in choose_hosts(hosts, used):

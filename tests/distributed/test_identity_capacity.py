@@ -88,3 +88,12 @@ def test_identity_of_a_dead_worker_is_free_once_its_heartbeat_lapses(fleet) -> N
     fleet.workers.append(again)
     again.start(timeout=60)
     assert again.alive()
+
+
+async def test_placement_spreads_the_first_samples_over_idle_workers(tmp_path: Path, fleet) -> None:  # type: ignore[no-untyped-def]
+    """A big worker and a small one: the second sample goes to the idle small one, not the big one."""
+    big, small = fleet.worker(slots=8), fleet.worker(slots=2)
+    [log] = await eval_async(f"{BASIC}@sandboxed", "scripted/bash_then_answer", task_args={"n": 2},
+                             broker=fleet.redis.url, log_dir=tmp_path, max_samples=2)
+    assert log.status == "success", [s.error for s in log.samples]
+    assert set(_bash_hosts(log).values()) == {big.host, small.host}

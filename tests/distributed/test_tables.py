@@ -22,6 +22,8 @@ def _host(name: str, slots: int, draining: bool = False) -> HostRecord:
         ([], {}, []),
         ([_host("a", 4), _host("b", 4)], {"a": 3, "b": 1}, ["b", "a"]),  # most free slots first
         ([_host("a", 4), _host("b", 4)], {"a": 4, "b": 1}, ["b"]),  # a full host is not a candidate
+        ([_host("a", 8), _host("b", 2)], {"a": 1}, ["b", "a"]),  # an idle host before a busy bigger one
+        ([_host("a", 8), _host("b", 2)], {}, ["a", "b"]),  # both idle: the most free slots first
         ([_host("a", 8, draining=True), _host("b", 1)], {}, ["b"]),  # draining hosts take no sandboxes
         ([_host("a", 0)], {}, []),  # slots=0: calls only
         ([_host("a", 2)], {"a": 5}, []),  # over-counted (a race): still full
