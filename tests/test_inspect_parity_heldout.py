@@ -145,3 +145,12 @@ def test_negative_limits_are_refused_in_inspects_words(make: str, text: str) -> 
     with pytest.raises(ValueError) as raised:
         getattr(util, make)(-1)
     assert str(raised.value) == text
+
+
+def test_content_parts_carry_provider_internal_data_and_omit_it_when_absent() -> None:
+    # Inspect's content parts have an ``internal`` field (provider data; content_only drops it).
+    from orchestrator.tool import ContentImage
+
+    part = ContentText(text="kept", internal={"provider": "x"})
+    assert part.internal == {"provider": "x"}
+    assert "internal" not in ContentImage(image="data:image/png;base64,AAAA").model_dump()

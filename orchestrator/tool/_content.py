@@ -6,16 +6,24 @@ import mimetypes
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, JsonValue, model_validator
+
+
+def _internal() -> Any:
+    # Provider-internal data (Inspect's ``internal``): kept on the part, left out of the JSON when
+    # absent so wire and log payloads are unchanged for the common case.
+    return Field(default=None, exclude_if=lambda value: value is None)
 
 
 class ContentText(BaseModel):
     type: Literal["text"] = "text"
+    internal: JsonValue | None = _internal()
     text: str
 
 
 class ContentImage(BaseModel):
     type: Literal["image"] = "image"
+    internal: JsonValue | None = _internal()
     image: str  # URL or data: URI
     detail: Literal["auto", "low", "high"] = "auto"
 
@@ -24,6 +32,7 @@ class ContentReasoning(BaseModel):
     """Model reasoning (Inspect's part; kept in messages and logs, not sent back to OpenAI chat)."""
 
     type: Literal["reasoning"] = "reasoning"
+    internal: JsonValue | None = _internal()
     reasoning: str
     summary: str | None = None
     signature: str | None = None
@@ -34,6 +43,7 @@ class ContentDocument(BaseModel):
     """A document (Inspect's part: a path, URL or data URI, with its file name and MIME type)."""
 
     type: Literal["document"] = "document"
+    internal: JsonValue | None = _internal()
     document: str
     filename: str = ""
     mime_type: str = ""
@@ -59,6 +69,7 @@ class ContentToolUse(BaseModel):
     """A server-side tool use the provider ran itself (Inspect's part), kept for the record."""
 
     type: Literal["tool_use"] = "tool_use"
+    internal: JsonValue | None = _internal()
     tool_type: Literal["web_search", "mcp_call", "code_execution"]
     id: str
     name: str
