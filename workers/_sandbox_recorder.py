@@ -5,8 +5,8 @@ sample's setup, or embedded-mode scorer code) and hands each ``SandboxExec`` to 
 collects them into the call's outcome, so they travel back with the tool result in both modes.
 
 Cost per exec: two clock reads, a few string slices and one small model. Texts are cut head+tail to a
-few KiB, and a recorder keeps at most ``MAX_SANDBOX_EXECS`` records (the rest are counted), so a
-chatty tool cannot grow the outcome by more than a bounded amount.
+few KiB, and a call keeps at most ``MAX_SANDBOX_EXECS`` records (the rest are counted) and
+``TEXT_BUDGET`` characters of texts, so a chatty tool grows its outcome by less than ~100 KiB.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ __all__ = ["ExecList", "MAX_SANDBOX_EXECS", "RecordingSandbox", "cut", "unwrap"]
 OUTPUT_CHARS = 4096  # per record: stderr then stdout (or a file's contents), head and tail
 TEXT_CHARS = 1024  # per record: the command line, and stdin / contents written
 MAX_SANDBOX_EXECS = 100
+TEXT_BUDGET = 64 * 1024  # per call (or setup): texts kept over all its records
+SPENT_CMD_CHARS = 256  # a record's command once the budget is spent
 
 
 def cut(text: str, limit: int) -> tuple[str, bool]:
@@ -43,19 +45,29 @@ def _text(value: Any, limit: int) -> tuple[str | None, bool]:
 
 
 class ExecList:
-    """A bounded list of records (the sink the executor and the setup use)."""
+    """A bounded list of records (the sink the executor and the setup use): at most
+    ``MAX_SANDBOX_EXECS`` records and ``TEXT_BUDGET`` characters of texts; past the budget a record
+    keeps its command's head and its status, not its input or output."""
 
-    __slots__ = ("items", "dropped")
+    __slots__ = ("items", "dropped", "_budget")
 
     def __init__(self) -> None:
         self.items: list[SandboxExec] = []
         self.dropped = 0
+        self._budget = TEXT_BUDGET
 
     def __call__(self, record: SandboxExec) -> None:
-        if len(self.items) < MAX_SANDBOX_EXECS:
-            self.items.append(record)
-        else:
+        if len(self.items) >= MAX_SANDBOX_EXECS:
             self.dropped += 1
+            return
+        size = len(record.cmd or "") + len(record.input or "") + len(record.output or "")
+        if size > self._budget:
+            record.cmd = None if record.cmd is None else cut(record.cmd, SPENT_CMD_CHARS)[0]
+            record.input = record.output = None
+            record.truncated = True
+            size = len(record.cmd or "")
+        self._budget = max(0, self._budget - size)
+        self.items.append(record)
 
 
 def unwrap(env: SandboxEnvironment) -> SandboxEnvironment:

@@ -181,12 +181,22 @@ async def test_a_chatty_tool_is_bounded_per_call(tmp_path: Path) -> None:
     assert note.data.startswith("20 more sandbox exec(s)")
 
 
-def test_recorded_texts_are_cut_head_and_tail() -> None:
-    from workers._sandbox_recorder import cut
+def test_recorded_texts_are_cut_head_and_tail_within_a_per_call_budget() -> None:
+    from orchestrator._wire import SandboxExec
+    from workers._sandbox_recorder import OUTPUT_CHARS, TEXT_BUDGET, ExecList, cut
 
     text, was_cut = cut("a" * 3000 + "MIDDLE" + "z" * 3000, 1000)
     assert was_cut and text.startswith("a" * 500) and text.endswith("z" * 500) and "MIDDLE" not in text
     assert cut("short", 1000) == ("short", False)
+
+    execs = ExecList()
+    for i in range(60):
+        execs(SandboxExec(cmd=f"cmd-{i} " + "x" * 1000, output="o" * OUTPUT_CHARS, result=0))
+    kept = [e for e in execs.items if e.output is not None]
+    spent = execs.items[len(kept):]
+    assert 0 < len(kept) < 60 and sum(len(e.output or "") + len(e.cmd or "") for e in kept) <= TEXT_BUDGET
+    assert all(e.output is None and e.truncated and e.result == 0 and len(e.cmd or "") < 400 for e in spent)
+    assert spent[-1].cmd.startswith("cmd-59")
 
 
 @pytest.mark.celery
