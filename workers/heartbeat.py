@@ -3,12 +3,15 @@
 A host is *alive* while ``toolfleet:host:<host>`` exists (it carries a TTL of a few heartbeat
 intervals). ``boot`` changes every time the worker process starts, so the orchestrator can tell a
 restarted host (whose sandboxes are gone) from a live one. ``draining`` is set on SIGTERM: the host
-finishes its running calls but takes no new sandboxes.
+finishes its running calls but takes no new sandboxes. ``images`` lists the Docker image tags the
+host has (refreshed every few seconds), so ``toolfleet eval``'s preflight can tell a missing image
+before the first sample starts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import structlog
@@ -33,16 +36,42 @@ class HostRecord(BaseModel):
     running: int = 0  # calls executing now
     draining: bool = False
     ts: float = 0.0
+    images: list[str] = []  # docker image tags present on the host ([] without Docker)
 
     def to_hash(self) -> dict[str, str]:
-        return {k: str(int(v) if isinstance(v, bool) else v) for k, v in self.model_dump().items()}
+        return {k: json.dumps(v) if isinstance(v, list) else str(int(v) if isinstance(v, bool) else v)
+                for k, v in self.model_dump().items()}
 
     @classmethod
     def from_hash(cls, data: dict[bytes | str, bytes | str]) -> "HostRecord":
         decoded = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
                    for k, v in data.items()}
         decoded["draining"] = decoded.get("draining") in ("1", "True", "true")
+        try:
+            decoded["images"] = json.loads(decoded.get("images") or "[]")
+        except ValueError:
+            decoded["images"] = []
         return cls.model_validate(decoded)
+
+
+IMAGES_REFRESH_S = 5.0
+
+
+def _local_image_tags() -> list[str]:
+    """Tags of the images the local Docker daemon has ([] when there is no Docker)."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=5)
+    except Exception:  # noqa: BLE001 - no SDK, no daemon: this host has no images to offer
+        return []
+    try:
+        return sorted({t for image in client.api.images() for t in (image.get("RepoTags") or [])
+                       if t and not t.startswith("<none>")})
+    except Exception:  # noqa: BLE001
+        return []
+    finally:
+        client.close()
 
 
 def identity_in_use(broker_url: str, host: str, poll: float = 0.2) -> str | None:
@@ -87,11 +116,22 @@ class Heartbeat:
         self.ttl = ttl
         self._task: asyncio.Task[None] | None = None
         self._hooks: list = []  # async callables run after each beat (e.g. re-assert call claims)
+        self._images_at = float("-inf")
 
     def on_beat(self, hook) -> None:  # type: ignore[no-untyped-def]
         self._hooks.append(hook)
 
+    async def _refresh_images(self) -> None:
+        if time.monotonic() - self._images_at < IMAGES_REFRESH_S:
+            return
+        self._images_at = time.monotonic()
+        try:
+            self.record.images = await asyncio.wait_for(asyncio.to_thread(_local_image_tags), 10.0)
+        except TimeoutError:
+            pass  # keep the last list
+
     async def beat(self) -> None:
+        await self._refresh_images()
         self.record.ts = time.time()
         key = _names.heartbeat_key(self.record.host)
         async with self._redis.pipeline(transaction=True) as pipe:

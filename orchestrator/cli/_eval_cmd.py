@@ -66,6 +66,9 @@ def _add_run_flags(p: argparse.ArgumentParser, defaults_from_log: bool = False) 
     p.add_argument("--message-limit", type=int, help="per-sample message limit" + note)
     p.add_argument("--token-limit", type=int, help="per-sample token limit" + note)
     p.add_argument("--time-limit", type=float, help="per-sample wall-clock limit in seconds" + note)
+    p.add_argument("--no-preflight", dest="preflight", action="store_false",
+                   help="skip the checks made before the first sample starts (sandbox specs, docker images, live "
+                        "workers, the model endpoint)")
     p.add_argument("--log-dir", default=None if defaults_from_log else "logs", help="where eval logs go (default ./logs)")
     p.add_argument("--display", choices=["auto", "rich", "log", "none"], default="auto",
                    help="progress display: rich on a TTY, JSON log lines otherwise (auto)")
@@ -98,7 +101,8 @@ def _common_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 time_limit=args.time_limit, display=args.display, sample_id=args.sample_id,
                 epochs_reducer=args.epochs_reducer.split(",") if args.epochs_reducer else None,
                 fail_on_error=parse_fail_on_error(args.fail_on_error), max_connections=args.max_connections,
-                max_subprocesses=args.max_subprocesses, config=config or None, log_format=args.log_format)
+                max_subprocesses=args.max_subprocesses, config=config or None, log_format=args.log_format,
+                preflight=args.preflight)
 
 
 def parse_fail_on_error(value: str | None) -> bool | float | None:

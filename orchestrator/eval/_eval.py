@@ -44,6 +44,8 @@ from ._log import (
 )
 from ._plan import _build_spec, _find_resumable, _generate_config, _identity, _Options, _sample_id_list, _sample_ids, _select
 from ._policies import configured_model, resolve_model
+from ._preflight import describe_sandbox_error, probe_model
+from ._preflight import preflight as run_preflight
 from ._progress import EvalProgress
 from ._reducers import check_reducers
 from ._results import eval_results, eval_stats
@@ -109,6 +111,7 @@ async def eval_async(
     config: GenerateConfig | dict[str, Any] | None = None,
     log_format: LogFormat = "jsonl",
     skip_complete: bool = False,
+    preflight: bool = True,
 ) -> list[EvalLog]:
     """Run every task; see the module docstring for concurrency and resume semantics.
 
@@ -123,6 +126,8 @@ async def eval_async(
     ``log_format``: "jsonl" (always written, for streaming and resume) plus, with "eval" or "json", an
     Inspect-format copy written next to it when the eval ends. ``skip_complete``: a finished log of the
     same identity in ``log_dir`` is returned instead of running again (what ``eval_set`` relies on).
+    ``preflight``: before the first sample, check sandbox specs, images, live workers and the model
+    endpoint once (see ``_preflight``); False skips it.
     """
     task_list = [tasks] if isinstance(tasks, (Task, str)) else list(tasks)
     if log_file is not None and len(task_list) != 1:
@@ -143,6 +148,8 @@ async def eval_async(
     resolved_model = reporting_retries(configured_model(resolve_model(model, **(model_args or {})), max_connections))
     with model_context(resolved_model):
         resolved = [load_task(t, task_args) if isinstance(t, str) else t for t in task_list]
+    if preflight:
+        await probe_model(resolved_model)
     own_dispatcher = dispatcher is None
     if dispatcher is None:
         dispatcher = await make_dispatcher(broker)
@@ -154,7 +161,7 @@ async def eval_async(
                                Path(log_file) if log_file else None, _sample_id_list(sample_id), fail_on_error,
                                max_connections, max_subprocesses, reducers, generate_config,
                                recordable_args(model_args or {}), log_format, skip_complete)
-            logs.append(await _eval_task(task, resolved_model, dispatcher, options, display))
+            logs.append(await _eval_task(task, resolved_model, dispatcher, options, display, preflight))
     finally:
         if own_dispatcher:
             await dispatcher.aclose()
@@ -193,7 +200,8 @@ def eval_retry(log: str | Path, **overrides: Any) -> EvalLog:
 # -- one task --------------------------------------------------------------------------------------
 
 
-async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Options, display: Any) -> EvalLog:
+async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Options, display: Any,
+                     preflight: bool = True) -> EvalLog:
     from workers.sandbox._driver import sandbox_config
 
     # Eval-level settings override the task's.
@@ -206,7 +214,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     try:
         sandbox = sandbox_config(sandbox_spec).model_dump(mode="json") if sandbox_spec is not None else None
     except ValueError as exc:
-        raise TaskError(f"Invalid sandbox configuration {sandbox_spec!r}: {str(exc).splitlines()[0]}") from exc
+        raise TaskError(f"Task: {describe_sandbox_error(sandbox_spec, exc)}") from None
     if sandbox is not None and sandbox["type"] == "docker" and isinstance(dispatcher, InProcessDispatcher):
         await check_docker()
     approval, review = resolve_policies(o.approval if o.approval is not None else task.approval,
@@ -215,6 +223,10 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     samples = _select(_sample_ids(list(task.dataset)), o.sample_ids)
     if o.limit is not None:
         samples = samples[: o.limit]
+    if preflight:
+        embedded = isinstance(dispatcher, InProcessDispatcher)
+        broker_url = getattr(getattr(dispatcher, "config", None), "broker_url", None) or o.broker
+        await run_preflight(sandbox_spec, samples, embedded=embedded, broker_url=broker_url)
     epochs = o.epochs or task.epochs
     identity = _identity(task, model, o, sandbox)
     notice: str | None = None

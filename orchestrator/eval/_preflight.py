@@ -1,0 +1,183 @@
+"""Preflight: what would make every sample fail, found once before the first one starts.
+
+``toolfleet eval`` (and ``eval_async(preflight=True)``, the default) checks, in order:
+
+- each sandbox spec (the task's and every sample's) parses: a dict without ``"type"``, an unknown
+  field or a bad value is one line naming the sample;
+- each distinct docker image exists: on this machine (embedded mode), or on at least one live worker
+  (distributed mode; workers list their images in their heartbeat);
+- distributed mode: the broker has live workers, and one of them accepts sandboxes if any are needed;
+- the model endpoint answers (openai provider: one ``models.list`` with a short timeout; scripted
+  models are not probed).
+
+Each problem is a ``PreflightError`` (an ``EvalSetupError``: the CLI prints one line, exit 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from ._errors import EvalSetupError
+
+PROBE_TIMEOUT_S = 5.0
+
+
+class PreflightError(EvalSetupError):
+    """A problem found before the eval started (no sample ran)."""
+
+
+def describe_sandbox_error(spec: Any, exc: Exception) -> str:
+    """One line saying what is wrong with a sandbox spec."""
+    if isinstance(spec, dict) and "type" not in spec:
+        return f"sandbox {spec!r} has no \"type\" (e.g. {{\"type\": \"docker\", \"image\": \"...\"}} or \"local\")"
+    if isinstance(exc, ValidationError):
+        parts = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err.get("loc", ())[1:]) or ".".join(str(p) for p in err.get("loc", ()))
+            parts.append(f"{loc}: {err['msg']}" if loc else err["msg"])
+        return f"invalid sandbox {spec!r}: {'; '.join(parts)}"
+    return f"invalid sandbox {spec!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+
+
+def sandbox_configs(task_sandbox: Any, samples: Sequence[Any]) -> dict[str, list[str]]:
+    """Validate every sandbox the samples will open; return docker image -> the samples that need it."""
+    from workers.sandbox._driver import sandbox_config
+
+    images: dict[str, list[str]] = {}
+    parsed: dict[str, Any] = {}
+    for sample in samples:
+        spec = sample.sandbox if sample.sandbox is not None else task_sandbox
+        if spec is None:
+            continue
+        key = repr(spec)
+        if key not in parsed:
+            try:
+                parsed[key] = sandbox_config(spec)
+            except (ValidationError, ValueError, TypeError) as exc:
+                where = f"Sample {sample.id!r}: " if sample.sandbox is not None else "Task: "
+                raise PreflightError(where + describe_sandbox_error(spec, exc)) from None
+        config = parsed[key]
+        if config.type == "docker":
+            images.setdefault(config.image, []).append(str(sample.id))
+    return images
+
+
+def _who(samples: list[str]) -> str:
+    shown = ", ".join(samples[:3]) + (f" and {len(samples) - 3} more" if len(samples) > 3 else "")
+    return f"sample{'s' if len(samples) > 1 else ''} {shown}"
+
+
+async def check_local_images(images: dict[str, list[str]]) -> None:
+    """Embedded mode: every image is on this machine's Docker."""
+    if not images:
+        return
+
+    def missing() -> list[str]:
+        import docker
+        from docker.errors import ImageNotFound
+
+        client = docker.from_env(timeout=int(PROBE_TIMEOUT_S))
+        try:
+            gone = []
+            for image in images:
+                try:
+                    client.api.inspect_image(image)
+                except ImageNotFound:
+                    gone.append(image)
+            return gone
+        finally:
+            client.close()
+
+    try:
+        gone = await asyncio.wait_for(asyncio.to_thread(missing), PROBE_TIMEOUT_S * (len(images) + 1))
+    except Exception as exc:  # noqa: BLE001 - docker raises many kinds; all mean "not reachable"
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise PreflightError(f"Cannot reach the Docker daemon (needed for docker sandboxes): {reason}") from None
+    if gone:
+        image = gone[0]
+        more = f" (and {len(gone) - 1} more image(s))" if len(gone) > 1 else ""
+        raise PreflightError(f"Docker image '{image}' ({_who(images[image])}) is not on this machine{more}: "
+                             f"build it or `docker pull {image}`.")
+
+
+async def check_fleet(broker_url: str, images: dict[str, list[str]], needs_sandbox: bool) -> None:
+    """Distributed mode: live workers exist, accept sandboxes if needed, and have every image."""
+    from redis.asyncio import Redis
+
+    from workers.placement import live_hosts
+
+    from ._setup import redact
+
+    client = Redis.from_url(broker_url, socket_connect_timeout=PROBE_TIMEOUT_S, socket_timeout=PROBE_TIMEOUT_S)
+    try:
+        hosts = await asyncio.wait_for(live_hosts(client), PROBE_TIMEOUT_S * 2)
+    finally:
+        await client.aclose()
+    if not hosts:
+        raise PreflightError(f"No live worker on the broker {redact(broker_url)}: start one with "
+                             f"`toolfleet worker --broker {redact(broker_url)}`.")
+    if not needs_sandbox:
+        return
+    takers = [h for h in hosts if not h.draining and h.slots > 0]
+    if not takers:
+        raise PreflightError(f"None of the {len(hosts)} live worker(s) accepts sandboxes (all draining or --slots 0).")
+    for image, who in images.items():
+        if not any(image in h.images for h in takers):
+            raise PreflightError(f"Docker image '{image}' ({_who(who)}) is on none of the {len(takers)} live "
+                                 f"worker(s): build or pull it where the workers run.")
+
+
+def _openai_api(model: Any) -> Any | None:
+    from orchestrator.model._providers.openai import OpenAIAPI
+
+    api = getattr(model, "api", None)
+    for _ in range(8):  # unwrap retry-reporting and other wrappers
+        if isinstance(api, OpenAIAPI):
+            return api
+        api = getattr(api, "inner", None)
+        if api is None:
+            return None
+    return None
+
+
+async def probe_model(model: Any) -> None:
+    """One cheap request to the model's endpoint (openai provider only)."""
+    try:
+        api = _openai_api(model)
+    except ImportError:
+        return
+    if api is None:
+        return
+    import openai
+
+    client = openai.AsyncOpenAI(api_key=api.api_key, base_url=api.base_url, max_retries=0, timeout=PROBE_TIMEOUT_S)
+    where = api.base_url or "https://api.openai.com/v1"
+    try:
+        await asyncio.wait_for(client.models.list(), PROBE_TIMEOUT_S + 1)
+    except openai.AuthenticationError as exc:
+        raise PreflightError(f"The model endpoint {where} refused the API key ({exc.status_code}).") from None
+    except openai.APIStatusError:
+        return  # it answered (some servers do not list models): reachable
+    except (openai.APIConnectionError, TimeoutError) as exc:
+        reason = "no answer" if isinstance(exc, (TimeoutError, openai.APITimeoutError)) else "connection failed"
+        raise PreflightError(f"The model endpoint {where} does not answer ({reason} within "
+                             f"{PROBE_TIMEOUT_S:g} s): check base_url / OPENAI_BASE_URL.") from None
+    finally:
+        await client.close()
+
+
+async def preflight(task_sandbox: Any, samples: Sequence[Any], *, embedded: bool, broker_url: str | None) -> None:
+    """Sandbox specs, images and workers for one task's samples (the model is probed once per eval)."""
+    images = sandbox_configs(task_sandbox, samples)
+    needs_sandbox = any((s.sandbox if s.sandbox is not None else task_sandbox) is not None for s in samples)
+    if embedded:
+        await check_local_images(images)
+    elif broker_url:
+        await check_fleet(broker_url, images, needs_sandbox)
+
+
+__all__ = ["PreflightError", "preflight", "probe_model"]
