@@ -97,3 +97,22 @@ async def test_placement_spreads_the_first_samples_over_idle_workers(tmp_path: P
                              broker=fleet.redis.url, log_dir=tmp_path, max_samples=2)
     assert log.status == "success", [s.error for s in log.samples]
     assert set(_bash_hosts(log).values()) == {big.host, small.host}
+
+
+@pytest.mark.docker
+async def test_containers_per_worker_stay_within_slots_and_only_the_pool_stays(
+        tmp_path: Path, fleet, sandbox_image: str) -> None:  # type: ignore[no-untyped-def]
+    """Samples and warm spares together never exceed --slots; after the eval only --warm-pool spares stay."""
+    from orchestrator.bench.swe import ContainerCounter
+
+    slots = 2
+    workers = [fleet.worker(slots=slots, extra_args=("--warm-pool", "1")) for _ in range(2)]
+    counter = ContainerCounter([w.pid for w in workers], interval=0.1)
+    async with counter.running():
+        [log] = await eval_async(f"{BASIC}@sandboxed", "scripted/bash_then_answer",
+                                 task_args={"n": 6, "sandbox": {"type": "docker", "image": sandbox_image}},
+                                 broker=fleet.redis.url, log_dir=tmp_path, max_samples=6)
+    assert log.status == "success", [s.error for s in log.samples]
+    assert set(_bash_hosts(log).values()) == {w.host for w in workers}
+    assert 1 <= max(counter.peaks) and all(peak <= slots for peak in counter.peaks), counter.peaks
+    assert all(count <= 1 for count in await counter.counts())  # the default image's one spare at most
