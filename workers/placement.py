@@ -23,12 +23,16 @@ class NoCapacityError(Exception):
     """No live, non-draining worker host has a free sandbox slot."""
 
 
-def choose_hosts(hosts: Sequence[HostRecord], used: dict[str, int], rng: random.Random | None = None) -> list[HostRecord]:
+def choose_hosts(hosts: Sequence[HostRecord], used: dict[str, int], rng: random.Random | None = None,
+                 image: str | None = None) -> list[HostRecord]:
     """Live hosts that accept sandboxes, least loaded first: the smallest share of slots in use, then
     the most free slots (ties shuffled so orchestrators spread). An idle host always comes before a
-    busy one, whatever their sizes, so the first samples spread over the fleet."""
+    busy one, whatever their sizes, so the first samples spread over the fleet. With ``image``, only
+    hosts that report having it — unless none does (then any host: it says why it cannot)."""
     rng = rng or random
     candidates = [h for h in hosts if not h.draining and h.slots - used.get(h.host, 0) > 0]
+    if image is not None and any(image in h.images for h in hosts):
+        candidates = [h for h in candidates if image in h.images]
     rng.shuffle(candidates)
     return sorted(candidates, key=lambda h: (used.get(h.host, 0) / h.slots, -(h.slots - used.get(h.host, 0))))
 
@@ -55,7 +59,7 @@ async def used_slots(redis: Redis, hosts: Sequence[str]) -> dict[str, int]:
 _locks: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
 
 
-async def reserve(redis: Redis) -> HostRecord:
+async def reserve(redis: Redis, image: str | None = None) -> HostRecord:
     """Reserve a sandbox slot on the best live host; raises ``NoCapacityError``.
 
     One orchestrator's reservations run one at a time: concurrent ones would all read the same
@@ -66,13 +70,13 @@ async def reserve(redis: Redis) -> HostRecord:
     if lock is None:
         lock = _locks[loop] = asyncio.Lock()
     async with lock:
-        return await _reserve(redis)
+        return await _reserve(redis, image)
 
 
-async def _reserve(redis: Redis) -> HostRecord:
+async def _reserve(redis: Redis, image: str | None) -> HostRecord:
     hosts = await live_hosts(redis)
     used = await used_slots(redis, [h.host for h in hosts])
-    for host in choose_hosts(hosts, used):
+    for host in choose_hosts(hosts, used, image=image):
         count = await redis.incr(_names.slots_used_key(host.host))
         if count <= host.slots:
             return host

@@ -33,6 +33,13 @@ def test_choose_hosts(hosts, used, expected) -> None:
     assert [h.host for h in choose_hosts(hosts, used, random.Random(0))] == expected
 
 
+def test_hosts_with_the_image_only_unless_none_has_it() -> None:
+    a, b = _host("a", 8), _host("b", 8).model_copy(update={"images": ["img:1"]})
+    assert [h.host for h in choose_hosts([a, b], {"b": 7}, random.Random(0), image="img:1")] == ["b"]
+    assert [h.host for h in choose_hosts([a, b], {"b": 8}, random.Random(0), image="img:1")] == []  # b full: wait
+    assert [h.host for h in choose_hosts([a, b], {}, random.Random(0), image="other:1")] == ["a", "b"]
+
+
 def test_ties_are_spread_between_orchestrators() -> None:
     hosts = [_host(n, 4) for n in "abcd"]
     firsts = {choose_hosts(hosts, {}, random.Random(seed))[0].host for seed in range(40)}
