@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.model._chat_message import ChatMessage
 
@@ -35,6 +35,12 @@ class Sample(BaseModel):
                  **kwargs: Any) -> None:
         # Positional (input, target, id) like Inspect's constructor.
         super().__init__(input=input, target=target, id=id, **kwargs)
+
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _typed_sandbox_as_dict(cls, value: Any) -> Any:
+        # A typed spec (``workers.sandbox.DockerSandboxConfig`` etc., as a Task takes) is kept as its JSON form.
+        return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
 
 
 class Dataset(Sequence[Sample]):

@@ -1,6 +1,9 @@
 """The sandbox lifecycle seam: one ``SandboxDriver`` per backend, configured by a tagged pydantic model.
 
-``SandboxConfig`` is a discriminated union on ``type``; ``config.driver()`` builds the backend lazily
+``SandboxConfig`` is a discriminated union on ``type``: the one sandbox spec a task (``Task(sandbox=...)``)
+and a sample (``Sample(sandbox=...)``, overriding the task's) both take, as ``"local"``, ``"docker"``, a
+dict with a ``type`` tag, or a config model; every field is documented (``description``) and unknown
+fields are refused. ``config.driver()`` builds the backend lazily
 (the docker SDK is only imported when a docker sandbox is asked for). Drivers live in sibling
 modules named after the backend: ``local.py`` and ``docker.py``.
 """
@@ -77,7 +80,7 @@ class _BaseConfig(BaseModel):
 class LocalSandboxConfig(_BaseConfig):
     """A private temp dir and subprocesses on this host. NO isolation: for trying things out."""
 
-    type: Literal["local"] = "local"
+    type: Literal["local"] = Field("local", description="the tag: subprocesses in a temp dir on the executing host")
     root_dir: str | None = Field(None, description="parent of the per-sample temp dirs (default: system temp)")
 
     driver_module: ClassVar[str] = ".local"
@@ -87,22 +90,24 @@ class LocalSandboxConfig(_BaseConfig):
 class DockerSandboxConfig(_BaseConfig):
     """One hardened container per sample, reached through an in-container exec agent."""
 
-    type: Literal["docker"] = "docker"
-    image: str = DEFAULT_IMAGE
+    type: Literal["docker"] = Field("docker", description="the tag: one hardened container per sample")
+    image: str = Field(DEFAULT_IMAGE, description="the container image (a worker runs only images matching its "
+                       "--image patterns, toolfleet/* by default)")
     user: str | None = Field(None, description="container user; None keeps the image's USER (non-root in ours)")
-    working_dir: str | None = None
-    environment: dict[str, str] = Field(default_factory=dict)
+    working_dir: str | None = Field(None, description="where commands (and setup) run; None: the image's WORKDIR")
+    environment: dict[str, str] = Field(default_factory=dict, description="environment variables of the container")
     # Hardening (all on by default, all configurable per task).
-    network_mode: str = "none"
-    cap_drop: list[str] = Field(default_factory=lambda: ["ALL"])
-    cap_add: list[str] = Field(default_factory=list)
-    security_opt: list[str] = Field(default_factory=lambda: ["no-new-privileges"])
-    pids_limit: int = 512
-    mem_limit: str = "1g"
+    network_mode: str = Field("none", description="docker network; a worker allows others only with --allow-network")
+    cap_drop: list[str] = Field(default_factory=lambda: ["ALL"], description="capabilities dropped (must keep ALL "
+                                "when asked through a worker)")
+    cap_add: list[str] = Field(default_factory=list, description="capabilities added back (embedded mode only)")
+    security_opt: list[str] = Field(default_factory=lambda: ["no-new-privileges"], description="docker security options")
+    pids_limit: int = Field(512, description="processes at once in the container")
+    mem_limit: str = Field("1g", description="memory limit (docker notation: 512m, 2g)")
     memswap_limit: str | None = Field(None, description="None: same as mem_limit (no swap)")
-    cpus: float = 1.0
-    init: bool = True
-    read_only: bool = False
+    cpus: float = Field(1.0, description="CPU limit (fractions allowed)")
+    init: bool = Field(True, description="an init process reaps zombies in the container")
+    read_only: bool = Field(False, description="read-only root filesystem")
     disk_limit: str | None = Field("1g", description="writable space per sandbox: the container layer's size "
                                    "(storage_opt) where the storage driver enforces it, else a size-capped tmpfs on "
                                    "each writable path (see writable_paths); None: no cap")
@@ -118,7 +123,7 @@ class DockerSandboxConfig(_BaseConfig):
                                "(samples and spares of every image together); a worker's --slots also caps it")
     acquire_timeout: float = Field(120.0, gt=0, description="how long create() waits for capacity")
     ttl: float = Field(24 * 3600.0, gt=0, description="seconds until a container's expiry label passes")
-    reap_interval: float = Field(60.0, gt=0)
+    reap_interval: float = Field(60.0, gt=0, description="seconds between sweeps for expired or orphaned containers")
     fast_path: bool = Field(True, description="use the in-sandbox agent where the image has python3")
     direct_channel: bool = Field(True, description="talk to the agent over a unix socket this process listens on "
                                  "(bind-mounted read-only into the container) when the Engine is local; else over the "
