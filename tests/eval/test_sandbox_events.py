@@ -133,8 +133,10 @@ async def test_distributed_transcript_has_every_exec_with_its_host(tmp_path: Pat
         assert "sandbox.opened" not in Path(w.log.name).read_text(errors="replace")
 
 
-async def test_embedded_transcript_has_every_exec(tmp_path: Path) -> None:
-    [log] = await eval_async(str(TOUR), MODEL, task_args={"n": 2}, log_dir=tmp_path, display="none")
+@pytest.mark.parametrize("sandbox_type", ["local", pytest.param("docker", marks=pytest.mark.docker)])
+async def test_embedded_transcript_has_every_exec(tmp_path: Path, sandbox_type: str) -> None:
+    [log] = await eval_async(str(TOUR), MODEL, task_args={"n": 2, "sandbox_type": sandbox_type}, log_dir=tmp_path,
+                             display="none")
     assert log.status == "success", [s.error for s in log.samples]
     for s in log.samples:
         _check_sample(s, {socket.gethostname()})
