@@ -9,24 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Literal
 
 from orchestrator._wire import SandboxExec
 
 from ._events import InfoEvent, SandboxEvent
 from ._transcript import transcript
 
-Phase = Any  # Literal["tool", "setup", "scorer", "solver"]
+Phase = Literal["tool", "setup", "scorer", "solver"]
 
 # What orchestrator-side sandbox use is for (the runner sets "scorer" while scoring).
-_phase: ContextVar[str] = ContextVar("toolfleet_exec_phase", default="solver")
+_phase: ContextVar[Phase] = ContextVar("toolfleet_exec_phase", default="solver")
 
 
-def exec_phase() -> str:
+def exec_phase() -> Phase:
     return _phase.get()
 
 
-def set_exec_phase(phase: str) -> Any:
+def set_exec_phase(phase: Phase) -> Any:
     return _phase.set(phase)
 
 
