@@ -147,6 +147,10 @@ def worker_main(argv: list[str]) -> int:
         print("toolfleet worker: --allow-local: `local` sandboxes run as this user on this host, with NO isolation",
               file=sys.stderr, flush=True)
     rt = start_runtime(config, keyring)  # before consuming: the first task must find the loop and the host name
+    if rt is not None and rt.heartbeat is not None:  # what this worker runs, for the orchestrator's preflight
+        rt.heartbeat.record.image_patterns = list(config.policy.images)
+        rt.heartbeat.record.sandbox_types = list(config.policy.sandbox_types)
+        rt.submit(rt.heartbeat.beat(), timeout=30.0)  # published before this worker says it is ready
     try:
         app.worker_main([
             "worker",

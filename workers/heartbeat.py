@@ -37,6 +37,8 @@ class HostRecord(BaseModel):
     draining: bool = False
     ts: float = 0.0
     images: list[str] = []  # docker image tags present on the host ([] without Docker)
+    image_patterns: list[str] = []  # images its policy runs (--image); [] = not reported
+    sandbox_types: list[str] = []  # sandbox types its policy runs (docker; local with --allow-local); [] = not reported
 
     def to_hash(self) -> dict[str, str]:
         return {k: json.dumps(v) if isinstance(v, list) else str(int(v) if isinstance(v, bool) else v)
@@ -48,9 +50,10 @@ class HostRecord(BaseModel):
                    for k, v in data.items()}
         decoded["draining"] = decoded.get("draining") in ("1", "True", "true")
         try:
-            decoded["images"] = json.loads(decoded.get("images") or "[]")
+            for field in ("images", "image_patterns", "sandbox_types"):
+                decoded[field] = json.loads(decoded.get(field) or "[]")
         except ValueError:
-            decoded["images"] = []
+            decoded.update(images=[], image_patterns=[], sandbox_types=[])
         return cls.model_validate(decoded)
 
 

@@ -6,7 +6,8 @@
   field or a bad value is one line naming the sample;
 - each distinct docker image exists: on this machine (embedded mode), or on at least one live worker
   (distributed mode; workers list their images in their heartbeat);
-- distributed mode: the broker has live workers, and one of them accepts sandboxes if any are needed;
+- distributed mode: the broker has live workers; if sandboxes are needed, one of them accepts them,
+  runs their type (``local`` needs ``--allow-local``) and allows each image (``--image`` patterns);
 - the model endpoint answers (openai provider: one ``models.list`` with a short timeout; scripted
   models are not probed).
 
@@ -16,6 +17,7 @@ Each problem is a ``PreflightError`` (an ``EvalSetupError``: the CLI prints one 
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,11 +45,13 @@ def describe_sandbox_error(spec: Any, exc: Exception) -> str:
     return f"invalid sandbox {spec!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
 
 
-def sandbox_configs(task_sandbox: Any, samples: Sequence[Any]) -> dict[str, list[str]]:
-    """Validate every sandbox the samples will open; return docker image -> the samples that need it."""
+def sandbox_configs(task_sandbox: Any, samples: Sequence[Any]) -> tuple[dict[str, list[str]], set[str]]:
+    """Validate every sandbox the samples will open; return docker image -> the samples that need it,
+    and the sandbox types used."""
     from workers.sandbox._driver import sandbox_config
 
     images: dict[str, list[str]] = {}
+    kinds: set[str] = set()
     parsed: dict[str, Any] = {}
     for sample in samples:
         spec = sample.sandbox if sample.sandbox is not None else task_sandbox
@@ -61,9 +65,10 @@ def sandbox_configs(task_sandbox: Any, samples: Sequence[Any]) -> dict[str, list
                 where = f"Sample {sample.id!r}: " if sample.sandbox is not None else "Task: "
                 raise PreflightError(where + describe_sandbox_error(spec, exc)) from None
         config = parsed[key]
+        kinds.add(config.type)
         if config.type == "docker":
             images.setdefault(config.image, []).append(str(sample.id))
-    return images
+    return images, kinds
 
 
 def _who(samples: list[str]) -> str:
@@ -104,7 +109,7 @@ async def check_local_images(images: dict[str, list[str]]) -> None:
                              f"build it or `docker pull {image}`.")
 
 
-async def check_fleet(broker_url: str, images: dict[str, list[str]], needs_sandbox: bool) -> None:
+async def check_fleet(broker_url: str, images: dict[str, list[str]], kinds: set[str]) -> None:
     """Distributed mode: live workers exist, accept sandboxes if needed, and have every image."""
     from redis.asyncio import Redis
 
@@ -120,12 +125,21 @@ async def check_fleet(broker_url: str, images: dict[str, list[str]], needs_sandb
     if not hosts:
         raise PreflightError(f"No live worker on the broker {redact(broker_url)}: start one with "
                              f"`toolfleet worker --broker {redact(broker_url)}`.")
-    if not needs_sandbox:
+    if not kinds:
         return
     takers = [h for h in hosts if not h.draining and h.slots > 0]
     if not takers:
         raise PreflightError(f"None of the {len(hosts)} live worker(s) accepts sandboxes (all draining or --slots 0).")
+    for kind in sorted(kinds):
+        if all(h.sandbox_types and kind not in h.sandbox_types for h in takers):
+            hint = " (start a worker with --allow-local)" if kind == "local" else ""
+            raise PreflightError(f"None of the {len(takers)} live worker(s) runs {kind!r} sandboxes{hint}.")
     for image, who in images.items():
+        if all(h.image_patterns and not any(fnmatch.fnmatchcase(image, p) for p in h.image_patterns) for h in takers):
+            patterns = ", ".join(sorted({p for h in takers for p in h.image_patterns}))
+            raise PreflightError(f"Docker image '{image}' ({_who(who)}) is allowed by none of the {len(takers)} live "
+                                 f"worker(s) (their --image patterns: {patterns}): start workers with "
+                                 f"--image '{image}' or a pattern matching it.")
         if not any(image in h.images for h in takers):
             raise PreflightError(f"Docker image '{image}' ({_who(who)}) is on none of the {len(takers)} live "
                                  f"worker(s): build or pull it where the workers run.")
@@ -172,12 +186,11 @@ async def probe_model(model: Any) -> None:
 
 async def preflight(task_sandbox: Any, samples: Sequence[Any], *, embedded: bool, broker_url: str | None) -> None:
     """Sandbox specs, images and workers for one task's samples (the model is probed once per eval)."""
-    images = sandbox_configs(task_sandbox, samples)
-    needs_sandbox = any((s.sandbox if s.sandbox is not None else task_sandbox) is not None for s in samples)
+    images, kinds = sandbox_configs(task_sandbox, samples)
     if embedded:
         await check_local_images(images)
     elif broker_url:
-        await check_fleet(broker_url, images, needs_sandbox)
+        await check_fleet(broker_url, images, kinds)
 
 
 __all__ = ["PreflightError", "preflight", "probe_model"]

@@ -162,3 +162,22 @@ def test_cli_one_line_and_no_preflight(tmp_path: Path) -> None:
     assert skipped.returncode == 1
     assert "has no \"type\"" not in skipped.stderr
     assert "errored" in skipped.stdout
+
+
+@pytest.mark.celery
+async def test_no_live_worker_runs_local_sandboxes(tmp_path: Path, fleet) -> None:  # type: ignore[no-untyped-def]
+    fleet.worker(slots=2, allow_local=False)
+    with pytest.raises(PreflightError) as caught:
+        await eval_async(_task(sandbox="local"), "scripted", log_dir=tmp_path, broker=fleet.redis.url)
+    assert str(caught.value) == "None of the 1 live worker(s) runs 'local' sandboxes (start a worker with --allow-local)."
+
+
+@pytest.mark.celery
+async def test_image_allowed_by_no_live_worker(tmp_path: Path, fleet) -> None:  # type: ignore[no-untyped-def]
+    fleet.worker(slots=2)
+    with pytest.raises(PreflightError) as caught:
+        await eval_async(_task({"type": "docker", "image": "other/thing:1"}, "local"), "scripted",
+                         log_dir=tmp_path, broker=fleet.redis.url)
+    assert str(caught.value) == ("Docker image 'other/thing:1' (sample s2) is allowed by none of the 1 live worker(s) "
+                                 "(their --image patterns: toolfleet/*): start workers with --image 'other/thing:1' "
+                                 "or a pattern matching it.")
