@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,10 @@ def _add_run_flags(p: argparse.ArgumentParser, defaults_from_log: bool = False) 
     p.add_argument("--max-sandboxes", type=int, help="sandboxes alive at once" + note)
     p.add_argument("--retry-on-error", type=int, nargs="?", const=1, help="retry errored samples N times (flag alone: 1)" + note)
     p.add_argument("--sandbox", help="local | docker (overrides the task's sandbox)" + note)
-    p.add_argument("--broker", help="Redis URL: run tool calls on toolfleet workers (distributed mode)" + note)
+    # $TOOLFLEET_BROKER as the worker reads it: a URL holding the Redis password stays out of argv (ps).
+    p.add_argument("--broker", default=None if defaults_from_log else os.environ.get("TOOLFLEET_BROKER") or None,
+                   help="Redis URL: run tool calls on toolfleet workers (distributed mode; default: "
+                        "$TOOLFLEET_BROKER)" + note)
     p.add_argument("--approval", metavar="FILE|human|auto", help="approval policy (overrides the task's)" + note)
     p.add_argument("--review", metavar="FILE|human", help="review policy (overrides the task's)" + note)
     p.add_argument("--message-limit", type=int, help="per-sample message limit" + note)
