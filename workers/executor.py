@@ -97,12 +97,12 @@ async def execute_call(
         definition = tool_def(tool)
         kwargs = definition.deserialize(request.arguments)
         box = env if bind else _current.get()
-        if box is not None:
+        if box is not None and not getattr(box, "records_execs_remotely", False):
             execs = ExecList()
             with bind_sandbox(RecordingSandbox(box, execs), None if bind else _named.get()):
                 value = await _call_with_timeout(definition.tool, kwargs, request)
         elif bind:
-            with bind_sandbox(None):
+            with bind_sandbox(box):
                 value = await _call_with_timeout(definition.tool, kwargs, request)
         else:
             value = await _call_with_timeout(definition.tool, kwargs, request)

@@ -74,6 +74,8 @@ def _raise_for(outcome: CallOutcome, file: str | None = None) -> None:
 class DispatchedSandbox(SandboxEnvironment):
     """The current sample's sandbox, reached through the dispatcher (wherever it lives)."""
 
+    records_execs_remotely = True  # its execs are recorded where they run (not again by an executor here)
+
     async def exec(self, cmd: list[str], input: str | bytes | None = None, cwd: str | None = None,
                    env: dict[str, str] | None = None, user: str | None = None,
                    timeout: float | None = None) -> ExecResult:
