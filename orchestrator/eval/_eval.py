@@ -165,7 +165,20 @@ async def eval_async(
     finally:
         if own_dispatcher:
             await dispatcher.aclose()
+            if isinstance(dispatcher, InProcessDispatcher):
+                await _drain_spares()
     return logs
+
+
+async def _drain_spares() -> None:
+    """Embedded mode: warm spares would outlive the eval (idle until this process exits): remove them."""
+    pool_module = sys.modules.get("workers.sandbox._docker_pool")
+    if pool_module is None:
+        return  # no docker sandbox was used
+    try:
+        await asyncio.wait_for(pool_module.host_sandboxes().drain_spares(), 60.0)
+    except Exception as exc:  # noqa: BLE001 - best effort: the reaper removes what a dead process left
+        _logger.warning("eval.drain_spares_failed", error=str(exc))
 
 
 async def eval_retry_async(log: str | Path, **overrides: Any) -> EvalLog:

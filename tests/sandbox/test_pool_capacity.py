@@ -116,3 +116,16 @@ async def test_every_container_counts_against_the_host_limit(host: HostSandboxes
     await other.destroy(first)
     await pooled.destroy(second)
     assert host.used == 0 or host.used == pooled.pool.held
+
+
+async def test_an_embedded_eval_leaves_no_idle_container(tmp_path, host: HostSandboxes, sandbox_image: str) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.dataset import Sample
+    from orchestrator.eval import Task, eval_async
+    from orchestrator.scorer import includes
+
+    host.configure(max_spares=2, pooled_images=[sandbox_image])  # the eval's image is pooled: spares are made
+    task = Task(dataset=[Sample(input="hi", target="hi", id=i) for i in range(3)], scorer=includes(),
+                sandbox={"type": "docker", "image": sandbox_image})
+    [log] = await eval_async(task, "scripted", log_dir=tmp_path)
+    assert log.status == "success", [s.error for s in log.samples]
+    assert _containers() == set() and host.spares == 0

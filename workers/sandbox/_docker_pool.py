@@ -108,6 +108,16 @@ class HostSandboxes:
         return True
 
 
+    async def drain_spares(self) -> int:
+        """Remove every idle spare of this loop's pools (an embedded eval's end: nothing idle stays
+        behind the process); pools refill when used again."""
+        loop = asyncio.get_running_loop()
+        removed = 0
+        for pool in [p for p in self.pools if p.loop is loop]:
+            removed += await pool.drain()
+        return removed
+
+
 _HOST = HostSandboxes()
 
 
@@ -143,6 +153,7 @@ class ContainerPool:
         self._task: asyncio.Task[None] | None = None
         self._expiry: asyncio.Task[None] | None = None
         self._closed = False
+        self._draining = False
         self.last_used = time.monotonic()
         self.loop: asyncio.AbstractEventLoop | None = None
         if size > 0:
@@ -183,7 +194,7 @@ class ContainerPool:
                 await asyncio.sleep(0.05)
 
     async def _fill(self) -> None:
-        while not self._closed and len(self._ready) + self._making < self.size:
+        while not self._closed and not self._draining and len(self._ready) + self._making < self.size:
             if not await self.host.reserve_spare(self, self._cap):
                 return
             self._making += 1
@@ -233,6 +244,20 @@ class ContainerPool:
             self.host.release()
         log.info("sandbox.pool_evicted", reason=reason, sandbox=getattr(env, "sandbox_id", "?"))
         return True
+
+    async def drain(self) -> int:
+        """Let a refill in progress finish (a container being created is not cut off midway), then
+        remove the idle spares; the pool refills when used again."""
+        self._draining = True
+        try:
+            if self._task is not None and not self._task.done():
+                await asyncio.wait_for(asyncio.shield(self._task), 120)
+            removed = 0
+            while self._ready:
+                removed += await self.evict_oldest("drained")
+            return removed
+        finally:
+            self._draining = False
 
     async def aclose(self) -> None:
         self._closed = True
