@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["PolicyRefused", "WorkerPolicy", "admit_sandbox", "parse_bytes"]
+__all__ = ["PolicyRefused", "WorkerPolicy", "admit_sandbox", "broker_is_loopback", "parse_bytes"]
 
 MiB = 1024 * 1024
 
@@ -154,3 +154,24 @@ def _admit_field(policy: WorkerPolicy, field: str, value: Any, default: Any) -> 
         case "direct_channel":
             return value if value is False else default  # a message may only pick the slower, narrower path
     raise _refuse(field, f"it can only be set in the worker's own configuration (asked: {value!r})")
+
+
+def broker_is_loopback(url: str) -> bool:
+    """Whether only this machine can put messages on the broker: a unix socket or a loopback address.
+
+    ``--allow-local`` (message-chosen commands on the worker host, no isolation) is for a worker whose
+    broker nobody else can reach; a broker on the network needs ``--allow-local-remote`` as well.
+    """
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme in ("unix", "redis+socket"):
+        return True
+    host = (parts.hostname or "").strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve anywhere

@@ -23,7 +23,7 @@ import sys
 
 from . import _auth, _names
 from ._loop import HOST_ENV, WorkerConfig, start_runtime, stop_runtime
-from ._policy import WorkerPolicy
+from ._policy import WorkerPolicy, broker_is_loopback
 from .app import BROKER_ENV, DEFAULT_BROKER
 from .heartbeat import identity_in_use
 from .sandbox._docker_labels import set_owner
@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     trust.add_argument("--allow-local", action="store_true",
                        help="also run `local` sandboxes (subprocesses on this host as this user: NO isolation; "
                             "for development and tests only)")
+    trust.add_argument("--allow-local-remote", action="store_true",
+                       help="accept --allow-local although the broker is not on loopback (anyone who can sign a "
+                            "message can then run commands on this host)")
     trust.add_argument("--local-root", metavar="DIR", help="parent directory of local sandboxes (default: the system temp dir)")
     trust.add_argument("--image", dest="images", action="append", metavar="PATTERN",
                        help="allowed sandbox image pattern (repeatable; default toolfleet/*)")
@@ -119,6 +122,11 @@ def worker_main(argv: list[str]) -> int:
         keyring = _auth.load_keyring(secret_file=args.secret_file)
     except _auth.MissingSecretError as exc:
         print(f"toolfleet worker: {exc}", file=sys.stderr)
+        return 2
+    if args.allow_local and not args.allow_local_remote and not broker_is_loopback(args.broker):
+        print("toolfleet worker: --allow-local runs message-chosen commands on this host without isolation, and "
+              "this broker is not on loopback: use docker sandboxes, or add --allow-local-remote if you mean it",
+              file=sys.stderr, flush=True)
         return 2
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # `--import tests.support.sample_tools` from the repo root
