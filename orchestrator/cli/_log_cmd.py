@@ -174,6 +174,13 @@ def event_line(e: Any) -> str:
         detail = f"{data.get('model')} tokens={usage.get('total_tokens', 0)}"
         detail += f" retries={data['retries']}" if data.get("retries") else ""
         detail += f" ERROR {data['error']}" if data.get("error") else ""
+    elif kind == "sandbox":
+        what = data.get("cmd") if data.get("action") == "exec" else f"{data.get('action')} {data.get('file')}"
+        detail = f"[{data.get('phase') or '-'}] {json.dumps(str(what or ''), ensure_ascii=False)[:120]}"
+        detail += f" -> exit {data['result']}" if data.get("result") is not None else ""
+        detail += f" ({data['duration']:.3f}s)" if data.get("duration") is not None else ""
+        detail += f" ERROR {data['error']}" if data.get("error") else ""
+        detail += f" on {data['host']}" if data.get("host") else ""
     elif kind in ("span_begin", "span_end"):
         detail = f"{data.get('type') or ''} {data.get('name') or data.get('id')}".strip()
     else:

@@ -184,7 +184,10 @@ class SampleRunner:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - every sample error is recorded, then maybe retried
-                error = EvalError(type=type(exc).__name__, message=str(exc) or type(exc).__name__,
+                # Inspect records an unexpected exception as its repr (``RuntimeError('kaboom')``); our own
+                # errors (sandbox lost, setup failed, limits) carry sentences written for the user: kept as is.
+                message = str(exc) if _worded(exc) else repr(exc)
+                error = EvalError(type=type(exc).__name__, message=message or type(exc).__name__,
                                   traceback=traceback.format_exc())
                 transcript.record(ErrorEvent(message=error.message, traceback=error.traceback))
                 raise _SampleFailed(error, self._finish(result, state, transcript, usage)) from exc
@@ -310,3 +313,11 @@ def _config_json(config: Any) -> dict[str, Any]:
     from workers.sandbox._driver import sandbox_config
 
     return sandbox_config(config).model_dump(mode="json")
+
+
+def _worded(exc: BaseException) -> bool:
+    """toolfleet's own errors carry a sentence for the user; anything else is shown as Inspect shows it (repr)."""
+    for cls in type(exc).__mro__:
+        if cls.__module__.split(".")[0] in ("orchestrator", "workers") and cls.__name__ != "ToolExecutionFatal":
+            return True
+    return False

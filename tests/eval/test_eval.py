@@ -88,7 +88,7 @@ async def test_retry_on_error_reruns_the_sample(tmp_path: Path) -> None:
     for s in log.samples:
         assert s.error is None
         assert s.attempts == 2
-        assert [e.message for e in s.error_retries] == [f"transient failure of {s.id}"]
+        assert [e.message for e in s.error_retries] == [repr(RuntimeError(f"transient failure of {s.id}"))]
         assert s.scores["includes"].value == CORRECT
 
 
@@ -111,7 +111,8 @@ async def test_error_without_retry_is_recorded_then_eval_retry_reruns_only_error
     [log] = await eval_async(task, model, log_dir=tmp_path)
     assert log.status == "error"
     errored = [s for s in log.samples if s.error is not None]
-    assert [(s.id, s.error.type, s.error.message) for s in errored] == [(1, "ValueError", "boom")]
+    # As Inspect records it: an unexpected exception's repr (toolfleet's own errors keep their sentence).
+    assert [(s.id, s.error.type, s.error.message) for s in errored] == [(1, "ValueError", "ValueError('boom')")]
     assert "Traceback" in (errored[0].error.traceback or "")
     assert any(e.event == "error" for e in errored[0].events)
 
