@@ -63,3 +63,16 @@ async def test_log_show_renders_errors_arguments_and_events(tmp_path: Path) -> N
     lines = [line for line in every.splitlines() if line.startswith("  ") and line[2:3].isdigit()]
     assert len(lines) == n_events
     assert sum(line.split()[1] == "tool" for line in lines) == 12 and any("ERROR [parsing]" in line for line in lines)
+
+
+def test_a_sandbox_event_is_one_readable_line() -> None:
+    from orchestrator.cli._log_cmd import event_line
+    from orchestrator.log._events import SandboxEvent
+
+    event = SandboxEvent(cmd="python3 -m unittest", result=1, duration=0.25, host="w-1", phase="scorer",
+                         output="FAILED (failures=1)")
+    line = event_line(event)
+    assert "\n" not in line
+    assert line.endswith('sandbox [scorer] "python3 -m unittest" -> exit 1 (0.250s) on w-1')
+    write = event_line(SandboxEvent(action="write_file", file="/home/sandbox/a.py", phase="setup"))
+    assert write.endswith("sandbox [setup] \"write_file /home/sandbox/a.py\"")
