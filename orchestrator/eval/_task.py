@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from orchestrator.dataset import Dataset, MemoryDataset, Sample, SampleFilesError, resolve_dataset_files
 from orchestrator.model._generate_config import GenerateConfig
+from orchestrator.tool._registry import GENERATED_TASK_MODULE
 
 from ._errors import EvalSetupError
 
@@ -109,7 +110,7 @@ def import_task_file(path: str | Path) -> Any:
     file = Path(path).resolve()
     if not file.is_file():
         raise TaskError(f"Task file '{path}' does not exist.")
-    module_name = "toolfleet_task_" + hashlib.sha1(str(file).encode()).hexdigest()[:12]
+    module_name = GENERATED_TASK_MODULE + hashlib.sha1(str(file).encode()).hexdigest()[:12]
     if module_name in sys.modules:
         return sys.modules[module_name]
     spec = importlib.util.spec_from_file_location(module_name, file)

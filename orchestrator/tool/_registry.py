@@ -86,7 +86,7 @@ def rebuild_tool(ref: ToolRef) -> Any:
     return factory(**ref.params)
 
 
-GENERATED_TASK_MODULE = "toolfleet_task_"  # the module name a task file is imported under (eval._task)
+GENERATED_TASK_MODULE = "toolfleet_task_"  # prefix of the module name eval._task imports a task file under
 
 
 def not_registered_message(name: str, module: str | None) -> str:
