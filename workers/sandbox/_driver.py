@@ -11,10 +11,11 @@ modules named after the backend: ``local.py`` and ``docker.py``.
 from __future__ import annotations
 
 import importlib
+import re
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 if TYPE_CHECKING:
     from ._environment import AgentSandboxEnvironment
@@ -87,6 +88,39 @@ class LocalSandboxConfig(_BaseConfig):
     driver_class_name: ClassVar[str] = "LocalSandboxDriver"
 
 
+class HealthCheck(BaseModel):
+    """When a service counts as up: ``test`` exits 0 (run inside the service, as Docker healthchecks run)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    test: list[str] | str = Field(description="argv, or a string run by /bin/sh -c")
+    interval: float = Field(1.0, gt=0, le=60, description="seconds between checks")
+    timeout: float = Field(5.0, gt=0, le=300, description="seconds one check may take")
+    retries: int = Field(30, ge=1, le=1000, description="failed checks (after start_period) before the sandbox fails")
+    start_period: float = Field(0.0, ge=0, le=600, description="seconds during which failures do not count")
+
+    def budget(self) -> float:
+        """The longest a service may take to become healthy."""
+        return self.start_period + self.retries * (self.interval + self.timeout) + self.interval
+
+
+class ServiceConfig(BaseModel):
+    """One more container of a multi-service sandbox (a database, a target server, ...)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    image: str = Field(description="its image (a worker runs only images matching its --image patterns)")
+    command: list[str] | str | None = Field(None, description="its command; None: the image's CMD")
+    entrypoint: list[str] | None = Field(None, description="its entrypoint; None: the image's ENTRYPOINT")
+    environment: dict[str, str] = Field(default_factory=dict, description="environment variables")
+    user: str | None = Field(None, description="user it runs as; None: the image's USER")
+    working_dir: str | None = Field(None, description="working directory; None: the image's WORKDIR")
+    healthcheck: HealthCheck | None = Field(None, description="None: up once its container is running")
+    mem_limit: str = Field("512m", description="memory limit (no swap beyond it)")
+    cpus: float = Field(0.5, gt=0, description="CPU limit")
+    pids_limit: int = Field(256, gt=0, description="processes at once")
+
+
 class DockerSandboxConfig(_BaseConfig):
     """One hardened container per sample, reached through an in-container exec agent."""
 
@@ -115,6 +149,15 @@ class DockerSandboxConfig(_BaseConfig):
                                              "cannot cap the layer; None: /tmp, /var/tmp, /run/lock and the image's "
                                              "working directory (its contents are copied in)")
     runtime: str | None = Field(None, description="OCI runtime, e.g. 'runsc' (gVisor) for stronger isolation")
+    pull_policy: Literal["missing", "always", "never"] = Field(
+        "missing", description="when the image is pulled from its registry: 'missing' (only when absent), 'always' "
+        "(before each sandbox), 'never'; a worker pulls only from the registries it is started with (--registry)")
+    # Several containers per sample (a pod): tools target this one; the others are sandbox("name").
+    services: dict[str, ServiceConfig] = Field(
+        default_factory=dict, description="more containers of the sample (name -> service), sharing this "
+        "container's network namespace: loopback only, every service name resolves to 127.0.0.1; created, "
+        "health-checked and removed together on one host, each counted against its capacity; never pooled")
+    default_service: str = Field("default", description="the name sandbox(name) gives this (the default) container")
     # Lifecycle.
     pool_size: int | None = Field(None, ge=0, description="warm spares kept for this config; None: 2 for the "
                                   "images the host pools (the default sandbox image unless the worker says "
@@ -134,10 +177,29 @@ class DockerSandboxConfig(_BaseConfig):
     driver_module: ClassVar[str] = ".docker"
     driver_class_name: ClassVar[str] = "DockerSandboxDriver"
 
+    @field_validator("services")
+    @classmethod
+    def _service_names(cls, services: dict[str, ServiceConfig]) -> dict[str, ServiceConfig]:
+        for name in services:
+            if not _SERVICE_NAME.fullmatch(name):
+                raise ValueError(f"service name {name!r} is not a hostname (letters, digits, '-'; at most 63)")
+        return services
+
+    @model_validator(mode="after")
+    def _pod_rules(self) -> DockerSandboxConfig:
+        if self.services:
+            if self.default_service in self.services:
+                raise ValueError(f"service {self.default_service!r} is the default container's name: rename it")
+            if self.network_mode != "none":
+                raise ValueError("a sandbox with services has one loopback-only network: network_mode must be 'none'")
+        return self
+
     def limits_key(self) -> str:
         """Containers are interchangeable (poolable) when these fields match."""
         return self.model_dump_json(include=_POOL_KEY_FIELDS)
 
+
+_SERVICE_NAME = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?")
 
 _POOL_KEY_FIELDS = {
     "image", "user", "working_dir", "environment", "network_mode", "cap_drop", "cap_add", "security_opt",

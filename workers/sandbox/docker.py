@@ -34,6 +34,7 @@ from ._docker_disk import DiskPlan, layer_quota_supported, plan_disk, seed_comma
 from ._docker_exec import open_agent, universal_exec
 from ._docker_labels import MANAGED, container_labels, reap_reason
 from ._docker_pool import ContainerPool, host_sandboxes
+from ._docker_services import pod_hosts, start_services, stop_services
 from ._driver import DockerSandboxConfig, SandboxDriver, SandboxSpec
 from ._environment import AgentSandboxEnvironment
 from ._errors import SandboxImageError, SandboxOutOfMemoryError, missing_image_message
@@ -52,11 +53,12 @@ class DockerSandboxEnvironment(AgentSandboxEnvironment):
         self.driver = driver
         self.container_id = container_id
         self._has_timeout: bool | None = None
+        self.services: dict[str, DockerSandboxEnvironment] = {}  # a multi-service sandbox's other containers
 
     async def _open_channel(self, user: str | None) -> AgentChannel:
         if not self.driver.config.fast_path:
             raise ChannelClosed("fast path disabled by configuration")
-        return await open_agent(self.driver.api, self.container_id, user or self.driver.exec_user,
+        return await open_agent(self.driver.api, self.container_id, user or self.default_user,
                                 listener=self.driver.listener)
 
     async def _universal_exec(
@@ -69,12 +71,17 @@ class DockerSandboxEnvironment(AgentSandboxEnvironment):
                 probe = await universal_exec(api, self.container_id, ["/bin/sh", "-c", "command -v timeout"],
                                              None, None, None, None, None, 4096, False)
                 self._has_timeout = probe.returncode == 0
-            user = user or self.driver.exec_user
+            user = user or self.default_user
             return await universal_exec(api, self.container_id, argv, input, cwd, env, user, timeout,
                                         cap, self._has_timeout)
         except (APIError, DockerException, ConnectionError, OSError) as exc:
             failure = await self._sandbox_failure(exc)
             raise (failure or SandboxUnavailableError(f"Sandbox '{self.sandbox_id}': exec failed ({exc}).")) from exc
+
+    @property
+    def default_user(self) -> str:
+        """Who commands run as when a call names no user ('' : the container's own user)."""
+        return self.driver.exec_user
 
     @property
     def memory_limit(self) -> str:
@@ -100,13 +107,37 @@ class DockerSandboxEnvironment(AgentSandboxEnvironment):
         )
 
 
+class DockerServiceEnvironment(DockerSandboxEnvironment):
+    """A service of a multi-service sandbox, reached with ``docker exec`` (its image needs no python3)."""
+
+    def __init__(self, driver: DockerSandboxDriver, container_id: str, sandbox_id: str, service: str,
+                 user: str) -> None:
+        super().__init__(driver, container_id, sandbox_id)
+        self.service = service
+        self.service_user = user  # '': the service image's USER, as its command runs
+        self.fast_path = False
+
+    @property
+    def default_user(self) -> str:
+        return self.service_user
+
+    @property
+    def memory_limit(self) -> str:
+        return self.driver.config.services[self.service].mem_limit
+
+    async def _open_channel(self, user: str | None) -> AgentChannel:
+        raise ChannelClosed("services are reached with docker exec")
+
+
 class DockerSandboxDriver(SandboxDriver):
     def __init__(self, config: DockerSandboxConfig | None = None, eval_id: str = "") -> None:
         self.config = config or DockerSandboxConfig()
         self.eval_id = eval_id
         self.api = DockerAPI(self.config.docker_host, self.config.api_threads)
         self.host = host_sandboxes()
-        self.pool = ContainerPool(self.host.pool_size_for(self.config.image, self.config.pool_size),
+        # A multi-service sandbox is never pooled: its services join the default container at creation.
+        pool_size = 0 if self.config.services else self.host.pool_size_for(self.config.image, self.config.pool_size)
+        self.pool = ContainerPool(pool_size,
                                   self._pool_container, self._remove, self.config.max_sandboxes, self.host)
         self._envs: dict[str, DockerSandboxEnvironment] = {}
         self._started = False
@@ -168,6 +199,13 @@ class DockerSandboxDriver(SandboxDriver):
             except BaseException:
                 self.host.release()
                 raise
+            if self.config.services:
+                try:
+                    env.services = await start_services(self, env, spec.eval_id or self.eval_id, spec.sample_id)
+                except BaseException:
+                    await self._remove(env)
+                    self.host.release()
+                    raise
         else:
             self._tag_later(env, spec)
         env.default_env = dict(spec.env)
@@ -181,6 +219,7 @@ class DockerSandboxDriver(SandboxDriver):
         if self._envs.pop(env.sandbox_id, None) is None:
             return  # already destroyed
         try:
+            await stop_services(self, env.services)
             await self._remove(env)
         finally:
             self.host.release()
@@ -239,6 +278,7 @@ class DockerSandboxDriver(SandboxDriver):
             storage_opt=self.disk.storage_opt,
             tmpfs=self.disk.tmpfs or None,
             runtime=c.runtime,
+            extra_hosts=pod_hosts(c.default_service, c.services) if c.services else None,
         )
         return {
             "image": c.image,
@@ -252,6 +292,7 @@ class DockerSandboxDriver(SandboxDriver):
             "labels": labels,
             "host_config": host_config,
             "detach": True,
+            **({"hostname": c.default_service} if c.services else {}),
         }
 
     async def _new_container(self, eval_id: str, sample_id: str, pool: str = "") -> DockerSandboxEnvironment:
@@ -331,4 +372,4 @@ def _container_name(sample_id: str) -> str:
     return f"toolfleet-{safe}-{uuid.uuid4().hex[:8]}"
 
 
-__all__ = ["DockerSandboxDriver", "DockerSandboxEnvironment"]
+__all__ = ["DockerSandboxDriver", "DockerSandboxEnvironment", "DockerServiceEnvironment"]

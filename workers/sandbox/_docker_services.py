@@ -1,0 +1,158 @@
+"""Multi-service sandboxes: the sample's other containers, as a Kubernetes pod holds them.
+
+The default container (the one tools target) is created first with no network but loopback; every
+service joins its network namespace (``network_mode: container:<default>``), so the services reach
+each other on 127.0.0.1 and nothing else: no bridge, no route out. Docker shares the default
+container's ``/etc/hosts`` with the joiners, and it maps every service name to 127.0.0.1.
+
+Services start together, each counted against the host's capacity, then each waits to be healthy:
+its ``healthcheck`` (Docker's own, polled through ``inspect``) or, without one, running. All are
+removed together (services first, the default container last: it owns the namespace). A service
+that fails to start or become healthy fails the sandbox with one sentence naming it and quoting its
+last check or log lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+
+from orchestrator.util._sandbox import SandboxUnavailableError
+
+from ._docker_labels import container_labels
+from ._driver import HealthCheck, ServiceConfig
+from ._errors import SandboxImageError, missing_image_message
+
+if TYPE_CHECKING:
+    from .docker import DockerSandboxDriver, DockerSandboxEnvironment
+
+log = structlog.get_logger("toolfleet.sandbox")
+
+SERVICE_LABEL = "toolfleet.service"
+_POLL_S = 0.2
+_NANOS = 1_000_000_000
+
+
+def pod_hosts(default_service: str, services: dict[str, ServiceConfig]) -> dict[str, str]:
+    """``/etc/hosts`` entries of a pod: every service name (and the default's) is this namespace."""
+    return {name: "127.0.0.1" for name in (default_service, *services)}
+
+
+def healthcheck_dict(check: HealthCheck) -> dict[str, Any]:
+    """Docker's healthcheck form (durations in nanoseconds; a string test runs under the shell)."""
+    test = ["CMD-SHELL", check.test] if isinstance(check.test, str) else ["CMD", *check.test]
+    return {"test": test, "interval": int(check.interval * _NANOS), "timeout": int(check.timeout * _NANOS),
+            "retries": check.retries, "start_period": int(check.start_period * _NANOS)}
+
+
+async def start_services(driver: DockerSandboxDriver, main: DockerSandboxEnvironment, eval_id: str,
+                         sample_id: str) -> dict[str, DockerSandboxEnvironment]:
+    """Create, start and health-check every service of ``driver.config`` beside ``main``."""
+    started: dict[str, DockerSandboxEnvironment] = {}
+    try:
+        for name, service in driver.config.services.items():
+            await driver.host.acquire(driver.config.max_sandboxes, driver.config.acquire_timeout)
+            try:
+                started[name] = await _create(driver, main, name, service, eval_id, sample_id)
+            except BaseException:
+                driver.host.release()
+                raise
+        await asyncio.gather(*(_wait_healthy(driver, name, env, driver.config.services[name])
+                               for name, env in started.items()))
+    except BaseException:
+        await stop_services(driver, started)
+        raise
+    return started
+
+
+async def stop_services(driver: DockerSandboxDriver, services: dict[str, DockerSandboxEnvironment]) -> None:
+    """Remove the services (each gives its capacity back); a removed one is not an error."""
+    for env in list(services.values()):
+        try:
+            await driver._remove(env)
+        finally:
+            driver.host.release()
+    services.clear()
+
+
+async def _create(driver: DockerSandboxDriver, main: DockerSandboxEnvironment, name: str, service: ServiceConfig,
+                  eval_id: str, sample_id: str) -> DockerSandboxEnvironment:
+    from .docker import _HELD, DockerServiceEnvironment, _container_name
+
+    c = driver.config
+    api = driver.api
+    host_config = api.api.create_host_config(
+        network_mode=f"container:{main.container_id}",
+        cap_drop=c.cap_drop or None, cap_add=c.cap_add or None, security_opt=c.security_opt or None,
+        pids_limit=service.pids_limit, mem_limit=service.mem_limit, memswap_limit=service.mem_limit,
+        nano_cpus=int(service.cpus * 1e9), init=c.init, read_only=c.read_only, runtime=c.runtime,
+    )
+    labels = {**container_labels(eval_id, sample_id, c.ttl), SERVICE_LABEL: name}
+    kwargs: dict[str, Any] = {
+        "image": service.image, "command": service.command, "user": service.user or None,
+        "working_dir": service.working_dir, "environment": service.environment or None, "labels": labels,
+        "host_config": host_config, "detach": True,
+        "healthcheck": healthcheck_dict(service.healthcheck) if service.healthcheck else None,
+    }
+    if service.entrypoint is not None:
+        kwargs["entrypoint"] = service.entrypoint
+    container_name = _container_name(f"{sample_id or 'sample'}-{name}")
+    try:
+        created = await api.call(api.api.create_container, name=container_name, **kwargs)
+    except ImageNotFound as exc:
+        raise SandboxImageError(f"Service '{name}': " + missing_image_message(service.image)) from exc
+    except APIError as exc:
+        if exc.status_code == 404 and "image" in str(exc).lower():
+            raise SandboxImageError(f"Service '{name}': " + missing_image_message(service.image)) from exc
+        raise SandboxUnavailableError(f"Service '{name}' could not be created: {exc.explanation or exc}") from exc
+    except DockerException as exc:
+        raise SandboxUnavailableError(f"Service '{name}' could not be created: {exc}") from exc
+    _HELD.add(created["Id"])
+    env = DockerServiceEnvironment(driver, created["Id"], container_name, name, service.user or "")
+    try:
+        await api.call(api.api.start, created["Id"])
+    except DockerException as exc:
+        await driver._remove(env)
+        raise SandboxUnavailableError(f"Service '{name}' could not start: {exc}") from exc
+    return env
+
+
+async def _wait_healthy(driver: DockerSandboxDriver, name: str, env: DockerSandboxEnvironment,
+                        service: ServiceConfig) -> None:
+    """Until the service is healthy (or running, without a healthcheck); bounded by its check's budget."""
+    api = driver.api
+    check = service.healthcheck
+    deadline = time.monotonic() + (check.budget() if check else 30.0)
+    while True:
+        try:
+            state = (await api.call(api.api.inspect_container, env.container_id))["State"]
+        except NotFound:
+            raise SandboxUnavailableError(f"Service '{name}' was removed while starting.") from None
+        if not state.get("Running"):
+            logs = await _log_tail(driver, env.container_id)
+            raise SandboxUnavailableError(
+                f"Service '{name}' exited with code {state.get('ExitCode')} while starting" + (f": {logs}" if logs else "."))
+        health = state.get("Health") or {}
+        status = health.get("Status")
+        if check is None or status == "healthy":
+            log.debug("sandbox.service_up", service=name, container=env.container_id[:12])
+            return
+        if status == "unhealthy" or time.monotonic() > deadline:
+            last = (health.get("Log") or [{}])[-1]
+            detail = (last.get("Output") or "").strip()[-300:]
+            raise SandboxUnavailableError(
+                f"Service '{name}' did not become healthy within {check.budget():.0f} s"
+                + (f"; last check exited {last.get('ExitCode')}: {detail}" if last else "."))
+        await asyncio.sleep(_POLL_S)
+
+
+async def _log_tail(driver: DockerSandboxDriver, container_id: str) -> str:
+    try:
+        raw = await driver.api.call(driver.api.api.logs, container_id, tail=5)
+    except DockerException:
+        return ""
+    return raw.decode("utf-8", "replace").strip()[-300:]
