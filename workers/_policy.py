@@ -55,7 +55,7 @@ class WorkerPolicy(BaseModel):
 
 # Fields a message may set freely (they only narrow, or only affect the sandbox's own inside).
 _FREE = {"type", "image", "working_dir", "environment", "init", "read_only", "warm_spares", "fast_path",
-         "acquire_timeout", "reap_interval"}
+         "acquire_timeout", "reap_interval", "default_service"}
 _ROOT_USER = re.compile(r"^(root|0)(:.*)?$|^[^:]*:(root|0)$")
 _UNITS = {"": 1, "b": 1, "k": 1024, "m": MiB, "g": 1024 * MiB, "t": 1024 * 1024 * MiB}
 
@@ -153,7 +153,29 @@ def _admit_field(policy: WorkerPolicy, field: str, value: Any, default: Any) -> 
             return value
         case "direct_channel":
             return value if value is False else default  # a message may only pick the slower, narrower path
+        case "services":
+            return {name: _admit_service(policy, name, service) for name, service in value.items()}
     raise _refuse(field, f"it can only be set in the worker's own configuration (asked: {value!r})")
+
+
+def _admit_service(policy: WorkerPolicy, name: str, service: dict[str, Any]) -> dict[str, Any]:
+    """A multi-service sandbox's service: its image, user and limits obey the same rules as the sandbox's.
+
+    Its network and hardening are the sandbox's own (it joins that container's namespace), so only
+    these fields are a service's to ask for."""
+    image = service.get("image", "")
+    if not any(fnmatch.fnmatchcase(image, pattern) for pattern in policy.images):
+        raise _refuse(f"services.{name}.image",
+                      f"{image!r} matches none of this worker's image patterns ({', '.join(policy.images)})")
+    user = service.get("user")
+    if user is not None and _ROOT_USER.match(str(user).strip()):
+        raise _refuse(f"services.{name}.user", "a message cannot ask for the root user or group")
+    admitted = dict(service)
+    if parse_bytes(service["mem_limit"]) > parse_bytes(policy.max_memory):
+        admitted["mem_limit"] = policy.max_memory
+    admitted["cpus"] = min(float(service["cpus"]), policy.max_cpus)
+    admitted["pids_limit"] = min(int(service["pids_limit"]), policy.max_pids)
+    return admitted
 
 
 def broker_is_loopback(url: str) -> bool:
