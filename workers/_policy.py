@@ -9,6 +9,8 @@ sandbox configuration a message asks for into the one this worker will build, or
 * image: must match one of ``images`` (shell-style patterns);
 * resource limits (memory, swap, CPUs, pids, captured output, pool size, lifetime): clamped to the
   worker's caps;
+* ``pull_policy``: a message may ask for any; it becomes ``never`` unless the image names a registry host
+  (``image_registry``) among the worker's ``registries`` (``--registry``): a worker pulls from no other;
 * never from a message: a Docker endpoint, added capabilities, dropped hardening (``cap_drop`` must
   keep ``ALL``, ``security_opt`` only ``no-new-privileges``), a network other than ``network_modes``,
   a root user (``root``, uid 0 or gid 0), a host directory (local ``root_dir``);
@@ -25,7 +27,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["PolicyRefused", "WorkerPolicy", "admit_sandbox", "broker_is_loopback", "parse_bytes"]
+__all__ = ["PolicyRefused", "WorkerPolicy", "admit_sandbox", "broker_is_loopback", "image_registry", "parse_bytes",
+           "pulls_from"]
 
 MiB = 1024 * 1024
 
@@ -51,6 +54,8 @@ class WorkerPolicy(BaseModel):
     allow_runsc: bool = Field(True, description="a message may ask for the gVisor runtime (stronger isolation)")
     max_outcome_bytes: int = Field(512 * 1024, gt=0, description="a call's result is cut to this size at the worker "
                                    "before it is cached or stored (the model sees far less: 16 KiB by default)")
+    registries: list[str] = Field(default_factory=list, description="registries (HOST[:PORT]) this worker pulls "
+                                  "sandbox images from (--registry); an image naming any other, or none, is never pulled")
 
 
 # Fields a message may set freely (they only narrow, or only affect the sandbox's own inside).
@@ -58,6 +63,25 @@ _FREE = {"type", "image", "working_dir", "environment", "init", "read_only", "wa
          "acquire_timeout", "reap_interval", "default_service"}
 _ROOT_USER = re.compile(r"^(root|0)(:.*)?$|^[^:]*:(root|0)$")
 _UNITS = {"": 1, "b": 1, "k": 1024, "m": MiB, "g": 1024 * MiB, "t": 1024 * 1024 * MiB}
+
+
+def image_registry(image: str) -> str | None:
+    """The registry host an image names (``127.0.0.1:5000/team/img:1`` -> ``127.0.0.1:5000``), or None for a
+    bare name (``toolfleet/sandbox:latest``, ``img:1``): its first path component has a '.' or a ':' or is
+    ``localhost``, as Docker reads it."""
+    first, slash, _ = image.partition("/")
+    if not slash or not first:
+        return None
+    return first if ("." in first or ":" in first or first == "localhost") else None
+
+
+def pulls_from(registries: list[str] | None, image: str) -> bool:
+    """Whether ``image`` may be pulled by a process pulling from ``registries`` (None: from any registry,
+    as embedded mode does); a bare name is never pulled (built or loaded on the host)."""
+    registry = image_registry(image)
+    if registry is None:
+        return False
+    return registries is None or registry.lower() in {r.lower() for r in registries}
 
 
 def parse_bytes(value: str | int) -> int:
@@ -101,6 +125,8 @@ def admit_sandbox(policy: WorkerPolicy, config: dict[str, Any]) -> dict[str, Any
         image = admitted.get("image", "")
         if not any(fnmatch.fnmatchcase(image, pattern) for pattern in policy.images):
             raise _refuse("image", f"{image!r} matches none of this worker's image patterns ({', '.join(policy.images)})")
+        if not pulls_from(policy.registries, image):
+            admitted["pull_policy"] = "never"  # not a registry this worker pulls from: the image is there or not
         mem = parse_bytes(admitted["mem_limit"])
         cap = parse_bytes(policy.max_memory)
         if mem > cap:
@@ -151,6 +177,8 @@ def _admit_field(policy: WorkerPolicy, field: str, value: Any, default: Any) -> 
             return value
         case "runtime" if policy.allow_runsc and value == "runsc":
             return value
+        case "pull_policy":
+            return value  # narrowed to 'never' with the image check unless the worker pulls from its registry
         case "direct_channel":
             return value if value is False else default  # a message may only pick the slower, narrower path
         case "services":

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import secrets
 import socket
 import sys
@@ -28,6 +29,7 @@ from .app import BROKER_ENV, DEFAULT_BROKER
 from .heartbeat import identity_in_use
 from .sandbox._docker_labels import set_owner
 from .sandbox._docker_pool import configure_host
+from .sandbox._docker_pull import configure_registries
 
 # Tool modules every worker registers at start-up (the built-in tools); --import adds the user's.
 BUILTIN_TOOL_MODULES = ("workers.tools", "workers.scoring")
@@ -80,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     trust.add_argument("--local-root", metavar="DIR", help="parent directory of local sandboxes (default: the system temp dir)")
     trust.add_argument("--image", dest="images", action="append", metavar="PATTERN",
                        help="allowed sandbox image pattern (repeatable; default toolfleet/*)")
+    trust.add_argument("--registry", dest="registries", action="append", type=_registry_host, metavar="HOST[:PORT]",
+                       help="registry this worker pulls sandbox images from when a sample's image names it and is "
+                            "missing here (repeatable; default: none: the worker never pulls)")
     trust.add_argument("--allow-network", dest="networks", action="append", metavar="MODE",
                        help="docker network mode a sandbox may ask for, besides none (repeatable)")
     trust.add_argument("--max-memory", default="4g", help="cap on a sandbox's memory limit")
@@ -99,8 +104,15 @@ def build_policy(args: argparse.Namespace) -> WorkerPolicy:
         images=args.images or ["toolfleet/*"],
         network_modes=["none", *(args.networks or [])],
         max_memory=args.max_memory, max_cpus=args.max_cpus, max_pids=args.max_pids,
-        max_outcome_bytes=args.max_outcome_bytes, local_root=args.local_root,
+        max_outcome_bytes=args.max_outcome_bytes, local_root=args.local_root, registries=args.registries or [],
     )
+
+
+def _registry_host(value: str) -> str:
+    """``--registry``: a registry host as an image names it (``HOST[:PORT]``: no scheme, no path)."""
+    if not re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)(:\d{1,5})?", value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not HOST[:PORT] (no scheme, no path), e.g. 127.0.0.1:5000")
+    return value
 
 
 def default_identity() -> str:
@@ -145,6 +157,7 @@ def worker_main(argv: list[str]) -> int:
     set_owner(config.host)  # containers are labelled with this worker's identity
     configure_host(limit=args.slots, max_spares=args.warm_pool, idle_ttl=args.pool_idle_ttl,
                    pooled_images=args.pool_images or ())
+    configure_registries(config.policy.registries)  # a worker pulls from these only (none by default)
 
     from . import app as app_module
 

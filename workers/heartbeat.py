@@ -4,8 +4,9 @@ A host is *alive* while ``toolfleet:host:<host>`` exists (it carries a TTL of a 
 intervals). ``boot`` changes every time the worker process starts, so the orchestrator can tell a
 restarted host (whose sandboxes are gone) from a live one. ``draining`` is set on SIGTERM: the host
 finishes its running calls but takes no new sandboxes. ``images`` lists the Docker image tags the
-host has (refreshed every few seconds), so ``toolfleet eval``'s preflight can tell a missing image
-before the first sample starts.
+host has (refreshed every few seconds) and ``registries`` those it pulls from (``--registry``), so
+placement prefers hosts that have a sample's image (else can pull it) and ``toolfleet eval``'s preflight
+can tell a missing image before the first sample starts.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class HostRecord(BaseModel):
     images: list[str] = []  # docker image tags present on the host ([] without Docker)
     image_patterns: list[str] = []  # images its policy runs (--image); [] = not reported
     sandbox_types: list[str] = []  # sandbox types its policy runs (docker; local with --allow-local); [] = not reported
+    registries: list[str] = []  # registries it pulls missing images from (--registry); [] = it never pulls
 
     def to_hash(self) -> dict[str, str]:
         return {k: json.dumps(v) if isinstance(v, list) else str(int(v) if isinstance(v, bool) else v)
@@ -50,10 +52,10 @@ class HostRecord(BaseModel):
                    for k, v in data.items()}
         decoded["draining"] = decoded.get("draining") in ("1", "True", "true")
         try:
-            for field in ("images", "image_patterns", "sandbox_types"):
+            for field in ("images", "image_patterns", "sandbox_types", "registries"):
                 decoded[field] = json.loads(decoded.get(field) or "[]")
         except ValueError:
-            decoded.update(images=[], image_patterns=[], sandbox_types=[])
+            decoded.update(images=[], image_patterns=[], sandbox_types=[], registries=[])
         return cls.model_validate(decoded)
 
 

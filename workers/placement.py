@@ -1,6 +1,7 @@
 """Sandbox placement: pick the least loaded live worker host with free slots, and reserve one atomically.
 
-``choose_hosts`` is pure (table-tested): candidates ordered best first. ``reserve`` INCRs the host's
+``choose_hosts`` is pure (table-tested): candidates ordered best first (hosts that have the sample's
+image, then hosts that can pull it). ``reserve`` INCRs the host's
 placement counter and gives the slot back if that overshot the host's capacity, so concurrent
 orchestrators never overfill a host; ``release`` gives a slot back when the sandbox is closed (or
 failed to open).
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from redis.asyncio import Redis
 
 from . import _names
+from ._policy import pulls_from
 from .heartbeat import HostRecord
 
 
@@ -24,17 +26,28 @@ class NoCapacityError(Exception):
 
 
 def choose_hosts(hosts: Sequence[HostRecord], used: dict[str, int], rng: random.Random | None = None,
-                 image: str | None = None) -> list[HostRecord]:
+                 image: str | None = None, pull_policy: str = "missing") -> list[HostRecord]:
     """Live hosts that accept sandboxes, least loaded first: the smallest share of slots in use, then
     the most free slots (ties shuffled so orchestrators spread). An idle host always comes before a
-    busy one, whatever their sizes, so the first samples spread over the fleet. With ``image``, only
-    hosts that report having it — unless none does (then any host: it says why it cannot)."""
+    busy one, whatever their sizes, so the first samples spread over the fleet.
+
+    With ``image``: the hosts that report having it first; then the hosts that can pull it (``pull_policy``
+    is not ``never`` and the image names a registry among theirs); a host that can do neither only when no
+    host (full or not) can — then any host, and its worker says why it cannot."""
     rng = rng or random
     candidates = [h for h in hosts if not h.draining and h.slots - used.get(h.host, 0) > 0]
-    if image is not None and any(image in h.images for h in hosts):
-        candidates = [h for h in candidates if image in h.images]
     rng.shuffle(candidates)
-    return sorted(candidates, key=lambda h: (used.get(h.host, 0) / h.slots, -(h.slots - used.get(h.host, 0))))
+    ordered = sorted(candidates, key=lambda h: (used.get(h.host, 0) / h.slots, -(h.slots - used.get(h.host, 0))))
+    if image is None:
+        return ordered
+
+    def pulls(h: HostRecord) -> bool:
+        return pull_policy != "never" and pulls_from(h.registries, image)
+
+    if not any(image in h.images or pulls(h) for h in hosts):
+        return ordered
+    have = [h for h in ordered if image in h.images]
+    return have + [h for h in ordered if image not in h.images and pulls(h)]
 
 
 async def live_hosts(redis: Redis) -> list[HostRecord]:
@@ -59,7 +72,7 @@ async def used_slots(redis: Redis, hosts: Sequence[str]) -> dict[str, int]:
 _locks: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
 
 
-async def reserve(redis: Redis, image: str | None = None) -> HostRecord:
+async def reserve(redis: Redis, image: str | None = None, pull_policy: str = "missing") -> HostRecord:
     """Reserve a sandbox slot on the best live host; raises ``NoCapacityError``.
 
     One orchestrator's reservations run one at a time: concurrent ones would all read the same
@@ -70,13 +83,13 @@ async def reserve(redis: Redis, image: str | None = None) -> HostRecord:
     if lock is None:
         lock = _locks[loop] = asyncio.Lock()
     async with lock:
-        return await _reserve(redis, image)
+        return await _reserve(redis, image, pull_policy)
 
 
-async def _reserve(redis: Redis, image: str | None) -> HostRecord:
+async def _reserve(redis: Redis, image: str | None, pull_policy: str = "missing") -> HostRecord:
     hosts = await live_hosts(redis)
     used = await used_slots(redis, [h.host for h in hosts])
-    for host in choose_hosts(hosts, used, image=image):
+    for host in choose_hosts(hosts, used, image=image, pull_policy=pull_policy):
         count = await redis.incr(_names.slots_used_key(host.host))
         if count <= host.slots:
             return host

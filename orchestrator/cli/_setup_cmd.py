@@ -1,4 +1,4 @@
-"""``toolfleet setup [redis] [images] [browser]``: bring a bare machine to what the test suite and docker mode need.
+"""``toolfleet setup [redis] [registry] [images] [browser]``: bring a bare machine to what the test suite and docker mode need.
 
 What it provides, each step skipped when already there (so a second run takes a second):
 
@@ -6,6 +6,8 @@ What it provides, each step skipped when already there (so a second run takes a 
   port). Installed with ``apt-get`` when we are root on a Debian-like system; otherwise one line says what
   to install. Why apt and not a pip wheel: Debian's package is the server operators run, it is in the
   registry every machine here reaches, and it needs no compiler.
+- ``registry`` — Debian's ``docker-registry`` (the Distribution registry server): the pull tests start
+  their own on a free loopback port (``docker-registry serve``); installed with apt like redis-server.
 - ``browser`` — Debian's ``chromium``, headless, for the test that opens a log in ``inspect view``.
 - ``images`` — the sandbox images (``sandbox_images/build.sh``: debootstrap + ``docker import`` +
   ``docker build``, no registry). ``debootstrap`` is installed with apt the same way when it is missing
@@ -28,7 +30,7 @@ from ._common import fail
 
 __all__ = ["SetupError", "add_command", "ensure_images"]
 
-COMPONENTS = ("redis", "images", "browser")
+COMPONENTS = ("redis", "registry", "images", "browser")
 # The tags build.sh produces; `images` is done when all of them exist with the current recipe.
 IMAGES = ("toolfleet/debian-base:bookworm", "toolfleet/sandbox:latest")
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "sandbox_images" / "build.sh"
@@ -42,10 +44,12 @@ class SetupError(RuntimeError):
 
 def add_command(commands: Any) -> None:
     p = commands.add_parser(
-        "setup", help="install redis-server and chromium, build the sandbox images (what the tests need)",
-        description="Provide what the test suite and docker mode need on a bare machine: redis-server and "
-                    "chromium (apt, as root) and the sandbox images (sandbox_images/build.sh). Idempotent.")
-    p.add_argument("components", nargs="*", metavar="COMPONENT", help="any of redis, images, browser (default: all)")
+        "setup", help="install redis-server, docker-registry and chromium, build the sandbox images (what the tests need)",
+        description="Provide what the test suite and docker mode need on a bare machine: redis-server, "
+                    "docker-registry and chromium (apt, as root) and the sandbox images (sandbox_images/build.sh). "
+                    "Idempotent.")
+    p.add_argument("components", nargs="*", metavar="COMPONENT",
+                   help="any of redis, registry, images, browser (default: all)")
     p.add_argument("--force-images", action="store_true", help="rebuild the images even if they exist")
     p.set_defaults(handler=run_setup)
 
@@ -58,6 +62,8 @@ def run_setup(args: argparse.Namespace) -> int:
     try:
         if "redis" in wanted:
             _ensure_redis()
+        if "registry" in wanted:
+            _ensure_registry()
         if "images" in wanted:
             ensure_images(force=args.force_images)
         if "browser" in wanted:
@@ -83,6 +89,20 @@ def _ensure_redis() -> None:
         raise SetupError("redis-server is still not on the PATH after installing it; add /usr/bin to PATH")
     # Debian's package starts a system service on 6379; the tests never use it, operators may.
     _say("redis-server: installed")
+
+
+# --- registry ----------------------------------------------------------------------------------------
+
+
+def _ensure_registry() -> None:
+    if shutil.which("docker-registry"):
+        _say("docker-registry: present")
+        return
+    _apt_install(["docker-registry"], why="docker-registry (the image pull tests start their own on loopback)")
+    if not shutil.which("docker-registry"):
+        raise SetupError("docker-registry is still not on the PATH after installing it; add /usr/bin to PATH")
+    # Debian's package enables a system service on :5000 where systemd runs; the tests never use it.
+    _say("docker-registry: installed")
 
 
 # --- browser -----------------------------------------------------------------------------------------

@@ -322,7 +322,8 @@ class CeleryDispatcher(Dispatcher):
         await self.start()
         redis = self._listener.redis
         try:
-            host = await self._place(redis, spec.config.get("image") if spec.config else None)
+            host = await self._place(redis, spec.config.get("image") if spec.config else None,
+                                     (spec.config or {}).get("pull_policy", "missing"))
         except (RedisError, OSError) as exc:
             raise SandboxUnavailableError(f"Sandbox placement failed: the broker is unreachable ({exc}).") from exc
         try:
@@ -346,7 +347,7 @@ class CeleryDispatcher(Dispatcher):
         return SampleRoute(sample_id=spec.sample_id, sandbox=handle, queue=host.queue, host=host.host,
                            setup_execs=tuple(execs), setup_execs_dropped=dropped)
 
-    async def _place(self, redis: Any, image: str | None = None) -> Any:
+    async def _place(self, redis: Any, image: str | None = None, pull_policy: str = "missing") -> Any:
         """Reserve a slot; when the fleet is full, wait (bounded by ``placement_wait``) and say so in
         Redis — the ``toolfleet.sandbox.demand`` list is what the autoscaler watches."""
         loop = asyncio.get_running_loop()
@@ -355,7 +356,7 @@ class CeleryDispatcher(Dispatcher):
         try:
             while True:
                 try:
-                    return await placement.reserve(redis, image)  # hosts that have the image first
+                    return await placement.reserve(redis, image, pull_policy)  # have the image, else can pull it
                 except placement.NoCapacityError as exc:
                     if loop.time() >= deadline:
                         raise SandboxUnavailableError(str(exc)) from exc

@@ -5,7 +5,9 @@
 - each sandbox spec (the task's and every sample's) parses: a dict without ``"type"``, an unknown
   field or a bad value is one line naming the sample;
 - each distinct docker image exists: on this machine (embedded mode), or on at least one live worker
-  (distributed mode; workers list their images in their heartbeat);
+  (distributed mode; workers list their images in their heartbeat) — or can be pulled: the sandbox's
+  ``pull_policy`` is not ``never`` and the image names a registry host that a live worker pulls from
+  (``--registry``; embedded mode: any);
 - distributed mode: the broker has live workers; if sandboxes are needed, one of them accepts them,
   runs their type (``local`` needs ``--allow-local``) and allows each image (``--image`` patterns);
 - the model endpoint answers (openai provider: one ``models.list`` with a short timeout; scripted
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -71,13 +73,35 @@ def sandbox_configs(task_sandbox: Any, samples: Sequence[Any]) -> tuple[dict[str
     return images, kinds
 
 
+def pullable_images(task_sandbox: Any, samples: Sequence[Any]) -> set[str]:
+    """The default-container images some sample's sandbox may pull (pull_policy not 'never', a registry host
+    in the name); validation already happened in ``sandbox_configs``."""
+    from workers._policy import image_registry
+    from workers.sandbox._driver import sandbox_config
+
+    pullable: set[str] = set()
+    seen: set[str] = set()
+    for sample in samples:
+        spec = sample.sandbox if sample.sandbox is not None else task_sandbox
+        if spec is None or repr(spec) in seen:
+            continue
+        seen.add(repr(spec))
+        try:
+            config = sandbox_config(spec)
+        except Exception:  # noqa: BLE001 - e.g. a compose file relative to the task: counted as not pullable
+            continue
+        if config.type == "docker" and config.pull_policy != "never" and image_registry(config.image):
+            pullable.add(config.image)
+    return pullable
+
+
 def _who(samples: list[str]) -> str:
     shown = ", ".join(samples[:3]) + (f" and {len(samples) - 3} more" if len(samples) > 3 else "")
     return f"sample{'s' if len(samples) > 1 else ''} {shown}"
 
 
-async def check_local_images(images: dict[str, list[str]]) -> None:
-    """Embedded mode: every image is on this machine's Docker."""
+async def check_local_images(images: dict[str, list[str]], pullable: Collection[str] = ()) -> None:
+    """Embedded mode: every image is on this machine's Docker, or ``pullable`` (from any registry)."""
     if not images:
         return
 
@@ -99,6 +123,7 @@ async def check_local_images(images: dict[str, list[str]]) -> None:
 
     try:
         gone = await asyncio.wait_for(asyncio.to_thread(missing), PROBE_TIMEOUT_S * (len(images) + 1))
+        gone = [image for image in gone if image not in pullable]  # pulled by its driver when needed
     except Exception as exc:  # noqa: BLE001 - docker raises many kinds; all mean "not reachable"
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise PreflightError(f"Cannot reach the Docker daemon (needed for docker sandboxes): {reason}") from None
@@ -109,10 +134,12 @@ async def check_local_images(images: dict[str, list[str]]) -> None:
                              f"build it or `docker pull {image}`.")
 
 
-async def check_fleet(broker_url: str, images: dict[str, list[str]], kinds: set[str]) -> None:
-    """Distributed mode: live workers exist, accept sandboxes if needed, and have every image."""
+async def check_fleet(broker_url: str, images: dict[str, list[str]], kinds: set[str],
+                      pullable: Collection[str] = ()) -> None:
+    """Distributed mode: live workers exist, accept sandboxes if needed, and have (or can pull) every image."""
     from redis.asyncio import Redis
 
+    from workers._policy import image_registry, pulls_from
     from workers.placement import live_hosts
 
     from ._setup import redact
@@ -140,9 +167,12 @@ async def check_fleet(broker_url: str, images: dict[str, list[str]], kinds: set[
             raise PreflightError(f"Docker image '{image}' ({_who(who)}) is allowed by none of the {len(takers)} live "
                                  f"worker(s) (their --image patterns: {patterns}): start workers with "
                                  f"--image '{image}' or a pattern matching it.")
-        if not any(image in h.images for h in takers):
+        if not any(image in h.images or (image in pullable and pulls_from(h.registries, image)) for h in takers):
+            registry = image_registry(image)
+            hint = (f", and none pulls from its registry '{registry}' (start one with --registry {registry})"
+                    if registry and image in pullable else "")
             raise PreflightError(f"Docker image '{image}' ({_who(who)}) is on none of the {len(takers)} live "
-                                 f"worker(s): build or pull it where the workers run.")
+                                 f"worker(s){hint}: build or pull it where the workers run.")
 
 
 def _openai_api(model: Any) -> Any | None:
@@ -187,10 +217,11 @@ async def probe_model(model: Any) -> None:
 async def preflight(task_sandbox: Any, samples: Sequence[Any], *, embedded: bool, broker_url: str | None) -> None:
     """Sandbox specs, images and workers for one task's samples (the model is probed once per eval)."""
     images, kinds = sandbox_configs(task_sandbox, samples)
+    pullable = pullable_images(task_sandbox, samples)
     if embedded:
-        await check_local_images(images)
+        await check_local_images(images, pullable)
     elif broker_url:
-        await check_fleet(broker_url, images, kinds)
+        await check_fleet(broker_url, images, kinds, pullable)
 
 
 __all__ = ["PreflightError", "preflight", "probe_model"]

@@ -15,7 +15,7 @@ def test_unknown_component_is_one_line() -> None:
     done = _setup("redis", "postgres")
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        "toolfleet: error: unknown setup component 'postgres' (choose from: redis, images, browser)"]
+        "toolfleet: error: unknown setup component 'postgres' (choose from: redis, registry, images, browser)"]
 
 
 def test_everything_present_is_a_quick_no_op() -> None:
@@ -25,6 +25,7 @@ def test_everything_present_is_a_quick_no_op() -> None:
     lines = done.stderr.strip().splitlines()
     assert lines == [
         "toolfleet setup: redis-server: present",
+        "toolfleet setup: docker-registry: present",
         "toolfleet setup: sandbox images: present (toolfleet/debian-base:bookworm, toolfleet/sandbox:latest)",
         "toolfleet setup: chromium: present",
     ]

@@ -69,3 +69,86 @@ def test_dispatcher_config_is_tagged_and_strict() -> None:
         CeleryDispatcherConfig(broker_url="redis://x:1/0", call_grace=-1)
     with pytest.raises(ValueError):
         CeleryDispatcherConfig(broker_url="redis://x:1/0", call_grace_s=1)  # a typo is an error, not ignored
+
+
+# --- images on a fleet: which hosts have, or can pull, a sample's image -------------------------------
+
+REG = "127.0.0.1:5000"
+PULLED = f"{REG}/toolfleet/task:1"
+
+
+def _img_host(name: str, slots: int = 4, images: tuple[str, ...] = (), registries: tuple[str, ...] = ()) -> HostRecord:
+    return _host(name, slots).model_copy(update={"images": list(images), "registries": list(registries)})
+
+
+@pytest.mark.parametrize(
+    ("hosts", "used", "image", "policy", "expected"),
+    [
+        # has it, first; then can pull it (least loaded first within each group); a host that can do neither: never
+        ([_img_host("a"), _img_host("b", registries=(REG,)), _img_host("c", images=(PULLED,))],
+         {"c": 3}, PULLED, "missing", ["c", "b"]),
+        # the host that has it is full: one that can pull it takes the sample now
+        ([_img_host("a", registries=(REG,)), _img_host("c", images=(PULLED,))], {"c": 4}, PULLED, "missing", ["a"]),
+        # 'always' pulls anyway: a host that has the image (its layers) still comes first
+        ([_img_host("a", registries=(REG,)), _img_host("c", images=(PULLED,))], {}, PULLED, "always", ["c", "a"]),
+        # 'never': only hosts that have it; pullers do not count
+        ([_img_host("a", registries=(REG,)), _img_host("c", images=(PULLED,))], {}, PULLED, "never", ["c"]),
+        # 'never' and nobody has it: any host (its worker says why it cannot)
+        ([_img_host("a", registries=(REG,)), _img_host("b")], {"a": 1}, PULLED, "never", ["b", "a"]),
+        # nobody has it, only b pulls from its registry
+        ([_img_host("a", registries=("127.0.0.1:5001",)), _img_host("b", registries=(REG,))], {}, PULLED, "missing",
+         ["b"]),
+        # the only puller is full: wait for it rather than send the sample where it cannot run
+        ([_img_host("a"), _img_host("b", registries=(REG,))], {"b": 4}, PULLED, "missing", []),
+        # a bare name (no registry host) is never pulled: registries do not matter
+        ([_img_host("a", registries=(REG,)), _img_host("b", images=("toolfleet/x:1",))], {"b": 1}, "toolfleet/x:1",
+         "missing", ["b"]),
+        # nobody has or can pull it: any host, least loaded first
+        ([_img_host("a"), _img_host("b")], {"a": 2}, PULLED, "missing", ["b", "a"]),
+        # draining hosts take nothing, even with the image
+        ([_img_host("a", images=(PULLED,)).model_copy(update={"draining": True}), _img_host("b", registries=(REG,))],
+         {}, PULLED, "missing", ["b"]),
+    ],
+)
+def test_choose_hosts_by_image_and_pull_policy(hosts, used, image, policy, expected) -> None:
+    chosen = choose_hosts(hosts, used, random.Random(0), image=image, pull_policy=policy)
+    assert [h.host for h in chosen] == expected
+
+
+@pytest.mark.parametrize(
+    ("image", "registry"),
+    [
+        ("toolfleet/sandbox:latest", None), ("python:3.12", None), ("ubuntu", None), ("team/app/sub:1", None),
+        (f"{REG}/toolfleet/task:1", REG), ("localhost/x:1", "localhost"), ("localhost:5000/x", "localhost:5000"),
+        (f"{REG}/team/x@sha256:" + "0" * 64, REG), ("127.0.0.1/x:1", "127.0.0.1"),
+    ],
+)
+def test_image_registry(image: str, registry: str | None) -> None:
+    from workers._policy import image_registry
+
+    assert image_registry(image) == registry
+
+
+@pytest.mark.parametrize(
+    ("worker_registries", "asked", "image", "admitted"),
+    [
+        ([], "missing", PULLED, "never"),  # a worker pulls from no registry unless started with --registry
+        ([REG], "missing", PULLED, "missing"),
+        ([REG], "always", PULLED, "always"),
+        ([REG], "never", PULLED, "never"),
+        (["127.0.0.1:5001"], "always", PULLED, "never"),  # another registry
+        ([REG], "missing", "toolfleet/x:1", "never"),  # a bare name is never pulled
+    ],
+)
+def test_worker_policy_narrows_pull_policy(worker_registries, asked, image, admitted) -> None:
+    from workers._policy import WorkerPolicy, admit_sandbox
+
+    policy = WorkerPolicy(images=["toolfleet/*", f"{REG}/toolfleet/*"], registries=worker_registries)
+    config = admit_sandbox(policy, {"type": "docker", "image": image, "pull_policy": asked})
+    assert config["pull_policy"] == admitted
+
+
+def test_host_record_carries_its_registries() -> None:
+    record = _img_host("h", registries=(REG,))
+    raw = {k.encode(): v.encode() for k, v in record.to_hash().items()}
+    assert HostRecord.from_hash(raw).registries == [REG]

@@ -1,7 +1,7 @@
 """What the suite needs from the machine, provided or failed loudly — never skipped.
 
-``toolfleet setup`` (the README's test command runs it first) installs redis-server and builds the
-sandbox images; these fixtures check for them and fail with one line naming the fix when something
+``toolfleet setup`` (the README's test command runs it first) installs redis-server and docker-registry
+and builds the sandbox images; these fixtures check for them and fail with one line naming the fix when something
 is still missing (a developer running pytest alone on a bare machine).
 """
 
@@ -20,6 +20,13 @@ def require_redis_server() -> str:
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.fail(f"redis-server is not installed: {SETUP_HINT} or `apt-get install redis-server`", pytrace=False)
+    return binary
+
+
+def require_docker_registry() -> str:
+    binary = shutil.which("docker-registry")
+    if binary is None:
+        pytest.fail(f"docker-registry is not installed: {SETUP_HINT} or `apt-get install docker-registry`", pytrace=False)
     return binary
 
 

@@ -3,7 +3,7 @@
     SandboxUnavailableError (orchestrator.util)   the sandbox or its host is gone -> ``sandbox_unavailable``
     ├── SandboxOutOfMemoryError                    the kernel OOM-killed the command or the container
     └── SandboxCapacityError                       the per-host sandbox cap was reached (create timed out)
-    SandboxImageError                              the image is missing and cannot be pulled (no registry)
+    SandboxImageError                              the image is missing and cannot be pulled (see _docker_pull)
     ToolError (orchestrator.tool)                  model-visible; the sandbox is fine and the sample goes on
     ├── CommandOutOfMemoryError                    the OOM killer killed the command (message names the limit)
     └── ExecAgentLostError                         a command killed the exec agent; it was restarted
@@ -44,4 +44,4 @@ def missing_image_message(image: str) -> str:
     if image in BUILT_IMAGES:
         return f"Sandbox image '{image}' not found: build it with `toolfleet setup images` (no registry needed)"
     return (f"Sandbox image '{image}' not found on this Docker host: build it there (`docker build -t {image} ...`) "
-            "or load it (`docker load`); toolfleet pulls nothing")
+            "or load it (`docker load`); only an image named with its registry host (HOST[:PORT]/name:tag) is pulled")

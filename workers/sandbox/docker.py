@@ -34,6 +34,7 @@ from ._docker_disk import DiskPlan, layer_quota_supported, plan_disk, seed_comma
 from ._docker_exec import open_agent, universal_exec
 from ._docker_labels import MANAGED, container_labels, reap_reason
 from ._docker_pool import ContainerPool, host_sandboxes
+from ._docker_pull import before_create, image_at_start
 from ._docker_services import pod_hosts, start_services, stop_services
 from ._driver import DockerSandboxConfig, SandboxDriver, SandboxSpec
 from ._environment import AgentSandboxEnvironment
@@ -157,7 +158,7 @@ class DockerSandboxDriver(SandboxDriver):
                 return
             try:
                 await self.api.connect()
-                image = await self.api.call(self.api.api.inspect_image, self.config.image)
+                image = await image_at_start(self)  # present per the pull policy (_docker_pull)
                 image_config = image.get("Config") or {}
                 self.exec_user = self.config.user or image_config.get("User") or ""
                 info = await self.api.call(self.api.api.info) if self.config.disk_limit else {}
@@ -191,6 +192,7 @@ class DockerSandboxDriver(SandboxDriver):
     async def create(self, spec: SandboxSpec | None = None) -> DockerSandboxEnvironment:
         spec = spec or SandboxSpec()
         await self.start()
+        await before_create(self)  # pull_policy 'always': pull first; a new image drops stale spares
         env = await self.pool.acquire()
         if env is None:
             await self.host.acquire(self.config.max_sandboxes, self.config.acquire_timeout)

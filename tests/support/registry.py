@@ -1,0 +1,96 @@
+"""A real image registry for the pull tests: Debian's ``docker-registry`` (the Distribution server) on a
+free loopback port, storing in a temp dir, started and stopped by the fixture (every wait bounded).
+
+The Docker daemon trusts registries on 127.0.0.0/8 over plain http by default, so pushing and pulling
+``127.0.0.1:<port>/...`` needs no daemon configuration.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.fleet import _wait, free_port
+from tests.support.prerequisites import require_docker_registry
+
+CONFIG = """\
+version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: {root}
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:{port}
+"""
+
+
+class LocalRegistry:
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="toolfleet-registry-"))
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def host(self) -> str:
+        """What an image names it by (and a worker's --registry): ``127.0.0.1:PORT``."""
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> "LocalRegistry":
+        binary = require_docker_registry()
+        config = self.dir / "config.yml"
+        config.write_text(CONFIG.format(root=self.dir / "data", port=self.port))
+        self.log = open(self.dir / "registry.log", "wb")
+        self.proc = subprocess.Popen([binary, "serve", str(config)], stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            _wait(self._answers, 15.0, f"docker-registry on {self.host}", interval=0.1)
+        except TimeoutError:
+            self.stop()
+            raise RuntimeError(f"docker-registry did not start:\n{self.output()}") from None
+        return self
+
+    def _answers(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"docker-registry exited with {self.proc.returncode}:\n{self.output()}")
+        try:
+            with urllib.request.urlopen(f"http://{self.host}/v2/", timeout=2) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def output(self) -> str:
+        return (self.dir / "registry.log").read_text(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+    def cleanup(self) -> None:
+        self.stop()
+        if hasattr(self, "log"):
+            self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def local_registry() -> Iterator[LocalRegistry]:
+    registry = LocalRegistry().start()
+    yield registry
+    registry.cleanup()

@@ -1,0 +1,184 @@
+"""A sandbox's image on this Docker host, by its pull policy (``DockerSandboxConfig.pull_policy``).
+
+- Only an image whose name starts with a registry host is ever pulled (``127.0.0.1:5000/team/img:1``: the
+  first path component has a '.' or ':' or is ``localhost``). A bare name (``toolfleet/sandbox:latest``,
+  ``img:1``) is built or loaded on the host and never pulled: no implicit default registry.
+- A worker pulls only from the registries it was started with (``--registry HOST[:PORT]``, set here by
+  ``configure_registries``); an image naming another registry is treated as ``never`` there. Embedded mode
+  (no worker: the user's own machine) pulls from whatever registry the image names.
+- ``never``: a missing image is an error. ``missing``: pulled when absent (at the driver's start).
+  ``always``: pulled before each sandbox is created (the driver's start counts for its first sandbox;
+  sandboxes created while a pull is in flight share it). When a pull brings a new image id, the driver's
+  warm spares (of the old image) are removed before a sandbox is handed out, so the pool never serves a
+  stale image; new containers are created by tag, so they get the new one. The image's USER and WORKDIR
+  are read once, at the driver's start.
+- Pulls go through the Engine API (the SDK's low-level ``pull``, streamed), with the daemon's credentials
+  for the registry (``docker login``), and are waited for at most ``PULL_TIMEOUT_S``. A failure is one
+  ``SandboxImageError`` sentence: registry unreachable, image not found, pull not allowed, or too slow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from docker.errors import DockerException, ImageNotFound
+
+from .._policy import image_registry, pulls_from
+from ._errors import SandboxImageError, missing_image_message
+
+if TYPE_CHECKING:
+    from ._docker_api import DockerAPI
+    from .docker import DockerSandboxDriver
+
+log = structlog.get_logger("toolfleet.sandbox")
+
+PULL_TIMEOUT_S = 600.0
+
+# None: pull from any registry an image names (embedded mode); a list: a worker's --registry values.
+_REGISTRIES: tuple[str, ...] | None = None
+
+
+def configure_registries(registries: Sequence[str] | None) -> None:
+    """The registries this process pulls from (a worker's ``--registry``; None: any, as embedded mode)."""
+    global _REGISTRIES
+    _REGISTRIES = None if registries is None else tuple(registries)
+
+
+def pull_refusal(image: str, registries: Sequence[str] | None) -> str | None:
+    """Why a process pulling from ``registries`` may not pull ``image`` (None: it may)."""
+    registry = image_registry(image)
+    if registry is None:
+        return missing_image_message(image)
+    if not pulls_from(None if registries is None else list(registries), image):
+        return (f"Sandbox image '{image}' is not on this Docker host and its registry '{registry}' is not one this "
+                f"worker pulls from (start the worker with --registry {registry}, or put the image there).")
+    return None
+
+
+def pull_failure(image: str, detail: str) -> str:
+    """One sentence for a failed pull, from the Engine's error text."""
+    registry = image_registry(image) or "?"
+    low = detail.lower()
+    reason = " ".join(detail.split())[:200]
+    if any(s in low for s in ("connection refused", "no such host", "i/o timeout", "dial tcp", "network is unreachable",
+                              "connection reset", "http response to https client", "tls:", "eof")):
+        return f"Registry '{registry}' is unreachable, so sandbox image '{image}' cannot be pulled ({reason})."
+    if any(s in low for s in ("unauthorized", "denied", "authentication required", "forbidden", "401", "403")):
+        return (f"Registry '{registry}' does not allow pulling sandbox image '{image}' (not logged in or no access: "
+                f"`docker login {registry}` on this host).")
+    if any(s in low for s in ("manifest unknown", "not found", "does not exist", "name unknown", "404")):
+        return f"Sandbox image '{image}' was not found in registry '{registry}' (check its name and tag)."
+    return f"Pulling sandbox image '{image}' from registry '{registry}' failed: {reason}."
+
+
+async def pull(api: DockerAPI, image: str, timeout: float = PULL_TIMEOUT_S) -> None:
+    """Pull ``image`` through the Engine (bounded by ``timeout``); ``SandboxImageError`` on failure."""
+
+    def run(client: Any) -> None:
+        for event in client.pull(image, stream=True, decode=True):
+            if isinstance(event, dict) and event.get("error"):
+                raise _PullFailed(str((event.get("errorDetail") or {}).get("message") or event["error"]))
+
+    log.info("sandbox.image_pull", image=image)
+    try:
+        await asyncio.wait_for(api.call(run, api.api), timeout)
+    except TimeoutError:
+        raise SandboxImageError(f"Pulling sandbox image '{image}' from registry '{image_registry(image)}' took "
+                                f"longer than {timeout:g} s (the Docker daemon may still finish it).") from None
+    except _PullFailed as exc:
+        raise SandboxImageError(pull_failure(image, str(exc))) from None
+    except DockerException as exc:
+        detail = getattr(exc, "explanation", None) or str(exc)
+        raise SandboxImageError(pull_failure(image, str(detail))) from exc
+
+
+class _PullFailed(Exception):
+    """An error reported inside the pull's progress stream."""
+
+
+@dataclass
+class _State:
+    image_id: str | None = None
+    fresh: bool = False  # pulled by start() and not yet used by a sandbox
+    inflight: asyncio.Task[None] | None = None
+    loop: Any = field(default=None, repr=False)
+
+
+_STATES: weakref.WeakKeyDictionary[Any, _State] = weakref.WeakKeyDictionary()
+
+
+def _state(driver: DockerSandboxDriver) -> _State:
+    state = _STATES.get(driver)
+    if state is None:
+        state = _STATES[driver] = _State()
+    return state
+
+
+def _pullable(driver: DockerSandboxDriver) -> bool:
+    return driver.config.pull_policy != "never" and pull_refusal(driver.config.image, _REGISTRIES) is None
+
+
+async def _inspect(api: DockerAPI, image: str) -> dict[str, Any]:
+    return await api.call(api.api.inspect_image, image)
+
+
+async def image_at_start(driver: DockerSandboxDriver) -> dict[str, Any]:
+    """The image's inspect record once it is present per the driver's pull policy (``DockerSandboxDriver.start``)."""
+    api, image, policy = driver.api, driver.config.image, driver.config.pull_policy
+    state = _state(driver)
+    if policy == "always" and _pullable(driver):
+        await pull(api, image)
+        state.fresh = True
+        info = await _inspect(api, image)
+    else:
+        try:
+            info = await _inspect(api, image)
+        except ImageNotFound:
+            refusal = pull_refusal(image, _REGISTRIES)  # a bare name, or not a registry this worker pulls from
+            if refusal is not None:
+                raise SandboxImageError(refusal) from None
+            if policy == "never":
+                raise SandboxImageError(f"Sandbox image '{image}' is not on this Docker host and its pull_policy is "
+                                        f"'never': pull or build it there, or use pull_policy 'missing'.") from None
+            await pull(api, image)
+            info = await _inspect(api, image)
+    state.image_id = info.get("Id")
+    return info
+
+
+async def before_create(driver: DockerSandboxDriver) -> None:
+    """``always``: pull before this sandbox (the start's pull counts once); a new image id drops the
+    driver's warm spares of the old one before the pool hands any out (``DockerSandboxDriver.create``)."""
+    if driver.config.pull_policy != "always" or not _pullable(driver):
+        return
+    state = _state(driver)
+    if state.fresh:
+        state.fresh = False
+        return
+    loop = asyncio.get_running_loop()
+    if state.inflight is None or state.inflight.done() or state.loop is not loop:
+        state.loop = loop
+        state.inflight = loop.create_task(_refresh(driver, state))
+    await asyncio.shield(state.inflight)
+
+
+async def _refresh(driver: DockerSandboxDriver, state: _State) -> None:
+    await pull(driver.api, driver.config.image)
+    try:
+        info = await _inspect(driver.api, driver.config.image)
+    except DockerException as exc:
+        raise SandboxImageError(f"Sandbox image '{driver.config.image}' vanished right after its pull: {exc}") from exc
+    if info.get("Id") != state.image_id:
+        dropped = await driver.pool.drain()
+        log.info("sandbox.image_updated", image=driver.config.image, image_id=str(info.get("Id"))[:19],
+                 spares_dropped=dropped)
+        state.image_id = info.get("Id")
+
+
+__all__ = ["PULL_TIMEOUT_S", "before_create", "configure_registries", "image_at_start", "pull", "pull_failure",
+           "pull_refusal"]
