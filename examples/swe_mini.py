@@ -27,7 +27,8 @@ only runs the tests and submits.
 
 Per-sample sandboxes: a sample's ``sandbox`` dict overrides the task's (and ``--sandbox``). Here each
 is ``{"type": "docker", "image": "toolfleet/swe-mini-<name>:latest", "pool_size": 0}``; ``pool_size: 0``
-because an image used by one sample gains nothing from pre-started spares.
+because an image used by one sample gains nothing from pre-started spares. The ``api`` sample's adds
+``services``: a second container (a price service its client queries at http://api:8080), see SERVICES.
 """
 
 from __future__ import annotations
@@ -39,9 +40,10 @@ from orchestrator.agent import as_solver, react
 from orchestrator.dataset import MemoryDataset, Sample
 from orchestrator.eval import Task, scripted_policy, task
 from orchestrator.model import ChatMessageTool, ModelOutput
-from orchestrator.scorer import sandbox_test
+from orchestrator.scorer import CORRECT, INCORRECT, Score, accuracy, sandbox_test, scorer, stderr
 from orchestrator.solver import sample_state
 from orchestrator.tool import bash, text_editor
+from orchestrator.util import sandbox
 
 HERE = Path(__file__).resolve().parent / "swe_mini"
 REPO_DIR = "repo"  # relative to the sandbox's working directory (/home/sandbox in the sandbox image)
@@ -62,6 +64,8 @@ PROBLEMS: dict[str, tuple[str, str, str, str]] = {
               "return self.items.pop(0)", "return self.items.pop()"),
     "clamp": ("clamp(5, 0, 10) returns 10; it should return 5.", "numeric.py",
               "return max(hi, min(lo, x))", "return max(lo, min(hi, x))"),
+    "api": ("total(['apple', 'pear']) returns 75 cents; the price service says 120 + 75 = 195.", "shop.py",
+            "return sum(price(item) for item in items[1:])", "return sum(price(item) for item in items)"),
 }
 
 INSTRUCTIONS = f"""You are fixing a bug in the Python repository in `{REPO_DIR}/` (a git checkout).
@@ -97,30 +101,27 @@ def make_sample(name: str, copy: int = 0, images: bool = True) -> Sample:
         id=f"{name}-{copy}" if copy else name,
         input=f"Fix this issue:\n\n{issue}",
         target=fixed,
-        metadata={"repo": name, "path": f"{REPO_DIR}/{path}", "buggy": buggy, "fixed": fixed},
+        metadata={"repo": name, "path": f"{REPO_DIR}/{path}", "buggy": buggy, "fixed": fixed,
+                  "services": list(SERVICES.get(name, {}))},
         files=files,
         setup=SETUP if images else SETUP_WITHOUT_GIT,
-        sandbox={"type": "docker", "image": IMAGE.format(name=name), "pool_size": 0} if images else None,
+        sandbox={"type": "docker", "image": IMAGE.format(name=name), "pool_size": 0,
+                 "services": SERVICES.get(name, {})} if images else None,
     )
 
 
-# --- multi-service sample: PLACEHOLDER ------------------------------------------------------------
-# Multi-service sandboxes (several containers per sample sharing one loopback-only network namespace,
-# one default service the tools target, ``sandbox("name")`` for the others) are not implemented yet
-# (issue 12). When they are, a sixth sample goes here: the agent box fixes a client that queries a
-# small HTTP service running in a second container, e.g.
-#
-#     Sample(id="api", input="...", files={...}, setup="...",
-#            sandbox={"type": "docker", "services": {
-#                "default": {"image": "toolfleet/swe-mini-api-client:latest"},
-#                "api": {"image": "toolfleet/swe-mini-api-server:latest",
-#                        "command": ["python3", "-m", "http.server", "8080"],
-#                        "healthcheck": {"test": ["CMD", "python3", "-c", "import urllib.request as u; "
-#                                                 "u.urlopen('http://127.0.0.1:8080')"]}}}})
-#
-# and its scorer checks the client's output against ``sandbox("api")``. Until then no sample uses it.
-def multi_service_samples() -> list[Sample]:
-    return []
+# The "api" sample's sandbox has two containers (a pod): the agent's box, where tools run, and the
+# price service its client queries as http://api:8080. They share one network namespace with nothing
+# but loopback (no route out), "api" resolves to 127.0.0.1 there, and the sample starts only once the
+# service's healthcheck passes. Its scorer also reads the service's request log with sandbox("api").
+SERVICE_LOG = "/tmp/requests.log"
+SERVICES: dict[str, dict[str, Any]] = {
+    "api": {"api": {
+        "image": "toolfleet/swe-mini-api-server:latest",
+        "healthcheck": {"test": ["python3", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:8080/health')"],
+                        "interval": 0.25, "retries": 40},
+    }},
+}
 
 
 @task
@@ -129,16 +130,38 @@ def swe_mini(images: bool = True, copies: int = 1, names: str = "", message_limi
     unknown = [n for n in chosen if n not in PROBLEMS]
     if unknown:
         raise ValueError(f"unknown swe_mini repositories {unknown} (have: {', '.join(PROBLEMS)})")
+    if not images:  # a local sandbox is one directory: the multi-service samples need docker
+        chosen = [n for n in chosen if n not in SERVICES]
     samples = [make_sample(name, copy, images) for copy in range(copies) for name in chosen]
-    samples += multi_service_samples()
     agent = react(prompt=INSTRUCTIONS, tools=[bash(timeout=60), text_editor()])
     return Task(
         dataset=MemoryDataset(samples, name="swe_mini", location=str(HERE)),
         solver=as_solver(agent),
-        scorer=sandbox_test(TEST_COMMAND, timeout=60),
+        scorer=tests_pass(),
         sandbox="docker" if images else "local",
         message_limit=message_limit,
     )
+
+
+@scorer(metrics=[accuracy(), stderr()])
+def tests_pass() -> Any:
+    """Correct when the repository's whole test suite passes in the sample's sandbox, and, for a sample
+    with services, each service saw the client's requests (read from its container: ``sandbox(name)``)."""
+    run_tests = sandbox_test(TEST_COMMAND, timeout=60)
+
+    async def score(state: Any, target: Any) -> Score:
+        result = await run_tests(state, target)
+        for service in state.metadata.get("services", []):
+            try:
+                requests = await sandbox(service).read_file(SERVICE_LOG)
+            except FileNotFoundError:
+                requests = ""
+            if result.value == CORRECT and "GET /price/" not in requests:
+                return Score(value=INCORRECT, answer=result.answer,
+                             explanation=f"the tests passed without asking the {service!r} service")
+        return result
+
+    return score
 
 
 # -- scripted policies ---------------------------------------------------------------------------

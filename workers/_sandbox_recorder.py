@@ -148,3 +148,13 @@ class RecordingSandbox(SandboxEnvironment):
                                    duration=duration))
         except Exception:  # noqa: BLE001 - recording must never change what the tool sees
             pass
+
+
+def recorded_services(env: SandboxEnvironment, recorded: SandboxEnvironment,
+                      sink: Callable[[SandboxExec], None]) -> dict[str, SandboxEnvironment] | None:
+    """``sandbox(name)``'s map for a multi-service sandbox (None for one container), each recorded into ``sink``."""
+    inner = unwrap(env)
+    named = inner.named_sandboxes() if hasattr(inner, "named_sandboxes") else {}
+    if not named:
+        return None
+    return {name: recorded if unwrap(box) is inner else RecordingSandbox(box, sink) for name, box in named.items()}

@@ -30,7 +30,7 @@ from orchestrator.util._sandbox import (
 )
 
 from ._classify import classify_exception
-from ._sandbox_recorder import ExecList, RecordingSandbox
+from ._sandbox_recorder import ExecList, RecordingSandbox, recorded_services
 
 HOST = socket.gethostname()
 
@@ -99,10 +99,11 @@ async def execute_call(
         box = env if bind else _current.get()
         if box is not None and not getattr(box, "records_execs_remotely", False):
             execs = ExecList()
-            with bind_sandbox(RecordingSandbox(box, execs), None if bind else _named.get()):
+            recorded = RecordingSandbox(box, execs)
+            with bind_sandbox(recorded, recorded_services(box, recorded, execs) if bind else _named.get()):
                 value = await _call_with_timeout(definition.tool, kwargs, request)
         elif bind:
-            with bind_sandbox(box):
+            with bind_sandbox(box, recorded_services(box, box, lambda _: None)):
                 value = await _call_with_timeout(definition.tool, kwargs, request)
         else:
             value = await _call_with_timeout(definition.tool, kwargs, request)

@@ -33,7 +33,7 @@ class HostRecord(BaseModel):
     node: str
     boot: str
     slots: int  # sandboxes this host accepts
-    sandboxes: int = 0  # live sandboxes it holds
+    sandboxes: int = 0  # slots its live sandboxes take (one per container: a multi-service sandbox has several)
     running: int = 0  # calls executing now
     draining: bool = False
     ts: float = 0.0

@@ -25,17 +25,28 @@ class NoCapacityError(Exception):
     """No live, non-draining worker host has a free sandbox slot."""
 
 
+class SandboxTooLargeError(NoCapacityError):
+    """The sandbox has more containers than any live host has slots: waiting cannot help."""
+
+
+def slot_weight(config: dict | None) -> int:
+    """Slots a sandbox takes on its host: one per container (a multi-service sandbox has several)."""
+    services = (config or {}).get("services") if (config or {}).get("type") == "docker" else None
+    return 1 + len(services or {})
+
+
 def choose_hosts(hosts: Sequence[HostRecord], used: dict[str, int], rng: random.Random | None = None,
-                 image: str | None = None, pull_policy: str = "missing") -> list[HostRecord]:
+                 image: str | None = None, pull_policy: str = "missing", weight: int = 1) -> list[HostRecord]:
     """Live hosts that accept sandboxes, least loaded first: the smallest share of slots in use, then
     the most free slots (ties shuffled so orchestrators spread). An idle host always comes before a
     busy one, whatever their sizes, so the first samples spread over the fleet.
 
     With ``image``: the hosts that report having it first; then the hosts that can pull it (``pull_policy``
     is not ``never`` and the image names a registry among theirs); a host that can do neither only when no
-    host (full or not) can — then any host, and its worker says why it cannot."""
+    host (full or not) can — then any host, and its worker says why it cannot. ``weight``: the slots the
+    sandbox takes (``slot_weight``); only hosts with that many free are candidates."""
     rng = rng or random
-    candidates = [h for h in hosts if not h.draining and h.slots - used.get(h.host, 0) > 0]
+    candidates = [h for h in hosts if not h.draining and h.slots - used.get(h.host, 0) >= weight]
     rng.shuffle(candidates)
     ordered = sorted(candidates, key=lambda h: (used.get(h.host, 0) / h.slots, -(h.slots - used.get(h.host, 0))))
     if image is None:
@@ -72,8 +83,8 @@ async def used_slots(redis: Redis, hosts: Sequence[str]) -> dict[str, int]:
 _locks: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
 
 
-async def reserve(redis: Redis, image: str | None = None, pull_policy: str = "missing") -> HostRecord:
-    """Reserve a sandbox slot on the best live host; raises ``NoCapacityError``.
+async def reserve(redis: Redis, image: str | None = None, pull_policy: str = "missing", weight: int = 1) -> HostRecord:
+    """Reserve ``weight`` sandbox slots (one per container) on the best live host; raises ``NoCapacityError``.
 
     One orchestrator's reservations run one at a time: concurrent ones would all read the same
     counters and pick the same "least loaded" host (the first samples of an eval all landing on one
@@ -83,25 +94,29 @@ async def reserve(redis: Redis, image: str | None = None, pull_policy: str = "mi
     if lock is None:
         lock = _locks[loop] = asyncio.Lock()
     async with lock:
-        return await _reserve(redis, image, pull_policy)
+        return await _reserve(redis, image, pull_policy, weight)
 
 
-async def _reserve(redis: Redis, image: str | None, pull_policy: str = "missing") -> HostRecord:
+async def _reserve(redis: Redis, image: str | None, pull_policy: str = "missing", weight: int = 1) -> HostRecord:
     hosts = await live_hosts(redis)
     used = await used_slots(redis, [h.host for h in hosts])
-    for host in choose_hosts(hosts, used, image=image, pull_policy=pull_policy):
-        count = await redis.incr(_names.slots_used_key(host.host))
+    for host in choose_hosts(hosts, used, image=image, pull_policy=pull_policy, weight=weight):
+        count = await redis.incrby(_names.slots_used_key(host.host), weight)
         if count <= host.slots:
             return host
-        await redis.decr(_names.slots_used_key(host.host))  # lost a race for the last slot: next host
+        await redis.decrby(_names.slots_used_key(host.host), weight)  # lost a race for the last slots: next host
     alive = len(hosts)
+    largest = max((h.slots for h in hosts if not h.draining), default=0)
+    if alive and weight > largest:
+        raise SandboxTooLargeError(f"A sandbox of {weight} containers needs {weight} free slots on one worker host; "
+                              f"the largest live host has {largest} (start workers with --slots {weight} or more).")
     raise NoCapacityError(
         f"No worker host can take a sandbox ({alive} live host(s), all full or draining)."
         if alive else "No worker host is alive (none has heartbeated recently): start `toolfleet worker`."
     )
 
 
-async def release(redis: Redis, host: str) -> None:
+async def release(redis: Redis, host: str, weight: int = 1) -> None:
     key = _names.slots_used_key(host)
-    if await redis.decr(key) < 0:
+    if await redis.decrby(key, weight) < 0:
         await redis.set(key, 0)  # the counter was reset under us (host restart): never go negative

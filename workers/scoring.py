@@ -23,7 +23,7 @@ SANDBOX_FILE_TOOL = "_sandbox_file"
 def scorer_exec():  # type: ignore[no-untyped-def]
     async def execute(cmd: list[str], input: str | None = None, files: dict[str, str] | None = None,
                       timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None,
-                      user: str | None = None) -> str:
+                      user: str | None = None, service: str | None = None) -> str:
         """Run a command in the sample's sandbox.
 
         Args:
@@ -34,11 +34,12 @@ def scorer_exec():  # type: ignore[no-untyped-def]
             cwd: Working directory.
             env: Extra environment variables.
             user: User to run as.
+            service: Which container of a multi-service sandbox (None: the default one).
 
         Returns:
             JSON with returncode, stdout, stderr and timed_out.
         """
-        box = sandbox()
+        box = sandbox(service)
         for path, contents in (files or {}).items():
             await box.write_file(path, contents)
         try:
@@ -55,7 +56,8 @@ def scorer_exec():  # type: ignore[no-untyped-def]
 
 @tool(name=SANDBOX_FILE_TOOL)
 def sandbox_file():  # type: ignore[no-untyped-def]
-    async def execute(op: Literal["read", "write"], file: str, contents: str | None = None, text: bool = True) -> str:
+    async def execute(op: Literal["read", "write"], file: str, contents: str | None = None, text: bool = True,
+                      service: str | None = None) -> str:
         """Read or write a file in the sample's sandbox.
 
         Args:
@@ -63,11 +65,12 @@ def sandbox_file():  # type: ignore[no-untyped-def]
             file: The file's path.
             contents: For write: the contents (base64 when text is false).
             text: Whether the contents are text (else base64-encoded bytes).
+            service: Which container of a multi-service sandbox (None: the default one).
 
         Returns:
             For read: the contents (base64 when text is false); for write: an empty string.
         """
-        box = sandbox()
+        box = sandbox(service)
         if op == "read":
             if text:
                 return await box.read_file(file, text=True)

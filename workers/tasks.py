@@ -112,7 +112,7 @@ async def run_open(rt: WorkerRuntime, payload: dict[str, Any], owner: str | None
         return {"error": {"type": type(exc).__name__, "message": str(exc)}, "host": host,
                 **_execs_json(getattr(exc, "sandbox_execs", None))}
     if rt.heartbeat is not None:
-        rt.heartbeat.record.sandboxes += 1
+        rt.heartbeat.record.sandboxes += placement.slot_weight(spec.config)
     if owner:
         rt.owners[handle] = owner
     return {"handle": handle, "host": host, **_execs_json(execs)}
@@ -132,6 +132,7 @@ async def run_close(rt: WorkerRuntime, handle: str) -> dict[str, Any]:
 
     if handle not in _registry.live_ids():
         return {"closed": handle, "host": host, "existed": False}  # idempotent: no slot to give back twice
+    weight = 1 + len(getattr(_registry.get(handle), "services", None) or {})  # its containers' slots
     try:
         from ._sandbox_service import close_sandbox
 
@@ -142,9 +143,9 @@ async def run_close(rt: WorkerRuntime, handle: str) -> dict[str, Any]:
     finally:
         rt.owners.pop(handle, None)
         if rt.heartbeat is not None:
-            rt.heartbeat.record.sandboxes = max(0, rt.heartbeat.record.sandboxes - 1)
+            rt.heartbeat.record.sandboxes = max(0, rt.heartbeat.record.sandboxes - weight)
         if rt.redis is not None:
-            await placement.release(rt.redis, host)
+            await placement.release(rt.redis, host, weight)
     return {"closed": handle, "host": host}
 
 

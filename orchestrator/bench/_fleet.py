@@ -22,6 +22,8 @@ from types import TracebackType
 
 import redis as redis_sync
 
+from workers._names import HOSTS_SET
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -33,7 +35,7 @@ def _free_port() -> int:
 
 class BenchFleet:
     def __init__(self, workers: int = 1, concurrency: int = 64, slots: int = 64, imports: tuple[str, ...] = (),
-                 task_events: bool = False) -> None:
+                 task_events: bool = False, named: bool = True) -> None:
         self.port = _free_port()
         # As shipped: Redis with a password, messages signed with the fleet secret (one per run, unless set).
         self._password = secrets.token_hex(16)
@@ -43,6 +45,7 @@ class BenchFleet:
         self._dir = tempfile.mkdtemp(prefix="toolfleet-bench-")
         self._n, self._concurrency, self._slots, self._imports = workers, concurrency, slots, imports
         self._task_events = task_events
+        self._named = named  # False: each worker takes its default identity, as a user starting workers does
         self._procs: list[subprocess.Popen[bytes]] = []
         self.hosts: list[str] = []
 
@@ -65,7 +68,7 @@ class BenchFleet:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
         for _ in range(self._n):
             host = f"bench-{uuid.uuid4().hex[:6]}"
-            args = [sys.executable, "-m", "workers.cli", "--broker", self.url, "--hostname", host,
+            args = [sys.executable, "-m", "workers.cli", "--broker", self.url, *(["--hostname", host] if self._named else []),
                     "--concurrency", str(self._concurrency), "--slots", str(self._slots), "--allow-local"]
             for module in self._imports:
                 args += ["--import", module]
@@ -73,7 +76,13 @@ class BenchFleet:
                 args.append("--task-events")
             self._procs.append(subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL,
                                                 stderr=subprocess.DEVNULL, start_new_session=True))
-            self.hosts.append(host)
+            if self._named:
+                self.hosts.append(host)
+        if not self._named:  # learn the identities the workers chose from the fleet's host set
+            self._wait(lambda: client.scard(HOSTS_SET) >= self._n, 60, f"{self._n} workers")
+            names = [h.decode() for h in client.smembers(HOSTS_SET)]
+            pids = [str(proc.pid) for proc in self._procs[1:]]  # a default identity is <machine>-<pid>-<hex>
+            self.hosts = sorted(names, key=lambda h: next((i for i, pid in enumerate(pids) if f"-{pid}-" in h), len(pids)))
         for host in self.hosts:
             self._wait(lambda h=host: bool(client.exists(f"toolfleet:host:{h}")), 60, f"worker {host}")
         time.sleep(1.0)  # the Celery consumer starts listening just after the first heartbeat

@@ -8,8 +8,12 @@ each), so it reports the peak number of containers each worker held at once. Con
 counted from the Engine's event stream, read live during the run, so short-lived containers between
 two polls are not missed.
 
+The sixth repository, ``api``, is a multi-service sample (its client and a price service: two
+containers), so with every image ``containers_needed`` (one per sample plus one per ``api`` sample)
+exceeds ``samples``: ``container_starts`` equal to it means nothing was started twice or pooled.
+
 JSON: ``{"workload": "swe", "policy", "images", "samples", "workers", "slots", "correct", "errors",
-"wall_s", "samples_per_s", "container_starts", "container_starts_per_worker": [..],
+"wall_s", "samples_per_s", "container_starts", "containers_needed", "container_starts_per_worker": [..],
 "peak_containers_per_worker": [..], "containers_left": [..], "poll_interval_s", "polls"}``
 (per-worker lists in worker start order).
 """
@@ -31,7 +35,8 @@ from ._fleet import BenchFleet
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "swe_mini.py"
 BUILD_SCRIPT = EXAMPLE.parent / "swe_mini" / "build_images.sh"
-NAMES = ("calc", "clamp", "leap", "slug", "stack")
+NAMES = ("calc", "clamp", "leap", "slug", "stack", "api")  # "api": two containers per sample (a service)
+SERVICE_IMAGES = {"api": "toolfleet/swe-mini-api-server:latest"}
 OWNER_PID_LABEL = "toolfleet.owner_pid"
 DOCKER_TIMEOUT_S = 60.0
 
@@ -151,10 +156,13 @@ class StartCounter:
 async def missing_images(names: Iterable[str]) -> list[str]:
     missing = []
     for name in names:
-        try:
-            await _docker("image", "inspect", "--format", "{{.Id}}", f"toolfleet/swe-mini-{name}:latest")
-        except RuntimeError:
-            missing.append(name)
+        for image in (f"toolfleet/swe-mini-{name}:latest", SERVICE_IMAGES.get(name)):
+            try:
+                if image is not None:
+                    await _docker("image", "inspect", "--format", "{{.Id}}", image)
+            except RuntimeError:
+                missing.append(name)
+                break
     return missing
 
 
@@ -181,7 +189,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     missing = await missing_images(names)
     if missing:
         await build_images(missing)
-    async with BenchFleet(workers=args.workers, concurrency=16, slots=args.slots) as fleet:
+    # Workers without --hostname, as a user starts several on one machine: each takes its own identity.
+    async with BenchFleet(workers=args.workers, concurrency=16, slots=args.slots, named=False) as fleet:
         pids = _worker_pids(fleet)
         counter = ContainerCounter(pids, args.poll_interval)
         with tempfile.TemporaryDirectory(prefix="toolfleet-bench-swe-") as log_dir:
@@ -193,13 +202,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             wall = time.perf_counter() - start
         left = await counter.counts()
         started = starts.starts(pids)
+        hosts = list(fleet.hosts)
     total = len(log.samples)
     errors = [s for s in log.samples if s.error is not None]
-    correct = sum(1 for s in log.samples if s.error is None and s.scores["sandbox_test"].value == "C")
+    correct = sum(1 for s in log.samples if s.error is None and s.scores["tests_pass"].value == "C")
+    containers_per_run = sum(1 + (s.metadata.get("repo") in SERVICE_IMAGES) for s in log.samples)
     return {"workload": "swe", "policy": args.policy, "images": len(names), "samples": total,
-            "workers": args.workers, "slots": args.slots, "correct": correct, "errors": len(errors),
+            "workers": args.workers, "worker_hosts": hosts, "slots": args.slots, "correct": correct, "errors": len(errors),
             **({"first_error": f"{errors[0].id}: {errors[0].error.message}"} if errors else {}),
             "wall_s": round(wall, 3), "samples_per_s": round(total / wall, 3) if wall > 0 else None,
             "container_starts": sum(started), "container_starts_per_worker": started,
+            "containers_needed": containers_per_run,
             "peak_containers_per_worker": counter.peaks, "containers_left": left,
             "poll_interval_s": args.poll_interval, "polls": counter.polls}

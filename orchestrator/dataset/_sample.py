@@ -22,7 +22,9 @@ class Sample(BaseModel):
     id: int | str | None = None
     metadata: dict[str, Any] | None = None
     choices: list[str] | None = None
-    sandbox: str | dict[str, Any] | None = None  # per-sample override of the task's sandbox config
+    # Per-sample override of the task's sandbox config; ("docker", "compose.yaml"): a compose file
+    # relative to the task file (Inspect's form).
+    sandbox: str | dict[str, Any] | tuple[str, str | dict[str, Any]] | None = None
     files: dict[str, str | bytes | Path] | None = None
     """Path in the sandbox -> inline text, bytes, a local file or directory path, or a ``data:`` URI; put in
     the sandbox (one archive) before ``setup`` runs. See ``orchestrator.dataset._files`` for the rules."""

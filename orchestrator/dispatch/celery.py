@@ -321,9 +321,10 @@ class CeleryDispatcher(Dispatcher):
     async def open_sandbox(self, spec: SandboxSpec) -> SampleRoute:
         await self.start()
         redis = self._listener.redis
+        weight = placement.slot_weight(spec.config)  # one slot per container of the sandbox
         try:
             host = await self._place(redis, spec.config.get("image") if spec.config else None,
-                                     (spec.config or {}).get("pull_policy", "missing"))
+                                     (spec.config or {}).get("pull_policy", "missing"), weight)
         except (RedisError, OSError) as exc:
             raise SandboxUnavailableError(f"Sandbox placement failed: the broker is unreachable ({exc}).") from exc
         try:
@@ -331,12 +332,12 @@ class CeleryDispatcher(Dispatcher):
             meta = await self._lifecycle_task("open", _names.TASK_OPEN_SANDBOX, [spec.model_dump(mode="json"), self.client_id],
                                               host.queue, host.host, host.boot)
         except BaseException:
-            await self._release(host.host)
+            await self._release(host.host, weight)
             raise
         answer = meta.get("result") if meta.get("status") == "SUCCESS" else None
         execs, dropped = _setup_execs(answer)
         if not isinstance(answer, dict) or "handle" not in answer:
-            await self._release(host.host)
+            await self._release(host.host, weight)
             reason = answer.get("error", {}).get("message") if isinstance(answer, dict) else meta.get("result")
             error = SandboxUnavailableError(f"Could not create a sandbox on worker host '{host.host}': {reason}")
             attach_setup_execs(error, execs, dropped, host.host)
@@ -347,7 +348,7 @@ class CeleryDispatcher(Dispatcher):
         return SampleRoute(sample_id=spec.sample_id, sandbox=handle, queue=host.queue, host=host.host,
                            setup_execs=tuple(execs), setup_execs_dropped=dropped)
 
-    async def _place(self, redis: Any, image: str | None = None, pull_policy: str = "missing") -> Any:
+    async def _place(self, redis: Any, image: str | None = None, pull_policy: str = "missing", weight: int = 1) -> Any:
         """Reserve a slot; when the fleet is full, wait (bounded by ``placement_wait``) and say so in
         Redis — the ``toolfleet.sandbox.demand`` list is what the autoscaler watches."""
         loop = asyncio.get_running_loop()
@@ -356,9 +357,9 @@ class CeleryDispatcher(Dispatcher):
         try:
             while True:
                 try:
-                    return await placement.reserve(redis, image, pull_policy)  # have the image, else can pull it
+                    return await placement.reserve(redis, image, pull_policy, weight)  # have the image, else can pull it
                 except placement.NoCapacityError as exc:
-                    if loop.time() >= deadline:
+                    if loop.time() >= deadline or isinstance(exc, placement.SandboxTooLargeError):
                         raise SandboxUnavailableError(str(exc)) from exc
                     if token is None:
                         token = uuid.uuid4().hex
@@ -402,9 +403,9 @@ class CeleryDispatcher(Dispatcher):
             raise SandboxUnavailableError(f"Could not reach the worker fleet to {kind} a sandbox: {exc}") from exc
         return await rec.future
 
-    async def _release(self, host: str) -> None:
+    async def _release(self, host: str, weight: int = 1) -> None:
         try:
-            await placement.release(self._listener.redis, host)
+            await placement.release(self._listener.redis, host, weight)
         except (RedisError, OSError):
             pass  # the host resets its counter at restart
 

@@ -213,6 +213,11 @@ def eval_retry(log: str | Path, **overrides: Any) -> EvalLog:
 # -- one task --------------------------------------------------------------------------------------
 
 
+def _task_dir(task: Task) -> Path | None:
+    """Where a task's relative paths (compose files, Sample.files) resolve: its file's directory."""
+    return Path(task.task_file).parent if task.task_file else None
+
+
 async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Options, display: Any,
                      preflight: bool = True) -> EvalLog:
     from workers.sandbox._driver import sandbox_config
@@ -225,7 +230,8 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
         task.config = task.config.merge(o.generate_config)
     sandbox_spec = o.sandbox if o.sandbox is not None else task.sandbox
     try:
-        sandbox = sandbox_config(sandbox_spec).model_dump(mode="json") if sandbox_spec is not None else None
+        sandbox = (sandbox_config(sandbox_spec, _task_dir(task)).model_dump(mode="json")
+                   if sandbox_spec is not None else None)
     except ValueError as exc:
         raise TaskError(f"Task: {describe_sandbox_error(sandbox_spec, exc)}") from None
     if sandbox is not None and sandbox["type"] == "docker" and isinstance(dispatcher, InProcessDispatcher):
@@ -239,7 +245,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     if preflight:
         embedded = isinstance(dispatcher, InProcessDispatcher)
         broker_url = getattr(getattr(dispatcher, "config", None), "broker_url", None) or o.broker
-        await run_preflight(sandbox_spec, samples, embedded=embedded, broker_url=broker_url)
+        await run_preflight(sandbox_spec, samples, embedded=embedded, broker_url=broker_url, base_dir=_task_dir(task))
     epochs = o.epochs or task.epochs
     identity = _identity(task, model, o, sandbox)
     notice: str | None = None

@@ -47,9 +47,10 @@ def describe_sandbox_error(spec: Any, exc: Exception) -> str:
     return f"invalid sandbox {spec!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
 
 
-def sandbox_configs(task_sandbox: Any, samples: Sequence[Any]) -> tuple[dict[str, list[str]], set[str]]:
-    """Validate every sandbox the samples will open; return docker image -> the samples that need it,
-    and the sandbox types used."""
+def sandbox_configs(task_sandbox: Any, samples: Sequence[Any],
+                    base_dir: Any = None) -> tuple[dict[str, list[str]], set[str]]:
+    """Validate every sandbox the samples will open; return docker image (services' too) -> the
+    samples that need it, and the sandbox types used. ``base_dir``: where compose files are found."""
     from workers.sandbox._driver import sandbox_config
 
     images: dict[str, list[str]] = {}
@@ -62,19 +63,20 @@ def sandbox_configs(task_sandbox: Any, samples: Sequence[Any]) -> tuple[dict[str
         key = repr(spec)
         if key not in parsed:
             try:
-                parsed[key] = sandbox_config(spec)
+                parsed[key] = sandbox_config(spec, base_dir)
             except (ValidationError, ValueError, TypeError) as exc:
                 where = f"Sample {sample.id!r}: " if sample.sandbox is not None else "Task: "
                 raise PreflightError(where + describe_sandbox_error(spec, exc)) from None
         config = parsed[key]
         kinds.add(config.type)
         if config.type == "docker":
-            images.setdefault(config.image, []).append(str(sample.id))
+            for image in dict.fromkeys([config.image, *(s.image for s in config.services.values())]):
+                images.setdefault(image, []).append(str(sample.id))
     return images, kinds
 
 
-def pullable_images(task_sandbox: Any, samples: Sequence[Any]) -> set[str]:
-    """The default-container images some sample's sandbox may pull (pull_policy not 'never', a registry host
+def pullable_images(task_sandbox: Any, samples: Sequence[Any], base_dir: Any = None) -> set[str]:
+    """The images (default containers' and services') some sample's sandbox may pull (pull_policy not 'never', a registry host
     in the name); validation already happened in ``sandbox_configs``."""
     from workers._policy import image_registry
     from workers.sandbox._driver import sandbox_config
@@ -87,11 +89,12 @@ def pullable_images(task_sandbox: Any, samples: Sequence[Any]) -> set[str]:
             continue
         seen.add(repr(spec))
         try:
-            config = sandbox_config(spec)
-        except Exception:  # noqa: BLE001 - e.g. a compose file relative to the task: counted as not pullable
+            config = sandbox_config(spec, base_dir)
+        except Exception:  # noqa: BLE001 - already reported by sandbox_configs
             continue
-        if config.type == "docker" and config.pull_policy != "never" and image_registry(config.image):
-            pullable.add(config.image)
+        if config.type == "docker" and config.pull_policy != "never":
+            pullable.update(image for image in (config.image, *(s.image for s in config.services.values()))
+                            if image_registry(image))
     return pullable
 
 
@@ -214,10 +217,11 @@ async def probe_model(model: Any) -> None:
         await client.close()
 
 
-async def preflight(task_sandbox: Any, samples: Sequence[Any], *, embedded: bool, broker_url: str | None) -> None:
+async def preflight(task_sandbox: Any, samples: Sequence[Any], *, embedded: bool, broker_url: str | None,
+                    base_dir: Any = None) -> None:
     """Sandbox specs, images and workers for one task's samples (the model is probed once per eval)."""
-    images, kinds = sandbox_configs(task_sandbox, samples)
-    pullable = pullable_images(task_sandbox, samples)
+    images, kinds = sandbox_configs(task_sandbox, samples, base_dir)
+    pullable = pullable_images(task_sandbox, samples, base_dir)
     if embedded:
         await check_local_images(images, pullable)
     elif broker_url:

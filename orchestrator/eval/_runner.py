@@ -146,7 +146,7 @@ class SampleRunner:
                     try:
                         route = await self.dispatcher.open_sandbox(SandboxSpec(
                             eval_id=self.eval_id, sample_id=self._sandbox_sample_id(sample.id, epoch),
-                            config=_config_json(config), files=files, setup=setup))
+                            config=_config_json(config, self._files_base_dir()), files=files, setup=setup))
                     except Exception as exc:  # a failing setup's execs (its output) go on record first
                         record_sandbox_execs(getattr(exc, "sandbox_execs", None) or (),
                                              getattr(exc, "sandbox_host", None), "setup",
@@ -160,7 +160,7 @@ class SampleRunner:
                     route_token = set_route(route)
                     stack.callback(reset_route, route_token)
                     # Scorers and solvers may call sandbox() themselves (Inspect style).
-                    stack.enter_context(bind_sandbox(_sample_sandbox(route)))
+                    stack.enter_context(bind_sandbox(*_sample_sandboxes(route, config, self._files_base_dir())))
                 self.progress.running += 1
                 self.progress.notify("start")
                 try:
@@ -288,20 +288,33 @@ class SampleRunner:
         return result
 
 
-def _sample_sandbox(route: SampleRoute) -> SandboxEnvironment:
-    """The real environment when it lives in this process (embedded), else a proxy through the dispatcher.
+def _sample_sandboxes(route: SampleRoute, config: Any, base_dir: Path | None) -> tuple[SandboxEnvironment, dict[str, SandboxEnvironment] | None]:
+    """The sample's sandbox and, for a multi-service one, its containers by name (``sandbox("name")``).
 
-    Either way each exec is a ``SandboxEvent``: here recorded as it happens; through the proxy, the
-    worker's records come back with each internal call.
+    The real environments when they live in this process (embedded), else proxies through the
+    dispatcher. Either way each exec is a ``SandboxEvent``: here recorded as it happens; through a
+    proxy, the worker's records come back with each internal call.
     """
-    from workers._sandbox_recorder import RecordingSandbox
+    from workers._sandbox_recorder import RecordingSandbox, recorded_services
     from workers.executor import HOST, lookup_sandbox
+    from workers.sandbox._driver import sandbox_config
 
     try:
         env = lookup_sandbox(str(route.sandbox))
     except SandboxUnavailableError:
-        return DispatchedSandbox()
-    return RecordingSandbox(env, lambda rec: record_sandbox_execs([rec], HOST, exec_phase()))
+        spec = sandbox_config(config, base_dir)
+        services = getattr(spec, "services", None) or {}
+        if not services:
+            return DispatchedSandbox(), None
+        default = DispatchedSandbox()
+        named: dict[str, SandboxEnvironment] = {name: DispatchedSandbox(name) for name in services}
+        return default, {spec.default_service: default, **named}
+
+    def sink(rec: Any) -> None:
+        record_sandbox_execs([rec], HOST, exec_phase())
+
+    recorded = RecordingSandbox(env, sink)
+    return recorded, recorded_services(env, recorded, sink)
 
 
 def _cancelling() -> bool:
@@ -309,10 +322,10 @@ def _cancelling() -> bool:
     return bool(task and task.cancelling())
 
 
-def _config_json(config: Any) -> dict[str, Any]:
+def _config_json(config: Any, base_dir: Path | None) -> dict[str, Any]:
     from workers.sandbox._driver import sandbox_config
 
-    return sandbox_config(config).model_dump(mode="json")
+    return sandbox_config(config, base_dir).model_dump(mode="json")
 
 
 def _worded(exc: BaseException) -> bool:

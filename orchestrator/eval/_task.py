@@ -35,7 +35,7 @@ class Task:
         dataset: Dataset | Sequence[Sample] | None = None,
         solver: Any = None,
         scorer: Any = None,
-        sandbox: str | dict[str, Any] | BaseModel | None = None,
+        sandbox: str | dict[str, Any] | BaseModel | tuple[str, Any] | None = None,
         approval: str | list[Any] | None = None,
         review: str | list[Any] | None = None,
         message_limit: int | None = None,

@@ -76,13 +76,20 @@ class DispatchedSandbox(SandboxEnvironment):
 
     records_execs_remotely = True  # its execs are recorded where they run (not again by an executor here)
 
+    def __init__(self, service: str | None = None) -> None:
+        self.service = service  # a multi-service sandbox's container (None: the default one)
+
+    def _target(self) -> dict[str, Any]:
+        return {"service": self.service} if self.service is not None else {}
+
     async def exec(self, cmd: list[str], input: str | bytes | None = None, cwd: str | None = None,
                    env: dict[str, str] | None = None, user: str | None = None,
                    timeout: float | None = None) -> ExecResult:
         if isinstance(input, bytes):
             input = input.decode("utf-8")
         outcome = await call_sandbox_tool("_scorer_exec", {"cmd": list(cmd), "input": input, "timeout": timeout,
-                                                           "cwd": cwd, "env": env, "user": user})
+                                                           "cwd": cwd, "env": env, "user": user,
+                                                           **self._target()})
         _raise_for(outcome)
         data = json.loads(str(outcome.result))
         if data.get("timed_out"):
@@ -90,7 +97,8 @@ class DispatchedSandbox(SandboxEnvironment):
         return ExecResult(returncode=data["returncode"], stdout=data["stdout"], stderr=data["stderr"])
 
     async def read_file(self, file: str, text: bool = True) -> Any:
-        outcome = await call_sandbox_tool("_sandbox_file", {"op": "read", "file": file, "text": text})
+        outcome = await call_sandbox_tool("_sandbox_file", {"op": "read", "file": file, "text": text,
+                                                            **self._target()})
         _raise_for(outcome, file)
         value = str(outcome.result or "")
         return value if text else base64.b64decode(value)
@@ -99,5 +107,5 @@ class DispatchedSandbox(SandboxEnvironment):
         text = isinstance(contents, str)
         payload = contents if isinstance(contents, str) else base64.b64encode(contents).decode("ascii")
         outcome = await call_sandbox_tool("_sandbox_file", {"op": "write", "file": file, "contents": payload,
-                                                            "text": text})
+                                                            "text": text, **self._target()})
         _raise_for(outcome, file)

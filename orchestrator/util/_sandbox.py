@@ -120,11 +120,12 @@ _named: ContextVar[dict[str, SandboxEnvironment] | None] = ContextVar("toolfleet
 
 
 def sandbox(name: str | None = None) -> SandboxEnvironment:
-    """The current sample's sandbox (inside a tool call)."""
-    if name is not None:
-        envs = _named.get() or {}
-        if name not in envs:
-            raise ValueError(f"No sandbox named '{name}' for this sample.")
+    """The current sample's sandbox (inside a tool call); ``name``: one service of a multi-service sandbox."""
+    envs = _named.get()
+    if name is not None and (envs or name != "default"):
+        if not envs or name not in envs:
+            known = ", ".join(sorted(envs or {})) or "none: the sample has one sandbox, 'default'"
+            raise ValueError(f"No sandbox named '{name}' for this sample (its sandboxes: {known}).")
         return envs[name]
     env = _current.get()
     if env is None:

@@ -152,3 +152,33 @@ def test_host_record_carries_its_registries() -> None:
     record = _img_host("h", registries=(REG,))
     raw = {k.encode(): v.encode() for k, v in record.to_hash().items()}
     assert HostRecord.from_hash(raw).registries == [REG]
+
+
+# --- multi-service sandboxes take one slot per container -----------------------------------------
+
+@pytest.mark.parametrize(("config", "weight"), [
+    (None, 1),
+    ({"type": "local"}, 1),
+    ({"type": "docker", "image": "toolfleet/sandbox:latest"}, 1),
+    ({"type": "docker", "services": {}}, 1),
+    ({"type": "docker", "services": {"db": {"image": "a"}, "web": {"image": "b"}}}, 3),
+])
+def test_slot_weight(config: dict | None, weight: int) -> None:
+    from workers.placement import slot_weight
+
+    assert slot_weight(config) == weight
+
+
+def test_a_sandbox_goes_only_where_all_its_containers_fit() -> None:
+    from workers.heartbeat import HostRecord
+    from workers.placement import choose_hosts
+
+    def rec(host: str, slots: int) -> HostRecord:
+        return HostRecord(host=host, queue=f"q.{host}", node=host, boot="b", slots=slots)
+
+    hosts = [rec("small", 2), rec("big", 4)]
+    used = {"small": 0, "big": 2}
+    assert [h.host for h in choose_hosts(hosts, used, weight=1)] == ["small", "big"]  # idle first
+    assert [h.host for h in choose_hosts(hosts, used, weight=2)] == ["small", "big"]
+    assert [h.host for h in choose_hosts(hosts, used, weight=3)] == []  # big has 2 free, small only 2 in all
+    assert [h.host for h in choose_hosts(hosts, {"small": 1, "big": 0}, weight=3)] == ["big"]

@@ -20,7 +20,8 @@ from orchestrator.eval import Task, eval_async
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "swe_mini.py"
 BUILD = ROOT / "examples" / "swe_mini" / "build_images.sh"
-NAMES = ["calc", "clamp", "leap", "slug", "stack"]
+NAMES = ["api", "calc", "clamp", "leap", "slug", "stack"]
+SINGLE = [name for name in NAMES if name != "api"]  # "api" has a second container: its price service
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -39,13 +40,13 @@ def swe_images(sandbox_image: str) -> list[str]:
     """The example's images, built by its own script (cached by Docker after the first build)."""
     done = subprocess.run(["sh", str(BUILD)], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
-    return [f"toolfleet/swe-mini-{name}:latest" for name in NAMES]
+    return [f"toolfleet/swe-mini-{name}:latest" for name in NAMES] + ["toolfleet/swe-mini-api-server:latest"]
 
 
 def _scores(log: Any) -> dict[str, str]:
     assert log.status == "success", [s.error for s in log.samples]
     assert all(s.error is None for s in log.samples), [s.error for s in log.samples]
-    return {str(s.id): s.scores["sandbox_test"].value for s in log.samples}
+    return {str(s.id): s.scores["tests_pass"].value for s in log.samples}
 
 
 @pytest.mark.docker
@@ -60,6 +61,14 @@ async def test_embedded_docker(tmp_path: Path, swe_images: list[str], policy: st
     look = str(tools[0].result)
     # The image's checkout, the inline ISSUE.md and the failing test from a local file all arrived.
     assert look.startswith("/home/sandbox") and "mean([1, 2, 3]) returns 3.0" in look and "test_mean_of_three" in look
+    _assert_service_was_asked(log)
+
+
+def _assert_service_was_asked(log: Any) -> None:
+    """The "api" sample's tests reached its second container, and its scorer read that container's log."""
+    api = next(s for s in log.samples if s.id == "api")
+    reads = [e for e in api.events if e.event == "sandbox" and e.action == "read_file" and e.file == "/tmp/requests.log"]
+    assert len(reads) == 1 and "GET /price/apple" in (reads[0].output or ""), reads
 
 
 @pytest.mark.docker
@@ -73,18 +82,19 @@ async def test_two_workers_through_redis(tmp_path: Path, swe_images: list[str],
     async with StartCounter() as starts, counter.running():
         [log] = await eval_async(str(EXAMPLE), "scripted/fixer", log_dir=tmp_path, broker=fleet.redis.url)
     assert _scores(log) == {name: "C" for name in NAMES}
+    _assert_service_was_asked(log)
     hosts = {e.host for s in log.samples for e in s.events if e.event == "tool" and e.function == "bash"}
     assert hosts and hosts <= {w.host for w in workers}
-    # One container per sample (pool_size 0: no spares), never more per worker than its slots, and
+    # One container per sample, two for "api" (pool_size 0: no spares), never more per worker than its slots, and
     # nothing left on either worker after the eval.
-    assert sum(starts.starts(pids)) == len(NAMES)
+    assert sum(starts.starts(pids)) == len(NAMES) + 1
     assert 1 <= max(counter.peaks) and all(peak <= slots for peak in counter.peaks), counter.peaks
     assert await counter.counts() == [0, 0]
 
 
 async def test_without_images_repositories_travel_as_directories(tmp_path: Path) -> None:
     [log] = await eval_async(str(EXAMPLE), "scripted/fixer", log_dir=tmp_path, task_args={"images": False})
-    assert _scores(log) == {name: "C" for name in NAMES}
+    assert _scores(log) == {name: "C" for name in SINGLE}
 
 
 async def test_a_failing_setup_fails_its_sample(tmp_path: Path) -> None:
@@ -97,7 +107,7 @@ async def test_a_failing_setup_fails_its_sample(tmp_path: Path) -> None:
                 scorer=example.swe_mini(images=False).scorer, sandbox="local")
     [log] = await eval_async(task, "scripted/fixer", log_dir=tmp_path, fail_on_error=False)
     by_id = {s.id: s for s in log.samples}
-    assert by_id["calc"].error is None and by_id["calc"].scores["sandbox_test"].value == "C"
+    assert by_id["calc"].error is None and by_id["calc"].scores["tests_pass"].value == "C"
     error = by_id["leap"].error
     assert error is not None and "Setup for sample" in error.message and "exited with 1" in error.message
     assert "already passes" in error.message

@@ -273,3 +273,27 @@ def test_pull_failures_read_as_one_sentence(engine_says: str, sentence: str) -> 
 
     message = pull_failure("127.0.0.1:5999/t/x:1", engine_says)
     assert message.startswith(sentence) and "\n" not in message
+
+
+async def test_a_service_image_is_pulled_by_the_sandbox_policy(images: Images) -> None:
+    """A multi-service sandbox's service image follows the sandbox's pull_policy too."""
+    ref = images.ref("pullservice")
+    await asyncio.to_thread(images.publish, ref, "service-one")
+    services = {"svc": {"image": ref, "command": ["sleep", "infinity"]}}
+    never = sandbox_config({"type": "docker", "pull_policy": "never", "services": services}).driver()
+    try:
+        with pytest.raises(SandboxImageError) as caught:
+            await never.create()
+    finally:
+        await never.aclose()
+    assert str(caught.value).startswith(f"Service 'svc': Sandbox image '{ref}' is not on this Docker host")
+    driver = sandbox_config({"type": "docker", "services": services}).driver()  # missing: pulled
+    try:
+        env = await driver.create()
+        try:
+            assert (await env.named_sandboxes()["svc"].read_file(MARKER)).strip() == "service-one"
+        finally:
+            await driver.destroy(env)
+    finally:
+        await driver.aclose()
+    assert images.present(ref)

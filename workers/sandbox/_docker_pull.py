@@ -136,19 +136,33 @@ async def image_at_start(driver: DockerSandboxDriver) -> dict[str, Any]:
         state.fresh = True
         info = await _inspect(api, image)
     else:
-        try:
-            info = await _inspect(api, image)
-        except ImageNotFound:
-            refusal = pull_refusal(image, _REGISTRIES)  # a bare name, or not a registry this worker pulls from
-            if refusal is not None:
-                raise SandboxImageError(refusal) from None
-            if policy == "never":
-                raise SandboxImageError(f"Sandbox image '{image}' is not on this Docker host and its pull_policy is "
-                                        f"'never': pull or build it there, or use pull_policy 'missing'.") from None
-            await pull(api, image)
-            info = await _inspect(api, image)
+        info = await _present(api, image, policy)
     state.image_id = info.get("Id")
     return info
+
+
+async def _present(api: DockerAPI, image: str, policy: str) -> dict[str, Any]:
+    """The image's inspect record, pulled first if it is missing and the policy and registries allow."""
+    try:
+        return await _inspect(api, image)
+    except ImageNotFound:
+        refusal = pull_refusal(image, _REGISTRIES)  # a bare name, or not a registry this worker pulls from
+        if refusal is not None:
+            raise SandboxImageError(refusal) from None
+        if policy == "never":
+            raise SandboxImageError(f"Sandbox image '{image}' is not on this Docker host and its pull_policy is "
+                                    f"'never': pull or build it there, or use pull_policy 'missing'.") from None
+        await pull(api, image)
+        return await _inspect(api, image)
+
+
+async def service_image(api: DockerAPI, image: str, policy: str) -> None:
+    """A multi-service sandbox's service image, present by the sandbox's pull policy (``always``: pulled
+    before each sandbox, as the default container's is)."""
+    if policy == "always" and pull_refusal(image, _REGISTRIES) is None:
+        await pull(api, image)
+        return
+    await _present(api, image, policy)
 
 
 async def before_create(driver: DockerSandboxDriver) -> None:
@@ -181,4 +195,4 @@ async def _refresh(driver: DockerSandboxDriver, state: _State) -> None:
 
 
 __all__ = ["PULL_TIMEOUT_S", "before_create", "configure_registries", "image_at_start", "pull", "pull_failure",
-           "pull_refusal"]
+           "pull_refusal", "service_image"]

@@ -6,7 +6,8 @@ each other on 127.0.0.1 and nothing else: no bridge, no route out. Docker shares
 container's ``/etc/hosts`` with the joiners, and it maps every service name to 127.0.0.1.
 
 Services start together, each counted against the host's capacity, then each waits to be healthy:
-its ``healthcheck`` (Docker's own, polled through ``inspect``) or, without one, running. All are
+its ``healthcheck`` (Docker's own, polled through ``inspect``) or, without one, still running half
+a second after start. All are
 removed together (services first, the default container last: it owns the namespace). A service
 that fails to start or become healthy fails the sandbox with one sentence naming it and quoting its
 last check or log lines.
@@ -24,6 +25,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from orchestrator.util._sandbox import SandboxUnavailableError
 
 from ._docker_labels import container_labels
+from ._docker_pull import service_image
 from ._driver import HealthCheck, ServiceConfig
 from ._errors import SandboxImageError, missing_image_message
 
@@ -34,6 +36,7 @@ log = structlog.get_logger("toolfleet.sandbox")
 
 SERVICE_LABEL = "toolfleet.service"
 _POLL_S = 0.2
+SETTLE_S = 0.5  # a service without a healthcheck must keep running this long after start
 _NANOS = 1_000_000_000
 
 
@@ -102,6 +105,10 @@ async def _create(driver: DockerSandboxDriver, main: DockerSandboxEnvironment, n
         kwargs["entrypoint"] = service.entrypoint
     container_name = _container_name(f"{sample_id or 'sample'}-{name}")
     try:
+        await service_image(api, service.image, c.pull_policy)
+    except SandboxImageError as exc:
+        raise SandboxImageError(f"Service '{name}': {exc}") from None
+    try:
         created = await api.call(api.api.create_container, name=container_name, **kwargs)
     except ImageNotFound as exc:
         raise SandboxImageError(f"Service '{name}': " + missing_image_message(service.image)) from exc
@@ -127,6 +134,7 @@ async def _wait_healthy(driver: DockerSandboxDriver, name: str, env: DockerSandb
     api = driver.api
     check = service.healthcheck
     deadline = time.monotonic() + (check.budget() if check else 30.0)
+    running_since: float | None = None
     while True:
         try:
             state = (await api.call(api.api.inspect_container, env.container_id))["State"]
@@ -138,6 +146,14 @@ async def _wait_healthy(driver: DockerSandboxDriver, name: str, env: DockerSandb
                 f"Service '{name}' exited with code {state.get('ExitCode')} while starting" + (f": {logs}" if logs else "."))
         health = state.get("Health") or {}
         status = health.get("Status")
+        if check is None:
+            # Without a healthcheck, up means still running a moment after start: a service that
+            # dies at once (a bad command, a port in use) fails the sandbox instead of the first call.
+            now = time.monotonic()
+            running_since = running_since or now
+            if now - running_since < SETTLE_S:
+                await asyncio.sleep(_POLL_S)
+                continue
         if check is None or status == "healthy":
             log.debug("sandbox.service_up", service=name, container=env.container_id[:12])
             return

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from pathlib import Path
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
@@ -209,12 +210,26 @@ _POOL_KEY_FIELDS = {
 SandboxConfig = Annotated[Union[LocalSandboxConfig, DockerSandboxConfig], Field(discriminator="type")]
 
 
-def sandbox_config(value: str | dict[str, Any] | BaseModel) -> LocalSandboxConfig | DockerSandboxConfig:
-    """Parse ``"local"``, ``"docker"``, a dict with a ``type`` tag, or a config model."""
+def sandbox_config(value: str | dict[str, Any] | BaseModel | tuple[str, Any],
+                   base_dir: str | Path | None = None) -> LocalSandboxConfig | DockerSandboxConfig:
+    """Parse ``"local"``, ``"docker"``, a dict with a ``type`` tag, a config model, or Inspect's
+    ``(type, config)`` pair: ``("docker", "compose.yaml")`` reads that compose file (relative to
+    ``base_dir``, the task file's directory, else the current one); ``("docker", {...})`` is a dict."""
     from pydantic import TypeAdapter
 
     if isinstance(value, (LocalSandboxConfig, DockerSandboxConfig)):
         return value
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2 or not isinstance(value[0], str):
+            raise ValueError("a sandbox pair is (type, config), e.g. ('docker', 'compose.yaml')")
+        kind, config = value
+        if isinstance(config, (str, Path)):
+            if kind != "docker":
+                raise ValueError(f"a compose file configures a 'docker' sandbox, not {kind!r}")
+            from ._compose import read_compose
+
+            return read_compose(config, base_dir)
+        value = {**(config.model_dump() if isinstance(config, BaseModel) else dict(config or {})), "type": kind}
     if isinstance(value, str):
         value = {"type": value}
     elif isinstance(value, BaseModel):

@@ -79,6 +79,12 @@ class DockerSandboxEnvironment(AgentSandboxEnvironment):
             failure = await self._sandbox_failure(exc)
             raise (failure or SandboxUnavailableError(f"Sandbox '{self.sandbox_id}': exec failed ({exc}).")) from exc
 
+    def named_sandboxes(self) -> dict[str, AgentSandboxEnvironment]:
+        """A multi-service sandbox's containers by name (the default one too); {} for one container."""
+        if not self.services:
+            return {}
+        return {self.driver.config.default_service: self, **self.services}
+
     @property
     def default_user(self) -> str:
         """Who commands run as when a call names no user ('' : the container's own user)."""
