@@ -50,6 +50,11 @@ HOSTS_SET = f"{PREFIX}:hosts"  # every host that ever heartbeated (liveness is t
 SANDBOX_DEMAND = f"{PREFIX}.sandbox.demand"
 
 
+def identity_key(host: str) -> str:
+    """The claim on a worker identity: SET NX at start, refreshed by each heartbeat, deleted at stop."""
+    return f"{PREFIX}:identity:{host}"
+
+
 def heartbeat_key(host: str) -> str:
     """Hash with the host's capacity and state; expires when the host stops heartbeating."""
     return f"{PREFIX}:host:{host}"

@@ -21,12 +21,13 @@ import re
 import secrets
 import socket
 import sys
+import uuid
 
 from . import _auth, _names
 from ._loop import HOST_ENV, WorkerConfig, start_runtime, stop_runtime
 from ._policy import WorkerPolicy, broker_is_loopback
 from .app import BROKER_ENV, DEFAULT_BROKER
-from .heartbeat import identity_in_use
+from .heartbeat import claim_identity
 from .sandbox._docker_labels import set_owner
 from .sandbox._docker_pool import configure_host
 from .sandbox._docker_pull import configure_registries
@@ -149,7 +150,7 @@ def worker_main(argv: list[str]) -> int:
     config = WorkerConfig(broker_url=args.broker, slots=args.slots, host=args.hostname or default_identity(),
                           heartbeat_interval=args.heartbeat_interval, heartbeat_ttl=args.heartbeat_ttl,
                           orphan_grace=args.orphan_grace, policy=build_policy(args))
-    duplicate = identity_in_use(args.broker, config.host)
+    duplicate = claim_identity(args.broker, config.host, token=uuid.uuid4().hex)
     if duplicate:
         print(f"toolfleet worker: {duplicate}", file=sys.stderr, flush=True)
         return 2

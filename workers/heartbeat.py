@@ -79,32 +79,33 @@ def _local_image_tags() -> list[str]:
         client.close()
 
 
-def identity_in_use(broker_url: str, host: str, poll: float = 0.2) -> str | None:
-    """Why ``host`` cannot be this worker's identity (another live worker heartbeats with it), or None.
+def claim_identity(broker_url: str, host: str, token: str, hold: float = 30.0, poll: float = 0.2) -> str | None:
+    """Claim ``host`` as this worker's identity, or say why it cannot be (another live worker has it).
 
-    A record alone does not prove a live worker: one that just crashed leaves it until its TTL runs
-    out. So watch it (bounded by that TTL): a new beat (its ``ts`` or ``boot`` changes) means a live
-    duplicate; the key expiring means the name is free. An unreachable Redis is not checked here
-    (the worker waits for it at start anyway).
+    The claim is one ``SET toolfleet:identity:<host> <token> NX`` (atomic: of two workers started at
+    once under one name, exactly one gets it), held ``hold`` seconds until the heartbeat takes over
+    refreshing it. A claim held by someone else is not proof of a live worker: one that just crashed
+    leaves it until it expires. So watch (bounded by its TTL): the name's heartbeat record appearing
+    or changing means a live duplicate; the claim expiring means the name is free, and is retried. An
+    unreachable Redis is not checked here (the worker waits for it at start anyway).
     """
     import redis as redis_sync
 
-    key = _names.heartbeat_key(host)
+    claim, beat = _names.identity_key(host), _names.heartbeat_key(host)
     client = redis_sync.Redis.from_url(broker_url, socket_connect_timeout=3, socket_timeout=3)
     try:
-        first = client.hgetall(key)
-        if not first:
-            return None
-        deadline = time.monotonic() + max(0, client.ttl(key)) + 1.0
+        first = client.hgetall(beat)
+        deadline = time.monotonic() + max(0, client.ttl(claim)) + hold + 1.0
         while time.monotonic() < deadline:
-            time.sleep(poll)
-            now = client.hgetall(key)
-            if not now:
+            if client.set(claim, token, nx=True, ex=max(1, int(hold))):
                 return None
-            if now.get(b"ts") != first.get(b"ts") or now.get(b"boot") != first.get(b"boot"):
+            time.sleep(poll)
+            now = client.hgetall(beat)
+            if now and (now.get(b"ts") != first.get(b"ts") or now.get(b"boot") != first.get(b"boot")):
                 return (f"another live worker already uses the identity {host!r} (it heartbeats in Redis); "
                         "give this one another --hostname, or omit --hostname for a unique default.")
-        return None
+        return (f"the identity {host!r} is claimed in Redis by a worker that neither heartbeats nor lets go; "
+                "give this one another --hostname.")
     except (redis_sync.RedisError, OSError):
         return None
     finally:
@@ -143,6 +144,7 @@ class Heartbeat:
             pipe.hset(key, mapping=self.record.to_hash())
             pipe.expire(key, max(1, int(round(self.ttl))))
             pipe.sadd(_names.HOSTS_SET, self.record.host)
+            pipe.set(_names.identity_key(self.record.host), self.record.boot, ex=max(1, int(round(self.ttl))))
             # After a Redis restart the placement counter is gone: start it from what we hold.
             pipe.set(_names.slots_used_key(self.record.host), self.record.sandboxes, nx=True)
             await pipe.execute()
@@ -173,6 +175,7 @@ class Heartbeat:
             self._task = None
         if remove:
             try:
-                await asyncio.wait_for(self._redis.delete(_names.heartbeat_key(self.record.host)), 5.0)
+                await asyncio.wait_for(self._redis.delete(_names.heartbeat_key(self.record.host),
+                                                          _names.identity_key(self.record.host)), 5.0)
             except (RedisError, OSError, TimeoutError):
                 pass

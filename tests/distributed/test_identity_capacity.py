@@ -12,13 +12,15 @@ import re
 import socket
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from orchestrator.eval import eval_async
 from tests.eval.task_files import BASIC
-from tests.support.fleet import REPO_ROOT, SECRET_ENV, WorkerProcess
+from tests.support.fleet import REPO_ROOT, SECRET_ENV, WorkerProcess, ensure_fleet_secret
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(300)]
 
@@ -78,6 +80,37 @@ def test_duplicate_identity_is_refused_at_start(fleet) -> None:  # type: ignore[
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert f"another live worker already uses the identity {first.host!r}" in lines[0]
     assert first.alive()
+
+
+def test_two_workers_started_at_once_under_one_name_one_is_refused(fleet) -> None:  # type: ignore[no-untyped-def]
+    """The claim is atomic (SET NX): two workers racing for one --hostname never both run."""
+    env = {**os.environ, SECRET_ENV: ensure_fleet_secret()}
+    name = f"twin-{uuid.uuid4().hex[:6]}"
+    argv = [sys.executable, "-m", "workers.cli", "--broker", fleet.redis.url, "--hostname", name,
+            "--heartbeat-interval", "0.5", "--heartbeat-ttl", "3", "--slots", "1"]
+    procs = [subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and all(p.poll() is None for p in procs):
+            time.sleep(0.2)
+        exited = [p for p in procs if p.poll() is not None]
+        assert len(exited) == 1, "neither twin was refused within 90 s"
+        [loser] = exited
+        [winner] = [p for p in procs if p is not loser]
+        stderr = loser.stderr.read() if loser.stderr else ""
+        assert loser.returncode == 2 and f"already uses the identity {name!r}" in stderr, stderr[-2000:]
+        time.sleep(2.0)
+        assert winner.poll() is None, "the worker that won the claim stopped"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
 
 
 def test_identity_of_a_dead_worker_is_free_once_its_heartbeat_lapses(fleet) -> None:  # type: ignore[no-untyped-def]
