@@ -69,6 +69,7 @@ class SandboxExec(BaseModel):
     output: str | None = None  # stderr then stdout, or the contents read (cut)
     truncated: bool = False  # cut here or capped at the source
     error: str | None = None  # why it did not finish (timeout, output limit, sandbox lost, ...)
+    service: str | None = None  # which container of a multi-service sandbox (None: the default one)
     started: float = 0.0
     duration: float = 0.0
 

@@ -83,12 +83,13 @@ class RecordingSandbox(SandboxEnvironment):
     Anything else (``state``, ``sandbox_id``, driver extras) is the wrapped environment's.
     """
 
-    def __init__(self, env: SandboxEnvironment, sink: Callable[[SandboxExec], None]) -> None:
+    def __init__(self, env: SandboxEnvironment, sink: Callable[[SandboxExec], None], service: str | None = None) -> None:
         self.wrapped = unwrap(env)
         self._sink = sink
+        self._service = service  # a multi-service sandbox's container, named on each record
 
     def __getattr__(self, name: str) -> Any:  # only for names not found on the wrapper
-        if name in ("wrapped", "_sink"):  # not set yet (copy, pickle): no recursion
+        if name in ("wrapped", "_sink", "_service"):  # not set yet (copy, pickle): no recursion
             raise AttributeError(name)
         return getattr(self.wrapped, name)
 
@@ -144,8 +145,8 @@ class RecordingSandbox(SandboxEnvironment):
                 message = str(error)
                 why = f"{type(error).__name__}: {message[:TEXT_CHARS]}" if message else type(error).__name__
             self._sink(SandboxExec(action=action, cmd=line, file=file, input=stdin, result=result, output=shown,
-                                   truncated=truncated or cut_in or cut_out, error=why, started=started,
-                                   duration=duration))
+                                   truncated=truncated or cut_in or cut_out, error=why, service=self._service,
+                                   started=started, duration=duration))
         except Exception:  # noqa: BLE001 - recording must never change what the tool sees
             pass
 
@@ -157,4 +158,5 @@ def recorded_services(env: SandboxEnvironment, recorded: SandboxEnvironment,
     named = inner.named_sandboxes() if hasattr(inner, "named_sandboxes") else {}
     if not named:
         return None
-    return {name: recorded if unwrap(box) is inner else RecordingSandbox(box, sink) for name, box in named.items()}
+    return {name: recorded if unwrap(box) is inner else RecordingSandbox(box, sink, service=name)
+            for name, box in named.items()}

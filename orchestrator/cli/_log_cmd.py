@@ -176,7 +176,8 @@ def event_line(e: Any) -> str:
         detail += f" ERROR {data['error']}" if data.get("error") else ""
     elif kind == "sandbox":
         what = data.get("cmd") if data.get("action") == "exec" else f"{data.get('action')} {data.get('file')}"
-        detail = f"[{data.get('phase') or '-'}] {json.dumps(str(what or ''), ensure_ascii=False)[:120]}"
+        where = f"@{data['service']} " if data.get("service") else ""
+        detail = f"[{data.get('phase') or '-'}] {where}{json.dumps(str(what or ''), ensure_ascii=False)[:120]}"
         detail += f" -> exit {data['result']}" if data.get("result") is not None else ""
         detail += f" ({data['duration']:.3f}s)" if data.get("duration") is not None else ""
         detail += f" ERROR {data['error']}" if data.get("error") else ""

@@ -129,6 +129,7 @@ class SandboxEvent(BaseEvent):
     host: str | None = None
     phase: Literal["tool", "setup", "scorer", "solver"] | None = None
     call_id: str | None = None  # the tool call it belongs to (phase "tool")
+    service: str | None = None  # the container of a multi-service sandbox it ran in (None: the default one)
 
 
 class SpanBeginEvent(BaseEvent):

@@ -112,7 +112,7 @@ def _sandbox_event(e: dict[str, Any]) -> dict[str, Any]:
     duration = _first(e, "duration", "working_time")
     options = {k: v for k, v in (("host", e.get("host")), ("duration", duration), ("phase", e.get("phase")),
                                  ("truncated", e.get("truncated") or None), ("error", e.get("error")),
-                                 ("call_id", e.get("call_id"))) if v is not None}
+                                 ("call_id", e.get("call_id")), ("service", e.get("service"))) if v is not None}
     stdin = e.get("input")
     return {"event": "sandbox", "action": action,
             "cmd": cmd if isinstance(cmd, str) or cmd is None else " ".join(map(str, cmd)),

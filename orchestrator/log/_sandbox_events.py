@@ -37,7 +37,7 @@ def reset_exec_phase(token: Any) -> None:
 def sandbox_event(rec: SandboxExec, host: str | None, phase: Phase, call_id: str | None = None) -> SandboxEvent:
     return SandboxEvent(timestamp=rec.started or 0.0, action=rec.action, cmd=rec.cmd, file=rec.file, input=rec.input,
                         result=rec.result, output=rec.output, truncated=rec.truncated, error=rec.error,
-                        duration=rec.duration, host=host, phase=phase, call_id=call_id)
+                        duration=rec.duration, host=host, phase=phase, call_id=call_id, service=rec.service)
 
 
 def record_sandbox_execs(execs: Iterable[SandboxExec], host: str | None, phase: Phase, dropped: int = 0,

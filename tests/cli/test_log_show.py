@@ -76,3 +76,5 @@ def test_a_sandbox_event_is_one_readable_line() -> None:
     assert line.endswith('sandbox [scorer] "python3 -m unittest" -> exit 1 (0.250s) on w-1')
     write = event_line(SandboxEvent(action="write_file", file="/home/sandbox/a.py", phase="setup"))
     assert write.endswith("sandbox [setup] \"write_file /home/sandbox/a.py\"")
+    service = event_line(SandboxEvent(cmd="pg_isready", result=0, phase="tool", service="db"))
+    assert service.endswith('sandbox [tool] @db "pg_isready" -> exit 0')  # a multi-service sandbox's container

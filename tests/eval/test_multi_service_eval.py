@@ -31,8 +31,11 @@ def _check(log: Any) -> None:
     interfaces, blocked = results[4].strip().splitlines()[-2:]
     assert interfaces == "1" and blocked.startswith("blocked:") and "unreachable" in blocked.lower(), results[4]
     # Service execs are on record like any other (the tool's own span).
-    cmds = [e.cmd or "" for e in sample.events if e.event == "sandbox"]
-    assert any("cat /tmp/hello.txt" in c for c in cmds) and any("echo $ROLE; id -un" in c for c in cmds)
+    where = {(e.cmd or e.file or ""): e.service for e in sample.events if e.event == "sandbox"}
+    web = next(c for c in where if "cat /tmp/hello.txt" in c)
+    sidecar = next(c for c in where if "echo $ROLE; id -un" in c)
+    assert (where[web], where[sidecar], where["/tmp/hello.txt"]) == ("web", "sidecar", "web")  # the scorer's read
+    assert where[next(c for c in where if "http://web:8080/hello." in c)] is None  # the default container's
     leftover = docker.from_env().containers.list(all=True, filters={"label": f"toolfleet.eval_id={log.eval.eval_id}"})
     assert leftover == [], [c.name for c in leftover]
 
