@@ -9,7 +9,8 @@
   ``pull_policy`` is not ``never`` and the image names a registry host that a live worker pulls from
   (``--registry``; embedded mode: any);
 - distributed mode: the broker has live workers; if sandboxes are needed, one of them accepts them,
-  runs their type (``local`` needs ``--allow-local``) and allows each image (``--image`` patterns);
+  runs their type (``local`` needs ``--allow-local``), allows each image (``--image`` patterns) and
+  has slots for the largest multi-service sandbox (one per container);
 - the model endpoint answers (openai provider: one ``models.list`` with a short timeout; scripted
   models are not probed).
 
@@ -98,6 +99,22 @@ def pullable_images(task_sandbox: Any, samples: Sequence[Any], base_dir: Any = N
     return pullable
 
 
+def multi_container(task_sandbox: Any, samples: Sequence[Any], base_dir: Any = None) -> dict[int, list[str]]:
+    """Multi-service sandboxes by their number of containers (each takes one slot on one worker)."""
+    from workers.sandbox._driver import sandbox_config
+
+    pods: dict[int, list[str]] = {}
+    for sample in samples:
+        spec = sample.sandbox if sample.sandbox is not None else task_sandbox
+        try:
+            config = sandbox_config(spec, base_dir) if spec is not None else None
+        except Exception:  # noqa: BLE001 - already reported by sandbox_configs
+            continue
+        if config is not None and getattr(config, "services", None):
+            pods.setdefault(1 + len(config.services), []).append(str(sample.id))
+    return pods
+
+
 def _who(samples: list[str]) -> str:
     shown = ", ".join(samples[:3]) + (f" and {len(samples) - 3} more" if len(samples) > 3 else "")
     return f"sample{'s' if len(samples) > 1 else ''} {shown}"
@@ -138,7 +155,7 @@ async def check_local_images(images: dict[str, list[str]], pullable: Collection[
 
 
 async def check_fleet(broker_url: str, images: dict[str, list[str]], kinds: set[str],
-                      pullable: Collection[str] = ()) -> None:
+                      pullable: Collection[str] = (), pods: dict[int, list[str]] | None = None) -> None:
     """Distributed mode: live workers exist, accept sandboxes if needed, and have (or can pull) every image."""
     from redis.asyncio import Redis
 
@@ -164,6 +181,11 @@ async def check_fleet(broker_url: str, images: dict[str, list[str]], kinds: set[
         if all(h.sandbox_types and kind not in h.sandbox_types for h in takers):
             hint = " (start a worker with --allow-local)" if kind == "local" else ""
             raise PreflightError(f"None of the {len(takers)} live worker(s) runs {kind!r} sandboxes{hint}.")
+    largest = max(h.slots for h in takers)
+    for containers, who in sorted((pods or {}).items(), reverse=True)[:1]:
+        if containers > largest:
+            raise PreflightError(f"The sandbox of {_who(who)} has {containers} containers and takes {containers} slots "
+                                 f"on one worker, but no live worker has that many (largest --slots: {largest}).")
     for image, who in images.items():
         if all(h.image_patterns and not any(fnmatch.fnmatchcase(image, p) for p in h.image_patterns) for h in takers):
             patterns = ", ".join(sorted({p for h in takers for p in h.image_patterns}))
@@ -222,10 +244,11 @@ async def preflight(task_sandbox: Any, samples: Sequence[Any], *, embedded: bool
     """Sandbox specs, images and workers for one task's samples (the model is probed once per eval)."""
     images, kinds = sandbox_configs(task_sandbox, samples, base_dir)
     pullable = pullable_images(task_sandbox, samples, base_dir)
+    pods = multi_container(task_sandbox, samples, base_dir)
     if embedded:
         await check_local_images(images, pullable)
     elif broker_url:
-        await check_fleet(broker_url, images, kinds, pullable)
+        await check_fleet(broker_url, images, kinds, pullable, pods)
 
 
 __all__ = ["PreflightError", "preflight", "probe_model"]

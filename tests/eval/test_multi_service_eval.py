@@ -67,10 +67,18 @@ async def test_a_compose_file_that_does_not_map_is_one_line(tmp_path: Path) -> N
 
 
 @pytest.mark.celery
-async def test_a_pod_larger_than_any_worker_fails_at_once(tmp_path: Path, fleet) -> None:  # type: ignore[no-untyped-def]
-    """Three containers take three slots: a fleet of 2-slot workers says so instead of waiting."""
+async def test_a_pod_larger_than_any_worker_is_refused_up_front(tmp_path: Path, fleet) -> None:  # type: ignore[no-untyped-def]
+    """Three containers take three slots: a fleet of 2-slot workers is told so by preflight, and without
+    preflight the sample fails at once instead of waiting for capacity that cannot come."""
+    from orchestrator.eval._preflight import PreflightError
+
     fleet.worker(imports=("tests.eval.tasks.pod",), slots=2)
-    [log] = await eval_async(str(TASK_FILE), MODEL, log_dir=tmp_path, broker=fleet.redis.url, fail_on_error=False)
+    with pytest.raises(PreflightError) as caught:
+        await eval_async(str(TASK_FILE), MODEL, log_dir=tmp_path, broker=fleet.redis.url)
+    assert str(caught.value) == ("The sandbox of sample pod has 3 containers and takes 3 slots on one worker, but no "
+                                 "live worker has that many (largest --slots: 2).")
+    [log] = await eval_async(str(TASK_FILE), MODEL, log_dir=tmp_path, broker=fleet.redis.url, fail_on_error=False,
+                             preflight=False)
     [sample] = log.samples
     assert sample.error is not None
     assert "A sandbox of 3 containers needs 3 free slots on one worker host; the largest live host has 2" in sample.error.message
