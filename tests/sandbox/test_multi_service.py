@@ -117,3 +117,15 @@ async def test_a_pod_is_never_pooled_and_waits_for_capacity_as_a_whole(drivers: 
     with pytest.raises(SandboxCapacityError):
         await d.create(SandboxSpec(eval_id="ms", sample_id="pod-5"))
     assert host_sandboxes().used == before and _containers() == []
+
+
+async def test_a_service_gets_the_sandbox_disk_cap(drivers: list[Any]) -> None:
+    """Writing past disk_limit in a service's scratch space is ENOSPC there, not a full host disk."""
+    d = _driver(drivers, disk_limit="8m", services={"idle": {"image": IMAGE, "command": ["sleep", "infinity"]}})
+    env = await d.create(SandboxSpec(eval_id="ms", sample_id="pod-6"))
+    try:
+        idle = env.named_sandboxes()["idle"]
+        wrote = await idle.exec(["sh", "-c", "dd if=/dev/zero of=/tmp/fill bs=1M count=32 2>&1; echo rc=$?"])
+        assert "No space left on device" in wrote.stdout and "rc=1" in wrote.stdout, wrote
+    finally:
+        await d.destroy(env)

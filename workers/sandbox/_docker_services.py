@@ -24,6 +24,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from orchestrator.util._sandbox import SandboxUnavailableError
 
+from ._docker_disk import DEFAULT_WRITABLE
 from ._docker_labels import container_labels
 from ._docker_pull import service_image
 from ._driver import HealthCheck, ServiceConfig
@@ -93,6 +94,10 @@ async def _create(driver: DockerSandboxDriver, main: DockerSandboxEnvironment, n
         cap_drop=c.cap_drop or None, cap_add=c.cap_add or None, security_opt=c.security_opt or None,
         pids_limit=service.pids_limit, mem_limit=service.mem_limit, memswap_limit=service.mem_limit,
         nano_cpus=int(service.cpus * 1e9), init=c.init, read_only=c.read_only, runtime=c.runtime,
+        # The sandbox's writable-space cap: the layer's size where the storage driver enforces it, else
+        # capped tmpfs on the usual scratch paths (a service running as root can still write its layer).
+        storage_opt=driver.disk.storage_opt,
+        tmpfs={path: opts for path, opts in driver.disk.tmpfs.items() if path in DEFAULT_WRITABLE} or None,
     )
     labels = {**container_labels(eval_id, sample_id, c.ttl), SERVICE_LABEL: name}
     kwargs: dict[str, Any] = {
