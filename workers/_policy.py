@@ -152,7 +152,7 @@ def _admit_field(policy: WorkerPolicy, field: str, value: Any, default: Any) -> 
         case "pids_limit":
             return min(int(value), policy.max_pids)
         case "output_cap":
-            return min(int(value), policy.max_output_cap)
+            return value  # clamped with every config's below (the default too may exceed the worker's cap)
         case "pool_size":
             return min(int(value), policy.max_pool_size)
         case "ttl":
