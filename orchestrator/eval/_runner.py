@@ -29,7 +29,7 @@ from orchestrator.dataset import Sample, sandbox_files_wire
 from orchestrator.dispatch import Dispatcher, SampleRoute, reset_active_dispatcher, set_active_dispatcher, set_route
 from orchestrator.dispatch._dispatcher import reset_route
 from orchestrator.log import ToolEvent, Transcript, bind_transcript
-from orchestrator.log._events import BaseEvent, ErrorEvent, SampleLimitEvent
+from orchestrator.log._events import BaseEvent, ErrorEvent, InfoEvent, SampleLimitEvent
 from orchestrator.log._sandbox_events import exec_phase, record_sandbox_execs, reset_exec_phase, set_exec_phase
 from orchestrator.model._generate_config import _active_config, active_generate_config
 from orchestrator.model._model import Model, model_context
@@ -143,15 +143,17 @@ class SampleRunner:
                         await self.sandbox_slots.acquire()
                         slot_held = True
                     files, setup = await asyncio.to_thread(sandbox_files_wire, sample, self._files_base_dir())
+                    config_json = _config_json(config, self._files_base_dir())
                     try:
                         route = await self.dispatcher.open_sandbox(SandboxSpec(
                             eval_id=self.eval_id, sample_id=self._sandbox_sample_id(sample.id, epoch),
-                            config=_config_json(config, self._files_base_dir()), files=files, setup=setup))
+                            config=config_json, files=files, setup=setup))
                     except Exception as exc:  # a failing setup's execs (its output) go on record first
                         record_sandbox_execs(getattr(exc, "sandbox_execs", None) or (),
                                              getattr(exc, "sandbox_host", None), "setup",
                                              getattr(exc, "sandbox_execs_dropped", 0))
                         raise
+                    transcript.record(InfoEvent(source="sandbox", data=_sandbox_info(config_json, route)))
                     record_sandbox_execs(route.setup_execs, route.host, "setup", route.setup_execs_dropped)
                     if self.journal is not None:
                         await self.journal.sandbox("open", SandboxRecord(
@@ -320,6 +322,16 @@ def _sample_sandboxes(route: SampleRoute, config: Any, base_dir: Path | None) ->
 def _cancelling() -> bool:
     task = asyncio.current_task()
     return bool(task and task.cancelling())
+
+
+def _sandbox_info(config: dict[str, Any], route: SampleRoute) -> dict[str, Any]:
+    """Where the sample's sandbox is and what it runs (the log's record of its image and host)."""
+    info: dict[str, Any] = {"event": "open", "type": config.get("type"), "host": route.host, "sandbox": route.sandbox}
+    if config.get("type") == "docker":
+        info["image"] = config.get("image")
+        if config.get("services"):
+            info["services"] = {name: svc.get("image") for name, svc in config["services"].items()}
+    return info
 
 
 def _config_json(config: Any, base_dir: Path | None) -> dict[str, Any]:

@@ -23,6 +23,9 @@ def _check(log: Any) -> None:
     assert log.status == "success", [s.error for s in log.samples]
     [sample] = log.samples
     assert sample.scores["reads_services"].value == "C", sample.scores["reads_services"].explanation
+    [opened] = [e.data for e in sample.events if e.event == "info" and e.source == "sandbox"]
+    assert opened["image"] == "toolfleet/sandbox:latest" and opened["host"]
+    assert opened["services"] == {"web": "toolfleet/sandbox:latest", "sidecar": "toolfleet/sandbox:latest"}
     results = [str(e.result) for e in sample.events if e.event == "tool"]
     assert results[0].strip() == "hello-from-web"  # default -> web:8080 by name
     assert results[1] == "0:hello-from-web\nweb\ndefault"  # the web container: its env; the pod's hostname
@@ -53,6 +56,8 @@ async def test_compose_sandbox_on_a_worker(tmp_path: Path, sandbox_image: str, f
     _check(log)
     hosts = {e.host for e in log.samples[0].events if e.event == "tool"}
     assert hosts == {worker.host}
+    [opened] = [e.data for e in log.samples[0].events if e.event == "info" and e.source == "sandbox"]
+    assert opened["host"] == worker.host
 
 
 async def test_a_compose_file_that_does_not_map_is_one_line(tmp_path: Path) -> None:

@@ -179,7 +179,7 @@ async def test_a_chatty_tool_is_bounded_per_call(tmp_path: Path) -> None:
     events = log.samples[0].events
     execs = [e for e in events if e.event == "sandbox" and e.phase == "tool"]
     assert [e.cmd for e in execs] == [f"echo exec-{i}" for i in range(MAX_SANDBOX_EXECS)]
-    [note] = [e for e in events if e.event == "info" and e.source == "sandbox"]
+    [note] = [e for e in events if e.event == "info" and e.source == "sandbox" and isinstance(e.data, str)]
     assert note.data.startswith("20 more sandbox exec(s)")
 
 

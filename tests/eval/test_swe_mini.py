@@ -85,6 +85,9 @@ async def test_two_workers_through_redis(tmp_path: Path, swe_images: list[str],
     _assert_service_was_asked(log)
     hosts = {e.host for s in log.samples for e in s.events if e.event == "tool" and e.function == "bash"}
     assert hosts and hosts <= {w.host for w in workers}
+    for sample in log.samples:  # the log says where each sample ran and on which image
+        [opened] = [e.data for e in sample.events if e.event == "info" and e.source == "sandbox"]
+        assert opened["image"] == f"toolfleet/swe-mini-{sample.id}:latest" and opened["host"] in hosts, opened
     # One container per sample, two for "api" (pool_size 0: no spares), never more per worker than its slots, and
     # nothing left on either worker after the eval.
     assert sum(starts.starts(pids)) == len(NAMES) + 1
