@@ -60,7 +60,8 @@ def _add_run_flags(p: argparse.ArgumentParser, defaults_from_log: bool = False) 
     p.add_argument("--max-samples", type=int, help="samples in flight at once (default 32)" + note)
     p.add_argument("--max-sandboxes", type=int, help="sandboxes alive at once" + note)
     p.add_argument("--retry-on-error", type=int, nargs="?", const=1, help="retry errored samples N times (flag alone: 1)" + note)
-    p.add_argument("--sandbox", help="local | docker (overrides the task's sandbox)" + note)
+    p.add_argument("--sandbox", type=_sandbox_flag,
+                   help="local | docker | docker:COMPOSE_FILE (overrides the task's sandbox)" + note)
     # $TOOLFLEET_BROKER as the worker reads it: a URL holding the Redis password stays out of argv (ps).
     p.add_argument("--broker", default=None if defaults_from_log else os.environ.get("TOOLFLEET_BROKER") or None,
                    help="Redis URL: run tool calls on toolfleet workers (distributed mode; default: "
@@ -93,6 +94,16 @@ def _add_run_flags(p: argparse.ArgumentParser, defaults_from_log: bool = False) 
 
 GENERATE_FLAGS = ("temperature", "max_tokens", "top_p", "seed", "stop_seqs", "max_retries", "timeout",
                   "max_tool_output", "parallel_tool_calls")
+
+
+def _sandbox_flag(value: str) -> str | tuple[str, str]:
+    """``docker:compose.yaml`` (Inspect's form): the compose file, relative to the current directory."""
+    kind, sep, path = value.partition(":")
+    if not sep:
+        return value
+    if kind != "docker" or not path:
+        raise argparse.ArgumentTypeError(f"{value!r}: use local, docker or docker:COMPOSE_FILE")
+    return (kind, str(Path(path).resolve()))
 
 
 def _common_kwargs(args: argparse.Namespace) -> dict[str, Any]:

@@ -98,3 +98,25 @@ def test_log_list_walks_subdirectories_and_keeps_long_names(tmp_path: Path) -> N
     assert str(log.relative_to(tmp_path)) in listing.stdout
     as_json = [json.loads(line) for line in run("log", "list", "--log-dir", str(tmp_path), "--json").stdout.splitlines()]
     assert [row["log"] for row in as_json] == [str(log)]
+
+
+@pytest.mark.parametrize(("flag", "parsed"), [
+    ("local", "local"),
+    ("docker", "docker"),
+    ("docker:compose.yaml", ("docker", str(Path("compose.yaml").resolve()))),  # Inspect's form, from the cwd
+    ("docker:/abs/c.yaml", ("docker", "/abs/c.yaml")),
+])
+def test_sandbox_flag(flag: str, parsed: object) -> None:
+    from orchestrator.cli._eval_cmd import _sandbox_flag
+
+    assert _sandbox_flag(flag) == parsed
+
+
+@pytest.mark.parametrize("bad", ["podman:c.yaml", "docker:", "local:x"])
+def test_sandbox_flag_refuses(bad: str) -> None:
+    import argparse
+
+    from orchestrator.cli._eval_cmd import _sandbox_flag
+
+    with pytest.raises(argparse.ArgumentTypeError, match="use local, docker or docker:COMPOSE_FILE"):
+        _sandbox_flag(bad)
