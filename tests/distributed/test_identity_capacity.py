@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -24,40 +23,12 @@ from tests.support.fleet import REPO_ROOT, SECRET_ENV, WorkerProcess, ensure_fle
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(300)]
 
-READY = re.compile(rb"toolfleet worker (\S+) ready")
-
-
-class AnonymousWorker(WorkerProcess):
-    """``toolfleet worker`` without ``--hostname``: its identity is whatever it announces."""
-
-    def __init__(self, broker_url: str, **kwargs) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(broker_url, **kwargs)
-        at = self.args.index("--hostname")
-        del self.args[at:at + 2]
-        self.host = ""
-
-    def _ready(self, client) -> bool:  # type: ignore[no-untyped-def]
-        if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{self.output()}")
-        found = READY.search(Path(self.log.name).read_bytes())
-        if found is None:
-            return False
-        self.host = found.group(1).decode()
-        return bool(client.exists(f"toolfleet:host:{self.host}"))
-
-
-def _anonymous(fleet, **kwargs) -> AnonymousWorker:  # type: ignore[no-untyped-def]
-    worker = AnonymousWorker(fleet.redis.url, **kwargs)
-    fleet.workers.append(worker)
-    return worker.start()
-
-
 def _bash_hosts(log) -> dict[str, str]:  # type: ignore[no-untyped-def]
     return {str(s.id): e.host for s in log.samples for e in s.events if e.event == "tool" and e.function == "bash"}
 
 
 async def test_two_workers_without_hostname_both_serve_samples(tmp_path: Path, fleet) -> None:  # type: ignore[no-untyped-def]
-    workers = [_anonymous(fleet, slots=2), _anonymous(fleet, slots=2)]
+    workers = [fleet.anonymous_worker(slots=2), fleet.anonymous_worker(slots=2)]
     assert workers[0].host != workers[1].host
     for w in workers:  # <machine>-<pid>-<random>
         assert w.host.startswith(f"{socket.gethostname()}-{w.pid}-"), w.host

@@ -76,7 +76,7 @@ def _assert_service_was_asked(log: Any) -> None:
 async def test_two_workers_through_redis(tmp_path: Path, swe_images: list[str],
                                          fleet) -> None:  # type: ignore[no-untyped-def]
     slots = 2
-    workers = [fleet.worker(slots=slots), fleet.worker(slots=slots)]
+    workers = [fleet.anonymous_worker(slots=slots), fleet.anonymous_worker(slots=slots)]  # no --hostname, as users do
     pids = [w.pid for w in workers]
     counter = ContainerCounter(pids, interval=0.1)
     async with StartCounter() as starts, counter.running():

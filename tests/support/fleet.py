@@ -14,6 +14,7 @@ Workers here also allow ``local`` sandboxes (``--allow-local``), which most dist
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -188,6 +189,29 @@ class WorkerProcess:
         self.log.close()
 
 
+READY = re.compile(rb"toolfleet worker (\S+) ready")
+
+
+class AnonymousWorker(WorkerProcess):
+    """``toolfleet worker`` without ``--hostname``, as a user starts several on one machine: its identity
+    is whatever it announces (``<machine>-<pid>-<hex>``)."""
+
+    def __init__(self, broker_url: str, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(broker_url, **kwargs)
+        at = self.args.index("--hostname")
+        del self.args[at:at + 2]
+        self.host = ""
+
+    def _ready(self, client) -> bool:  # type: ignore[no-untyped-def]
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{self.output()}")
+        found = READY.search(Path(self.log.name).read_bytes())
+        if found is None:
+            return False
+        self.host = found.group(1).decode()
+        return bool(client.exists(f"toolfleet:host:{self.host}"))
+
+
 class Fleet:
     """A factory of workers against one Redis; everything started is stopped at teardown."""
 
@@ -197,6 +221,12 @@ class Fleet:
 
     def worker(self, **kwargs) -> WorkerProcess:  # type: ignore[no-untyped-def]
         w = WorkerProcess(self.redis.url, **kwargs)
+        self.workers.append(w)
+        return w.start()
+
+    def anonymous_worker(self, **kwargs) -> WorkerProcess:  # type: ignore[no-untyped-def]
+        """A worker started without ``--hostname`` (its default identity)."""
+        w = AnonymousWorker(self.redis.url, **kwargs)
         self.workers.append(w)
         return w.start()
 
