@@ -36,29 +36,34 @@ def slot_weight(config: dict | None) -> int:
 
 
 def choose_hosts(hosts: Sequence[HostRecord], used: dict[str, int], rng: random.Random | None = None,
-                 image: str | None = None, pull_policy: str = "missing", weight: int = 1) -> list[HostRecord]:
+                 image: str | Sequence[str] | None = None, pull_policy: str = "missing",
+                 weight: int = 1) -> list[HostRecord]:
     """Live hosts that accept sandboxes, least loaded first: the smallest share of slots in use, then
     the most free slots (ties shuffled so orchestrators spread). An idle host always comes before a
     busy one, whatever their sizes, so the first samples spread over the fleet.
 
-    With ``image``: the hosts that report having it first; then the hosts that can pull it (``pull_policy``
-    is not ``never`` and the image names a registry among theirs); a host that can do neither only when no
-    host (full or not) can — then any host, and its worker says why it cannot. ``weight``: the slots the
+    With ``image`` (or several: a multi-service sandbox's, all on one host): the hosts that report
+    having every one first; then the hosts that have or can pull each (``pull_policy`` is not ``never``
+    and the image names a registry among theirs); a host that cannot get them all only when no host
+    (full or not) can — then any host, and its worker says why it cannot. ``weight``: the slots the
     sandbox takes (``slot_weight``); only hosts with that many free are candidates."""
     rng = rng or random
     candidates = [h for h in hosts if not h.draining and h.slots - used.get(h.host, 0) >= weight]
     rng.shuffle(candidates)
     ordered = sorted(candidates, key=lambda h: (used.get(h.host, 0) / h.slots, -(h.slots - used.get(h.host, 0))))
-    if image is None:
+    images = [image] if isinstance(image, str) else list(image or ())
+    if not images:
         return ordered
 
-    def pulls(h: HostRecord) -> bool:
-        return pull_policy != "never" and pulls_from(h.registries, image)
+    def has_all(h: HostRecord) -> bool:
+        return all(i in h.images for i in images)
 
-    if not any(image in h.images or pulls(h) for h in hosts):
+    def gets_all(h: HostRecord) -> bool:
+        return all(i in h.images or (pull_policy != "never" and pulls_from(h.registries, i)) for i in images)
+
+    if not any(gets_all(h) for h in hosts):
         return ordered
-    have = [h for h in ordered if image in h.images]
-    return have + [h for h in ordered if image not in h.images and pulls(h)]
+    return [h for h in ordered if has_all(h)] + [h for h in ordered if not has_all(h) and gets_all(h)]
 
 
 async def live_hosts(redis: Redis) -> list[HostRecord]:
@@ -83,7 +88,8 @@ async def used_slots(redis: Redis, hosts: Sequence[str]) -> dict[str, int]:
 _locks: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
 
 
-async def reserve(redis: Redis, image: str | None = None, pull_policy: str = "missing", weight: int = 1) -> HostRecord:
+async def reserve(redis: Redis, image: str | Sequence[str] | None = None, pull_policy: str = "missing",
+                  weight: int = 1) -> HostRecord:
     """Reserve ``weight`` sandbox slots (one per container) on the best live host; raises ``NoCapacityError``.
 
     One orchestrator's reservations run one at a time: concurrent ones would all read the same
@@ -97,7 +103,8 @@ async def reserve(redis: Redis, image: str | None = None, pull_policy: str = "mi
         return await _reserve(redis, image, pull_policy, weight)
 
 
-async def _reserve(redis: Redis, image: str | None, pull_policy: str = "missing", weight: int = 1) -> HostRecord:
+async def _reserve(redis: Redis, image: str | Sequence[str] | None, pull_policy: str = "missing",
+                   weight: int = 1) -> HostRecord:
     hosts = await live_hosts(redis)
     used = await used_slots(redis, [h.host for h in hosts])
     for host in choose_hosts(hosts, used, image=image, pull_policy=pull_policy, weight=weight):

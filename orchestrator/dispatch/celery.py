@@ -323,8 +323,7 @@ class CeleryDispatcher(Dispatcher):
         redis = self._listener.redis
         weight = placement.slot_weight(spec.config)  # one slot per container of the sandbox
         try:
-            host = await self._place(redis, spec.config.get("image") if spec.config else None,
-                                     (spec.config or {}).get("pull_policy", "missing"), weight)
+            host = await self._place(redis, _images(spec.config), (spec.config or {}).get("pull_policy", "missing"), weight)
         except (RedisError, OSError) as exc:
             raise SandboxUnavailableError(f"Sandbox placement failed: the broker is unreachable ({exc}).") from exc
         try:
@@ -348,7 +347,8 @@ class CeleryDispatcher(Dispatcher):
         return SampleRoute(sample_id=spec.sample_id, sandbox=handle, queue=host.queue, host=host.host,
                            setup_execs=tuple(execs), setup_execs_dropped=dropped)
 
-    async def _place(self, redis: Any, image: str | None = None, pull_policy: str = "missing", weight: int = 1) -> Any:
+    async def _place(self, redis: Any, image: list[str] | None = None, pull_policy: str = "missing",
+                     weight: int = 1) -> Any:
         """Reserve a slot; when the fleet is full, wait (bounded by ``placement_wait``) and say so in
         Redis — the ``toolfleet.sandbox.demand`` list is what the autoscaler watches."""
         loop = asyncio.get_running_loop()
@@ -492,3 +492,10 @@ class CeleryDispatcher(Dispatcher):
                 for rec in lost:
                     self._resolve(rec, _error_outcome(rec.task_id, "sandbox_unavailable",
                         f"The call was lost when the broker restarted and could not be sent again ({exc})."))
+
+
+def _images(config: dict[str, Any] | None) -> list[str] | None:
+    """The images a sandbox needs on its host (a multi-service sandbox's services' too)."""
+    if not config or not config.get("image"):
+        return None
+    return list(dict.fromkeys([config["image"], *(s.get("image") for s in (config.get("services") or {}).values())]))

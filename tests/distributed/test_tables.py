@@ -182,3 +182,24 @@ def test_a_sandbox_goes_only_where_all_its_containers_fit() -> None:
     assert [h.host for h in choose_hosts(hosts, used, weight=2)] == ["small", "big"]
     assert [h.host for h in choose_hosts(hosts, used, weight=3)] == []  # big has 2 free, small only 2 in all
     assert [h.host for h in choose_hosts(hosts, {"small": 1, "big": 0}, weight=3)] == ["big"]
+
+
+def test_a_multi_service_sandbox_prefers_hosts_with_all_its_images() -> None:
+    from workers.heartbeat import HostRecord
+    from workers.placement import choose_hosts
+
+    def rec(host: str, images: list[str], registries: list[str] | None = None) -> HostRecord:
+        return HostRecord(host=host, queue=f"q.{host}", node=host, boot="b", slots=4, images=images,
+                          registries=registries or [])
+
+    hosts = [rec("app-only", ["app"]), rec("both", ["app", "db"]), rec("none", [])]
+    idle = {h.host: 0 for h in hosts}
+    assert [h.host for h in choose_hosts(hosts, idle, image=["app", "db"])] == ["both"]
+    assert [h.host for h in choose_hosts(hosts, idle, image=["app"])][0] in ("app-only", "both")
+    assert {h.host for h in choose_hosts(hosts, idle, image=["app"])} == {"app-only", "both"}
+    # A host that can pull the missing one comes after those that have both.
+    pulling = [*hosts, rec("puller", ["app"], ["127.0.0.1:5000"])]
+    ranked = [h.host for h in choose_hosts(pulling, {h.host: 0 for h in pulling}, image=["app", "127.0.0.1:5000/db:1"])]
+    assert ranked == ["puller"]
+    # Nobody can get them all: any host (its worker says why).
+    assert len(choose_hosts(hosts, idle, image=["app", "nowhere"])) == 3
