@@ -80,6 +80,22 @@ def eval(tasks: Task | str | Sequence[Task | str], model: str | Model | None = N
     raise RuntimeError("eval() cannot run inside an event loop: await eval_async(...) instead.")
 
 
+def _quiet_unless_configured() -> None:
+    """Called as a library (no CLI, no worker), toolfleet's own log lines stay quiet: warnings and
+    errors on stderr (``TOOLFLEET_LOG_LEVEL`` to change), never debug lines on stdout. An application
+    that configured structlog keeps its own configuration."""
+    import logging
+    import os
+
+    import structlog
+
+    if structlog.is_configured():
+        return
+    level = logging.getLevelName((os.environ.get("TOOLFLEET_LOG_LEVEL") or "warning").upper())
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(level if isinstance(level, int) else logging.WARNING),
+                        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
+
+
 async def eval_async(
     tasks: Task | str | Sequence[Task | str],
     model: str | Model | None = None,
@@ -129,6 +145,7 @@ async def eval_async(
     ``preflight``: before the first sample, check sandbox specs, images, live workers and the model
     endpoint once (see ``_preflight``); False skips it.
     """
+    _quiet_unless_configured()
     task_list = [tasks] if isinstance(tasks, (Task, str)) else list(tasks)
     if log_file is not None and len(task_list) != 1:
         raise TaskError("log_file resumes one eval: give exactly one task.")

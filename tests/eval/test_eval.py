@@ -236,3 +236,25 @@ async def test_duplicate_sample_ids_are_a_user_error(tmp_path: Path) -> None:
     task = Task(dataset=[Sample(input="a", id="x"), Sample(input="b", id="x")], scorer=includes())
     with pytest.raises(TaskError, match="Duplicate sample id 'x'"):
         await eval_async(task, "scripted", log_dir=tmp_path)
+
+
+@pytest.mark.parametrize(("level", "debug_lines"), [(None, False), ("debug", True)])
+def test_as_a_library_toolfleet_logs_nothing_below_warning(tmp_path: Path, level: str | None, debug_lines: bool) -> None:
+    """eval_async from a user's script: no debug lines on stdout or stderr unless TOOLFLEET_LOG_LEVEL asks."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.eval.task_files import BASIC
+
+    script = ("import asyncio\nfrom orchestrator.eval import eval_async\n"
+              f"[log] = asyncio.run(eval_async({str(BASIC) + '@basic'!r}, 'scripted/echo', log_dir={str(tmp_path)!r}, "
+              "display='none', sandbox='local'))\nprint('status', log.status)\n")
+    env = {k: v for k, v in os.environ.items() if k != "TOOLFLEET_LOG_LEVEL"}
+    if level:
+        env["TOOLFLEET_LOG_LEVEL"] = level
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "status success"  # nothing else on the user's stdout
+    assert ("[debug" in done.stderr) is debug_lines, done.stderr[-2000:]
