@@ -150,7 +150,9 @@ async def test_a_failed_pull_is_one_sentence(images: Images) -> None:
     absent = images.ref("never-pushed")
     unreachable = f"127.0.0.1:{free_port()}/toolfleet/pulltest:1"  # nothing listens there
     expected = {
-        absent: f"Sandbox image '{absent}' was not found in registry '{images.registry}' (check its name and tag).",
+        # Docker says "manifest unknown" or "pull access denied ..., repository does not exist or may require
+        # 'docker login'" for the same absent repository, depending on its version and the registry's answer.
+        absent: f"Sandbox image '{absent}' was not found in registry '{images.registry}' (check its name and tag",
         unreachable: f"Registry '{unreachable.split('/')[0]}' is unreachable, so sandbox image '{unreachable}' "
                      "cannot be pulled (",
     }
@@ -261,6 +263,10 @@ async def test_preflight_embedded_accepts_an_image_it_may_pull(images: Images) -
          "Registry '127.0.0.1:5999' is unreachable, so sandbox image '127.0.0.1:5999/t/x:1' cannot be pulled"),
         ("manifest for 127.0.0.1:5999/t/x:1 not found: manifest unknown: manifest unknown",
          "Sandbox image '127.0.0.1:5999/t/x:1' was not found in registry '127.0.0.1:5999' (check its name and tag)."),
+        ("pull access denied for 127.0.0.1:5999/t/x, repository does not exist or may require 'docker login': "
+         "denied: requested access to the resource is denied",
+         "Sandbox image '127.0.0.1:5999/t/x:1' was not found in registry '127.0.0.1:5999' (check its name and tag; "
+         "if the registry needs a login: `docker login 127.0.0.1:5999` on this host)."),
         ("unauthorized: authentication required",
          "Registry '127.0.0.1:5999' does not allow pulling sandbox image '127.0.0.1:5999/t/x:1' (not logged in or no "
          "access: `docker login 127.0.0.1:5999` on this host)."),

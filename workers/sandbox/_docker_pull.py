@@ -68,6 +68,9 @@ def pull_failure(image: str, detail: str) -> str:
     if any(s in low for s in ("connection refused", "no such host", "i/o timeout", "dial tcp", "network is unreachable",
                               "connection reset", "http response to https client", "tls:", "eof")):
         return f"Registry '{registry}' is unreachable, so sandbox image '{image}' cannot be pulled ({reason})."
+    if "repository does not exist" in low:  # Docker's words for an unknown repository *or* one needing a login
+        return (f"Sandbox image '{image}' was not found in registry '{registry}' (check its name and tag; if the "
+                f"registry needs a login: `docker login {registry}` on this host).")
     if any(s in low for s in ("unauthorized", "denied", "authentication required", "forbidden", "401", "403")):
         return (f"Registry '{registry}' does not allow pulling sandbox image '{image}' (not logged in or no access: "
                 f"`docker login {registry}` on this host).")
