@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Bring the compose stack up with 2 workers, run an eval through it, check the log, tear it down.
+# Bring the compose stack up with 2 workers, run an eval through it (and a multi-service sample), check
+# the log, tear it down.
 #
 #   deploy/compose-smoke.sh                                   # public base image (needs a registry)
 #   BASE_IMAGE=toolfleet/sandbox-rootfs:bookworm deploy/compose-smoke.sh   # offline (sandbox_images/build.sh first)
@@ -25,6 +26,12 @@ echo "== up: redis + $WORKERS workers"
 timeout 300 $COMPOSE up -d --scale worker="$WORKERS" redis worker
 echo "== eval through the fleet"
 timeout 1200 $COMPOSE run --rm --no-deps orchestrator
+echo "== a multi-service sample through the fleet (swe_mini's api: its client, and a price service beside it)"
+# The workers use the host's Docker (the socket), so the example's images are built there.
+SWE_MINI_BASE=${SWE_MINI_BASE:-toolfleet/sandbox:latest} timeout 900 sh examples/swe_mini/build_images.sh api
+timeout 600 $COMPOSE run --rm --no-deps orchestrator toolfleet eval examples/swe_mini.py -T names=api \
+    --model scripted/fixer --log-dir /logs --display none | tee "$LOGS/pod.txt"
+grep -q "tests_pass: accuracy=1.000" "$LOGS/pod.txt"
 echo "== celery inspect"
 timeout 120 $COMPOSE exec -T worker celery -A workers.app inspect ping --timeout 10 | tee "$LOGS/inspect.txt"
 test "$(grep -c pong "$LOGS/inspect.txt")" -ge "$WORKERS"
