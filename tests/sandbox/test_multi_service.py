@@ -105,8 +105,9 @@ async def test_a_missing_service_image_names_the_service(drivers: list[Any]) -> 
     assert _containers() == []
 
 
-async def test_a_pod_is_never_pooled_and_waits_for_capacity_as_a_whole(drivers: list[Any]) -> None:
-    """Three containers need three slots: with a cap of 2 the sandbox cannot be made (bounded wait)."""
+async def test_a_pod_is_never_pooled_and_takes_its_slots_as_a_whole(drivers: list[Any]) -> None:
+    """Three containers need three slots at once: with a cap of 2 the sandbox is refused before any
+    container is made; with a cap of 3 and one slot taken, it waits (bounded) instead of half-starting."""
     from workers.sandbox import SandboxCapacityError
 
     d = _driver(drivers, max_sandboxes=2, acquire_timeout=1.0,
@@ -114,9 +115,18 @@ async def test_a_pod_is_never_pooled_and_waits_for_capacity_as_a_whole(drivers: 
                           "b": {"image": IMAGE, "command": ["sleep", "infinity"]}})
     assert d.pool.size == 0
     before = host_sandboxes().used
-    with pytest.raises(SandboxCapacityError):
+    with pytest.raises(SandboxCapacityError, match="A sandbox of 3 containers needs 3 slots; this host has 2"):
         await d.create(SandboxSpec(eval_id="ms", sample_id="pod-5"))
     assert host_sandboxes().used == before and _containers() == []
+    roomy = _driver(drivers, max_sandboxes=before + 3, acquire_timeout=1.0, services=d.config.services)
+    host_sandboxes().used += 1  # someone else's container
+    try:
+        with pytest.raises(SandboxCapacityError, match="sandboxes in use after waiting 1s"):
+            await roomy.create(SandboxSpec(eval_id="ms", sample_id="pod-6"))
+        assert _containers() == []  # nothing half-started while it waited
+    finally:
+        host_sandboxes().release()
+    assert host_sandboxes().used == before
 
 
 async def test_a_service_gets_the_sandbox_disk_cap(drivers: list[Any]) -> None:

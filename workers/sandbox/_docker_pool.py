@@ -64,20 +64,24 @@ class HostSandboxes:
     def spares(self) -> int:
         return sum(p.held for p in self.pools)
 
-    def try_acquire(self, driver_cap: int) -> bool:
-        if self.used >= self.cap(driver_cap):
+    def try_acquire(self, driver_cap: int, n: int = 1) -> bool:
+        if self.used + n > self.cap(driver_cap):
             return False
-        self.used += 1
+        self.used += n
         return True
 
-    def release(self) -> None:
-        self.used = max(0, self.used - 1)
+    def release(self, n: int = 1) -> None:
+        self.used = max(0, self.used - n)
 
-    async def acquire(self, driver_cap: int, timeout: float) -> None:
-        """A slot for a sample's container: free, or freed by evicting an idle spare; bounded wait."""
+    async def acquire(self, driver_cap: int, timeout: float, n: int = 1) -> None:
+        """``n`` slots for a sample's containers (all of a multi-service sandbox's at once, so two of them
+        never hold half each): free, or freed by evicting idle spares; bounded wait."""
+        if n > self.cap(driver_cap):
+            raise SandboxCapacityError(f"A sandbox of {n} containers needs {n} slots; this host has "
+                                       f"{self.cap(driver_cap)}.")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while not self.try_acquire(driver_cap):
+        while not self.try_acquire(driver_cap, n):
             if await self.evict_one(newer_than=None):
                 continue
             if loop.time() >= deadline:

@@ -5,7 +5,8 @@ service joins its network namespace (``network_mode: container:<default>``), so 
 each other on 127.0.0.1 and nothing else: no bridge, no route out. Docker shares the default
 container's ``/etc/hosts`` with the joiners, and it maps every service name to 127.0.0.1.
 
-Services start together, each counted against the host's capacity, then each waits to be healthy:
+Services start together, each counted against the host's capacity (all of a sandbox's slots are taken
+at once, with the default container's), then each waits to be healthy:
 its ``healthcheck`` (Docker's own, polled through ``inspect``) or, without one, still running half
 a second after start. All are
 removed together (services first, the default container last: it owns the namespace). A service
@@ -55,19 +56,16 @@ def healthcheck_dict(check: HealthCheck) -> dict[str, Any]:
 
 async def start_services(driver: DockerSandboxDriver, main: DockerSandboxEnvironment, eval_id: str,
                          sample_id: str) -> dict[str, DockerSandboxEnvironment]:
-    """Create, start and health-check every service of ``driver.config`` beside ``main``."""
+    """Create, start and health-check every service of ``driver.config`` beside ``main``. Their host
+    slots were taken with the default container's; on failure each is given back."""
     started: dict[str, DockerSandboxEnvironment] = {}
     try:
         for name, service in driver.config.services.items():
-            await driver.host.acquire(driver.config.max_sandboxes, driver.config.acquire_timeout)
-            try:
-                started[name] = await _create(driver, main, name, service, eval_id, sample_id)
-            except BaseException:
-                driver.host.release()
-                raise
+            started[name] = await _create(driver, main, name, service, eval_id, sample_id)
         await asyncio.gather(*(_wait_healthy(driver, name, env, driver.config.services[name])
                                for name, env in started.items()))
     except BaseException:
+        driver.host.release(len(driver.config.services) - len(started))  # the ones never created
         await stop_services(driver, started)
         raise
     return started

@@ -201,11 +201,12 @@ class DockerSandboxDriver(SandboxDriver):
         await before_create(self)  # pull_policy 'always': pull first; a new image drops stale spares
         env = await self.pool.acquire()
         if env is None:
-            await self.host.acquire(self.config.max_sandboxes, self.config.acquire_timeout)
+            containers = 1 + len(self.config.services)  # a multi-service sandbox takes its slots at once
+            await self.host.acquire(self.config.max_sandboxes, self.config.acquire_timeout, containers)
             try:
                 env = await self._new_container(spec.eval_id or self.eval_id, spec.sample_id)
             except BaseException:
-                self.host.release()
+                self.host.release(containers)
                 raise
             if self.config.services:
                 try:
