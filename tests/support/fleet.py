@@ -61,6 +61,17 @@ def _wait(predicate, timeout: float, what: str, interval: float = 0.05) -> None:
     raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
 
 
+def stop_process(proc: subprocess.Popen | None, sig: int = signal.SIGTERM) -> None:
+    """Signal a test server and wait for it (bounded): SIGKILL if it outlives 10 s."""
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
 class RedisServer:
     def __init__(self, port: int | None = None) -> None:
         self.port = port or free_port()
@@ -91,13 +102,7 @@ class RedisServer:
             return False
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc, sig)
         self.proc = None
 
     def restart(self, down_for: float = 0.0) -> None:

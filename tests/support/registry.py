@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fleet import _wait, free_port
+from tests.support.fleet import _wait, free_port, stop_process
 from tests.support.prerequisites import require_docker_registry
 
 CONFIG = """\
@@ -73,13 +73,7 @@ class LocalRegistry:
         return (self.dir / "registry.log").read_text(errors="replace")[-4000:]
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
         self.proc = None
 
     def cleanup(self) -> None:
