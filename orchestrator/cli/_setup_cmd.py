@@ -60,14 +60,11 @@ def run_setup(args: argparse.Namespace) -> int:
     if unknown:
         return fail(f"unknown setup component '{unknown[0]}' (choose from: {', '.join(COMPONENTS)})")
     try:
-        if "redis" in wanted:
-            _ensure_redis()
-        if "registry" in wanted:
-            _ensure_registry()
-        if "images" in wanted:
-            ensure_images(force=args.force_images)
-        if "browser" in wanted:
-            _ensure_browser()
+        for component in (c for c in COMPONENTS if c in wanted):  # always in this order
+            if component == "images":
+                ensure_images(force=args.force_images)
+            else:
+                _ensure_program(*_PROGRAMS[component])
     except SetupError as exc:
         return fail(str(exc))
     return 0
@@ -77,43 +74,29 @@ def _say(message: str) -> None:
     print(f"toolfleet setup: {message}", file=sys.stderr, flush=True)
 
 
-# --- redis -------------------------------------------------------------------------------------------
+# --- programs from Debian's packages ------------------------------------------------------------------
 
 
-def _ensure_redis() -> None:
-    if shutil.which("redis-server"):
-        _say("redis-server: present")
+def _ensure_program(package: str, why: str, names: tuple[str, ...] = ()) -> None:
+    """``package`` installed with apt unless one of its programs (``names``, default the package's name)
+    is already on the PATH."""
+    names = names or (package,)
+    if any(shutil.which(name) for name in names):
+        _say(f"{package}: present")
         return
-    _apt_install(["redis-server"], why="redis-server (the Celery tests start their own on loopback)")
-    if not shutil.which("redis-server"):
-        raise SetupError("redis-server is still not on the PATH after installing it; add /usr/bin to PATH")
-    # Debian's package starts a system service on 6379; the tests never use it, operators may.
-    _say("redis-server: installed")
+    _apt_install([package], why=why)
+    if not any(shutil.which(name) for name in names):
+        raise SetupError(f"{names[0]} is still not on the PATH after installing it; add /usr/bin to PATH")
+    _say(f"{package}: installed")
 
 
-# --- registry ----------------------------------------------------------------------------------------
-
-
-def _ensure_registry() -> None:
-    if shutil.which("docker-registry"):
-        _say("docker-registry: present")
-        return
-    _apt_install(["docker-registry"], why="docker-registry (the image pull tests start their own on loopback)")
-    if not shutil.which("docker-registry"):
-        raise SetupError("docker-registry is still not on the PATH after installing it; add /usr/bin to PATH")
-    # Debian's package enables a system service on :5000 where systemd runs; the tests never use it.
-    _say("docker-registry: installed")
-
-
-# --- browser -----------------------------------------------------------------------------------------
-
-
-def _ensure_browser() -> None:
-    if shutil.which("chromium") or shutil.which("chromium-browser"):
-        _say("chromium: present")
-        return
-    _apt_install(["chromium"], why="chromium (the inspect view test renders a log headless)")
-    _say("chromium: installed")
+# Debian's redis-server and docker-registry packages start system services (6379, 5000); the tests
+# never use them (they start their own on free loopback ports), operators may.
+_PROGRAMS = {
+    "redis": ("redis-server", "redis-server (the Celery tests start their own on loopback)", ()),
+    "registry": ("docker-registry", "docker-registry (the image pull tests start their own on loopback)", ()),
+    "browser": ("chromium", "chromium (the inspect view test renders a log headless)", ("chromium", "chromium-browser")),
+}
 
 
 # --- images ------------------------------------------------------------------------------------------
