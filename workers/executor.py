@@ -102,8 +102,8 @@ async def execute_call(
             recorded = RecordingSandbox(box, execs)
             with bind_sandbox(recorded, recorded_services(box, recorded, execs) if bind else _named.get()):
                 value = await _call_with_timeout(definition.tool, kwargs, request)
-        elif bind:
-            with bind_sandbox(box, recorded_services(box, box, lambda _: None)):
+        elif bind:  # no sandbox, or one whose execs are recorded where it runs (it has no services here)
+            with bind_sandbox(box):
                 value = await _call_with_timeout(definition.tool, kwargs, request)
         else:
             value = await _call_with_timeout(definition.tool, kwargs, request)

@@ -48,14 +48,23 @@ def describe_sandbox_error(spec: Any, exc: Exception) -> str:
     return f"invalid sandbox {spec!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
 
 
-def sandbox_configs(task_sandbox: Any, samples: Sequence[Any],
-                    base_dir: Any = None) -> tuple[dict[str, list[str]], set[str]]:
-    """Validate every sandbox the samples will open; return docker image (services' too) -> the
-    samples that need it, and the sandbox types used. ``base_dir``: where compose files are found."""
+class SandboxNeeds:
+    """What the samples' sandboxes need, from one parse of each distinct spec (``sandbox_needs``)."""
+
+    def __init__(self) -> None:
+        self.images: dict[str, list[str]] = {}  # docker image (services' too) -> the samples that need it
+        self.kinds: set[str] = set()  # sandbox types used
+        self.pullable: set[str] = set()  # images some sandbox may pull (pull_policy not never, a registry host)
+        self.pods: dict[int, list[str]] = {}  # containers of a multi-service sandbox -> its samples
+
+
+def sandbox_needs(task_sandbox: Any, samples: Sequence[Any], base_dir: Any = None) -> SandboxNeeds:
+    """Validate every sandbox the samples will open (a spec that does not parse is one line naming the
+    sample) and say what they need. ``base_dir``: where compose files are found."""
+    from workers._policy import image_registry
     from workers.sandbox._driver import sandbox_config
 
-    images: dict[str, list[str]] = {}
-    kinds: set[str] = set()
+    needs = SandboxNeeds()
     parsed: dict[str, Any] = {}
     for sample in samples:
         spec = sample.sandbox if sample.sandbox is not None else task_sandbox
@@ -64,55 +73,21 @@ def sandbox_configs(task_sandbox: Any, samples: Sequence[Any],
         key = repr(spec)
         if key not in parsed:
             try:
-                parsed[key] = sandbox_config(spec, base_dir)
+                parsed[key] = config = sandbox_config(spec, base_dir)
             except (ValidationError, ValueError, TypeError) as exc:
                 where = f"Sample {sample.id!r}: " if sample.sandbox is not None else "Task: "
                 raise PreflightError(where + describe_sandbox_error(spec, exc)) from None
+            if config.type == "docker" and config.pull_policy != "never":
+                needs.pullable.update(image for image in (config.image, *(s.image for s in config.services.values()))
+                                      if image_registry(image))
         config = parsed[key]
-        kinds.add(config.type)
+        needs.kinds.add(config.type)
         if config.type == "docker":
             for image in dict.fromkeys([config.image, *(s.image for s in config.services.values())]):
-                images.setdefault(image, []).append(str(sample.id))
-    return images, kinds
-
-
-def pullable_images(task_sandbox: Any, samples: Sequence[Any], base_dir: Any = None) -> set[str]:
-    """The images (default containers' and services') some sample's sandbox may pull (pull_policy not 'never', a registry host
-    in the name); validation already happened in ``sandbox_configs``."""
-    from workers._policy import image_registry
-    from workers.sandbox._driver import sandbox_config
-
-    pullable: set[str] = set()
-    seen: set[str] = set()
-    for sample in samples:
-        spec = sample.sandbox if sample.sandbox is not None else task_sandbox
-        if spec is None or repr(spec) in seen:
-            continue
-        seen.add(repr(spec))
-        try:
-            config = sandbox_config(spec, base_dir)
-        except Exception:  # noqa: BLE001 - already reported by sandbox_configs
-            continue
-        if config.type == "docker" and config.pull_policy != "never":
-            pullable.update(image for image in (config.image, *(s.image for s in config.services.values()))
-                            if image_registry(image))
-    return pullable
-
-
-def multi_container(task_sandbox: Any, samples: Sequence[Any], base_dir: Any = None) -> dict[int, list[str]]:
-    """Multi-service sandboxes by their number of containers (each takes one slot on one worker)."""
-    from workers.sandbox._driver import sandbox_config
-
-    pods: dict[int, list[str]] = {}
-    for sample in samples:
-        spec = sample.sandbox if sample.sandbox is not None else task_sandbox
-        try:
-            config = sandbox_config(spec, base_dir) if spec is not None else None
-        except Exception:  # noqa: BLE001 - already reported by sandbox_configs
-            continue
-        if config is not None and getattr(config, "services", None):
-            pods.setdefault(1 + len(config.services), []).append(str(sample.id))
-    return pods
+                needs.images.setdefault(image, []).append(str(sample.id))
+            if config.services:
+                needs.pods.setdefault(1 + len(config.services), []).append(str(sample.id))
+    return needs
 
 
 def _who(samples: list[str]) -> str:
@@ -242,13 +217,11 @@ async def probe_model(model: Any) -> None:
 async def preflight(task_sandbox: Any, samples: Sequence[Any], *, embedded: bool, broker_url: str | None,
                     base_dir: Any = None) -> None:
     """Sandbox specs, images and workers for one task's samples (the model is probed once per eval)."""
-    images, kinds = sandbox_configs(task_sandbox, samples, base_dir)
-    pullable = pullable_images(task_sandbox, samples, base_dir)
-    pods = multi_container(task_sandbox, samples, base_dir)
+    needs = sandbox_needs(task_sandbox, samples, base_dir)
     if embedded:
-        await check_local_images(images, pullable)
+        await check_local_images(needs.images, needs.pullable)
     elif broker_url:
-        await check_fleet(broker_url, images, kinds, pullable, pods)
+        await check_fleet(broker_url, needs.images, needs.kinds, needs.pullable, needs.pods)
 
 
 __all__ = ["PreflightError", "preflight", "probe_model"]

@@ -162,7 +162,7 @@ class SampleRunner:
                     route_token = set_route(route)
                     stack.callback(reset_route, route_token)
                     # Scorers and solvers may call sandbox() themselves (Inspect style).
-                    stack.enter_context(bind_sandbox(*_sample_sandboxes(route, config, self._files_base_dir())))
+                    stack.enter_context(bind_sandbox(*_sample_sandboxes(route, config_json)))
                 self.progress.running += 1
                 self.progress.notify("start")
                 try:
@@ -290,7 +290,7 @@ class SampleRunner:
         return result
 
 
-def _sample_sandboxes(route: SampleRoute, config: Any, base_dir: Path | None) -> tuple[SandboxEnvironment, dict[str, SandboxEnvironment] | None]:
+def _sample_sandboxes(route: SampleRoute, config: dict[str, Any]) -> tuple[SandboxEnvironment, dict[str, SandboxEnvironment] | None]:
     """The sample's sandbox and, for a multi-service one, its containers by name (``sandbox("name")``).
 
     The real environments when they live in this process (embedded), else proxies through the
@@ -299,18 +299,16 @@ def _sample_sandboxes(route: SampleRoute, config: Any, base_dir: Path | None) ->
     """
     from workers._sandbox_recorder import RecordingSandbox, recorded_services
     from workers.executor import HOST, lookup_sandbox
-    from workers.sandbox._driver import sandbox_config
 
     try:
         env = lookup_sandbox(str(route.sandbox))
     except SandboxUnavailableError:
-        spec = sandbox_config(config, base_dir)
-        services = getattr(spec, "services", None) or {}
+        services = config.get("services") or {}  # the sandbox config as sent (JSON)
         if not services:
             return DispatchedSandbox(), None
         default = DispatchedSandbox()
         named: dict[str, SandboxEnvironment] = {name: DispatchedSandbox(name) for name in services}
-        return default, {spec.default_service: default, **named}
+        return default, {config["default_service"]: default, **named}
 
     def sink(rec: Any) -> None:
         record_sandbox_execs([rec], HOST, exec_phase())

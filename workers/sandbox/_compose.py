@@ -16,6 +16,7 @@ widens the sandbox (``privileged``, ``cap_add``, ``devices``). Keys with no effe
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from pathlib import Path
@@ -63,11 +64,22 @@ def parse_duration(value: Any) -> float:
 
 def read_compose(path: str | Path, base_dir: str | Path | None = None) -> DockerSandboxConfig:
     """Read and map a compose file; a relative path is resolved against ``base_dir`` (the task file's)."""
-    import yaml
-
     file = Path(path)
     if not file.is_absolute() and base_dir is not None:
         file = Path(base_dir) / file
+    try:
+        stat = file.stat()
+    except OSError as exc:
+        raise ComposeError(f"compose file {str(file)!r}: {exc.strerror or exc}") from None
+    # Every sample of a task names the same file: it is read and mapped once while it is unchanged.
+    return _read(str(file), stat.st_mtime_ns, stat.st_size).model_copy(deep=True)
+
+
+@functools.lru_cache(maxsize=32)
+def _read(path: str, mtime_ns: int, size: int) -> DockerSandboxConfig:
+    import yaml
+
+    file = Path(path)
     try:
         data = yaml.safe_load(file.read_text(encoding="utf-8"))
     except OSError as exc:
