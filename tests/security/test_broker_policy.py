@@ -34,6 +34,12 @@ REFUSED_DOCKER = {
     "seccomp off": {"security_opt": ["seccomp=unconfined"]},
     "foreign image": {"image": "attacker/rootkit:latest"},
     "api threads": {"api_threads": 10_000},
+    # A multi-service sandbox's services obey the sandbox's rules; their network and hardening are its own.
+    "service foreign image": {"services": {"db": {"image": "attacker/rootkit:latest"}}},
+    "service root user": {"services": {"db": {"image": "toolfleet/sandbox:latest", "user": "0"}}},
+    "service privileged": {"services": {"db": {"image": "toolfleet/sandbox:latest", "privileged": True}}},
+    "service host network": {"services": {"db": {"image": "toolfleet/sandbox:latest"}}, "network_mode": "host"},
+    "service mounts": {"services": {"db": {"image": "toolfleet/sandbox:latest", "volumes": ["/:/host"]}}},
 }
 
 
@@ -57,6 +63,9 @@ def test_policy_clamps_limits_and_keeps_narrowing_asks() -> None:
                                       "pids_limit": 10**6, "output_cap": 10**9, "pool_size": 1000})
     assert (admitted["mem_limit"], admitted["memswap_limit"], admitted["cpus"], admitted["pids_limit"],
             admitted["output_cap"], admitted["pool_size"]) == ("2g", "2g", 1.5, 100, 1024, policy.max_pool_size)
+    service = admit_sandbox(policy, {"type": "docker", "services": {"db": {
+        "image": "toolfleet/db:1", "mem_limit": "64g", "cpus": 64, "pids_limit": 10**6}}})["services"]["db"]
+    assert (service["mem_limit"], service["cpus"], service["pids_limit"]) == ("2g", 1.5, 100)
     narrow = admit_sandbox(policy, {"type": "docker", "mem_limit": "256m", "cpus": 0.5, "user": "nobody",
                                     "cap_drop": ["ALL"], "read_only": True, "direct_channel": False})
     assert (narrow["mem_limit"], narrow["cpus"], narrow["user"], narrow["read_only"], narrow["direct_channel"]) == \
@@ -76,8 +85,10 @@ async def test_local_sandbox_with_setup_script_is_refused(broker_fleet, dispatch
 
 @celery
 @pytest.mark.parametrize("fields", [REFUSED_DOCKER[k] for k in ("docker endpoint", "privileged", "added capability",
-                                                                "root user", "devices", "mounts")],
-                         ids=["docker-endpoint", "privileged", "cap-add", "root-user", "devices", "mounts"])
+                                                                "root user", "devices", "mounts", "service foreign image",
+                                                                "service root user")],
+                         ids=["docker-endpoint", "privileged", "cap-add", "root-user", "devices", "mounts",
+                              "service-image", "service-root"])
 async def test_dangerous_docker_config_is_refused_by_the_worker(broker_fleet, dispatcher, fields) -> None:  # noqa: F811
     spec = SandboxSpec(eval_id="attack", sample_id="s", config={"type": "docker", **fields})
     with pytest.raises(SandboxUnavailableError, match="refuses"):
