@@ -90,10 +90,42 @@ def _add_run_flags(p: argparse.ArgumentParser, defaults_from_log: bool = False) 
     g.add_argument("--timeout", type=float, help="model API request timeout (seconds)")
     g.add_argument("--max-tool-output", type=int, help="bytes of tool output the model sees (0: no truncation)")
     g.add_argument("--parallel-tool-calls", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--batch", nargs="?", const=True, type=_batch_flag, metavar="SIZE|FILE",
+                   help="send model requests through the provider's batch API (half price, slower): alone for "
+                        "the defaults, a batch size, or a YAML/JSON file of batch options (size, max_size, "
+                        "send_delay, tick, max_batches, max_consecutive_check_failures)")
 
 
 GENERATE_FLAGS = ("temperature", "max_tokens", "top_p", "seed", "stop_seqs", "max_retries", "timeout",
-                  "max_tool_output", "parallel_tool_calls")
+                  "max_tool_output", "parallel_tool_calls", "batch")
+
+
+def _batch_flag(value: str) -> bool | int | dict[str, Any]:
+    """``--batch`` alone (True), ``--batch 1000`` (a size) or ``--batch batch.yml`` (options), as Inspect."""
+    from orchestrator.model._generate_config import BatchConfig
+
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if value.isdigit():
+        if int(value) < 1:
+            raise argparse.ArgumentTypeError(f"a batch size is at least 1, got {value}")
+        return int(value)
+    path = Path(value)
+    if path.suffix.lower() not in (".yml", ".yaml", ".json"):
+        raise argparse.ArgumentTypeError(f"{value!r}: give a batch size or a .yml/.yaml/.json file of batch options")
+    try:
+        import yaml
+
+        options = yaml.safe_load(path.read_text())  # JSON is YAML
+        return BatchConfig.model_validate(options or {}).model_dump(exclude_none=True)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {value}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise argparse.ArgumentTypeError(f"{value} is not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
+    except ValueError as exc:
+        first = getattr(exc, "errors", lambda: [{}])()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "options"
+        raise argparse.ArgumentTypeError(f"{value}: {where}: {first.get('msg', exc)}") from None
 
 
 def _sandbox_flag(value: str) -> str | tuple[str, str]:

@@ -52,6 +52,8 @@ class RichDisplay:
                                f"rate limited {p.rate_limits})")
         grid.add_row("tool calls", f"{p.tool_calls}  ({p.tool_calls_per_s:.1f}/s)")
         grid.add_row("tokens", f"{p.tokens:,}")
+        if p.batches_pending or p.batches_done:
+            grid.add_row("batches", f"{p.batches_pending} pending, {p.batches_done} done")
         grid.add_row("elapsed", f"{_fmt_eta(p.elapsed)}   ETA {_fmt_eta(p.eta_s)}")
         grid.add_row("log", f"[dim]{p.log}[/dim]")
         return grid
@@ -101,6 +103,8 @@ class LogDisplay:
             self.log.info("sample_done", **progress.snapshot())
         elif what == "retry":
             self.log.warning("sample_retry", **progress.snapshot())
+        elif what == "batch":
+            self.log.info("batches", **progress.snapshot())
 
     async def _tick(self) -> None:
         while True:

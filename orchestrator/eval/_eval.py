@@ -27,6 +27,7 @@ import structlog
 
 from orchestrator.dataset import Sample
 from orchestrator.dispatch import Dispatcher, InProcessDispatcher, SampleRoute
+from orchestrator.model._batch import BatchScope, ResumeTable, batch_scope
 from orchestrator.model._generate_config import GenerateConfig
 from orchestrator.model._model import Model, model_context
 
@@ -270,6 +271,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     if path is None and o.resume:
         path, notice = _find_resumable(o.log_dir, identity, complete_too=o.skip_complete)
     finished: dict[tuple[str, int], EvalSample] = {}
+    recorded_batches: list[dict[str, Any]] = []
     if path is not None:
         existing = read_eval_log(path)
         if o.skip_complete and existing.status == "success":
@@ -278,6 +280,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
         spec = existing.eval
         notice = f"resuming {path} ({sum(1 for s in existing.samples if s.error is None)} samples already done)"
         finished = {s.key: s for s in existing.samples if s.error is None}
+        recorded_batches = existing.batches
         writer = await LogWriter.resume(path)
         await _close_leftovers(existing.open_sandboxes, dispatcher, writer)
     else:
@@ -311,6 +314,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
 
     status: str = "success"
     error: EvalError | None = None
+    batches = _batch_scope(writer, recorded_batches, set(finished), progress)
     async with open_display(display, progress):
         queue: asyncio.Queue[tuple[Sample, int]] = asyncio.Queue()
         for item in todo:
@@ -337,7 +341,8 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
                         f"{progress.errors} sample(s) failed: the --fail-on-error threshold "
                         f"({o.fail_on_error}) is reached; the remaining samples were not run.")
 
-        workers = [asyncio.create_task(worker()) for _ in range(max(1, min(o.max_samples or DEFAULT_MAX_SAMPLES, len(todo) or 1)))]
+        with batch_scope(batches):  # the samples' batched requests are journaled in this log
+            workers = [asyncio.create_task(worker()) for _ in range(max(1, min(o.max_samples or DEFAULT_MAX_SAMPLES, len(todo) or 1)))]
         try:
             await asyncio.gather(*workers)
         except BaseException as exc:
@@ -364,6 +369,16 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
 
         await asyncio.to_thread(export_inspect_log, path, o.log_format)
     return read_eval_log(path)
+
+
+def _batch_scope(writer: LogWriter, recorded: list[dict[str, Any]], finished: set[tuple[str, int]],
+                 progress: EvalProgress) -> BatchScope:
+    """Batch mode's link to this eval: batches journaled in the log, those of a killed run collected."""
+    def changed(pending: int, done: int) -> None:
+        progress.batches_pending, progress.batches_done = pending, done
+        progress.notify("batch")
+
+    return BatchScope(journal=writer.batch, resume=ResumeTable.from_records(recorded, finished), on_change=changed)
 
 
 class _ErrorThresholdReached(Exception):

@@ -8,6 +8,10 @@ Format ``toolfleet-eval-log`` version 1 — one JSON object per line, each with 
 ``sample``  one per finished sample attempt-set (after its retries): ``{"type": "sample", "sample": EvalSample}``.
             A sample may appear again after a resume re-ran it (it had errored); the **last** line for an
             ``(id, epoch)`` wins.
+``batch``   (batch mode) a provider batch holding this eval's requests: ``{"type": "batch", "event": "submit",
+            "model", "batch_id", "at", "requests": [{"custom_id", "sample_id", "epoch", "turn", "key"}]}`` when
+            submitted, ``{"type": "batch", "event": "end", "model", "batch_id", "state", "error", "at"}`` when
+            it ended; a resume collects the submitted batches' results instead of paying again (``model._batch``).
 ``footer``  when a run finishes: ``{"type": "footer", "status", "results", "stats", "error"}``.
 ``sandbox`` (distributed mode) a sandbox opened on / closed by a worker host:
             ``{"type": "sandbox", "event": "open"|"close", "handle", "queue", "sample_id", "epoch", "run_id"}``;
@@ -204,6 +208,7 @@ class EvalLog(BaseModel):
     location: str | None = None
     open_sandboxes: list[SandboxRecord] = Field(default_factory=list)  # opened, never closed (a killed run's)
     sandbox_events: list[dict[str, Any]] = Field(default_factory=list)  # every ``sandbox`` line, in order
+    batches: list[dict[str, Any]] = Field(default_factory=list)  # every ``batch`` line, in order
 
 
 class LogFormatError(EvalSetupError):
@@ -252,6 +257,8 @@ def read_eval_log(path: str | Path, header_only: bool = False) -> EvalLog:
                 sandboxes[rec.handle] = rec
             else:
                 sandboxes.pop(rec.handle, None)
+        elif kind == "batch":
+            log.batches.append({k: v for k, v in record.items() if k != "type"})
         elif kind == "footer":
             log.status = record["status"]
             log.results = EvalResults.model_validate(record["results"]) if record.get("results") else None
@@ -293,6 +300,9 @@ class LogWriter:
 
     async def sandbox(self, event: Literal["open", "close"], record: SandboxRecord) -> None:
         await self._write({"type": "sandbox", "event": event, **record.model_dump(mode="json")})
+
+    async def batch(self, record: dict[str, Any]) -> None:
+        await self._write({"type": "batch", **record})
 
     async def footer(self, status: EvalStatus, results: EvalResults | None, stats: EvalStats,
                      error: EvalError | None = None) -> None:

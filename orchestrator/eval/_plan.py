@@ -110,7 +110,8 @@ def _identity(task: Task, model: Model, o: _Options, sandbox: dict[str, Any] | N
     return EvalIdentity(
         task=task.registry_name or task.name, task_file=task.task_file, task_file_hash=file_hash(task.task_file),
         task_args=recordable_args(task.task_args), model=str(model), model_args=o.model_args or {},
-        generate_config=task.config.model_dump(exclude_none=True), sandbox=sandbox,
+        # Batch mode changes how requests travel, not what they say: a run with or without it resumes the other.
+        generate_config=task.config.model_dump(exclude_none=True, exclude={"batch"}), sandbox=sandbox,
         solver=solver_name(task.solver) if task.solver is not None else "generate",
         scorers=[scorer_info(s)[0] for s in task.scorer], limit=o.limit, sample_ids=o.sample_ids,
         epochs=o.epochs or task.epochs, epochs_reducer=o.epochs_reducer)

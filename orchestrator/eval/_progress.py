@@ -28,6 +28,8 @@ class EvalProgress:
     notice: str | None = None  # e.g. "resuming LOG (...)": every display shows it
     tool_calls: int = 0
     tokens: int = 0
+    batches_pending: int = 0  # batch mode: provider batches holding this eval's requests, in flight
+    batches_done: int = 0  # ... and ended
     started: float = field(default_factory=time.monotonic)
     _recent_calls: deque[float] = field(default_factory=deque)
     _live_retries: dict[str | None, int] = field(default_factory=dict)  # model span -> retries seen live
@@ -83,5 +85,6 @@ class EvalProgress:
                 "running": self.running, "errors": self.errors, "retries": self.retries,
                 "model_retries": self.model_retries, "rate_limits": self.rate_limits,
                 "tool_calls": self.tool_calls, "tool_calls_per_s": round(self.tool_calls_per_s, 2),
-                "tokens": self.tokens, "elapsed_s": round(self.elapsed, 1),
+                "tokens": self.tokens, "batches_pending": self.batches_pending, "batches_done": self.batches_done,
+                "elapsed_s": round(self.elapsed, 1),
                 "eta_s": None if eta is None else round(eta, 1)}

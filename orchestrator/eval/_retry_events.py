@@ -44,6 +44,9 @@ class _RetryReportingAPI(ModelAPI):
     def connection_limit(self) -> int | None:
         return self.inner.connection_limit()
 
+    def batch_backend(self) -> Any:
+        return self.inner.batch_backend()
+
     async def aclose(self) -> None:
         await self.inner.aclose()
 

@@ -17,7 +17,8 @@ from orchestrator.tool._content import (
 )
 
 from ._call_tools import ExecuteToolsResult, execute_tools
-from ._generate_config import GenerateConfig, GenerateConfigArgs
+from ._batch import BatchError
+from ._generate_config import BatchConfig, GenerateConfig, GenerateConfigArgs
 from ._model import (
     Model,
     ModelAPI,
@@ -36,6 +37,8 @@ from ._tool_call_parse import parse_tool_call
 from ._usage import UsageCounter, current_usage, record_model_usage, usage_scope
 
 __all__ = [
+    "BatchConfig",
+    "BatchError",
     "ChatCompletionChoice",
     "ChatMessage",
     "ChatMessageAssistant",

@@ -4,10 +4,23 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from typing_extensions import TypedDict
 
 DEFAULT_MAX_TOOL_OUTPUT = 16 * 1024
+
+
+class BatchConfig(BaseModel):
+    """How requests are pooled into a provider's batch API (Inspect's ``BatchConfig``; unset: defaults)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    size: int | None = Field(default=None, ge=1)  # send a batch once this many requests wait (default 100)
+    max_size: int | None = Field(default=None, ge=1)  # at most this many per batch (default: the provider's cap)
+    send_delay: float | None = Field(default=None, ge=0)  # send a partial batch after this many seconds (15)
+    tick: float | None = Field(default=None, gt=0)  # seconds between looks at the queue and batches' status (15)
+    max_batches: int | None = Field(default=None, ge=1)  # batches in flight at once per model (100)
+    max_consecutive_check_failures: int | None = Field(default=None, ge=1)  # failed status checks before a batch fails (1000)
 
 
 class GenerateConfig(BaseModel):
@@ -22,6 +35,15 @@ class GenerateConfig(BaseModel):
     timeout: float | None = None
     parallel_tool_calls: bool | None = None
     max_tool_output: int | None = None  # bytes; 0 disables truncation
+    # Provider batch API: True (defaults), a batch size, or a BatchConfig; False/None: one request at a time.
+    batch: bool | int | BatchConfig | None = None
+
+    @field_validator("batch")
+    @classmethod
+    def _batch_size_positive(cls, value: bool | int | BatchConfig | None) -> bool | int | BatchConfig | None:
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            raise ValueError(f"a batch size is at least 1, got {value}")
+        return value
 
     def merge(self, other: "GenerateConfig") -> "GenerateConfig":
         """``other``'s set values win."""
@@ -43,6 +65,7 @@ class GenerateConfigArgs(TypedDict, total=False):
     timeout: float | None
     parallel_tool_calls: bool | None
     max_tool_output: int | None
+    batch: bool | int | BatchConfig | None
 
 
 _active_config: ContextVar[GenerateConfig] = ContextVar("toolfleet_generate_config", default=GenerateConfig())

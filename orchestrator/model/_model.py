@@ -27,6 +27,7 @@ from orchestrator.tool._tool_def import ToolDef, tool_def
 from orchestrator.tool._tool_info import ToolInfo
 from orchestrator.util._limits import check_message_limit, check_token_limit, record_token_usage, record_turn
 
+from ._batch import BatchBackend, BatchError, batch_pool
 from ._chat_message import ChatMessage, ChatMessageUser
 from ._generate_config import GenerateConfig, active_generate_config
 from ._model_output import ModelOutput
@@ -79,6 +80,10 @@ class ModelAPI(ABC):
 
     def connection_limit(self) -> int | None:
         """At most this many requests in flight through one ``Model`` (None: unbounded)."""
+        return None
+
+    def batch_backend(self) -> BatchBackend | None:
+        """The provider's batch API, used when ``GenerateConfig.batch`` is on (None: it has none)."""
         return None
 
     async def aclose(self) -> None:
@@ -225,12 +230,15 @@ class Model:
             except ModelError:
                 raise
             except Exception as ex:
-                # Our own per-attempt timeout is transient by nature; anything else the provider judges.
-                retryable = isinstance(ex, TimeoutError) or self.api.should_retry(ex)
+                # Our own per-attempt timeout is transient by nature, a batch says; anything else the provider judges.
+                batched = isinstance(ex, BatchError)
+                retryable = ex.retryable if batched else isinstance(ex, TimeoutError) or self.api.should_retry(ex)
                 if not retryable:
                     raise ModelError(str(self), _describe(ex), retries, False) from ex
                 delay = backoff_delay(policy, retries, self.api.retry_after(ex))
-                if retries >= policy.max_retries or time.monotonic() - start + delay > policy.max_elapsed:
+                # A batch may take hours: max_elapsed (sized for direct calls) would forbid any retry after one.
+                elapsed = 0.0 if batched else time.monotonic() - start
+                if retries >= policy.max_retries or elapsed + delay > policy.max_elapsed:
                     raise ModelError(str(self), f"giving up after {retries} retries: {_describe(ex)}",
                                      retries, True) from ex
                 retries += 1
@@ -238,6 +246,11 @@ class Model:
 
     async def _attempt(self, messages: list[ChatMessage], infos: list[ToolInfo], choice: ToolChoice | None,
                        cfg: GenerateConfig) -> ModelOutput:
+        pool = batch_pool(self.api, cfg.batch, str(self)) if cfg.batch else None
+        if pool is not None:
+            # Neither a connection slot nor the per-attempt timeout: the request waits in a batch for
+            # as long as the provider takes (the pool bounds that wait).
+            return await pool.generate(messages, infos, choice, cfg)
         async with self._slots or contextlib.nullcontext():
             # Bound every wait: providers also get cfg.timeout, this covers ones that ignore it
             # (and a policy that never answers) even when no timeout was configured.

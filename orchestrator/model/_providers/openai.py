@@ -19,6 +19,7 @@ from orchestrator.tool._tool_info import ToolInfo
 
 from .._chat_message import ChatMessage
 from .._generate_config import GenerateConfig
+from .._batch import BatchBackend
 from .._model import ModelAPI
 from .._model_output import ModelOutput
 from ._openai_wire import build_request, is_context_length_error, parse_completion
@@ -46,6 +47,14 @@ class OpenAIAPI(ModelAPI):
         self._client_args = client_args
         self._client: AsyncOpenAI | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def extra_body(self) -> dict[str, Any] | None:
+        return self._extra_body
+
+    def client(self) -> AsyncOpenAI:
+        """The SDK client for the running event loop."""
+        return self._client_for_loop()
 
     def _client_for_loop(self) -> AsyncOpenAI:
         # httpx pools are bound to the loop that opened them; a memoized model used from a new loop
@@ -85,6 +94,11 @@ class OpenAIAPI(ModelAPI):
 
     def connection_limit(self) -> int | None:
         return self._max_connections
+
+    def batch_backend(self) -> BatchBackend:
+        from ._openai_batch import OpenAIBatch
+
+        return OpenAIBatch(self)
 
     async def aclose(self) -> None:
         if self._client is not None:

@@ -1,0 +1,83 @@
+"""What a batch run records in the eval log, and how a resumed run finds what it already paid for.
+
+Each submitted batch is one ``batch`` line (``event: "submit"``) naming the batch and, per request, its
+``custom_id``, the sample and epoch it belongs to, the conversation turn, and ``key`` — a hash of the
+request body. An ended batch adds an ``event: "end"`` line with its final state.
+
+A resumed eval re-runs its unfinished samples from the start. When such a sample makes a request whose
+(model, sample, epoch, key) a previous run submitted, the request is not sent again: it attaches to the
+recorded batch and takes that batch's result (collected now if the batch ended meanwhile). A sample that
+made the same request twice (a retry after an error) replays the recorded submissions in order. Batches
+that ended failed, expired or cancelled are left out: their requests would only fail again.
+
+Pure: built from the log's records, no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+_DEAD_STATES = ("failed", "expired", "cancelled")
+
+
+def request_key(body: dict[str, Any]) -> str:
+    """A stable hash of a request body (same request, same key, in any process)."""
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def conversation_turn(body: dict[str, Any]) -> int:
+    """Which model turn of its conversation a request is: assistant messages already in it, plus one."""
+    messages = body.get("messages") or []
+    return 1 + sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    batch_id: str
+    custom_id: str
+
+
+SampleRef = tuple[str, int]  # (sample id as a string, epoch)
+
+
+class ResumeTable:
+    """Recorded requests by (model, sample, epoch, key), each queue in submission order."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, str, int, str], deque[RecordedRequest]] = {}
+
+    @classmethod
+    def from_records(cls, records: list[dict[str, Any]], skip_samples: set[SampleRef] = frozenset()) -> "ResumeTable":  # type: ignore[assignment]
+        """From the log's ``batch`` records; requests of ``skip_samples`` (finished ones) are left out."""
+        dead = {r.get("batch_id") for r in records if r.get("event") == "end" and r.get("state") in _DEAD_STATES}
+        table = cls()
+        for record in records:
+            if record.get("event") != "submit" or record.get("batch_id") in dead:
+                continue
+            for item in record.get("requests") or []:
+                try:
+                    ref = (str(item["sample_id"]), int(item["epoch"]))
+                    entry = RecordedRequest(str(record["batch_id"]), str(item["custom_id"]))
+                    key = (str(record.get("model")), *ref, str(item["key"]))
+                except (KeyError, TypeError, ValueError):
+                    continue  # a damaged record: that request is simply sent again
+                if ref not in skip_samples:
+                    table._entries.setdefault(key, deque()).append(entry)
+        return table
+
+    def take(self, model: str, sample: SampleRef, key: str) -> RecordedRequest | None:
+        queue = self._entries.get((model, *sample, key))
+        if not queue:
+            return None
+        entry = queue.popleft()
+        if not queue:
+            del self._entries[(model, *sample, key)]
+        return entry
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self._entries.values())
