@@ -1,17 +1,28 @@
 """A chat-completions server on loopback, for driving the real ``openai`` SDK in tests.
 
-Stdlib ``http.server`` in a background thread. Each POST pops the next scripted ``Reply``; every
-request is recorded (path, headers, JSON body) so tests can assert what the client actually sent.
-With no reply queued it answers 418 (a status nobody retries), so a test that under-scripts fails
+Stdlib ``http.server`` in a background thread. Each chat completion pops the next scripted ``Reply``
+(or, with the queue empty, asks ``responder(body)`` when one is given); every request is recorded
+(method, path, headers, JSON body) so tests can assert what the client actually sent. With no reply
+queued and no responder it answers 418 (a status nobody retries), so a test that under-scripts fails
 fast instead of hanging.
+
+The Batch API too: ``POST /files`` (multipart, purpose "batch"), ``POST /batches``, ``GET
+/batches/{id}``, ``POST /batches/{id}/cancel``, ``GET /files/{id}/content``. A batch is answered
+request by request like chat completions, when it is first retrieved, unless ``hold_batches`` is set
+(it stays ``in_progress``). ``plan_batches(...)`` makes the next batches end otherwise: ``"fail"``
+(rejected input), ``"expire"`` (every request expired, in the error file), ``"malformed"`` (an output
+file of broken lines and bodies that are no completion) or ``"refuse"`` (the create call answers 500).
 """
 
 from __future__ import annotations
 
+import email.parser
+import email.policy
 import json
 import threading
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -70,8 +81,14 @@ def error(status: int, message: str, code: str | None = None, headers: dict[str,
 class OpenAIServer:
     """``with OpenAIServer() as server: server.enqueue(completion("hi")); ... server.base_url``."""
 
-    def __init__(self) -> None:
+    def __init__(self, responder: Callable[[dict[str, Any]], Reply] | None = None) -> None:
         self.requests: list[RecordedRequest] = []
+        self.responder = responder
+        self.hold_batches = threading.Event()  # set: batches stay in_progress
+        self.files: dict[str, bytes] = {}
+        self.batches: dict[str, dict[str, Any]] = {}  # id -> the batch object as last served
+        self.batch_inputs: dict[str, list[dict[str, Any]]] = {}  # id -> its request lines, in creation order
+        self._batch_plan: deque[str] = deque()
         self._replies: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
@@ -92,6 +109,131 @@ class OpenAIServer:
     def bodies(self) -> list[Any]:
         return [r.body for r in self.requests]
 
+    def plan_batches(self, *outcomes: str) -> None:
+        """How the next batches end: "fail", "expire", "malformed", "refuse" or "complete"."""
+        with self._lock:
+            self._batch_plan.extend(outcomes)
+
+    def paths(self, method: str = "POST") -> list[str]:
+        return [r.path for r in self.requests if r.method == method]
+
+    @property
+    def direct_completions(self) -> int:
+        return sum(1 for r in self.requests if r.method == "POST" and r.path.endswith("/chat/completions"))
+
+    def _reply_for(self, body: Any) -> Reply:
+        with self._lock:
+            if self._replies:
+                return self._replies.popleft()
+        if self.responder is not None and isinstance(body, dict):
+            return self.responder(body)
+        return error(418, "no scripted reply left on the test server")
+
+    # -- the Batch API ------------------------------------------------------------------------------
+
+    def _upload(self, content_type: str, raw: bytes) -> Reply:
+        message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+            b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + raw)
+        parts = {part.get_param("name", header="content-disposition"): part for part in message.iter_parts()}
+        if "file" not in parts or "purpose" not in parts:
+            return error(400, "multipart upload needs 'file' and 'purpose'")
+        data = parts["file"].get_payload(decode=True) or b""
+        file_id = f"file-{uuid.uuid4().hex[:12]}"
+        with self._lock:
+            self.files[file_id] = data
+        return Reply(body={"id": file_id, "object": "file", "bytes": len(data), "created_at": 0,
+                           "filename": parts["file"].get_filename() or "upload", "status": "processed",
+                           "purpose": (parts["purpose"].get_payload(decode=True) or b"").decode()})
+
+    def _create_batch(self, body: Any) -> Reply:
+        with self._lock:
+            plan = self._batch_plan.popleft() if self._batch_plan else "complete"
+            data = self.files.get(body.get("input_file_id", "")) if isinstance(body, dict) else None
+        if plan == "refuse":
+            return error(500, "the batch service is down")
+        if data is None:
+            return error(400, "unknown input_file_id", code="invalid_file")
+        lines = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+        batch_id = f"batch_{uuid.uuid4().hex[:12]}"
+        batch = {"id": batch_id, "object": "batch", "endpoint": body.get("endpoint"), "errors": None,
+                 "input_file_id": body["input_file_id"], "completion_window": body.get("completion_window"),
+                 "status": "validating", "output_file_id": None, "error_file_id": None, "created_at": 0,
+                 "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
+                 "metadata": body.get("metadata"), "_plan": plan}
+        with self._lock:
+            self.batches[batch_id] = batch
+            self.batch_inputs[batch_id] = lines
+        return Reply(body=_public(batch))
+
+    def _retrieve_batch(self, batch_id: str) -> Reply:
+        with self._lock:
+            batch = self.batches.get(batch_id)
+        if batch is None:
+            return error(404, f"no batch {batch_id}")
+        if batch["status"] in ("validating", "in_progress"):
+            if self.hold_batches.is_set():
+                batch["status"] = "in_progress"
+            else:
+                self._finish(batch)
+        return Reply(body=_public(batch))
+
+    def _finish(self, batch: dict[str, Any]) -> None:
+        plan, lines = batch["_plan"], self.batch_inputs[batch["id"]]
+        out: list[str] = []
+        errors: list[str] = []
+        if plan == "fail":
+            batch["status"] = "failed"
+            batch["errors"] = {"object": "list", "data": [{"code": "invalid_request", "line": 1,
+                                                           "message": "the input file is not valid"}]}
+            return
+        for n, line in enumerate(lines):
+            cid = line["custom_id"]
+            if plan == "expire":
+                errors.append(json.dumps({"id": f"req_{n}", "custom_id": cid, "response": None, "error": {
+                    "code": "batch_expired", "message": "not executed before the completion window expired"}}))
+            elif plan == "malformed":
+                out.append("{not json" if n % 2 else json.dumps(
+                    {"id": f"req_{n}", "custom_id": cid, "response": {"status_code": 200, "body": {"bogus": 1}}}))
+            else:
+                reply = self._reply_for(line["body"])
+                record = json.dumps({"id": f"req_{n}", "custom_id": cid, "error": None, "response": {
+                    "status_code": reply.status, "request_id": f"r{n}", "body": reply.body}})
+                (out if reply.status == 200 else errors).append(record)
+        batch["status"] = "expired" if plan == "expire" else "completed"
+        batch["request_counts"] = {"total": len(lines), "completed": len(out), "failed": len(errors)}
+        for key, content in (("output_file_id", out), ("error_file_id", errors)):
+            if content:
+                file_id = f"file-{uuid.uuid4().hex[:12]}"
+                with self._lock:
+                    self.files[file_id] = ("\n".join(content) + "\n").encode()
+                batch[key] = file_id
+
+    def _cancel_batch(self, batch_id: str) -> Reply:
+        with self._lock:
+            batch = self.batches.get(batch_id)
+        if batch is None:
+            return error(404, f"no batch {batch_id}")
+        batch["status"] = "cancelled"
+        return Reply(body=_public(batch))
+
+    def _route(self, method: str, path: str, headers: dict[str, str], raw: bytes, body: Any) -> Reply | bytes:
+        parts = path.split("?")[0].rstrip("/").split("/")
+        if method == "POST" and path.endswith("/files"):
+            return self._upload(headers.get("content-type", ""), raw)
+        if method == "POST" and path.endswith("/batches"):
+            return self._create_batch(body)
+        if method == "POST" and len(parts) >= 2 and parts[-3:-2] == ["batches"] and parts[-1] == "cancel":
+            return self._cancel_batch(parts[-2])
+        if method == "GET" and len(parts) >= 2 and parts[-2] == "batches":
+            return self._retrieve_batch(parts[-1])
+        if method == "GET" and parts[-1] == "content" and len(parts) >= 3 and parts[-3] == "files":
+            with self._lock:
+                data = self.files.get(parts[-2])
+            return data if data is not None else error(404, "no such file")
+        if method == "GET":
+            return error(404, f"nothing at {path}")
+        return self._reply_for(body)
+
     def start(self) -> "OpenAIServer":
         self._thread.start()
         return self
@@ -107,25 +249,36 @@ class OpenAIServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _next(self, request: RecordedRequest) -> Reply:
+    def _handle(self, method: str, path: str, headers: dict[str, str], raw: bytes) -> Reply | bytes:
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = raw.decode("utf-8", "replace")
         with self._lock:
-            self.requests.append(request)
-            if self._replies:
-                return self._replies.popleft()
-        return error(418, "no scripted reply left on the test server")
+            self.requests.append(RecordedRequest(method, path, headers, body))
+        return self._route(method, path, headers, raw, body)
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server naming)
+            def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+                self._serve("GET")
+
+            def do_POST(self) -> None:  # noqa: N802
+                self._serve("POST")
+
+            def _serve(self, method: str) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
-                try:
-                    body: Any = json.loads(raw) if raw else None
-                except json.JSONDecodeError:
-                    body = raw.decode("utf-8", "replace")
-                reply = server._next(RecordedRequest("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                reply = server._handle(method, self.path, {k.lower(): v for k, v in self.headers.items()}, raw)
+                if isinstance(reply, bytes):  # a file's content
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/octet-stream")
+                    self.send_header("Content-Length", str(len(reply)))
+                    self.end_headers()
+                    self.wfile.write(reply)
+                    return
                 payload = reply.body if isinstance(reply.body, str) else json.dumps(reply.body)
                 data = payload.encode()
                 self.send_response(reply.status)
@@ -140,3 +293,7 @@ class OpenAIServer:
                 pass  # keep test output clean
 
         return Handler
+
+
+def _public(batch: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in batch.items() if not k.startswith("_")}

@@ -1,0 +1,158 @@
+"""Batch mode with ``openai/<model>``: the real openai SDK against a Batch-API server on loopback.
+
+Many concurrent turns' requests go out as one batch (files upload + batches create), are polled and
+handed back each to its own turn; failed, expired, malformed and refused batches resolve their turns
+with an error that the model's retry loop retries like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from orchestrator.log import ModelEvent, Transcript, bind_transcript
+from orchestrator.model import BatchConfig, GenerateConfig, ModelError, RetryPolicy, get_model
+from tests.support.openai_server import OpenAIServer, Reply, completion, error
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST = BatchConfig(size=3, send_delay=0.3, tick=0.05)
+
+
+def echo_last(body: dict[str, Any]) -> Reply:
+    """Answer each request with its own last user message, upper-cased: a result that cannot go astray."""
+    return completion(f"ECHO {body['messages'][-1]['content'].upper()}")
+
+
+def model_for(server: OpenAIServer, max_retries: int = 3) -> Any:
+    return get_model("openai/test-model", base_url=server.base_url, api_key="test-key", memoize=False,
+                     retry=RetryPolicy(max_retries=max_retries, initial_delay=0.01, max_delay=0.05),
+                     config=GenerateConfig(batch=FAST))
+
+
+async def _ask(model: Any, prompts: list[str]) -> list[Any]:
+    return await asyncio.gather(*(model.generate(p) for p in prompts), return_exceptions=True)
+
+
+def test_concurrent_requests_go_out_as_one_batch_and_come_back_to_their_turns() -> None:
+    with OpenAIServer(responder=echo_last) as server:
+        model = model_for(server)
+        outputs = asyncio.run(_ask(model, ["one", "two", "three"]))
+
+    assert [o.completion for o in outputs] == ["ECHO ONE", "ECHO TWO", "ECHO THREE"]
+    assert server.direct_completions == 0
+    [batch_id] = server.batch_inputs
+    lines = server.batch_inputs[batch_id]
+    assert [line["body"]["messages"][-1]["content"] for line in lines] == ["one", "two", "three"]
+    assert {line["url"] for line in lines} == {"/v1/chat/completions"}
+    assert len({line["custom_id"] for line in lines}) == 3
+    created = [r.body for r in server.requests if r.method == "POST" and r.path.endswith("/batches")]
+    assert created[0]["endpoint"] == "/v1/chat/completions" and created[0]["completion_window"] == "24h"
+
+
+def test_a_partial_batch_is_sent_after_send_delay() -> None:
+    with OpenAIServer(responder=echo_last) as server:
+        [output] = asyncio.run(_ask(model_for(server), ["alone"]))
+    assert output.completion == "ECHO ALONE"
+    assert [len(v) for v in server.batch_inputs.values()] == [1]
+
+
+def test_batch_size_caps_each_batch() -> None:
+    with OpenAIServer(responder=echo_last) as server:
+        model = get_model("openai/test-model", base_url=server.base_url, api_key="k", memoize=False,
+                          config=GenerateConfig(batch=BatchConfig(size=2, max_size=2, send_delay=0.3, tick=0.05)))
+        outputs = asyncio.run(_ask(model, [f"p{i}" for i in range(5)]))
+    assert sorted(o.completion for o in outputs) == sorted(f"ECHO P{i}" for i in range(5))
+    assert sorted(len(v) for v in server.batch_inputs.values()) == [1, 2, 2]
+
+
+@pytest.mark.parametrize(("plan", "says"), [
+    ("fail", "failed: the input file is not valid"),
+    ("expire", "batch_expired"),
+    ("malformed", "malformed result for request"),
+    ("refuse", "the batch service is down"),
+])
+def test_a_failed_expired_malformed_or_refused_batch_is_retried(plan: str, says: str) -> None:
+    with OpenAIServer(responder=echo_last) as server:
+        server.plan_batches(plan)
+        [given_up] = asyncio.run(_ask(model_for(server, max_retries=0), ["z"]))
+        assert isinstance(given_up, ModelError) and says in str(given_up)
+
+        server.plan_batches(plan)
+        server.requests.clear()
+        transcript = Transcript()
+
+        async def run() -> list[Any]:
+            with bind_transcript(transcript):
+                return await _ask(model_for(server), ["a", "b", "c"])
+
+        outputs = asyncio.run(run())
+    assert [o.completion for o in outputs] == ["ECHO A", "ECHO B", "ECHO C"]
+    assert server.direct_completions == 0
+    events = [e for e in transcript.events if isinstance(e, ModelEvent)]
+    assert [e.retries for e in events] == [1, 1, 1]
+    created = [r for r in server.requests if r.method == "POST" and r.path.endswith("/batches")]
+    assert len(created) == 2  # the bad one, then the retry
+
+
+def test_malformed_results_name_what_was_wrong() -> None:
+    with OpenAIServer(responder=echo_last) as server:
+        server.plan_batches("malformed")
+        outputs = asyncio.run(_ask(model_for(server, max_retries=0), ["a", "b"]))
+    messages = sorted(str(o) for o in outputs)
+    assert all(isinstance(o, ModelError) for o in outputs)
+    assert "malformed result for request" in messages[1] and "ValidationError" in messages[1]
+    assert "completed without a result for request" in messages[0]
+
+
+def test_a_request_the_provider_rejects_fails_its_turn_only() -> None:
+    def responder(body: dict[str, Any]) -> Reply:
+        if body["messages"][-1]["content"] == "bad":
+            return error(400, "unsupported parameter")
+        return echo_last(body)
+
+    with OpenAIServer(responder=responder) as server:
+        good, bad, other = asyncio.run(_ask(model_for(server), ["good", "bad", "other"]))
+    assert (good.completion, other.completion) == ("ECHO GOOD", "ECHO OTHER")
+    assert isinstance(bad, ModelError) and "unsupported parameter" in str(bad) and bad.retries == 0
+    assert len(server.batch_inputs) == 1  # a 400 is not retried
+
+
+def test_retries_are_bounded() -> None:
+    with OpenAIServer(responder=echo_last) as server:
+        server.plan_batches("fail", "fail", "fail")
+        [out] = asyncio.run(_ask(model_for(server, max_retries=2), ["x"]))
+    assert isinstance(out, ModelError) and out.retries == 2 and "failed" in str(out)
+    assert len(server.batch_inputs) == 3
+
+
+def test_a_batch_nobody_waits_for_is_cancelled() -> None:
+    with OpenAIServer(responder=echo_last) as server:
+        server.hold_batches.set()
+
+        async def run() -> None:
+            model = model_for(server)
+            waiting = asyncio.ensure_future(_ask(model, ["a", "b", "c"]))
+            while not server.batch_inputs:
+                await asyncio.sleep(0.02)
+            waiting.cancel()
+            for _ in range(200):
+                if any(b["status"] == "cancelled" for b in server.batches.values()):
+                    return
+                await asyncio.sleep(0.02)
+
+        asyncio.run(run())
+    [batch] = server.batches.values()
+    assert batch["status"] == "cancelled"
+    assert any(p.endswith("/cancel") for p in server.paths())
+
+
+def test_without_batch_requests_go_direct() -> None:
+    with OpenAIServer(responder=echo_last) as server:
+        model = get_model("openai/test-model", base_url=server.base_url, api_key="k", memoize=False,
+                          config=GenerateConfig(batch=False))
+        [out] = asyncio.run(_ask(model, ["direct"]))
+    assert out.completion == "ECHO DIRECT"
+    assert server.direct_completions == 1 and not server.batch_inputs
