@@ -5,3 +5,4 @@ from pathlib import Path
 HERE = Path(__file__).parent
 BASIC = HERE / "tasks" / "basic.py"
 FLAKY = HERE / "tasks" / "flaky.py"
+BATCH_REACT = HERE / "tasks" / "batch_react.py"

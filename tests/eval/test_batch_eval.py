@@ -1,0 +1,137 @@
+"""``toolfleet eval --batch``: a react eval whose model requests all go through the provider's batch API.
+
+The real CLI in a subprocess, the real openai SDK, a Batch-API server on loopback whose responder plays
+the agent (two parallel lookups, then submit). Asserted on the server's request log: several samples'
+requests per batch and not one direct chat completion. Then an orchestrator SIGKILLed after submitting a
+batch: ``eval-retry`` collects that batch's results instead of submitting (paying for) them again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.eval import read_eval_log
+from tests.support.openai_server import OpenAIServer, Reply, completion, tool_call
+
+from .task_files import BATCH_REACT
+
+pytestmark = pytest.mark.timeout(180)
+
+N = 6
+
+
+def play_react(body: dict[str, Any]) -> Reply:
+    """The agent's side: look both keys up in parallel, then submit what the lookups returned."""
+    messages = body["messages"]
+    question = next(m["content"] for m in messages if m["role"] == "user")
+    results = [m["content"] for m in messages if m["role"] == "tool"]
+    if not results:
+        return completion(tool_calls=[tool_call("lookup", {"key": k}) for k in re.findall(r"k\d+[ab]", question)])
+    return completion(tool_calls=[tool_call("submit", {"answer": " ".join(results)})])
+
+
+def _toolfleet(*args: str) -> list[str]:
+    return [sys.executable, "-m", "orchestrator.cli", *args]
+
+
+def _env(server: OpenAIServer) -> dict[str, str]:
+    return {**os.environ, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "test-key"}
+
+
+def _batch_options(tmp_path: Path, **options: Any) -> str:
+    path = tmp_path / "batch.json"
+    path.write_text(json.dumps({"size": N, "send_delay": 2, "tick": 0.1, **options}))
+    return str(path)
+
+
+def _eval_cmd(tmp_path: Path, batch: str) -> list[str]:
+    return _toolfleet("eval", f"{BATCH_REACT}@batch_react", "--model", "openai/test-model", "-T", f"n={N}",
+                      "--batch", batch, "--log-dir", str(tmp_path / "logs"), "--display", "log")
+
+
+def _turn(line: dict[str, Any]) -> int:
+    return 1 + sum(m["role"] == "assistant" for m in line["body"]["messages"])
+
+
+def _question(line: dict[str, Any]) -> str:
+    return next(m["content"] for m in line["body"]["messages"] if m["role"] == "user")
+
+
+def test_react_eval_with_batch_pools_every_request(tmp_path: Path) -> None:
+    with OpenAIServer(responder=play_react) as server:
+        done = subprocess.run(_eval_cmd(tmp_path, _batch_options(tmp_path)), env=_env(server),
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"samples: {N}/{N} completed, 0 errored" in done.stdout
+
+    assert server.direct_completions == 0
+    batches = list(server.batch_inputs.values())
+    assert sum(len(b) for b in batches) == 2 * N  # two turns per sample, each request in a batch once
+    assert all(len({_question(line) for line in b}) >= 2 for b in batches)  # several samples in each batch
+    assert Counter(_turn(line) for b in batches for line in b) == {1: N, 2: N}
+
+    [log_path] = (tmp_path / "logs").glob("*.jsonl")
+    log = read_eval_log(log_path)
+    assert all(s.scores["includes"].value == "C" for s in log.samples)
+    submitted = [r for r in log.batches if r["event"] == "submit"]
+    assert sorted(r["batch_id"] for r in submitted) == sorted(server.batch_inputs)
+    requests = [q for r in submitted for q in r["requests"]]
+    assert Counter((q["sample_id"], q["turn"]) for q in requests) == {(f"s{i}", t): 1 for i in range(N) for t in (1, 2)}
+    assert {r["state"] for r in log.batches if r["event"] == "end"} == {"completed"}
+    progress = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    assert progress[-1]["batches_done"] == len(batches) and progress[-1]["batches_pending"] == 0
+    assert any(p.get("event") == "batches" and p["batches_pending"] >= 1 for p in progress)
+
+
+def test_sigkilled_mid_batch_resumes_and_collects_without_paying_twice(tmp_path: Path) -> None:
+    with OpenAIServer(responder=play_react) as server:
+        server.hold_batches.set()  # the first batch stays in progress until the orchestrator is dead
+        proc = subprocess.Popen(_eval_cmd(tmp_path, _batch_options(tmp_path)), env=_env(server),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                logs = list((tmp_path / "logs").glob("*.jsonl"))
+                if logs and server.batch_inputs and read_eval_log(logs[0]).batches:
+                    break
+                assert proc.poll() is None, "the eval ended before its batch could be held"
+                time.sleep(0.05)
+            else:
+                raise AssertionError("no batch was submitted and recorded in time")
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        [log_path] = logs
+        before = read_eval_log(log_path)
+        assert before.status == "started" and not before.samples
+        [first] = server.batch_inputs  # the one batch the killed run paid for: every sample's first turn
+        assert len(server.batch_inputs[first]) == N
+        assert [r["batch_id"] for r in before.batches] == [first]
+
+        server.hold_batches.clear()  # the provider finishes the batch while nobody is watching
+        resumed = subprocess.run(_toolfleet("eval-retry", str(log_path), "--display", "none"), env=_env(server),
+                                 capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+
+    after = read_eval_log(log_path)
+    assert after.status == "success" and len(after.samples) == N
+    assert all(s.scores["includes"].value == "C" for s in after.samples)
+    assert server.direct_completions == 0
+    lines = [line for b in server.batch_inputs.values() for line in b]
+    assert Counter(_turn(line) for line in lines) == {1: N, 2: N}  # no first turn was submitted twice
+    assert f"/v1/batches/{first}" in server.paths("GET")  # collected by the resumed run
+    later = [r for r in after.batches if r["event"] == "submit" and r["batch_id"] != first]
+    assert {q["turn"] for r in later for q in r["requests"]} == {2}
