@@ -122,12 +122,22 @@ class OpenAIServer:
         return sum(1 for r in self.requests if r.method == "POST" and r.path.endswith("/chat/completions"))
 
     def _reply_for(self, body: Any) -> Reply:
+        """The answer to one generate request (direct, or an item of a batch)."""
         with self._lock:
             if self._replies:
                 return self._replies.popleft()
         if self.responder is not None and isinstance(body, dict):
             return self.responder(body)
+        return self._no_reply()
+
+    def _no_reply(self) -> Reply:
         return error(418, "no scripted reply left on the test server")
+
+    def _next(self, request: RecordedRequest) -> Reply:
+        """A direct generate request: recorded, then answered."""
+        with self._lock:
+            self.requests.append(request)
+        return self._reply_for(request.body)
 
     # -- the Batch API ------------------------------------------------------------------------------
 
@@ -216,8 +226,14 @@ class OpenAIServer:
         batch["status"] = "cancelled"
         return Reply(body=_public(batch))
 
-    def _route(self, method: str, path: str, headers: dict[str, str], raw: bytes, body: Any) -> Reply | bytes:
+    def _route(self, request: RecordedRequest, raw: bytes) -> Reply | bytes:
+        """Batch and file endpoints here; any other POST is a direct generate request (``_next``)."""
+        method, path, headers, body = request.method, request.path, request.headers, request.body
         parts = path.split("?")[0].rstrip("/").split("/")
+        if method == "POST" and "batches" not in parts and parts[-1] != "files":
+            return self._next(request)
+        with self._lock:
+            self.requests.append(request)
         if method == "POST" and path.endswith("/files"):
             return self._upload(headers.get("content-type", ""), raw)
         if method == "POST" and path.endswith("/batches"):
@@ -230,9 +246,7 @@ class OpenAIServer:
             with self._lock:
                 data = self.files.get(parts[-2])
             return data if data is not None else error(404, "no such file")
-        if method == "GET":
-            return error(404, f"nothing at {path}")
-        return self._reply_for(body)
+        return error(404, f"nothing at {method} {path}")
 
     def start(self) -> "OpenAIServer":
         self._thread.start()
@@ -254,9 +268,7 @@ class OpenAIServer:
             body: Any = json.loads(raw) if raw else None
         except (json.JSONDecodeError, UnicodeDecodeError):
             body = raw.decode("utf-8", "replace")
-        with self._lock:
-            self.requests.append(RecordedRequest(method, path, headers, body))
-        return self._route(method, path, headers, raw, body)
+        return self._route(RecordedRequest(method, path, headers, body), raw)
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
