@@ -74,9 +74,11 @@ def _check_model_args(provider: str, model_args: dict[str, Any]) -> None:
     except ImportError as exc:
         raise UnknownModelError(f"Model provider '{provider}' needs a package that is not installed: {exc}") from exc
     params = inspect.signature(cls.__init__).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
-    accepted = [n for n in params if n not in ("self", "model_name", "config")] + ["retry"]
+    client_args = cls.client_arg_names()
+    if client_args is None and any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return  # a provider that takes anything and does not say what
+    own = [n for n, p in params.items() if n not in ("self", "model_name", "config") and p.kind is not p.VAR_KEYWORD]
+    accepted = sorted({*own, *(client_args or ()), "retry"})
     unknown = [k for k in model_args if k not in accepted]
     if unknown:
         raise UnknownModelError(f"Model provider '{provider}' has no argument {', '.join(repr(k) for k in unknown)} "

@@ -22,6 +22,7 @@ class GenerateConfig(BaseModel):
     timeout: float | None = None
     parallel_tool_calls: bool | None = None
     max_tool_output: int | None = None  # bytes; 0 disables truncation
+    reasoning_tokens: int | None = None  # extended-thinking budget (Anthropic)
 
     def merge(self, other: "GenerateConfig") -> "GenerateConfig":
         """``other``'s set values win."""
@@ -43,6 +44,7 @@ class GenerateConfigArgs(TypedDict, total=False):
     timeout: float | None
     parallel_tool_calls: bool | None
     max_tool_output: int | None
+    reasoning_tokens: int | None
 
 
 _active_config: ContextVar[GenerateConfig] = ContextVar("toolfleet_generate_config", default=GenerateConfig())

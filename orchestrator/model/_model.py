@@ -77,6 +77,15 @@ class ModelAPI(ABC):
         """Seconds the server asked us to wait (Retry-After), if it said."""
         return None
 
+    def is_overload(self, ex: BaseException) -> bool:
+        """Whether ``ex`` says the provider is over capacity (429, 529 overloaded): fewer connections help."""
+        return getattr(ex, "status_code", None) in (429, 529)
+
+    @classmethod
+    def client_arg_names(cls) -> frozenset[str] | None:
+        """``-M`` keys a provider with ``**client_args`` accepts beyond its constructor's own (None: any)."""
+        return None
+
     def connection_limit(self) -> int | None:
         """At most this many requests in flight through one ``Model`` (None: unbounded)."""
         return None
@@ -90,6 +99,7 @@ ModelAPIType = TypeVar("ModelAPIType", bound=type[ModelAPI])
 # Built-in providers are imported on first use, so importing orchestrator.model stays cheap
 # (the openai SDK takes a noticeable fraction of a second to import).
 _PROVIDERS: dict[str, type[ModelAPI] | str] = {
+    "anthropic": "orchestrator.model._providers.anthropic:AnthropicAPI",
     "openai": "orchestrator.model._providers.openai:OpenAIAPI",
     "scripted": "orchestrator.model._providers.scripted:ScriptedModelAPI",
     "mockllm": "orchestrator.model._providers.scripted:ScriptedModelAPI",
@@ -316,7 +326,8 @@ def get_model(model: str | Model | None = None, *, config: GenerateConfig | None
         return _MEMO[key]
     api = cls(model_name, base_url=base_url, api_key=api_key, config=config, **model_args)  # type: ignore[call-arg]
     api.provider = provider
-    resolved = Model(api, config, retry)
+    # The provider's config: ``config`` plus what its own arguments set (``-M max_retries=3``).
+    resolved = Model(api, api.config, retry)
     if memoize and cls.memoize:
         _MEMO[key] = resolved
     return resolved
