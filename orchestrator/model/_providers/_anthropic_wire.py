@@ -37,6 +37,10 @@ from .._tool_call_parse import parse_error_message, parse_tool_call
 DEFAULT_MAX_TOKENS = 4096  # the API requires max_tokens; used when GenerateConfig.max_tokens is unset
 NO_CONTENT = "(no content)"  # the API refuses empty text blocks and empty turns
 
+class MalformedResponseError(ValueError):
+    """A 200 whose body is not a Messages API message (a broken proxy or compatible server)."""
+
+
 _STOP_REASONS: dict[str, StopReason] = {
     "end_turn": "stop",
     "stop_sequence": "stop",
@@ -220,9 +224,13 @@ def parse_message(model: str, message: Any, tools: list[ToolInfo] | None = None)
     Thinking blocks are kept, in order, as ``ContentReasoning`` parts before the text, so they are
     in the history sent back next turn and in the log. Several ``tool_use`` blocks keep their order.
     """
+    blocks = _get(message, "content") if isinstance(message, dict) or hasattr(message, "content") else None
+    if not isinstance(blocks, list):
+        raise MalformedResponseError(f"malformed Messages API response: expected a message with a list of content "
+                                     f"blocks, got {type(blocks if blocks is not None else message).__name__}")
     parts: list[ContentReasoning | ContentText] = []
     calls: list[ToolCall] = []
-    for block in _get(message, "content") or []:
+    for block in blocks:
         kind = _get(block, "type")
         if kind == "text":
             parts.append(ContentText(text=_get(block, "text") or ""))

@@ -10,6 +10,8 @@ window answers a ``model_length`` output, not an error.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import os
 from typing import Any
 
@@ -67,7 +69,7 @@ class AnthropicAPI(ModelAPI):
 
     async def generate(self, input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice | None,
                        config: GenerateConfig) -> ModelOutput:
-        request = build_request(self.model_name, input, tools, tool_choice, config)
+        request = _sdk_arguments(build_request(self.model_name, input, tools, tool_choice, config))
         try:
             message = await self._client_for_loop().messages.create(**request, timeout=config.timeout or DEFAULT_TIMEOUT)
         except anthropic.BadRequestError as ex:
@@ -100,3 +102,21 @@ class AnthropicAPI(ModelAPI):
         if self._client is not None:
             await self._client.close()
             self._client = None
+
+
+@functools.cache
+def _create_parameters() -> frozenset[str]:
+    from anthropic.resources.messages import AsyncMessages
+
+    return frozenset(inspect.signature(AsyncMessages.create).parameters)
+
+
+def _sdk_arguments(request: dict[str, Any]) -> dict[str, Any]:
+    """The wire body as ``messages.create`` arguments: fields this SDK version has no parameter for
+    (some releases dropped ``temperature``/``top_p`` from the signature) travel in ``extra_body``."""
+    known = _create_parameters()
+    extra = {k: v for k, v in request.items() if k not in known}
+    arguments = {k: v for k, v in request.items() if k in known}
+    if extra:
+        arguments["extra_body"] = extra
+    return arguments
