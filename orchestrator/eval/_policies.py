@@ -8,12 +8,12 @@ running sample with ``orchestrator.solver.sample_state()`` (e.g. an oracle readi
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
 from collections.abc import Callable
 from typing import Any
 
+from orchestrator.model._concurrency import ConnectionLimiter
 from orchestrator.model._model import MODEL_ENV, Model, get_model
 
 from ._errors import EvalSetupError
@@ -92,5 +92,5 @@ def configured_model(model: Model, max_connections: int | None) -> Model:
     if max_connections < 1:
         raise EvalSetupError(f"--max-connections must be at least 1, got {max_connections}.")
     bounded = Model(model.api, model.config, model.retry)
-    bounded._slots = asyncio.Semaphore(max_connections)
+    bounded._slots = ConnectionLimiter(max_connections)
     return bounded

@@ -21,18 +21,20 @@ from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar, Token
 from typing import Any, ClassVar, TypeVar
 
-from orchestrator.log import ModelEvent, span, transcript
+from orchestrator.log import InfoEvent, ModelEvent, span, transcript
 from orchestrator.tool._tool_call import ToolChoice, ToolFunction
 from orchestrator.tool._tool_def import ToolDef, tool_def
 from orchestrator.tool._tool_info import ToolInfo
 from orchestrator.util._limits import check_message_limit, check_token_limit, record_token_usage, record_turn
 
 from ._chat_message import ChatMessage, ChatMessageUser
+from ._concurrency import ConnectionLimiter, LimitChange, Outcome
 from ._generate_config import GenerateConfig, active_generate_config
 from ._model_output import ModelOutput
 from ._providers._retry import RetryPolicy, backoff_delay
 from ._usage import record_model_usage
 
+CONNECTIONS_SOURCE = "model_connections"  # InfoEvent source: the adaptive connection limit changed
 MODEL_ENV = "TOOLFLEET_MODEL"  # fallback for get_model() when no model is active
 # Per-attempt bound when GenerateConfig.timeout is unset; above the openai SDK's own 600 s default
 # so a provider's timeout error (retryable, with a clear message) normally fires first.
@@ -147,7 +149,8 @@ class Model:
         self.config = config or GenerateConfig()
         self.retry = retry or RetryPolicy()
         limit = api.connection_limit()
-        self._slots = asyncio.Semaphore(limit) if limit else None
+        # Adaptive (AIMD) within the limit; shared by every copy of this model (see _with_config).
+        self._slots = ConnectionLimiter(limit) if limit else None
 
     @property
     def name(self) -> str:
@@ -248,14 +251,43 @@ class Model:
 
     async def _attempt(self, messages: list[ChatMessage], infos: list[ToolInfo], choice: ToolChoice | None,
                        cfg: GenerateConfig) -> ModelOutput:
-        async with self._slots or contextlib.nullcontext():
-            # Bound every wait: providers also get cfg.timeout, this covers ones that ignore it
-            # (and a policy that never answers) even when no timeout was configured.
-            async with asyncio.timeout(cfg.timeout or ATTEMPT_TIMEOUT_CEILING):
-                return await self.api.generate(messages, infos, choice, cfg)
+        limiter = self._slots
+        if limiter is None:
+            return await self._request(messages, infos, choice, cfg)
+        epoch = await limiter.acquire()
+        outcome: Outcome = "neutral"
+        try:
+            output = await self._request(messages, infos, choice, cfg)
+            outcome = "success"
+            return output
+        except Exception as ex:
+            outcome = "overload" if self.api.is_overload(ex) else "neutral"
+            raise
+        finally:
+            change = limiter.release(epoch, outcome)
+            if change is not None:
+                _record_limit_change(str(self), limiter, change)
+
+    async def _request(self, messages: list[ChatMessage], infos: list[ToolInfo], choice: ToolChoice | None,
+                       cfg: GenerateConfig) -> ModelOutput:
+        # Bound every wait: providers also get cfg.timeout, this covers ones that ignore it
+        # (and a policy that never answers) even when no timeout was configured.
+        async with asyncio.timeout(cfg.timeout or ATTEMPT_TIMEOUT_CEILING):
+            return await self.api.generate(messages, infos, choice, cfg)
+
+    @property
+    def connections(self) -> ConnectionLimiter | None:
+        """The adaptive bound on this model's requests in flight (None: unbounded)."""
+        return self._slots
 
     async def aclose(self) -> None:
         await self.api.aclose()
+
+
+def _record_limit_change(model: str, limiter: ConnectionLimiter, change: LimitChange) -> None:
+    # In the transcript of the sample whose request moved the limit: the log shows when and why.
+    transcript().record(InfoEvent(source=CONNECTIONS_SOURCE, data={
+        "model": model, "connections": change.limit, "max_connections": limiter.ceiling, "reason": change.reason}))
 
 
 def _merge(base: GenerateConfig, override: GenerateConfig | None) -> GenerateConfig:
