@@ -8,12 +8,12 @@ running sample with ``orchestrator.solver.sample_state()`` (e.g. an oracle readi
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
 from collections.abc import Callable
 from typing import Any
 
+from orchestrator.model._concurrency import ConnectionLimiter
 from orchestrator.model._model import MODEL_ENV, Model, get_model
 
 from ._errors import EvalSetupError
@@ -74,9 +74,11 @@ def _check_model_args(provider: str, model_args: dict[str, Any]) -> None:
     except ImportError as exc:
         raise UnknownModelError(f"Model provider '{provider}' needs a package that is not installed: {exc}") from exc
     params = inspect.signature(cls.__init__).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
-    accepted = [n for n in params if n not in ("self", "model_name", "config")] + ["retry"]
+    client_args = cls.client_arg_names()
+    if client_args is None and any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return  # a provider that takes anything and does not say what
+    own = [n for n, p in params.items() if n not in ("self", "model_name", "config") and p.kind is not p.VAR_KEYWORD]
+    accepted = sorted({*own, *(client_args or ()), "retry"})
     unknown = [k for k in model_args if k not in accepted]
     if unknown:
         raise UnknownModelError(f"Model provider '{provider}' has no argument {', '.join(repr(k) for k in unknown)} "
@@ -90,5 +92,5 @@ def configured_model(model: Model, max_connections: int | None) -> Model:
     if max_connections < 1:
         raise EvalSetupError(f"--max-connections must be at least 1, got {max_connections}.")
     bounded = Model(model.api, model.config, model.retry)
-    bounded._slots = asyncio.Semaphore(max_connections)
+    bounded._slots = ConnectionLimiter(max_connections)
     return bounded

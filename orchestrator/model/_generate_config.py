@@ -35,6 +35,7 @@ class GenerateConfig(BaseModel):
     timeout: float | None = None
     parallel_tool_calls: bool | None = None
     max_tool_output: int | None = None  # bytes; 0 disables truncation
+    reasoning_tokens: int | None = None  # extended-thinking budget (Anthropic)
     # Provider batch API: True (defaults), a batch size, or a BatchConfig; False/None: one request at a time.
     batch: bool | int | BatchConfig | None = None
 
@@ -65,6 +66,7 @@ class GenerateConfigArgs(TypedDict, total=False):
     timeout: float | None
     parallel_tool_calls: bool | None
     max_tool_output: int | None
+    reasoning_tokens: int | None
     batch: bool | int | BatchConfig | None
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar, Token
 from typing import Any, ClassVar, TypeVar
 
-from orchestrator.log import ModelEvent, span, transcript
+from orchestrator.log import InfoEvent, ModelEvent, span, transcript
 from orchestrator.tool._tool_call import ToolChoice, ToolFunction
 from orchestrator.tool._tool_def import ToolDef, tool_def
 from orchestrator.tool._tool_info import ToolInfo
@@ -29,11 +29,13 @@ from orchestrator.util._limits import check_message_limit, check_token_limit, re
 
 from ._batch import BatchBackend, BatchError, batch_pool
 from ._chat_message import ChatMessage, ChatMessageUser
+from ._concurrency import ConnectionLimiter, LimitChange, Outcome
 from ._generate_config import GenerateConfig, active_generate_config
 from ._model_output import ModelOutput
 from ._providers._retry import RetryPolicy, backoff_delay
 from ._usage import record_model_usage
 
+CONNECTIONS_SOURCE = "model_connections"  # InfoEvent source: the adaptive connection limit changed
 MODEL_ENV = "TOOLFLEET_MODEL"  # fallback for get_model() when no model is active
 # Per-attempt bound when GenerateConfig.timeout is unset; above the openai SDK's own 600 s default
 # so a provider's timeout error (retryable, with a clear message) normally fires first.
@@ -78,6 +80,15 @@ class ModelAPI(ABC):
         """Seconds the server asked us to wait (Retry-After), if it said."""
         return None
 
+    def is_overload(self, ex: BaseException) -> bool:
+        """Whether ``ex`` says the provider is over capacity (429, 529 overloaded): fewer connections help."""
+        return getattr(ex, "status_code", None) in (429, 529)
+
+    @classmethod
+    def client_arg_names(cls) -> frozenset[str] | None:
+        """``-M`` keys a provider with ``**client_args`` accepts beyond its constructor's own (None: any)."""
+        return None
+
     def connection_limit(self) -> int | None:
         """At most this many requests in flight through one ``Model`` (None: unbounded)."""
         return None
@@ -95,6 +106,7 @@ ModelAPIType = TypeVar("ModelAPIType", bound=type[ModelAPI])
 # Built-in providers are imported on first use, so importing orchestrator.model stays cheap
 # (the openai SDK takes a noticeable fraction of a second to import).
 _PROVIDERS: dict[str, type[ModelAPI] | str] = {
+    "anthropic": "orchestrator.model._providers.anthropic:AnthropicAPI",
     "openai": "orchestrator.model._providers.openai:OpenAIAPI",
     "scripted": "orchestrator.model._providers.scripted:ScriptedModelAPI",
     "mockllm": "orchestrator.model._providers.scripted:ScriptedModelAPI",
@@ -142,7 +154,8 @@ class Model:
         self.config = config or GenerateConfig()
         self.retry = retry or RetryPolicy()
         limit = api.connection_limit()
-        self._slots = asyncio.Semaphore(limit) if limit else None
+        # Adaptive (AIMD) within the limit; shared by every copy of this model (see _with_config).
+        self._slots = ConnectionLimiter(limit) if limit else None
 
     @property
     def name(self) -> str:
@@ -251,14 +264,43 @@ class Model:
             # Neither a connection slot nor the per-attempt timeout: the request waits in a batch for
             # as long as the provider takes (the pool bounds that wait).
             return await pool.generate(messages, infos, choice, cfg)
-        async with self._slots or contextlib.nullcontext():
-            # Bound every wait: providers also get cfg.timeout, this covers ones that ignore it
-            # (and a policy that never answers) even when no timeout was configured.
-            async with asyncio.timeout(cfg.timeout or ATTEMPT_TIMEOUT_CEILING):
-                return await self.api.generate(messages, infos, choice, cfg)
+        limiter = self._slots
+        if limiter is None:
+            return await self._request(messages, infos, choice, cfg)
+        epoch = await limiter.acquire()
+        outcome: Outcome = "neutral"
+        try:
+            output = await self._request(messages, infos, choice, cfg)
+            outcome = "success"
+            return output
+        except Exception as ex:
+            outcome = "overload" if self.api.is_overload(ex) else "neutral"
+            raise
+        finally:
+            change = limiter.release(epoch, outcome)
+            if change is not None:
+                _record_limit_change(str(self), limiter, change)
+
+    async def _request(self, messages: list[ChatMessage], infos: list[ToolInfo], choice: ToolChoice | None,
+                       cfg: GenerateConfig) -> ModelOutput:
+        # Bound every wait: providers also get cfg.timeout, this covers ones that ignore it
+        # (and a policy that never answers) even when no timeout was configured.
+        async with asyncio.timeout(cfg.timeout or ATTEMPT_TIMEOUT_CEILING):
+            return await self.api.generate(messages, infos, choice, cfg)
+
+    @property
+    def connections(self) -> ConnectionLimiter | None:
+        """The adaptive bound on this model's requests in flight (None: unbounded)."""
+        return self._slots
 
     async def aclose(self) -> None:
         await self.api.aclose()
+
+
+def _record_limit_change(model: str, limiter: ConnectionLimiter, change: LimitChange) -> None:
+    # In the transcript of the sample whose request moved the limit: the log shows when and why.
+    transcript().record(InfoEvent(source=CONNECTIONS_SOURCE, data={
+        "model": model, "connections": change.limit, "max_connections": limiter.ceiling, "reason": change.reason}))
 
 
 def _merge(base: GenerateConfig, override: GenerateConfig | None) -> GenerateConfig:
@@ -329,7 +371,8 @@ def get_model(model: str | Model | None = None, *, config: GenerateConfig | None
         return _MEMO[key]
     api = cls(model_name, base_url=base_url, api_key=api_key, config=config, **model_args)  # type: ignore[call-arg]
     api.provider = provider
-    resolved = Model(api, config, retry)
+    # The provider's config: ``config`` plus what its own arguments set (``-M max_retries=3``).
+    resolved = Model(api, api.config, retry)
     if memoize and cls.memoize:
         _MEMO[key] = resolved
     return resolved

@@ -18,8 +18,10 @@ class ModelUsage(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0
+    input_tokens_cache_write: int | None = None
     input_tokens_cache_read: int | None = None
     reasoning_tokens: int | None = None
+    total_cost: float | None = None  # USD, from the price table (None: no price known for the model)
 
     def __add__(self, other: "ModelUsage") -> "ModelUsage":
         def add(a: int | None, b: int | None) -> int | None:
@@ -29,8 +31,11 @@ class ModelUsage(BaseModel):
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
+            input_tokens_cache_write=add(self.input_tokens_cache_write, other.input_tokens_cache_write),
             input_tokens_cache_read=add(self.input_tokens_cache_read, other.input_tokens_cache_read),
             reasoning_tokens=add(self.reasoning_tokens, other.reasoning_tokens),
+            total_cost=None if self.total_cost is None and other.total_cost is None
+            else (self.total_cost or 0.0) + (other.total_cost or 0.0),
         )
 
 

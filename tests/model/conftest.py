@@ -15,12 +15,19 @@ if _ROOT not in sys.path:
 
 from orchestrator.log import Transcript, bind_transcript  # noqa: E402
 from orchestrator.model import RetryPolicy  # noqa: E402
+from tests.support.anthropic_server import AnthropicServer  # noqa: E402
 from tests.support.openai_server import OpenAIServer  # noqa: E402
 
 
 @pytest.fixture
 def openai_server() -> Iterator[OpenAIServer]:
     with OpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture
+def anthropic_server() -> Iterator[AnthropicServer]:
+    with AnthropicServer() as server:
         yield server
 
 

@@ -22,10 +22,12 @@ from .._generate_config import GenerateConfig
 from .._batch import BatchBackend
 from .._model import ModelAPI
 from .._model_output import ModelOutput
+from ._client_args import sdk_client_arg_names, split_client_args
 from ._openai_wire import build_request, is_context_length_error, parse_completion
 from ._retry import parse_retry_after
 
 DEFAULT_TIMEOUT = 600.0  # seconds per request when GenerateConfig.timeout is unset (the SDK's default)
+DEFAULT_MAX_CONNECTIONS = 10  # Inspect's default for API providers; --max-connections overrides it
 LOCAL_API_KEY = "EMPTY"  # placeholder for self-hosted servers that check no key (vLLM, Ollama)
 _RETRY_STATUS = {408, 409, 429}
 
@@ -42,9 +44,10 @@ class OpenAIAPI(ModelAPI):
                                  "(or point base_url/OPENAI_BASE_URL at a self-hosted server)")
             api_key = LOCAL_API_KEY
         super().__init__(model_name, base_url, api_key, config)
+        settings, self._client_args = split_client_args(client_args)
+        self.config = self.config.merge(settings)
         self._max_connections = max_connections
         self._extra_body = extra_body
-        self._client_args = client_args
         self._client: AsyncOpenAI | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
 
@@ -61,8 +64,8 @@ class OpenAIAPI(ModelAPI):
         # (a new eval, a new test) needs a new client.
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop:
-            self._client = AsyncOpenAI(api_key=self.api_key, base_url=self.base_url, max_retries=0,
-                                       timeout=self.config.timeout or DEFAULT_TIMEOUT, **self._client_args)
+            args = {"timeout": self.config.timeout or DEFAULT_TIMEOUT, **self._client_args}
+            self._client = AsyncOpenAI(api_key=self.api_key, base_url=self.base_url, max_retries=0, **args)
             self._client_loop = loop
         return self._client
 
@@ -80,6 +83,10 @@ class OpenAIAPI(ModelAPI):
             raise
         return parse_completion(self.model_name, completion, tools)
 
+    @classmethod
+    def client_arg_names(cls) -> frozenset[str]:
+        return sdk_client_arg_names(AsyncOpenAI)
+
     def should_retry(self, ex: BaseException) -> bool:
         if isinstance(ex, openai.APIConnectionError):  # includes APITimeoutError
             return True
@@ -93,7 +100,7 @@ class OpenAIAPI(ModelAPI):
         return None
 
     def connection_limit(self) -> int | None:
-        return self._max_connections
+        return self._max_connections or DEFAULT_MAX_CONNECTIONS
 
     def batch_backend(self) -> BatchBackend:
         from ._openai_batch import OpenAIBatch

@@ -1,0 +1,122 @@
+"""``anthropic/<model>``: the Anthropic Messages API through the official ``anthropic`` SDK.
+
+``base_url`` / ``api_key`` come from arguments or ``ANTHROPIC_BASE_URL`` (the SDK's form, without
+``/v1``) / ``ANTHROPIC_API_KEY``; any model name is passed through. Other ``-M`` arguments go to the
+SDK client (see ``_client_args``). The SDK's own retries are off: ``Model`` retries 429 (honouring
+``retry-after``), 529 overloaded, other 5xx, 408/409 and connection errors. A prompt over the context
+window answers a ``model_length`` output, not an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import os
+from typing import Any
+
+import anthropic
+from anthropic import AsyncAnthropic
+
+from orchestrator.tool._tool_call import ToolChoice
+from orchestrator.tool._tool_info import ToolInfo
+
+from .._chat_message import ChatMessage
+from .._generate_config import GenerateConfig
+from .._model import ModelAPI
+from .._model_output import ModelOutput
+from ._anthropic_wire import build_request, is_context_length_error, parse_message
+from ._client_args import sdk_client_arg_names, split_client_args
+from ._retry import parse_retry_after
+
+DEFAULT_TIMEOUT = 600.0  # seconds per request when GenerateConfig.timeout is unset
+DEFAULT_MAX_CONNECTIONS = 10  # Inspect's default for API providers; --max-connections overrides it
+LOCAL_API_KEY = "EMPTY"  # placeholder for a self-hosted compatible server that checks no key
+_RETRY_STATUS = {408, 409, 429}
+_OVERLOAD_STATUS = {429, 529}
+
+
+class AnthropicAPI(ModelAPI):
+    def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
+                 config: GenerateConfig | None = None, max_connections: int | None = None,
+                 **client_args: Any) -> None:
+        base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
+        api_key = api_key or os.environ.get("ANTHROPIC_API_KEY") or None
+        if api_key is None:
+            if base_url is None:
+                raise ValueError("anthropic models need an API key: pass api_key= or set ANTHROPIC_API_KEY "
+                                 "(or point base_url/ANTHROPIC_BASE_URL at a compatible server)")
+            api_key = LOCAL_API_KEY
+        super().__init__(model_name, base_url, api_key, config)
+        settings, self._client_args = split_client_args(client_args)
+        self.config = self.config.merge(settings)
+        self._max_connections = max_connections
+        self._client: AsyncAnthropic | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def client_arg_names(cls) -> frozenset[str]:
+        return sdk_client_arg_names(AsyncAnthropic)
+
+    def _client_for_loop(self) -> AsyncAnthropic:
+        # httpx pools are bound to the loop that opened them: a new loop needs a new client.
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            args = {"timeout": self.config.timeout or DEFAULT_TIMEOUT, **self._client_args}
+            self._client = AsyncAnthropic(api_key=self.api_key, base_url=self.base_url, max_retries=0, **args)
+            self._client_loop = loop
+        return self._client
+
+    async def generate(self, input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice | None,
+                       config: GenerateConfig) -> ModelOutput:
+        request = _sdk_arguments(build_request(self.model_name, input, tools, tool_choice, config))
+        try:
+            message = await self._client_for_loop().messages.create(**request, timeout=config.timeout or DEFAULT_TIMEOUT)
+        except anthropic.BadRequestError as ex:
+            if is_context_length_error(ex.message):
+                return ModelOutput.from_content(self.model_name, ex.message, stop_reason="model_length")
+            raise
+        return parse_message(self.model_name, message, tools)
+
+    def should_retry(self, ex: BaseException) -> bool:
+        if isinstance(ex, anthropic.APIConnectionError):  # includes APITimeoutError
+            return True
+        if isinstance(ex, anthropic.APIStatusError):
+            return ex.status_code in _RETRY_STATUS or ex.status_code >= 500
+        return False
+
+    def is_overload(self, ex: BaseException) -> bool:
+        if isinstance(ex, anthropic.APIStatusError):
+            return ex.status_code in _OVERLOAD_STATUS or isinstance(ex, anthropic.OverloadedError)
+        return False
+
+    def retry_after(self, ex: BaseException) -> float | None:
+        if isinstance(ex, anthropic.APIStatusError):
+            return parse_retry_after(ex.response.headers)
+        return None
+
+    def connection_limit(self) -> int | None:
+        return self._max_connections or DEFAULT_MAX_CONNECTIONS
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+
+@functools.cache
+def _create_parameters() -> frozenset[str]:
+    from anthropic.resources.messages import AsyncMessages
+
+    return frozenset(inspect.signature(AsyncMessages.create).parameters)
+
+
+def _sdk_arguments(request: dict[str, Any]) -> dict[str, Any]:
+    """The wire body as ``messages.create`` arguments: fields this SDK version has no parameter for
+    (some releases dropped ``temperature``/``top_p`` from the signature) travel in ``extra_body``."""
+    known = _create_parameters()
+    extra = {k: v for k, v in request.items() if k not in known}
+    arguments = {k: v for k, v in request.items() if k in known}
+    if extra:
+        arguments["extra_body"] = extra
+    return arguments
