@@ -4,10 +4,17 @@ The same scripted-reply machinery as ``openai_server`` (each POST pops the next 
 request is recorded), with Anthropic's shapes: ``message(...)`` builds a 200 ``Message`` from content
 blocks, ``error(...)`` Anthropic's error envelope (``overloaded()`` is the 529). ``base_url`` is the
 SDK's form, without ``/v1``. With no reply queued it answers 418, so an under-scripted test fails fast.
+
+Message Batches too: ``POST /v1/messages/batches``, ``GET /v1/messages/batches/{id}`` (and its
+``/results`` JSONL), ``POST .../{id}/cancel``; each request is answered like a direct one (queue, then
+``responder``) when the batch is first retrieved, unless ``hold_batches`` is set. ``plan_batches`` as on
+the OpenAI server: ``"fail"`` (every request ``errored`` with an ``api_error``), ``"expire"`` (every
+request ``expired``), ``"malformed"`` (broken lines and results that are no message), ``"refuse"`` (500).
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -65,9 +72,88 @@ class AnthropicServer(OpenAIServer):
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
 
-    def _next(self, request: RecordedRequest) -> Reply:
+
+    def _no_reply(self) -> Reply:
+        return error(418, "no scripted reply left on the test server")
+
+    def _route(self, request: RecordedRequest, raw: bytes) -> Reply | bytes:
+        parts = request.path.split("?")[0].rstrip("/").split("/")
+        if "batches" not in parts:
+            return self._next(request)
         with self._lock:
             self.requests.append(request)
-            if self._replies:
-                return self._replies.popleft()
-        return error(418, "no scripted reply left on the test server")
+        at = parts.index("batches")
+        rest = parts[at + 1:]
+        if request.method == "POST" and not rest:
+            return self._create_message_batch(request.body)
+        with self._lock:
+            batch = self.batches.get(rest[0]) if rest else None
+        if batch is None:
+            return error(404, f"no batch at {request.path}", "not_found_error")
+        if request.method == "POST" and rest[1:] == ["cancel"]:
+            self._end_message_batch(batch, cancelled=True)
+            return Reply(body=_public(batch))
+        if request.method == "GET" and rest[1:] == ["results"]:
+            if batch["processing_status"] != "ended":
+                return error(400, "batch has not ended")
+            return batch["_results"].encode()
+        if request.method == "GET" and not rest[1:]:
+            if batch["processing_status"] == "in_progress" and not self.hold_batches.is_set():
+                self._end_message_batch(batch)
+            return Reply(body=_public(batch))
+        return error(404, f"nothing at {request.method} {request.path}", "not_found_error")
+
+    def _create_message_batch(self, body: Any) -> Reply:
+        with self._lock:
+            plan = self._batch_plan.popleft() if self._batch_plan else "complete"
+        if plan == "refuse":
+            return error(500, "the batch service is down", "api_error")
+        requests = body.get("requests") if isinstance(body, dict) else None
+        if not isinstance(requests, list) or not requests:
+            return error(400, "requests: a non-empty list is required")
+        batch_id = f"msgbatch_{uuid.uuid4().hex[:12]}"
+        batch = {"id": batch_id, "type": "message_batch", "processing_status": "in_progress",
+                 "request_counts": {"processing": len(requests), "succeeded": 0, "errored": 0, "canceled": 0,
+                                    "expired": 0},
+                 "created_at": "2026-01-01T00:00:00Z", "expires_at": "2026-01-02T00:00:00Z", "ended_at": None,
+                 "cancel_initiated_at": None, "archived_at": None, "results_url": None, "_plan": plan}
+        with self._lock:
+            self.batches[batch_id] = batch
+            self.batch_inputs[batch_id] = requests
+        return Reply(body=_public(batch))
+
+    def _end_message_batch(self, batch: dict[str, Any], cancelled: bool = False) -> None:
+        plan = "cancel" if cancelled else batch["_plan"]
+        lines: list[str] = []
+        counts = {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
+        for n, item in enumerate(self.batch_inputs[batch["id"]]):
+            cid = item["custom_id"]
+            if plan in ("cancel", "expire"):
+                kind = "canceled" if plan == "cancel" else "expired"
+                result: dict[str, Any] = {"type": kind}
+            elif plan == "fail":
+                kind, result = "errored", {"type": "errored", "error": {"type": "error", "error": {
+                    "type": "api_error", "message": "internal error while processing the batch"}}}
+            elif plan == "malformed":
+                lines.append("{not json" if n % 2 else json.dumps({"custom_id": cid, "result": {
+                    "type": "succeeded", "message": {"content": "not a list of blocks"}}}))
+                counts["succeeded"] += 1
+                continue
+            else:
+                reply = self._reply_for(item["params"])
+                if reply.status == 200:
+                    kind, result = "succeeded", {"type": "succeeded", "message": reply.body}
+                else:
+                    kind, result = "errored", {"type": "errored", "error": reply.body}
+            counts[kind] += 1
+            lines.append(json.dumps({"custom_id": cid, "result": result}))
+        host, port = self._httpd.server_address[:2]
+        batch.update(processing_status="ended", request_counts=counts, ended_at="2026-01-01T00:01:00Z",
+                     results_url=f"http://{host}:{port}/v1/messages/batches/{batch['id']}/results",
+                     _results="\n".join(lines) + "\n")
+        if cancelled:
+            batch["cancel_initiated_at"] = "2026-01-01T00:00:30Z"
+
+
+def _public(batch: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in batch.items() if not k.startswith("_")}

@@ -119,7 +119,9 @@ class OpenAIServer:
 
     @property
     def direct_completions(self) -> int:
-        return sum(1 for r in self.requests if r.method == "POST" and r.path.endswith("/chat/completions"))
+        """Generate requests made directly, not through a batch."""
+        return sum(1 for r in self.requests if r.method == "POST" and "/batches" not in r.path
+                   and not r.path.rstrip("/").endswith("/files"))
 
     def _reply_for(self, body: Any) -> Reply:
         """The answer to one generate request (direct, or an item of a batch)."""

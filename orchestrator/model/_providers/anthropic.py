@@ -23,6 +23,7 @@ from orchestrator.tool._tool_info import ToolInfo
 
 from .._chat_message import ChatMessage
 from .._generate_config import GenerateConfig
+from .._batch import BatchBackend
 from .._model import ModelAPI
 from .._model_output import ModelOutput
 from ._anthropic_wire import build_request, is_context_length_error, parse_message
@@ -57,6 +58,10 @@ class AnthropicAPI(ModelAPI):
     @classmethod
     def client_arg_names(cls) -> frozenset[str]:
         return sdk_client_arg_names(AsyncAnthropic)
+
+    def client(self) -> AsyncAnthropic:
+        """The SDK client for the running event loop."""
+        return self._client_for_loop()
 
     def _client_for_loop(self) -> AsyncAnthropic:
         # httpx pools are bound to the loop that opened them: a new loop needs a new client.
@@ -97,6 +102,11 @@ class AnthropicAPI(ModelAPI):
 
     def connection_limit(self) -> int | None:
         return self._max_connections or DEFAULT_MAX_CONNECTIONS
+
+    def batch_backend(self) -> BatchBackend:
+        from ._anthropic_batch import AnthropicBatch
+
+        return AnthropicBatch(self)
 
     async def aclose(self) -> None:
         if self._client is not None:
