@@ -1,7 +1,7 @@
 """``toolfleet eval --batch``: a react eval whose model requests all go through the provider's batch API.
 
-The real CLI in a subprocess, the real openai SDK, a Batch-API server on loopback whose responder plays
-the agent (two parallel lookups, then submit). Asserted on the server's request log: several samples'
+The real CLI in a subprocess, the real openai / anthropic SDK, a batch server on loopback (OpenAI Batch,
+Anthropic Message Batches) whose responder plays the agent (two parallel lookups, then submit). Asserted on the server's request log: several samples'
 requests per batch and not one direct chat completion. Then an orchestrator SIGKILLed after submitting a
 batch: ``eval-retry`` collects that batch's results instead of submitting (paying for) them again.
 """
@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 
 from orchestrator.eval import read_eval_log
+from tests.support import anthropic_server
+from tests.support.anthropic_server import AnthropicServer
 from tests.support.openai_server import OpenAIServer, Reply, completion, tool_call
 
 from .task_files import BATCH_REACT
@@ -31,7 +33,14 @@ pytestmark = pytest.mark.timeout(180)
 N = 6
 
 
-def play_react(body: dict[str, Any]) -> Reply:
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return " ".join(_text(b.get("content", "")) if b.get("type") == "tool_result" else b.get("text", "")
+                    for b in content)
+
+
+def play_openai(body: dict[str, Any]) -> Reply:
     """The agent's side: look both keys up in parallel, then submit what the lookups returned."""
     messages = body["messages"]
     question = next(m["content"] for m in messages if m["role"] == "user")
@@ -41,12 +50,31 @@ def play_react(body: dict[str, Any]) -> Reply:
     return completion(tool_calls=[tool_call("submit", {"answer": " ".join(results)})])
 
 
+def play_anthropic(params: dict[str, Any]) -> Reply:
+    """The same agent on the Messages API: tool results come back as ``tool_result`` blocks of a user turn."""
+    messages = params["messages"]
+    question = _text(messages[0]["content"])
+    results = [_text(b.get("content", "")) for m in messages if isinstance(m["content"], list)
+               for b in m["content"] if b.get("type") == "tool_result"]
+    if not results:
+        return anthropic_server.message(*(anthropic_server.tool_use("lookup", {"key": k})
+                                          for k in re.findall(r"k\d+[ab]", question)))
+    return anthropic_server.message(anthropic_server.tool_use("submit", {"answer": " ".join(results)}))
+
+
+PROVIDERS = {
+    "openai": (lambda: OpenAIServer(responder=play_openai), "openai/test-model", "OPENAI"),
+    "anthropic": (lambda: AnthropicServer(responder=play_anthropic), "anthropic/claude-test", "ANTHROPIC"),
+}
+
+
 def _toolfleet(*args: str) -> list[str]:
     return [sys.executable, "-m", "orchestrator.cli", *args]
 
 
-def _env(server: OpenAIServer) -> dict[str, str]:
-    return {**os.environ, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "test-key"}
+def _env(server: OpenAIServer, provider: str) -> dict[str, str]:
+    prefix = PROVIDERS[provider][2]
+    return {**os.environ, f"{prefix}_BASE_URL": server.base_url, f"{prefix}_API_KEY": "test-key"}
 
 
 def _batch_options(tmp_path: Path, **options: Any) -> str:
@@ -55,22 +83,27 @@ def _batch_options(tmp_path: Path, **options: Any) -> str:
     return str(path)
 
 
-def _eval_cmd(tmp_path: Path, batch: str) -> list[str]:
-    return _toolfleet("eval", f"{BATCH_REACT}@batch_react", "--model", "openai/test-model", "-T", f"n={N}",
+def _eval_cmd(tmp_path: Path, batch: str, provider: str) -> list[str]:
+    return _toolfleet("eval", f"{BATCH_REACT}@batch_react", "--model", PROVIDERS[provider][1], "-T", f"n={N}",
                       "--batch", batch, "--log-dir", str(tmp_path / "logs"), "--display", "log")
 
 
+def _messages(line: dict[str, Any]) -> list[dict[str, Any]]:
+    return (line.get("body") or line["params"])["messages"]  # an OpenAI batch line, or an Anthropic request
+
+
 def _turn(line: dict[str, Any]) -> int:
-    return 1 + sum(m["role"] == "assistant" for m in line["body"]["messages"])
+    return 1 + sum(m["role"] == "assistant" for m in _messages(line))
 
 
 def _question(line: dict[str, Any]) -> str:
-    return next(m["content"] for m in line["body"]["messages"] if m["role"] == "user")
+    return _text(next(m["content"] for m in _messages(line) if m["role"] == "user"))
 
 
-def test_react_eval_with_batch_pools_every_request(tmp_path: Path) -> None:
-    with OpenAIServer(responder=play_react) as server:
-        done = subprocess.run(_eval_cmd(tmp_path, _batch_options(tmp_path)), env=_env(server),
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+def test_react_eval_with_batch_pools_every_request(tmp_path: Path, provider: str) -> None:
+    with PROVIDERS[provider][0]() as server:
+        done = subprocess.run(_eval_cmd(tmp_path, _batch_options(tmp_path), provider), env=_env(server, provider),
                               capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"samples: {N}/{N} completed, 0 errored" in done.stdout
@@ -94,10 +127,11 @@ def test_react_eval_with_batch_pools_every_request(tmp_path: Path) -> None:
     assert any(p.get("event") == "batches" and p["batches_pending"] >= 1 for p in progress)
 
 
-def test_sigkilled_mid_batch_resumes_and_collects_without_paying_twice(tmp_path: Path) -> None:
-    with OpenAIServer(responder=play_react) as server:
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+def test_sigkilled_mid_batch_resumes_and_collects_without_paying_twice(tmp_path: Path, provider: str) -> None:
+    with PROVIDERS[provider][0]() as server:
         server.hold_batches.set()  # the first batch stays in progress until the orchestrator is dead
-        proc = subprocess.Popen(_eval_cmd(tmp_path, _batch_options(tmp_path)), env=_env(server),
+        proc = subprocess.Popen(_eval_cmd(tmp_path, _batch_options(tmp_path), provider), env=_env(server, provider),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 60
@@ -122,7 +156,7 @@ def test_sigkilled_mid_batch_resumes_and_collects_without_paying_twice(tmp_path:
         assert [r["batch_id"] for r in before.batches] == [first]
 
         server.hold_batches.clear()  # the provider finishes the batch while nobody is watching
-        resumed = subprocess.run(_toolfleet("eval-retry", str(log_path), "--display", "none"), env=_env(server),
+        resumed = subprocess.run(_toolfleet("eval-retry", str(log_path), "--display", "none"), env=_env(server, provider),
                                  capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
 
@@ -132,6 +166,6 @@ def test_sigkilled_mid_batch_resumes_and_collects_without_paying_twice(tmp_path:
     assert server.direct_completions == 0
     lines = [line for b in server.batch_inputs.values() for line in b]
     assert Counter(_turn(line) for line in lines) == {1: N, 2: N}  # no first turn was submitted twice
-    assert f"/v1/batches/{first}" in server.paths("GET")  # collected by the resumed run
+    assert any(p.endswith(f"/batches/{first}") for p in server.paths("GET"))  # collected by the resumed run
     later = [r for r in after.batches if r["event"] == "submit" and r["batch_id"] != first]
     assert {q["turn"] for r in later for q in r["requests"]} == {2}
