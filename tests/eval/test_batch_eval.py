@@ -1,7 +1,8 @@
 """``toolfleet eval --batch``: a react eval whose model requests all go through the provider's batch API.
 
 The real CLI in a subprocess, the real openai / anthropic SDK, a batch server on loopback (OpenAI Batch,
-Anthropic Message Batches) whose responder plays the agent (two parallel lookups, then submit). Asserted on the server's request log: several samples'
+Anthropic Message Batches) whose responder plays the agent (two parallel ``bash`` calls in the sample's sandbox, then submit), embedded and with the
+sandboxes on a Celery worker. Asserted on the server's request log: several samples'
 requests per batch and not one direct chat completion. Then an orchestrator SIGKILLed after submitting a
 batch: ``eval-retry`` collects that batch's results instead of submitting (paying for) them again.
 """
@@ -44,9 +45,10 @@ def play_openai(body: dict[str, Any]) -> Reply:
     """The agent's side: look both keys up in parallel, then submit what the lookups returned."""
     messages = body["messages"]
     question = next(m["content"] for m in messages if m["role"] == "user")
-    results = [m["content"] for m in messages if m["role"] == "tool"]
+    results = [_text(m["content"]).strip() for m in messages if m["role"] == "tool"]
     if not results:
-        return completion(tool_calls=[tool_call("lookup", {"key": k}) for k in re.findall(r"k\d+[ab]", question)])
+        return completion(tool_calls=[tool_call("bash", {"cmd": f"echo value-of-{k}"})
+                                      for k in re.findall(r"k\d+[ab]", question)])
     return completion(tool_calls=[tool_call("submit", {"answer": " ".join(results)})])
 
 
@@ -54,10 +56,10 @@ def play_anthropic(params: dict[str, Any]) -> Reply:
     """The same agent on the Messages API: tool results come back as ``tool_result`` blocks of a user turn."""
     messages = params["messages"]
     question = _text(messages[0]["content"])
-    results = [_text(b.get("content", "")) for m in messages if isinstance(m["content"], list)
+    results = [_text(b.get("content", "")).strip() for m in messages if isinstance(m["content"], list)
                for b in m["content"] if b.get("type") == "tool_result"]
     if not results:
-        return anthropic_server.message(*(anthropic_server.tool_use("lookup", {"key": k})
+        return anthropic_server.message(*(anthropic_server.tool_use("bash", {"cmd": f"echo value-of-{k}"})
                                           for k in re.findall(r"k\d+[ab]", question)))
     return anthropic_server.message(anthropic_server.tool_use("submit", {"answer": " ".join(results)}))
 
@@ -83,9 +85,9 @@ def _batch_options(tmp_path: Path, **options: Any) -> str:
     return str(path)
 
 
-def _eval_cmd(tmp_path: Path, batch: str, provider: str) -> list[str]:
+def _eval_cmd(tmp_path: Path, batch: str, provider: str, *more: str) -> list[str]:
     return _toolfleet("eval", f"{BATCH_REACT}@batch_react", "--model", PROVIDERS[provider][1], "-T", f"n={N}",
-                      "--batch", batch, "--log-dir", str(tmp_path / "logs"), "--display", "log")
+                      "--batch", batch, "--log-dir", str(tmp_path / "logs"), "--display", "log", *more)
 
 
 def _messages(line: dict[str, Any]) -> list[dict[str, Any]]:
@@ -102,8 +104,21 @@ def _question(line: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize("provider", list(PROVIDERS))
 def test_react_eval_with_batch_pools_every_request(tmp_path: Path, provider: str) -> None:
+    _eval_pools_every_request(tmp_path, provider)
+
+
+@pytest.mark.celery
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+def test_react_eval_with_batch_pools_every_request_through_workers(tmp_path: Path, provider: str, fleet) -> None:  # type: ignore[no-untyped-def]
+    worker = fleet.worker(concurrency=8, slots=8)
+    log = _eval_pools_every_request(tmp_path, provider, "--broker", fleet.redis.url)
+    hosts = {e.host for s in log.samples for e in s.events if e.event == "tool" and e.function == "bash"}
+    assert hosts == {worker.host}
+
+
+def _eval_pools_every_request(tmp_path: Path, provider: str, *more: str) -> Any:
     with PROVIDERS[provider][0]() as server:
-        done = subprocess.run(_eval_cmd(tmp_path, _batch_options(tmp_path), provider), env=_env(server, provider),
+        done = subprocess.run(_eval_cmd(tmp_path, _batch_options(tmp_path), provider, *more), env=_env(server, provider),
                               capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"samples: {N}/{N} completed, 0 errored" in done.stdout
@@ -125,6 +140,7 @@ def test_react_eval_with_batch_pools_every_request(tmp_path: Path, provider: str
     progress = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
     assert progress[-1]["batches_done"] == len(batches) and progress[-1]["batches_pending"] == 0
     assert any(p.get("event") == "batches" and p["batches_pending"] >= 1 for p in progress)
+    return log
 
 
 @pytest.mark.parametrize("provider", list(PROVIDERS))

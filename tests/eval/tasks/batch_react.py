@@ -1,7 +1,9 @@
-"""Task file for the batch-mode eval tests: a react agent that looks two keys up in parallel, then submits.
+"""Task file for the batch-mode eval tests: a react agent that runs two commands in parallel, then submits.
 
 The model is a real provider (``openai/…`` or ``anthropic/…``) pointed at a test server whose responder
-plays the agent: first turn, two parallel ``lookup`` calls; second turn, ``submit`` with what they returned.
+plays the agent: first turn, two parallel ``bash`` calls (``echo value-of-kNa`` / ``...b``) in the
+sample's sandbox (in this process, or on a worker with ``--broker``); second turn, ``submit`` with what
+they printed.
 """
 
 from __future__ import annotations
@@ -10,20 +12,7 @@ from orchestrator.agent import react
 from orchestrator.dataset import Sample
 from orchestrator.eval import Task, task
 from orchestrator.scorer import includes
-from orchestrator.tool import tool
-
-
-@tool(runs_on="orchestrator", parallel=True)
-def lookup():
-    async def execute(key: str) -> str:
-        """Look a key up.
-
-        Args:
-            key: The key.
-        """
-        return f"value-of-{key}"
-
-    return execute
+from orchestrator.tool import bash
 
 
 @task
@@ -31,6 +20,7 @@ def batch_react(n: int = 6) -> Task:
     return Task(
         dataset=[Sample(id=f"s{i}", input=f"Look up k{i}a and k{i}b, then submit both values.",
                         target=f"value-of-k{i}a value-of-k{i}b") for i in range(n)],
-        solver=react(tools=[lookup()]),
+        solver=react(tools=[bash()]),
         scorer=includes(),
+        sandbox="local",
     )
