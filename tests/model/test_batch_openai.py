@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from orchestrator.log import ModelEvent, Transcript, bind_transcript
-from orchestrator.model import BatchConfig, GenerateConfig, ModelError, RetryPolicy, get_model
+from orchestrator.model import BatchConfig, ChatMessageUser, GenerateConfig, ModelError, RetryPolicy, get_model
 from tests.support.openai_server import OpenAIServer, Reply, completion, error
 
 pytestmark = pytest.mark.timeout(60)
@@ -156,3 +156,25 @@ def test_without_batch_requests_go_direct() -> None:
         [out] = asyncio.run(_ask(model, ["direct"]))
     assert out.completion == "ECHO DIRECT"
     assert server.direct_completions == 1 and not server.batch_inputs
+
+
+def test_a_recorded_batch_the_provider_does_not_know_fails_at_once_and_is_submitted_anew() -> None:
+    from orchestrator.model._batch import BatchScope, ResumeTable, batch_scope, request_key
+    from orchestrator.solver._task_state import TaskState, bind_sample_state  # the sample a resumed request is of
+
+    with OpenAIServer(responder=echo_last) as server:
+        model = model_for(server)
+        body = model.api.batch_backend().request([ChatMessageUser(content="again")], [], None, GenerateConfig())
+        records = [{"event": "submit", "model": "openai/test-model", "batch_id": "batch_gone", "requests": [
+            {"custom_id": "c1", "sample_id": "s1", "epoch": 1, "turn": 1, "key": request_key(body)}]}]
+        scope = BatchScope(resume=ResumeTable.from_records(records))
+
+        async def run() -> Any:
+            with batch_scope(scope), bind_sample_state(TaskState(model="openai/test-model", sample_id="s1", epoch=1,
+                                                                 input="again", messages=[])):
+                return await model.generate("again")
+
+        output = asyncio.run(run())
+    assert output.completion == "ECHO AGAIN"
+    assert "/v1/batches/batch_gone" in server.paths("GET")  # tried the recorded batch first
+    assert len(server.batch_inputs) == 1  # then submitted it anew (a retry)

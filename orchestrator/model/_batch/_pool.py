@@ -202,7 +202,9 @@ class BatchPool:
             batch.failures += 1
             _logger.warning("batch.check_failed", model=self.model, batch_id=batch.id, failures=batch.failures,
                             error=f"{type(exc).__name__}: {exc}"[:300])
-            if batch.failures >= s.max_check_failures:
+            if _refused(exc):  # e.g. a recorded batch the provider no longer knows (404): asking again won't help
+                await self._end(batch, BatchCheck(state="failed", error=f"{type(exc).__name__}: {exc}"[:1000]), {})
+            elif batch.failures >= s.max_check_failures:
                 await self._end(batch, BatchCheck(state="failed", error=f"{batch.failures} status checks in a row "
                                                   f"failed, the last with {type(exc).__name__}: {exc}"), {})
             return
@@ -255,6 +257,12 @@ class BatchPool:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         await self.backend.aclose()
+
+
+def _refused(exc: BaseException) -> bool:
+    """A provider's 4xx other than timeout/conflict/rate limit: the same call would fail again."""
+    status = getattr(exc, "status_code", None)
+    return isinstance(status, int) and 400 <= status < 500 and status not in (408, 409, 429)
 
 
 def _settle(future: asyncio.Future[Any], exc: BaseException) -> None:
