@@ -341,8 +341,9 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
                         f"{progress.errors} sample(s) failed: the --fail-on-error threshold "
                         f"({o.fail_on_error}) is reached; the remaining samples were not run.")
 
+        concurrency = max(1, min(o.max_samples or DEFAULT_MAX_SAMPLES, len(todo) or 1))
         with batch_scope(batches):  # the samples' batched requests are journaled in this log
-            workers = [asyncio.create_task(worker()) for _ in range(max(1, min(o.max_samples or DEFAULT_MAX_SAMPLES, len(todo) or 1)))]
+            workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
         try:
             await asyncio.gather(*workers)
         except BaseException as exc:

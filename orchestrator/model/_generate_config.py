@@ -20,7 +20,8 @@ class BatchConfig(BaseModel):
     send_delay: float | None = Field(default=None, ge=0)  # send a partial batch after this many seconds (15)
     tick: float | None = Field(default=None, gt=0)  # seconds between looks at the queue and batches' status (15)
     max_batches: int | None = Field(default=None, ge=1)  # batches in flight at once per model (100)
-    max_consecutive_check_failures: int | None = Field(default=None, ge=1)  # failed status checks before a batch fails (1000)
+    # failed status checks in a row before a batch's requests fail (1000)
+    max_consecutive_check_failures: int | None = Field(default=None, ge=1)
 
 
 class GenerateConfig(BaseModel):

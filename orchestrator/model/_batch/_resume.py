@@ -52,7 +52,8 @@ class ResumeTable:
         self._entries: dict[tuple[str, str, int, str], deque[RecordedRequest]] = {}
 
     @classmethod
-    def from_records(cls, records: list[dict[str, Any]], skip_samples: set[SampleRef] = frozenset()) -> "ResumeTable":  # type: ignore[assignment]
+    def from_records(cls, records: list[dict[str, Any]],
+                     skip_samples: set[SampleRef] | frozenset[SampleRef] = frozenset()) -> "ResumeTable":
         """From the log's ``batch`` records; requests of ``skip_samples`` (finished ones) are left out."""
         dead = {r.get("batch_id") for r in records if r.get("event") == "end" and r.get("state") in _DEAD_STATES}
         table = cls()

@@ -53,7 +53,8 @@ def _result_outcome(result: Any) -> BatchOutcome:
         inner = envelope.get("error") if isinstance(envelope, dict) and isinstance(envelope.get("error"), dict) \
             else envelope if isinstance(envelope, dict) else {}
         error_type = str(inner.get("type") or "error")
-        return BatchError(f"{error_type}: {inner.get('message') or 'no message'}", retryable=error_type in _RETRY_ERRORS)
+        return BatchError(f"{error_type}: {inner.get('message') or 'no message'}",
+                          retryable=error_type in _RETRY_ERRORS)
     if kind in ("expired", "canceled"):
         return BatchError(f"request {kind} before the batch processed it")
     return BatchError(f"result of unknown type {kind!r}")
