@@ -5,3 +5,4 @@ from pathlib import Path
 HERE = Path(__file__).parent
 BASIC = HERE / "tasks" / "basic.py"
 FLAKY = HERE / "tasks" / "flaky.py"
+REACT_TOOLS = HERE / "tasks" / "react_tools.py"

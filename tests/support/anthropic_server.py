@@ -9,11 +9,12 @@ SDK's form, without ``/v1``. With no reply queued it answers 418, so an under-sc
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from .openai_server import OpenAIServer, RecordedRequest, Reply
 
-__all__ = ["AnthropicServer", "Reply", "error", "message", "overloaded", "text", "thinking", "tool_use"]
+__all__ = ["AnthropicServer", "Reply", "error", "message", "overloaded", "rate_limited", "text", "thinking", "tool_use"]
 
 
 def text(value: str) -> dict[str, Any]:
@@ -57,8 +58,19 @@ def rate_limited(retry_after: str = "0") -> Reply:
                  {"retry-after": retry_after})
 
 
+Responder = Callable[[dict[str, Any]], Reply]
+
+
 class AnthropicServer(OpenAIServer):
-    """``with AnthropicServer() as server: server.enqueue(message("hi")); ... server.base_url``."""
+    """``with AnthropicServer() as server: server.enqueue(message("hi")); ... server.base_url``.
+
+    ``responder(body) -> Reply`` answers once the queue is empty: concurrent samples each get the answer
+    their own conversation calls for (queued replies, e.g. a 429 and a 529, still come first).
+    """
+
+    def __init__(self, responder: Responder | None = None) -> None:
+        super().__init__()
+        self.responder = responder
 
     @property
     def base_url(self) -> str:
@@ -70,4 +82,6 @@ class AnthropicServer(OpenAIServer):
             self.requests.append(request)
             if self._replies:
                 return self._replies.popleft()
+        if self.responder is not None and isinstance(request.body, dict):
+            return self.responder(request.body)
         return error(418, "no scripted reply left on the test server")
