@@ -55,7 +55,10 @@ def _add_run_flags(p: argparse.ArgumentParser, defaults_from_log: bool = False) 
     p.add_argument("--fail-on-error", nargs="?", const="true", metavar="N|FRACTION",
                    help="stop the eval at the first sample error (flag alone), after N errors, or once a FRACTION "
                         "(< 1) of samples errored (default: never stop, record the errors)" + note)
-    p.add_argument("--max-connections", type=int, help="model requests in flight at once" + note)
+    p.add_argument("--max-connections", type=int, help="model requests in flight at most (the ceiling of the "
+                   "adaptive limit; default 10 for openai/anthropic)" + note)
+    p.add_argument("--model-prices", metavar="FILE", help="JSON/YAML prices (USD per million tokens) over the "
+                   "built-in table (default: $TOOLFLEET_MODEL_PRICES)" + note)
     p.add_argument("--max-subprocesses", type=int, help="tool calls executing at once" + note)
     p.add_argument("--max-samples", type=int, help="samples in flight at once (default 32)" + note)
     p.add_argument("--max-sandboxes", type=int, help="sandboxes alive at once" + note)
@@ -149,7 +152,7 @@ def _common_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 epochs_reducer=args.epochs_reducer.split(",") if args.epochs_reducer else None,
                 fail_on_error=parse_fail_on_error(args.fail_on_error), max_connections=args.max_connections,
                 max_subprocesses=args.max_subprocesses, config=config or None, log_format=args.log_format,
-                preflight=args.preflight)
+                preflight=args.preflight, model_prices=args.model_prices)
 
 
 def parse_fail_on_error(value: str | None) -> bool | float | None:
@@ -217,6 +220,19 @@ def run_eval_retry(args: argparse.Namespace) -> int:
     return 0 if log.status == "success" else 1
 
 
+def usage_lines(stats: Any) -> list[str]:
+    """The eval's cost (or what is unknown of it) and its adaptive connection limit, if it moved."""
+    from orchestrator.model._pricing import format_cost
+
+    tokens = sum(u.total_tokens for u in stats.model_usage.values())
+    lines = [f"cost: {format_cost(stats.model_usage)} ({tokens:,} tokens)"] if stats.model_usage else []
+    for model, report in stats.connections.items():
+        if report.overloads or report.final != report.ceiling:
+            lines.append(f"connections: {model} up to {report.ceiling}, lowest {report.lowest}, now {report.final} "
+                         f"({report.overloads} overloaded responses)")
+    return lines
+
+
 def print_summary(log: Any) -> None:
     """Results on stdout (the progress display and log lines go to stderr)."""
     results = log.results
@@ -231,6 +247,7 @@ def print_summary(log: Any) -> None:
             metrics = ", ".join(f"{m.name}={m.value:.3f}" for m in score.metrics.values())
             reduced = f" ({score.reducer} over epochs)" if score.reducer else ""
             lines.append(f"{score.name}: {metrics}{reduced}")
+    lines.extend(usage_lines(log.stats))
     lines.append(f"log: {log.location}")
     for suffix in (".eval", ".json"):  # an Inspect-format copy written with --log-format
         inspect_copy = Path(log.location or "").with_suffix(suffix)

@@ -105,6 +105,17 @@ def log_show(args: argparse.Namespace) -> int:
     row = _summary(log)
     print(f"{row['task']} · {row['model']} · {row['status']} · {row['done']}/{row['total']} samples, {row['errors']} errors")
     print(f"eval id {log.eval.eval_id} · runs {len(log.runs)} · log {log.location}")
+    from orchestrator.model._pricing import format_cost
+
+    from ._eval_cmd import usage_lines
+
+    stats = log.stats
+    if not stats.model_usage and log.samples:
+        from orchestrator.eval._results import eval_stats
+
+        stats = eval_stats({s.key: s for s in log.samples}, 0.0)  # interrupted: no footer figures yet
+    for line in usage_lines(stats):
+        print(line)
     for name, metrics in row["scores"].items():
         print(f"  {name}: " + (", ".join(f"{m}={v}" for m, v in metrics.items()) or "no samples scored"))
     for s in sorted(log.samples, key=lambda s: (s.epoch, str(s.id))):
@@ -112,7 +123,8 @@ def log_show(args: argparse.Namespace) -> int:
         extra = f" limit={s.limit.type}" if s.limit else ""
         extra += f" ERROR {s.error.type}: {s.error.message}" if s.error else ""
         extra += f" retries={len(s.error_retries)}" if s.error_retries else ""
-        print(f"  [{s.id}#{s.epoch}] {score}{extra}  ({(s.total_time or 0):.2f}s)")
+        cost = f", {format_cost(s.model_usage)}" if s.model_usage else ""
+        print(f"  [{s.id}#{s.epoch}] {score}{extra}  ({(s.total_time or 0):.2f}s{cost})")
     return 0
 
 

@@ -51,7 +51,9 @@ class RichDisplay:
         grid.add_row("errors", f"{errors}  (sample retries {p.retries}, model API retries {p.model_retries}, "
                                f"rate limited {p.rate_limits})")
         grid.add_row("tool calls", f"{p.tool_calls}  ({p.tool_calls_per_s:.1f}/s)")
-        grid.add_row("tokens", f"{p.tokens:,}")
+        grid.add_row("tokens", f"{p.tokens:,}   cost {escape(p.cost_text)}")
+        if p.connections is not None:
+            grid.add_row("connections", f"{p.connections}  ({p.limiter.in_flight} in flight, adaptive)")
         if p.batches_pending or p.batches_done:
             grid.add_row("batches", f"{p.batches_pending} pending, {p.batches_done} done")
         grid.add_row("elapsed", f"{_fmt_eta(p.elapsed)}   ETA {_fmt_eta(p.eta_s)}")

@@ -129,6 +129,7 @@ async def eval_async(
     log_format: LogFormat = "jsonl",
     skip_complete: bool = False,
     preflight: bool = True,
+    model_prices: str | Path | None = None,
 ) -> list[EvalLog]:
     """Run every task; see the module docstring for concurrency and resume semantics.
 
@@ -144,7 +145,8 @@ async def eval_async(
     Inspect-format copy written next to it when the eval ends. ``skip_complete``: a finished log of the
     same identity in ``log_dir`` is returned instead of running again (what ``eval_set`` relies on).
     ``preflight``: before the first sample, check sandbox specs, images, live workers and the model
-    endpoint once (see ``_preflight``); False skips it.
+    endpoint once (see ``_preflight``); False skips it. ``model_prices``: a price file over the built-in
+    table (see ``orchestrator.model._pricing``; default ``$TOOLFLEET_MODEL_PRICES``).
     """
     _quiet_unless_configured()
     task_list = [tasks] if isinstance(tasks, (Task, str)) else list(tasks)
@@ -163,7 +165,9 @@ async def eval_async(
     generate_config = _generate_config(config)
     if log_format not in ("jsonl", "eval", "json"):
         raise TaskError(f"Unknown log format '{log_format}' (use eval, json or jsonl).")
-    resolved_model = reporting_retries(configured_model(resolve_model(model, **(model_args or {})), max_connections))
+    prices_file = str(model_prices) if model_prices is not None else None
+    resolved_model = reporting_retries(configured_model(resolve_model(model, **(model_args or {})), max_connections,
+                                                        prices_file))
     with model_context(resolved_model):
         resolved = [load_task(t, task_args) if isinstance(t, str) else t for t in task_list]
     if preflight:
@@ -178,7 +182,7 @@ async def eval_async(
                                broker, approval, review, message_limit, token_limit, time_limit, resume,
                                Path(log_file) if log_file else None, _sample_id_list(sample_id), fail_on_error,
                                max_connections, max_subprocesses, reducers, generate_config,
-                               recordable_args(model_args or {}), log_format, skip_complete)
+                               recordable_args(model_args or {}), log_format, skip_complete, prices_file)
             logs.append(await _eval_task(task, resolved_model, dispatcher, options, display, preflight))
     finally:
         if own_dispatcher:
@@ -214,7 +218,7 @@ async def eval_retry_async(log: str | Path, **overrides: Any) -> EvalLog:
         log_dir=Path(log).parent, sample_id=config.sample_ids, epochs_reducer=config.epochs_reducer,
         fail_on_error=config.fail_on_error, max_connections=config.max_connections,
         max_subprocesses=config.max_subprocesses, config=spec.generate_config or None,
-        log_format=config.log_format,
+        log_format=config.log_format, model_prices=config.model_prices,
         # Redacted or non-JSON args cannot come back from the log: the provider's defaults/env apply.
         model_args={k: v for k, v in spec.model_args.items() if not (isinstance(v, str) and v.startswith("<"))},
     )
@@ -295,7 +299,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
 
     todo = [(s, e) for e in range(1, epochs + 1) for s in samples if sample_key(s.id, e) not in finished]  # type: ignore[arg-type]
     progress = EvalProgress(task=spec.task, model=str(model), log=str(path), total=len(samples) * epochs,
-                            done=len(finished), resumed=len(finished), notice=notice)
+                            done=len(finished), resumed=len(finished), notice=notice, limiter=model.connections)
     if o.max_subprocesses is not None:
         from ._bounded_dispatch import BoundedDispatcher
 
@@ -354,7 +358,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
             error = EvalError(type=type(exc).__name__, message=str(exc) or type(exc).__name__)
             await asyncio.shield(writer.footer(status, eval_results(task, results, progress.total, epochs,  # type: ignore[arg-type]
                                                                     o.epochs_reducer),
-                                               eval_stats(results, started_at), error))
+                                               eval_stats(results, started_at, model), error))
             if not isinstance(exc, _ErrorThresholdReached):
                 raise
     if error is None:  # (else: stopped by fail_on_error, its footer is written)
@@ -363,7 +367,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
             error = EvalError(type="SampleErrors", message=f"{sum(s.error is not None for s in results.values())} "
                               "sample(s) failed; re-run them with `toolfleet eval-retry LOG`.")
         await writer.footer(status, eval_results(task, results, progress.total, epochs, o.epochs_reducer),  # type: ignore[arg-type]
-                            eval_stats(results, started_at), error)
+                            eval_stats(results, started_at, model), error)
     _active_logs.remove(path)
     if o.log_format != "jsonl":
         from orchestrator.log._inspect_export import export_inspect_log

@@ -44,6 +44,7 @@ from pydantic import BaseModel, Field
 
 from orchestrator.log._events import EvalEvents, Event
 from orchestrator.model._chat_message import ChatMessage
+from orchestrator.model._concurrency import ConnectionReport
 from orchestrator.model._model_output import ModelOutput, ModelUsage
 from orchestrator.scorer._score import Score
 
@@ -73,6 +74,7 @@ class EvalConfig(BaseModel):
     fail_on_error: bool | float | None = None
     max_connections: int | None = None
     max_subprocesses: int | None = None
+    model_prices: str | None = None  # --model-prices: the price file over the built-in table
     log_format: str = "jsonl"  # "eval"/"json": an Inspect-format copy is (re)written when a run ends
     max_samples: int | None = None
     max_sandboxes: int | None = None
@@ -176,7 +178,8 @@ class EvalResults(BaseModel):
 class EvalStats(BaseModel):
     started_at: float | None = None
     completed_at: float | None = None
-    model_usage: dict[str, ModelUsage] = Field(default_factory=dict)
+    model_usage: dict[str, ModelUsage] = Field(default_factory=dict)  # each with its total_cost (None: no price)
+    connections: dict[str, ConnectionReport] = Field(default_factory=dict)  # the adaptive limit, per model
 
 
 class EvalRun(BaseModel):

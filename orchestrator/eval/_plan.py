@@ -48,6 +48,7 @@ class _Options:
     model_args: dict[str, Any] | None = None
     log_format: str = "jsonl"
     skip_complete: bool = False
+    model_prices: str | None = None
 
 
 def _sample_id_list(value: str | int | Sequence[str | int] | None) -> list[str] | None:
@@ -133,7 +134,7 @@ def _build_spec(task: Task, model: Model, samples: list[Sample], o: _Options, sa
         task_file_hash=identity.task_file_hash, identity=identity,
         config=EvalConfig(limit=o.limit, sample_ids=o.sample_ids, epochs_reducer=o.epochs_reducer,
                           fail_on_error=o.fail_on_error, max_connections=o.max_connections,
-                          max_subprocesses=o.max_subprocesses, log_format=o.log_format, epochs=o.epochs or task.epochs, max_samples=o.max_samples,
+                          max_subprocesses=o.max_subprocesses, log_format=o.log_format, model_prices=o.model_prices, epochs=o.epochs or task.epochs, max_samples=o.max_samples,
                           max_sandboxes=o.max_sandboxes, retry_on_error=o.retry_on_error, sandbox=sandbox,
                           broker=redact(o.broker), approval=policy_name(o.approval), review=policy_name(o.review),
                           message_limit=task.message_limit, token_limit=task.token_limit, time_limit=task.time_limit),

@@ -15,6 +15,7 @@ from typing import Any
 
 from orchestrator.model._concurrency import ConnectionLimiter
 from orchestrator.model._model import MODEL_ENV, Model, get_model
+from orchestrator.model._pricing import PriceFileError, price_table
 
 from ._errors import EvalSetupError
 
@@ -85,12 +86,17 @@ def _check_model_args(provider: str, model_args: dict[str, Any]) -> None:
                                 f"(accepted -M keys: {', '.join(accepted)}).")
 
 
-def configured_model(model: Model, max_connections: int | None) -> Model:
-    """``model`` with its own bound on requests in flight (``--max-connections``), whatever the provider."""
-    if max_connections is None:
-        return model
-    if max_connections < 1:
+def configured_model(model: Model, max_connections: int | None, model_prices: str | None = None) -> Model:
+    """``model`` with its own bound on requests in flight (``--max-connections``: the ceiling of its
+    adaptive limit), whatever the provider, and priced by ``--model-prices`` over the built-in table."""
+    if max_connections is not None and max_connections < 1:
         raise EvalSetupError(f"--max-connections must be at least 1, got {max_connections}.")
-    bounded = Model(model.api, model.config, model.retry)
-    bounded._slots = ConnectionLimiter(max_connections)
-    return bounded
+    if max_connections is None and model_prices is None:
+        return model
+    try:
+        prices = price_table(model_prices) if model_prices is not None else model.prices
+    except PriceFileError as exc:
+        raise EvalSetupError(str(exc)) from None
+    configured = Model(model.api, model.config, model.retry, prices)
+    configured._slots = ConnectionLimiter(max_connections) if max_connections is not None else model._slots
+    return configured

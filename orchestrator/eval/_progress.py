@@ -6,6 +6,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from orchestrator.log._events import BaseEvent, InfoEvent, ModelEvent, ToolEvent
 
@@ -30,6 +31,9 @@ class EvalProgress:
     tokens: int = 0
     batches_pending: int = 0  # batch mode: provider batches holding this eval's requests, in flight
     batches_done: int = 0  # ... and ended
+    cost: float = 0.0  # USD of the priced model calls
+    unpriced: bool = False  # some call had no price: the cost shown is a lower bound
+    limiter: Any = None  # the model's ConnectionLimiter (adaptive concurrency), if it has one
     started: float = field(default_factory=time.monotonic)
     _recent_calls: deque[float] = field(default_factory=deque)
     _live_retries: dict[str | None, int] = field(default_factory=dict)  # model span -> retries seen live
@@ -50,6 +54,9 @@ class EvalProgress:
         elif isinstance(event, ModelEvent):
             if event.usage is not None:
                 self.tokens += getattr(event.usage, "total_tokens", 0) or 0
+                cost = getattr(event.usage, "total_cost", None)
+                self.cost += cost or 0.0
+                self.unpriced = self.unpriced or cost is None
             seen = self._live_retries.pop(event.span_id, 0)
             self.model_retries += max(0, (event.retries or 0) - seen)
             if not seen and event.error and ("429" in event.error or "rate limit" in event.error.lower()):
@@ -75,6 +82,17 @@ class EvalProgress:
             return None if remaining > 0 else 0.0
         return self.elapsed / finished_here * remaining
 
+    @property
+    def connections(self) -> str | None:
+        """``limit/ceiling`` of the adaptive connection limit (None: the model is unbounded)."""
+        if self.limiter is None:
+            return None
+        return f"{self.limiter.limit}/{self.limiter.ceiling}"
+
+    @property
+    def cost_text(self) -> str:
+        return f"${self.cost:.4f}" + (" + unknown (no price for the model)" if self.unpriced else "")
+
     def notify(self, what: str) -> None:
         for listener in self.listeners:
             listener(what, self)
@@ -85,6 +103,7 @@ class EvalProgress:
                 "running": self.running, "errors": self.errors, "retries": self.retries,
                 "model_retries": self.model_retries, "rate_limits": self.rate_limits,
                 "tool_calls": self.tool_calls, "tool_calls_per_s": round(self.tool_calls_per_s, 2),
-                "tokens": self.tokens, "batches_pending": self.batches_pending, "batches_done": self.batches_done,
+                "tokens": self.tokens, "cost": round(self.cost, 6), "connections": self.connections,
+                "batches_pending": self.batches_pending, "batches_done": self.batches_done,
                 "elapsed_s": round(self.elapsed, 1),
                 "eta_s": None if eta is None else round(eta, 1)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from orchestrator.model._model_output import ModelUsage
 from orchestrator.scorer._score import Score, scorer_info
@@ -41,9 +42,12 @@ def eval_results(task: Task, samples: dict[tuple[str, int], EvalSample], total: 
                        error_samples=sum(s.error is not None for s in samples.values()), scores=scores)
 
 
-def eval_stats(samples: dict[tuple[str, int], EvalSample], started_at: float) -> EvalStats:
+def eval_stats(samples: dict[tuple[str, int], EvalSample], started_at: float, model: Any = None) -> EvalStats:
+    """Usage (with cost) summed over samples; with the eval's ``model``, its adaptive connection report."""
     usage: dict[str, ModelUsage] = {}
     for s in samples.values():
         for name, u in s.model_usage.items():
             usage[name] = usage.get(name, ModelUsage()) + u
-    return EvalStats(started_at=started_at, completed_at=time.time(), model_usage=usage)
+    limiter = getattr(model, "connections", None)
+    connections = {str(model): limiter.report()} if limiter is not None else {}
+    return EvalStats(started_at=started_at, completed_at=time.time(), model_usage=usage, connections=connections)

@@ -41,6 +41,9 @@ class _RetryReportingAPI(ModelAPI):
     def retry_after(self, ex: BaseException) -> float | None:
         return self.inner.retry_after(ex)
 
+    def is_overload(self, ex: BaseException) -> bool:
+        return self.inner.is_overload(ex)
+
     def connection_limit(self) -> int | None:
         return self.inner.connection_limit()
 
@@ -58,6 +61,6 @@ def reporting_retries(model: Model) -> Model:
     """``model`` whose retryable failures are recorded as they happen (same config, connection budget)."""
     if isinstance(model.api, _RetryReportingAPI):
         return model
-    reporting = Model(_RetryReportingAPI(model.api), model.config, model.retry)
+    reporting = Model(_RetryReportingAPI(model.api), model.config, model.retry, model.prices)
     reporting._slots = model._slots
     return reporting

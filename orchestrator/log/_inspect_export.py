@@ -42,8 +42,12 @@ def _error(message: str, traceback: str | None = None) -> dict[str, Any]:
 
 def _usage(usage: dict[str, Any] | None) -> dict[str, Any]:
     usage = usage or {}
-    return {"input_tokens": usage.get("input_tokens") or 0, "output_tokens": usage.get("output_tokens") or 0,
-            "total_tokens": usage.get("total_tokens") or 0}
+    out = {"input_tokens": usage.get("input_tokens") or 0, "output_tokens": usage.get("output_tokens") or 0,
+           "total_tokens": usage.get("total_tokens") or 0}
+    for optional in ("input_tokens_cache_write", "input_tokens_cache_read", "reasoning_tokens", "total_cost"):
+        if usage.get(optional) is not None:  # Inspect's ModelUsage has the same optional fields
+            out[optional] = usage[optional]
+    return out
 
 
 def _output(output: dict[str, Any] | None, model: str) -> dict[str, Any]:

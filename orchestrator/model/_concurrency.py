@@ -81,7 +81,7 @@ class ConnectionLimiter:
         self.lowest = ceiling
         self.overloads = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
-        self._started = time.monotonic()
+        self._started: float | None = None  # the first request: trace times count from there
         self._trace: deque[LimitChange] = deque(maxlen=TRACE_LENGTH)
 
     @property
@@ -94,6 +94,8 @@ class ConnectionLimiter:
 
     async def acquire(self) -> int:
         """Wait for a free slot; returns the epoch the request is sent in."""
+        if self._started is None:
+            self._started = time.monotonic()
         if not self._waiters and self.in_flight < self.limit:
             self.in_flight += 1
             return self.state.epoch
@@ -119,7 +121,7 @@ class ConnectionLimiter:
         change = None
         if self.state.limit != before:
             self.lowest = min(self.lowest, self.state.limit)
-            change = LimitChange(at=round(time.monotonic() - self._started, 3), limit=self.state.limit,
+            change = LimitChange(at=round(time.monotonic() - (self._started or time.monotonic()), 3), limit=self.state.limit,
                                  reason="overload" if self.state.limit < before else "success")
             self._trace.append(change)
         self._wake()

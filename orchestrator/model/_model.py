@@ -32,6 +32,7 @@ from ._chat_message import ChatMessage, ChatMessageUser
 from ._concurrency import ConnectionLimiter, LimitChange, Outcome
 from ._generate_config import GenerateConfig, active_generate_config
 from ._model_output import ModelOutput
+from ._pricing import PriceTable, price_table
 from ._providers._retry import RetryPolicy, backoff_delay
 from ._usage import record_model_usage
 
@@ -149,10 +150,12 @@ def _as_tool_info(tool: Any) -> ToolInfo:
 class Model:
     """A provider plus its default config and retry policy. ``str(model)`` is ``provider/name``."""
 
-    def __init__(self, api: ModelAPI, config: GenerateConfig | None = None, retry: RetryPolicy | None = None) -> None:
+    def __init__(self, api: ModelAPI, config: GenerateConfig | None = None, retry: RetryPolicy | None = None,
+                 prices: PriceTable | None = None) -> None:
         self.api = api
         self.config = config or GenerateConfig()
         self.retry = retry or RetryPolicy()
+        self.prices = prices or price_table()  # what each call's usage costs (``usage.total_cost``)
         limit = api.connection_limit()
         # Adaptive (AIMD) within the limit; shared by every copy of this model (see _with_config).
         self._slots = ConnectionLimiter(limit) if limit else None
@@ -199,6 +202,10 @@ class Model:
                 choice_.message.source = "generate"
                 choice_.message.model = choice_.message.model or self.name
             if output.usage is not None:
+                if output.usage.total_cost is None:
+                    # A provider that priced the call itself (a batch) set it; a batch result says so.
+                    batch = bool(output.metadata and output.metadata.get("batch"))
+                    output.usage.total_cost = self.prices.cost(name, output.usage, batch)
                 record_model_usage(name, output.usage)
                 record_token_usage(output.usage)
             # A snapshot: callers edit the returned message in place (react appends the submitted
@@ -381,6 +388,6 @@ def get_model(model: str | Model | None = None, *, config: GenerateConfig | None
 def _with_config(model: Model, config: GenerateConfig | None) -> Model:
     if config is None or not config.model_dump(exclude_none=True):
         return model
-    configured = Model(model.api, model.config.merge(config), model.retry)
+    configured = Model(model.api, model.config.merge(config), model.retry, model.prices)
     configured._slots = model._slots  # same backend, same connection budget
     return configured

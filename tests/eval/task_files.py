@@ -6,3 +6,4 @@ HERE = Path(__file__).parent
 BASIC = HERE / "tasks" / "basic.py"
 FLAKY = HERE / "tasks" / "flaky.py"
 BATCH_REACT = HERE / "tasks" / "batch_react.py"
+REACT_TOOLS = HERE / "tasks" / "react_tools.py"

@@ -94,3 +94,27 @@ async def test_a_429_storm_shrinks_connections_and_success_grows_them_back() -> 
         assert [e["connections"] for e in events] == [c.limit for c in report.trace]
         assert all(e["max_connections"] == 4 and e["model"] == "anthropic/claude-test" for e in events)
         await model.aclose()
+
+
+async def test_the_live_display_shows_the_current_limit_and_cost() -> None:
+    import io
+
+    from orchestrator.eval._display import RichDisplay
+    from orchestrator.eval._progress import EvalProgress
+    from orchestrator.log import ModelEvent
+    from orchestrator.model import ModelUsage
+
+    limiter = ConnectionLimiter(10)
+    await limiter.acquire()
+    limiter.release(0, "overload")
+    progress = EvalProgress(task="t", model="anthropic/claude-test", total=1, limiter=limiter)
+    progress.on_event(ModelEvent(model="m", usage=ModelUsage(total_tokens=5, total_cost=0.25)))
+    assert progress.connections == "5/10" and progress.snapshot()["connections"] == "5/10"
+    assert progress.snapshot()["cost"] == 0.25 and progress.cost_text == "$0.2500"
+    progress.on_event(ModelEvent(model="m", usage=ModelUsage(total_tokens=5)))
+    assert progress.cost_text == "$0.2500 + unknown (no price for the model)"
+    out = io.StringIO()
+    display = RichDisplay(progress, file=out)
+    display.console.print(display.render())
+    shown = out.getvalue()
+    assert "connections" in shown and "5/10" in shown and "$0.2500" in shown

@@ -312,3 +312,15 @@ async def test_tool_calls_reported_with_finish_reason_stop_are_tool_calls(openai
     openai_server.enqueue(completion(tool_calls=[tool_call("model_test_add", {"x": 1})], finish_reason="stop"))
     output = await model_for(openai_server).generate("x", tools=[add()])
     assert output.stop_reason == "tool_calls"
+
+
+async def test_client_args_are_honoured(openai_server: OpenAIServer, fast_retry: RetryPolicy) -> None:
+    """-M max_retries / timeout were a TypeError (the SDK's own max_retries is pinned to 0): now they bound
+    toolfleet's retries and each request; other client args (default_headers) reach the SDK client."""
+    openai_server.enqueue(*[error(503, "busy") for _ in range(5)])
+    model = model_for(openai_server, fast_retry, max_retries=1, timeout=5, default_headers={"x-team": "evals"})
+    assert model.config.max_retries == 1 and model.config.timeout == 5
+    with pytest.raises(ModelError) as info:
+        await model.generate("x")
+    assert info.value.retries == 1 and len(openai_server.requests) == 2
+    assert openai_server.requests[0].headers["x-team"] == "evals"

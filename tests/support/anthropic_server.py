@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from .openai_server import OpenAIServer, RecordedRequest, Reply
 
-__all__ = ["AnthropicServer", "Reply", "error", "message", "overloaded", "text", "thinking", "tool_use"]
+__all__ = ["AnthropicServer", "Reply", "error", "message", "overloaded", "rate_limited", "text", "thinking", "tool_use"]
 
 
 def text(value: str) -> dict[str, Any]:
@@ -64,14 +65,23 @@ def rate_limited(retry_after: str = "0") -> Reply:
                  {"retry-after": retry_after})
 
 
+Responder = Callable[[dict[str, Any]], Reply]
+
+
 class AnthropicServer(OpenAIServer):
-    """``with AnthropicServer() as server: server.enqueue(message("hi")); ... server.base_url``."""
+    """``with AnthropicServer() as server: server.enqueue(message("hi")); ... server.base_url``.
+
+    ``responder(body) -> Reply`` answers once the queue is empty: concurrent samples each get the answer
+    their own conversation calls for (queued replies, e.g. a 429 and a 529, still come first).
+    """
+
+    def __init__(self, responder: Responder | None = None) -> None:
+        super().__init__(responder)
 
     @property
     def base_url(self) -> str:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
-
 
     def _no_reply(self) -> Reply:
         return error(418, "no scripted reply left on the test server")

@@ -250,6 +250,8 @@ class BatchPool:
                 _settle(waiter.future, BatchError(f"malformed result for request {waiter.custom_id} in batch "
                                                   f"{batch_id}: {type(exc).__name__}: {str(exc)[:300]}"))
                 return
+            # Which batch answered (in the log's model event); also what prices the call at the batch discount.
+            output.metadata = {**(output.metadata or {}), "batch": batch_id}
             waiter.future.set_result(output)
 
     async def aclose(self) -> None:

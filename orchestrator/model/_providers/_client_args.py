@@ -10,12 +10,24 @@ the SDK client's constructor (``default_headers``, ``organization``, ...) goes t
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from .._generate_config import GenerateConfig
 
+T = TypeVar("T")
+
 #: Client arguments toolfleet turns into the model's ``GenerateConfig``.
 CONFIG_CLIENT_ARGS = ("max_retries", "timeout")
+_MAPPING_ARGS = ("default_headers", "default_query")  # the SDKs accept anything here and fail per request
+
+
+def build_client(factory: Callable[..., T], **arguments: Any) -> T:
+    """The SDK client, built once up front so a client argument it rejects is one line before any sample."""
+    try:
+        return factory(**arguments)
+    except (TypeError, AttributeError, ValueError) as exc:
+        raise ValueError(f"invalid client argument: {' '.join(str(exc).split())}") from None
 
 
 def sdk_client_arg_names(client_cls: type, own: tuple[str, ...] = ("api_key", "base_url", "config")) -> frozenset[str]:
@@ -38,6 +50,10 @@ def split_client_args(client_args: dict[str, Any]) -> tuple[GenerateConfig, dict
             rest[name] = value  # an httpx.Timeout object (Python API): the SDK understands it
             continue
         settings[name] = value
+    for name in _MAPPING_ARGS:
+        if name in rest and rest[name] is not None and not isinstance(rest[name], Mapping):
+            raise ValueError(f"invalid client argument {name}={rest[name]!r}: it takes a mapping, "
+                             f"e.g. -M '{name}={{x-team: evals}}'")
     try:
         return GenerateConfig(**settings), rest
     except ValueError:

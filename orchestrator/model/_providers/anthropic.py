@@ -27,7 +27,7 @@ from .._batch import BatchBackend
 from .._model import ModelAPI
 from .._model_output import ModelOutput
 from ._anthropic_wire import build_request, is_context_length_error, parse_message
-from ._client_args import sdk_client_arg_names, split_client_args
+from ._client_args import build_client, sdk_client_arg_names, split_client_args
 from ._retry import parse_retry_after
 
 DEFAULT_TIMEOUT = 600.0  # seconds per request when GenerateConfig.timeout is unset
@@ -52,7 +52,8 @@ class AnthropicAPI(ModelAPI):
         settings, self._client_args = split_client_args(client_args)
         self.config = self.config.merge(settings)
         self._max_connections = max_connections
-        self._client: AsyncAnthropic | None = None
+        # Built now (a bad client argument fails before the eval starts); the first loop to use it adopts it.
+        self._client: AsyncAnthropic | None = self._new_client()
         self._client_loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
@@ -63,12 +64,17 @@ class AnthropicAPI(ModelAPI):
         """The SDK client for the running event loop."""
         return self._client_for_loop()
 
+    def _new_client(self) -> AsyncAnthropic:
+        args = {"timeout": self.config.timeout or DEFAULT_TIMEOUT, **self._client_args}
+        return build_client(AsyncAnthropic, api_key=self.api_key, base_url=self.base_url, max_retries=0, **args)
+
     def _client_for_loop(self) -> AsyncAnthropic:
         # httpx pools are bound to the loop that opened them: a new loop needs a new client.
         loop = asyncio.get_running_loop()
+        if self._client is not None and self._client_loop is None:
+            self._client_loop = loop
         if self._client is None or self._client_loop is not loop:
-            args = {"timeout": self.config.timeout or DEFAULT_TIMEOUT, **self._client_args}
-            self._client = AsyncAnthropic(api_key=self.api_key, base_url=self.base_url, max_retries=0, **args)
+            self._client = self._new_client()
             self._client_loop = loop
         return self._client
 
@@ -111,7 +117,7 @@ class AnthropicAPI(ModelAPI):
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.close()
-            self._client = None
+            self._client, self._client_loop = None, None
 
 
 @functools.cache

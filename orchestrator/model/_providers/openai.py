@@ -22,7 +22,7 @@ from .._generate_config import GenerateConfig
 from .._batch import BatchBackend
 from .._model import ModelAPI
 from .._model_output import ModelOutput
-from ._client_args import sdk_client_arg_names, split_client_args
+from ._client_args import build_client, sdk_client_arg_names, split_client_args
 from ._openai_wire import build_request, is_context_length_error, parse_completion
 from ._retry import parse_retry_after
 
@@ -48,7 +48,8 @@ class OpenAIAPI(ModelAPI):
         self.config = self.config.merge(settings)
         self._max_connections = max_connections
         self._extra_body = extra_body
-        self._client: AsyncOpenAI | None = None
+        # Built now (a bad client argument fails before the eval starts); the first loop to use it adopts it.
+        self._client: AsyncOpenAI | None = self._new_client()
         self._client_loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -63,11 +64,16 @@ class OpenAIAPI(ModelAPI):
         # httpx pools are bound to the loop that opened them; a memoized model used from a new loop
         # (a new eval, a new test) needs a new client.
         loop = asyncio.get_running_loop()
+        if self._client is not None and self._client_loop is None:
+            self._client_loop = loop
         if self._client is None or self._client_loop is not loop:
-            args = {"timeout": self.config.timeout or DEFAULT_TIMEOUT, **self._client_args}
-            self._client = AsyncOpenAI(api_key=self.api_key, base_url=self.base_url, max_retries=0, **args)
+            self._client = self._new_client()
             self._client_loop = loop
         return self._client
+
+    def _new_client(self) -> AsyncOpenAI:
+        args = {"timeout": self.config.timeout or DEFAULT_TIMEOUT, **self._client_args}
+        return build_client(AsyncOpenAI, api_key=self.api_key, base_url=self.base_url, max_retries=0, **args)
 
     async def generate(self, input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice | None,
                        config: GenerateConfig) -> ModelOutput:
