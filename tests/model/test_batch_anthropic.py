@@ -143,3 +143,16 @@ def test_parse_results_file() -> None:
         "odd": ("result of unknown type 'mystery'", True),
         "no-message": ("result of unknown type 'succeeded'", True),
     }
+
+
+def test_a_batched_call_names_its_batch_and_costs_the_batch_price() -> None:
+    with AnthropicServer(responder=echo_last) as server:
+        def model(batch: bool) -> Any:
+            return get_model("anthropic/claude-sonnet-4-5", base_url=server.base_url, api_key="k", memoize=False,
+                             config=GenerateConfig(batch=BatchConfig(size=1, tick=0.05) if batch else None))
+
+        direct = asyncio.run(model(False).generate("x"))
+        batched = asyncio.run(model(True).generate("x"))
+    [batch_id] = server.batch_inputs
+    assert batched.metadata == {"batch": batch_id} and not (direct.metadata or {}).get("batch")
+    assert direct.usage.total_cost and batched.usage.total_cost == pytest.approx(direct.usage.total_cost / 2)
