@@ -11,8 +11,8 @@
 - distributed mode: the broker has live workers; if sandboxes are needed, one of them accepts them,
   runs their type (``local`` needs ``--allow-local``), allows each image (``--image`` patterns) and
   has slots for the largest multi-service sandbox (one per container);
-- the model endpoint answers (openai provider: one ``models.list`` with a short timeout; scripted
-  models are not probed).
+- the model endpoint answers (openai and anthropic providers: one ``models.list`` with a short
+  timeout; scripted models are not probed).
 
 Each problem is a ``PreflightError`` (an ``EvalSetupError``: the CLI prints one line, exit 1).
 """
@@ -175,41 +175,55 @@ async def check_fleet(broker_url: str, images: dict[str, list[str]], kinds: set[
                                  f"worker(s){hint}: build or pull it where the workers run.")
 
 
-def _openai_api(model: Any) -> Any | None:
-    from orchestrator.model._providers.openai import OpenAIAPI
-
+def _provider_api(model: Any) -> Any | None:
     api = getattr(model, "api", None)
     for _ in range(8):  # unwrap retry-reporting and other wrappers
-        if isinstance(api, OpenAIAPI):
+        inner = getattr(api, "inner", None)
+        if inner is None:
             return api
-        api = getattr(api, "inner", None)
-        if api is None:
-            return None
+        api = inner
+    return api
+
+
+def _sdk_for(api: Any) -> tuple[Any, Any, str, str] | None:
+    """``(sdk module, client class, default endpoint, env var)`` for the SDK-backed providers."""
+    from orchestrator.model._providers.openai import OpenAIAPI
+
+    if isinstance(api, OpenAIAPI):
+        import openai
+
+        return openai, openai.AsyncOpenAI, "https://api.openai.com/v1", "OPENAI_BASE_URL"
+    from orchestrator.model._providers.anthropic import AnthropicAPI
+
+    if isinstance(api, AnthropicAPI):
+        import anthropic
+
+        return anthropic, anthropic.AsyncAnthropic, "https://api.anthropic.com", "ANTHROPIC_BASE_URL"
     return None
 
 
 async def probe_model(model: Any) -> None:
-    """One cheap request to the model's endpoint (openai provider only)."""
+    """One cheap request (``models.list``) to the model's endpoint (openai and anthropic providers)."""
     try:
-        api = _openai_api(model)
+        found = _sdk_for(_provider_api(model))
     except ImportError:
         return
-    if api is None:
+    if found is None:
         return
-    import openai
-
-    client = openai.AsyncOpenAI(api_key=api.api_key, base_url=api.base_url, max_retries=0, timeout=PROBE_TIMEOUT_S)
-    where = api.base_url or "https://api.openai.com/v1"
+    api = _provider_api(model)
+    sdk, client_class, default_url, env = found
+    client = client_class(api_key=api.api_key, base_url=api.base_url, max_retries=0, timeout=PROBE_TIMEOUT_S)
+    where = api.base_url or default_url
     try:
         await asyncio.wait_for(client.models.list(), PROBE_TIMEOUT_S + 1)
-    except openai.AuthenticationError as exc:
+    except sdk.AuthenticationError as exc:
         raise PreflightError(f"The model endpoint {where} refused the API key ({exc.status_code}).") from None
-    except openai.APIStatusError:
+    except sdk.APIStatusError:
         return  # it answered (some servers do not list models): reachable
-    except (openai.APIConnectionError, TimeoutError) as exc:
-        reason = "no answer" if isinstance(exc, (TimeoutError, openai.APITimeoutError)) else "connection failed"
+    except (sdk.APIConnectionError, TimeoutError) as exc:
+        reason = "no answer" if isinstance(exc, (TimeoutError, sdk.APITimeoutError)) else "connection failed"
         raise PreflightError(f"The model endpoint {where} does not answer ({reason} within "
-                             f"{PROBE_TIMEOUT_S:g} s): check base_url / OPENAI_BASE_URL.") from None
+                             f"{PROBE_TIMEOUT_S:g} s): check base_url / {env}.") from None
     finally:
         await client.close()
 

@@ -181,3 +181,15 @@ async def test_image_allowed_by_no_live_worker(tmp_path: Path, fleet) -> None:  
     assert str(caught.value) == ("Docker image 'other/thing:1' (sample s2) is allowed by none of the 1 live worker(s) "
                                  "(their --image patterns: toolfleet/*): start workers with --image 'other/thing:1' "
                                  "or a pattern matching it.")
+
+
+async def test_anthropic_endpoint_unreachable_and_reachable(tmp_path: Path) -> None:
+    from tests.support.anthropic_server import AnthropicServer
+
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(PreflightError, match=f"The model endpoint {url} does not answer .*ANTHROPIC_BASE_URL"):
+        await eval_async(_task(sandbox="local"), "anthropic/m", log_dir=tmp_path,
+                         model_args={"base_url": url, "api_key": "k"})
+    assert _no_log_written(tmp_path)
+    with AnthropicServer() as server:  # answers GET /v1/models with a status: reachable
+        await probe_model(resolve_model("anthropic/m", base_url=server.base_url, api_key="k"))
