@@ -88,12 +88,13 @@ class AnthropicServer(OpenAIServer):
 
     def _route(self, request: RecordedRequest, raw: bytes) -> Reply | bytes:
         parts = request.path.split("?")[0].rstrip("/").split("/")
-        if "batches" not in parts and request.method == "POST":
-            return self._next(request)
+        if "batches" not in parts:
+            if request.method == "POST":
+                return self._next(request)
+            # e.g. the preflight's models.list: answered, not recorded, no reply used up
+            return error(404, f"nothing at {request.method} {request.path}", "not_found_error")
         with self._lock:
             self.requests.append(request)
-        if "batches" not in parts:  # e.g. the preflight's models.list: answered, but no reply is used up
-            return error(404, f"nothing at {request.method} {request.path}", "not_found_error")
         at = parts.index("batches")
         rest = parts[at + 1:]
         if request.method == "POST" and not rest:

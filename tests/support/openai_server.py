@@ -1,8 +1,8 @@
 """A chat-completions server on loopback, for driving the real ``openai`` SDK in tests.
 
 Stdlib ``http.server`` in a background thread. Each chat completion pops the next scripted ``Reply``
-(or, with the queue empty, asks ``responder(body)`` when one is given); every request is recorded
-(method, path, headers, JSON body) so tests can assert what the client actually sent. With no reply
+(or, with the queue empty, asks ``responder(body)`` when one is given); every request but a GET outside
+the Batch API is recorded (method, path, headers, JSON body) so tests can assert what the client sent. With no reply
 queued and no responder it answers 418 (a status nobody retries), so a test that under-scripts fails
 fast instead of hanging.
 
@@ -234,6 +234,9 @@ class OpenAIServer:
         parts = path.split("?")[0].rstrip("/").split("/")
         if method == "POST" and "batches" not in parts and parts[-1] != "files":
             return self._next(request)
+        if "batches" not in parts and "files" not in parts:
+            # e.g. the preflight's models.list: answered, not recorded (tests count generate requests)
+            return error(404, f"nothing at {method} {path}")
         with self._lock:
             self.requests.append(request)
         if method == "POST" and path.endswith("/files"):
