@@ -304,3 +304,16 @@ async def test_retryable_failures_are_recorded_as_they_happen(anthropic_server: 
         await reporting_retries(model_for(anthropic_server, fast_retry)).generate("x")
     statuses = [e.data["status"] for e in t.find(InfoEvent) if e.source == "model_retry"]
     assert statuses == [429, 529]
+
+
+async def test_a_changed_environment_is_a_different_model(monkeypatch) -> None:
+    """Memoized models key on the endpoint variables: a new ANTHROPIC_BASE_URL is never served the old client."""
+    with AnthropicServer() as first, AnthropicServer() as second:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", first.base_url)
+        first.enqueue(message("one"))
+        assert (await get_model("anthropic/claude-memo").generate("x")).completion == "one"
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", second.base_url)
+        second.enqueue(message("two"))
+        assert (await get_model("anthropic/claude-memo").generate("x")).completion == "two"
+        assert len(first.requests) == len(second.requests) == 1

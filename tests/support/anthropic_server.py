@@ -83,5 +83,8 @@ class AnthropicServer(OpenAIServer):
             if self._replies:
                 return self._replies.popleft()
         if self.responder is not None and isinstance(request.body, dict):
-            return self.responder(request.body)
+            try:
+                return self.responder(request.body)
+            except Exception as exc:  # noqa: BLE001 - a broken test responder is a visible, non-retried 400
+                return error(400, f"test responder failed: {type(exc).__name__}: {exc}")
         return error(418, "no scripted reply left on the test server")

@@ -37,6 +37,8 @@ _OVERLOAD_STATUS = {429, 529}
 
 
 class AnthropicAPI(ModelAPI):
+    environment = ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")
+
     def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
                  config: GenerateConfig | None = None, max_connections: int | None = None,
                  **client_args: Any) -> None:
