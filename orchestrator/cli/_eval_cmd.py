@@ -93,10 +93,20 @@ def _add_run_flags(p: argparse.ArgumentParser, defaults_from_log: bool = False) 
     g.add_argument("--timeout", type=float, help="model API request timeout (seconds)")
     g.add_argument("--max-tool-output", type=int, help="bytes of tool output the model sees (0: no truncation)")
     g.add_argument("--parallel-tool-calls", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--reasoning-tokens", type=int, help="extended-thinking budget (anthropic)")
+    g.add_argument("--cache-prompt", type=_cache_prompt_flag, metavar="auto|true|false",
+                   help="prompt caching (anthropic; default auto: when tools are given)")
 
 
 GENERATE_FLAGS = ("temperature", "max_tokens", "top_p", "seed", "stop_seqs", "max_retries", "timeout",
-                  "max_tool_output", "parallel_tool_calls")
+                  "max_tool_output", "parallel_tool_calls", "reasoning_tokens", "cache_prompt")
+
+
+def _cache_prompt_flag(value: str) -> str | bool:
+    choices: dict[str, str | bool] = {"auto": "auto", "true": True, "false": False}
+    if value.lower() not in choices:
+        raise argparse.ArgumentTypeError(f"{value!r}: use auto, true or false")
+    return choices[value.lower()]
 
 
 def _sandbox_flag(value: str) -> str | tuple[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextvars import ContextVar
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 from typing_extensions import TypedDict
@@ -23,6 +24,7 @@ class GenerateConfig(BaseModel):
     parallel_tool_calls: bool | None = None
     max_tool_output: int | None = None  # bytes; 0 disables truncation
     reasoning_tokens: int | None = None  # extended-thinking budget (Anthropic)
+    cache_prompt: Literal["auto"] | bool | None = None  # Anthropic prompt caching ("auto": when tools are given)
 
     def merge(self, other: "GenerateConfig") -> "GenerateConfig":
         """``other``'s set values win."""
@@ -45,6 +47,7 @@ class GenerateConfigArgs(TypedDict, total=False):
     parallel_tool_calls: bool | None
     max_tool_output: int | None
     reasoning_tokens: int | None
+    cache_prompt: Literal["auto"] | bool | None
 
 
 _active_config: ContextVar[GenerateConfig] = ContextVar("toolfleet_generate_config", default=GenerateConfig())

@@ -95,7 +95,7 @@ class AnthropicAPI(ModelAPI):
 
     def is_overload(self, ex: BaseException) -> bool:
         if isinstance(ex, anthropic.APIStatusError):
-            return ex.status_code in _OVERLOAD_STATUS or isinstance(ex, anthropic.OverloadedError)
+            return ex.status_code in _OVERLOAD_STATUS
         return False
 
     def retry_after(self, ex: BaseException) -> float | None:
