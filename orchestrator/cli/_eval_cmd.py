@@ -93,6 +93,9 @@ def _add_run_flags(p: argparse.ArgumentParser, defaults_from_log: bool = False) 
     g.add_argument("--timeout", type=float, help="model API request timeout (seconds)")
     g.add_argument("--max-tool-output", type=int, help="bytes of tool output the model sees (0: no truncation)")
     g.add_argument("--parallel-tool-calls", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--reasoning-tokens", type=int, help="extended-thinking budget (anthropic)")
+    g.add_argument("--cache-prompt", type=_cache_prompt_flag, metavar="auto|true|false",
+                   help="prompt caching (anthropic; default auto: when tools are given)")
     g.add_argument("--batch", nargs="?", const=True, type=_batch_flag, metavar="SIZE|FILE",
                    help="send model requests through the provider's batch API (half price, slower): alone for "
                         "the defaults, a batch size, or a YAML/JSON file of batch options (size, max_size, "
@@ -100,7 +103,15 @@ def _add_run_flags(p: argparse.ArgumentParser, defaults_from_log: bool = False) 
 
 
 GENERATE_FLAGS = ("temperature", "max_tokens", "top_p", "seed", "stop_seqs", "max_retries", "timeout",
-                  "max_tool_output", "parallel_tool_calls", "batch")
+                  "max_tool_output", "parallel_tool_calls", "reasoning_tokens", "cache_prompt",
+                  "batch")
+
+
+def _cache_prompt_flag(value: str) -> str | bool:
+    choices: dict[str, str | bool] = {"auto": "auto", "true": True, "false": False}
+    if value.lower() not in choices:
+        raise argparse.ArgumentTypeError(f"{value!r}: use auto, true or false")
+    return choices[value.lower()]
 
 
 def _batch_flag(value: str) -> bool | int | dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextvars import ContextVar
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from typing_extensions import TypedDict
@@ -37,6 +38,7 @@ class GenerateConfig(BaseModel):
     parallel_tool_calls: bool | None = None
     max_tool_output: int | None = None  # bytes; 0 disables truncation
     reasoning_tokens: int | None = None  # extended-thinking budget (Anthropic)
+    cache_prompt: Literal["auto"] | bool | None = None  # Anthropic prompt caching ("auto": when tools are given)
     # Provider batch API: True (defaults), a batch size, or a BatchConfig; False/None: one request at a time.
     batch: bool | int | BatchConfig | None = None
 
@@ -68,6 +70,7 @@ class GenerateConfigArgs(TypedDict, total=False):
     parallel_tool_calls: bool | None
     max_tool_output: int | None
     reasoning_tokens: int | None
+    cache_prompt: Literal["auto"] | bool | None
     batch: bool | int | BatchConfig | None
 
 

@@ -59,6 +59,9 @@ class ModelAPI(ABC):
     #: Whether ``get_model`` may hand the same instance to callers asking with equal arguments.
     #: Stateful backends (the scripted model replays a queue) must say False.
     memoize: ClassVar[bool] = True
+    #: Environment variables the constructor reads (base URL, key): part of the memo key, so a model
+    #: resolved after they changed is built anew rather than pointing at the old endpoint.
+    environment: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
                  config: GenerateConfig | None = None) -> None:
@@ -373,7 +376,8 @@ def get_model(model: str | Model | None = None, *, config: GenerateConfig | None
     provider, _, model_name = model.partition("/")
     cls = _provider_class(provider)
     model_name = model_name or provider
-    key = repr((provider, model_name, base_url, api_key, config, retry, sorted(model_args.items())))
+    env = [os.environ.get(name) for name in cls.environment]
+    key = repr((provider, model_name, base_url, api_key, config, retry, sorted(model_args.items()), env))
     if memoize and cls.memoize and key in _MEMO:
         return _MEMO[key]
     api = cls(model_name, base_url=base_url, api_key=api_key, config=config, **model_args)  # type: ignore[call-arg]

@@ -50,6 +50,9 @@ def add():
     return execute
 
 
+NO_CACHE = GenerateConfig(cache_prompt=False)  # exact request bodies, without cache breakpoints
+
+
 def _sent_key(request) -> str | None:
     # SDK versions send the key as x-api-key or as a bearer token.
     bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
@@ -82,7 +85,7 @@ async def test_plain_response_and_request_shape(anthropic_server: AnthropicServe
 async def test_parallel_tool_use_blocks_keep_their_order(anthropic_server: AnthropicServer) -> None:
     anthropic_server.enqueue(message("Adding both.", tool_use("anthropic_test_add", {"x": 1, "y": 2}, id="toolu_a"),
                                      tool_use("anthropic_test_add", {"x": 5}, id="toolu_b")))
-    output = await model_for(anthropic_server).generate("add", tools=[add()])
+    output = await model_for(anthropic_server).generate("add", tools=[add()], config=NO_CACHE)
     assert output.stop_reason == "tool_calls" and output.completion == "Adding both."
     assert output.message.tool_calls == [
         ToolCall(id="toolu_a", function="anthropic_test_add", arguments={"x": 1, "y": 2}),
@@ -106,7 +109,7 @@ async def test_tool_results_go_back_as_one_user_turn_in_order(anthropic_server: 
         ChatMessageTool(content="", tool_call_id="toolu_b", function="anthropic_test_add",
                         error=ToolCallError(type="parsing", message="y is missing")),
     ]
-    await model_for(anthropic_server).generate(history, tools=[add()])
+    await model_for(anthropic_server).generate(history, tools=[add()], config=NO_CACHE)
     turns = anthropic_server.bodies[0]["messages"]
     assert [t["role"] for t in turns] == ["user", "assistant", "user"]
     assert turns[1]["content"] == [
@@ -304,3 +307,35 @@ async def test_retryable_failures_are_recorded_as_they_happen(anthropic_server: 
         await reporting_retries(model_for(anthropic_server, fast_retry)).generate("x")
     statuses = [e.data["status"] for e in t.find(InfoEvent) if e.source == "model_retry"]
     assert statuses == [429, 529]
+
+
+async def test_a_changed_environment_is_a_different_model(monkeypatch) -> None:
+    """Memoized models key on the endpoint variables: a new ANTHROPIC_BASE_URL is never served the old client."""
+    with AnthropicServer() as first, AnthropicServer() as second:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", first.base_url)
+        first.enqueue(message("one"))
+        assert (await get_model("anthropic/claude-memo").generate("x")).completion == "one"
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", second.base_url)
+        second.enqueue(message("two"))
+        assert (await get_model("anthropic/claude-memo").generate("x")).completion == "two"
+        assert len(first.requests) == len(second.requests) == 1
+
+
+@pytest.mark.parametrize(("cache_prompt", "with_tools", "marked"), [
+    (None, True, True),  # "auto" (the default): cache when tools are given (agent loops)
+    ("auto", False, False),
+    (True, False, True),
+    (False, True, False),
+])
+async def test_prompt_caching_breakpoints(anthropic_server: AnthropicServer, cache_prompt, with_tools: bool,
+                                          marked: bool) -> None:
+    anthropic_server.enqueue(message("ok"))
+    await model_for(anthropic_server).generate([ChatMessageSystem(content="sys"), ChatMessageUser(content="hi")],
+                                               tools=[add()] if with_tools else [],
+                                               config=GenerateConfig(cache_prompt=cache_prompt))
+    body = anthropic_server.bodies[0]
+    marks = [body["system"][-1].get("cache_control"), body["messages"][-1]["content"][-1].get("cache_control")]
+    if with_tools:
+        marks.append(body["tools"][-1].get("cache_control"))
+    assert marks == ([{"type": "ephemeral"}] * len(marks) if marked else [None] * len(marks))

@@ -129,7 +129,10 @@ class OpenAIServer:
             if self._replies:
                 return self._replies.popleft()
         if self.responder is not None and isinstance(body, dict):
-            return self.responder(body)
+            try:
+                return self.responder(body)
+            except Exception as exc:  # noqa: BLE001 - a broken test responder is a visible, non-retried 400
+                return error(400, f"test responder failed: {type(exc).__name__}: {exc}")
         return self._no_reply()
 
     def _no_reply(self) -> Reply:

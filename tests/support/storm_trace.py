@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
-import json
 import tempfile
 import threading
 import time

@@ -178,7 +178,27 @@ def build_request(model: str, messages: list[ChatMessage], tools: list[ToolInfo]
                 request[theirs] = value
     if config.stop_seqs:
         request["stop_sequences"] = config.stop_seqs
+    cache = config.cache_prompt if config.cache_prompt is not None else "auto"
+    if cache is True or (cache == "auto" and tools):
+        mark_cache_breakpoints(request)
     return request
+
+
+_CACHEABLE = {"text", "image", "tool_use", "tool_result"}
+
+
+def mark_cache_breakpoints(request: dict[str, Any]) -> None:
+    """Prompt caching (Inspect's ``cache_prompt``): a breakpoint after the system prompt, the tools and
+    the conversation so far, so each turn of an agent loop re-reads its prefix from the cache (a
+    tenth of the input price) instead of paying for it again. At most three of the API's four."""
+    marker = {"type": "ephemeral"}
+    if request.get("system"):
+        request["system"][-1]["cache_control"] = marker
+    if request.get("tools"):
+        request["tools"][-1]["cache_control"] = marker
+    turns = request.get("messages") or []
+    if turns and turns[-1]["content"] and turns[-1]["content"][-1].get("type") in _CACHEABLE:
+        turns[-1]["content"][-1]["cache_control"] = marker
 
 
 # -- response --------------------------------------------------------------------------------------

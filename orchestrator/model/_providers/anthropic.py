@@ -38,6 +38,8 @@ _OVERLOAD_STATUS = {429, 529}
 
 
 class AnthropicAPI(ModelAPI):
+    environment = ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")
+
     def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
                  config: GenerateConfig | None = None, max_connections: int | None = None,
                  **client_args: Any) -> None:
@@ -98,7 +100,7 @@ class AnthropicAPI(ModelAPI):
 
     def is_overload(self, ex: BaseException) -> bool:
         if isinstance(ex, anthropic.APIStatusError):
-            return ex.status_code in _OVERLOAD_STATUS or isinstance(ex, anthropic.OverloadedError)
+            return ex.status_code in _OVERLOAD_STATUS
         return False
 
     def retry_after(self, ex: BaseException) -> float | None:

@@ -33,6 +33,8 @@ _RETRY_STATUS = {408, 409, 429}
 
 
 class OpenAIAPI(ModelAPI):
+    environment = ("OPENAI_BASE_URL", "OPENAI_API_KEY")
+
     def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
                  config: GenerateConfig | None = None, max_connections: int | None = None,
                  extra_body: dict[str, Any] | None = None, **client_args: Any) -> None:
