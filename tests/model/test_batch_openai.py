@@ -8,6 +8,7 @@ with an error that the model's retry loop retries like any other.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -158,23 +159,40 @@ def test_without_batch_requests_go_direct() -> None:
     assert server.direct_completions == 1 and not server.batch_inputs
 
 
-def test_a_recorded_batch_the_provider_does_not_know_fails_at_once_and_is_submitted_anew() -> None:
+def _resume_from(server: OpenAIServer, batch_id: str, submitted_at: float) -> Any:
+    """``generate("again")`` in sample s1, as a resumed run whose log recorded that request in ``batch_id``."""
     from orchestrator.model._batch import BatchScope, ResumeTable, batch_scope, request_key
     from orchestrator.solver._task_state import TaskState, bind_sample_state  # the sample a resumed request is of
 
+    model = model_for(server)
+    body = model.api.batch_backend().request([ChatMessageUser(content="again")], [], None, GenerateConfig())
+    records = [{"event": "submit", "model": "openai/test-model", "batch_id": batch_id, "at": submitted_at,
+                "requests": [{"custom_id": "c1", "sample_id": "s1", "epoch": 1, "turn": 1, "key": request_key(body)}]}]
+    scope = BatchScope(resume=ResumeTable.from_records(records))
+
+    async def run() -> Any:
+        state = TaskState(model="openai/test-model", sample_id="s1", epoch=1, input="again", messages=[])
+        with batch_scope(scope), bind_sample_state(state):
+            return await model.generate("again")
+
+    return asyncio.run(run())
+
+
+def test_a_recorded_batch_the_provider_does_not_know_fails_at_once_and_is_submitted_anew() -> None:
     with OpenAIServer(responder=echo_last) as server:
-        model = model_for(server)
-        body = model.api.batch_backend().request([ChatMessageUser(content="again")], [], None, GenerateConfig())
-        records = [{"event": "submit", "model": "openai/test-model", "batch_id": "batch_gone", "requests": [
-            {"custom_id": "c1", "sample_id": "s1", "epoch": 1, "turn": 1, "key": request_key(body)}]}]
-        scope = BatchScope(resume=ResumeTable.from_records(records))
-
-        async def run() -> Any:
-            with batch_scope(scope), bind_sample_state(TaskState(model="openai/test-model", sample_id="s1", epoch=1,
-                                                                 input="again", messages=[])):
-                return await model.generate("again")
-
-        output = asyncio.run(run())
+        output = _resume_from(server, "batch_gone", time.time())
     assert output.completion == "ECHO AGAIN"
     assert "/v1/batches/batch_gone" in server.paths("GET")  # tried the recorded batch first
     assert len(server.batch_inputs) == 1  # then submitted it anew (a retry)
+
+
+def test_a_recorded_batch_running_past_the_bound_is_cancelled_and_its_requests_sent_anew() -> None:
+    with OpenAIServer(responder=echo_last) as server:
+        server.batches["batch_old"] = {  # still finalizing, 26 hours after the killed run submitted it
+            "id": "batch_old", "object": "batch", "endpoint": "/v1/chat/completions", "errors": None,
+            "input_file_id": "file-x", "completion_window": "24h", "status": "finalizing", "created_at": 0,
+            "output_file_id": None, "error_file_id": None, "_plan": "complete"}
+        output = _resume_from(server, "batch_old", time.time() - 26 * 3600)
+    assert output.completion == "ECHO AGAIN"
+    assert "/v1/batches/batch_old/cancel" in server.paths("POST")
+    assert len(server.batch_inputs) == 1  # the request went out again, in a new batch

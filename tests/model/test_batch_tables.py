@@ -32,27 +32,27 @@ def test_batch_settings(value, provider_max, expected) -> None:
 
 
 def _submit(batch_id: str, *requests: tuple[str, str, int, str], model: str = "openai/m") -> dict:
-    return {"event": "submit", "model": model, "batch_id": batch_id,
+    return {"event": "submit", "model": model, "batch_id": batch_id, "at": 1000.0,
             "requests": [{"custom_id": c, "sample_id": s, "epoch": e, "turn": 1, "key": k} for c, s, e, k in requests]}
 
 
 @pytest.mark.parametrize(("records", "skip", "takes", "expected"), [
     # a recorded request is found by model, sample, epoch and key; once
     ([_submit("b1", ("c1", "s1", 1, "k1"))], set(), [("openai/m", ("s1", 1), "k1")] * 2,
-     [RecordedRequest("b1", "c1"), None]),
+     [RecordedRequest("b1", "c1", 1000.0), None]),
     # another model, epoch or key: not the same request
     ([_submit("b1", ("c1", "s1", 1, "k1"))], set(),
      [("openai/x", ("s1", 1), "k1"), ("openai/m", ("s1", 2), "k1"), ("openai/m", ("s1", 1), "k2")], [None] * 3),
     # the same request twice (a retry after an error): replayed in submission order
     ([_submit("b1", ("c1", "s1", 1, "k1")), _submit("b2", ("c9", "s1", 1, "k1"))], set(),
-     [("openai/m", ("s1", 1), "k1")] * 2, [RecordedRequest("b1", "c1"), RecordedRequest("b2", "c9")]),
+     [("openai/m", ("s1", 1), "k1")] * 2, [RecordedRequest("b1", "c1", 1000.0), RecordedRequest("b2", "c9", 1000.0)]),
     # a batch that ended failed/expired/cancelled is left out
     ([_submit("b1", ("c1", "s1", 1, "k1")), {"event": "end", "batch_id": "b1", "state": "expired"},
       _submit("b2", ("c2", "s1", 1, "k1")), {"event": "end", "batch_id": "b2", "state": "completed"}], set(),
-     [("openai/m", ("s1", 1), "k1")] * 2, [RecordedRequest("b2", "c2"), None]),
+     [("openai/m", ("s1", 1), "k1")] * 2, [RecordedRequest("b2", "c2", 1000.0), None]),
     # finished samples' requests are not needed
     ([_submit("b1", ("c1", "s1", 1, "k1"), ("c2", "s2", 1, "k2"))], {("s1", 1)},
-     [("openai/m", ("s1", 1), "k1"), ("openai/m", ("s2", 1), "k2")], [None, RecordedRequest("b1", "c2")]),
+     [("openai/m", ("s1", 1), "k1"), ("openai/m", ("s2", 1), "k2")], [None, RecordedRequest("b1", "c2", 1000.0)]),
     # damaged records are skipped, not fatal
     ([{"event": "submit", "batch_id": "b1", "model": "openai/m", "requests": [{"custom_id": "c1"}, "junk"]}], set(),
      [("openai/m", ("s1", 1), "k1")], [None]),

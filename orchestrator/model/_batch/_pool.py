@@ -126,6 +126,8 @@ class BatchPool:
         batch = self._batches.get(recorded.batch_id)
         if batch is None:
             batch = self._batches[recorded.batch_id] = _Batch(recorded.batch_id, resumed=True)
+            if recorded.submitted_at is not None:  # its age counts from when the killed run submitted it
+                batch.submitted = time.monotonic() - max(0.0, time.time() - recorded.submitted_at)
         batch.waiters[waiter.custom_id] = waiter
         batch.add_scope(waiter.scope)
 
@@ -211,7 +213,7 @@ class BatchPool:
         batch.failures = 0
         if check.ended:
             await self._end(batch, check, outcomes)
-        elif not batch.resumed and time.monotonic() - batch.submitted > MAX_BATCH_WAIT_S:
+        elif time.monotonic() - batch.submitted > MAX_BATCH_WAIT_S:
             await self._cancel(batch)
             await self._end(batch, BatchCheck(state="expired", error=f"not ended after {MAX_BATCH_WAIT_S / 3600:g} "
                                               "hours (cancelled)"), {})

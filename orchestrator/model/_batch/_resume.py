@@ -40,6 +40,7 @@ def conversation_turn(body: dict[str, Any]) -> int:
 class RecordedRequest:
     batch_id: str
     custom_id: str
+    submitted_at: float | None = None  # wall clock (the record's ``at``): bounds how long it is waited for
 
 
 SampleRef = tuple[str, int]  # (sample id as a string, epoch)
@@ -63,7 +64,9 @@ class ResumeTable:
             for item in record.get("requests") or []:
                 try:
                     ref = (str(item["sample_id"]), int(item["epoch"]))
-                    entry = RecordedRequest(str(record["batch_id"]), str(item["custom_id"]))
+                    at = record.get("at")
+                    entry = RecordedRequest(str(record["batch_id"]), str(item["custom_id"]),
+                                            float(at) if isinstance(at, (int, float)) else None)
                     key = (str(record.get("model")), *ref, str(item["key"]))
                 except (KeyError, TypeError, ValueError):
                     continue  # a damaged record: that request is simply sent again
