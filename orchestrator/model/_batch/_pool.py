@@ -117,12 +117,12 @@ class BatchPool:
 
     def _attach(self, recorded: RecordedRequest, waiter: _Waiter) -> None:
         waiter.custom_id = recorded.custom_id
-        if waiter.scope is not None:
-            waiter.scope.waiting_on(recorded.batch_id)
         collected = self._collected.get(recorded.batch_id)
-        if collected is not None:
+        if collected is not None:  # fetched already for another resumed turn
             self._resolve(waiter, recorded.batch_id, *collected)
             return
+        if waiter.scope is not None:
+            waiter.scope.waiting_on(recorded.batch_id)
         batch = self._batches.get(recorded.batch_id)
         if batch is None:
             batch = self._batches[recorded.batch_id] = _Batch(recorded.batch_id, resumed=True)
