@@ -196,3 +196,46 @@ def test_a_recorded_batch_running_past_the_bound_is_cancelled_and_its_requests_s
     assert output.completion == "ECHO AGAIN"
     assert "/v1/batches/batch_old/cancel" in server.paths("POST")
     assert len(server.batch_inputs) == 1  # the request went out again, in a new batch
+
+
+def test_a_resumed_run_takes_recorded_results_even_for_turns_that_come_late() -> None:
+    from orchestrator.model._batch import BatchScope, ResumeTable, batch_scope
+    from orchestrator.solver._task_state import TaskState, bind_sample_state
+
+    def in_sample(sample_id: str, prompt: str) -> Any:
+        return bind_sample_state(TaskState(model="openai/test-model", sample_id=sample_id, epoch=1, input=prompt,
+                                           messages=[]))
+
+    records: list[dict[str, Any]] = []
+
+    async def journal(record: dict[str, Any]) -> None:
+        records.append(record)
+
+    async def ask(model: Any, sample_id: str, prompt: str) -> Any:
+        with in_sample(sample_id, prompt):
+            return await model.generate(prompt)
+
+    with OpenAIServer(responder=echo_last) as server:
+        async def first_run() -> None:  # submits one batch for s1 and s2 (then "dies": results never read)
+            with batch_scope(BatchScope(journal=journal)):
+                model = get_model("openai/test-model", base_url=server.base_url, api_key="k", memoize=False,
+                                  config=GenerateConfig(batch=BatchConfig(size=2, tick=60)))
+                pending = [asyncio.ensure_future(ask(model, s, p)) for s, p in (("s1", "one"), ("s2", "two"))]
+                while not records:
+                    await asyncio.sleep(0.02)
+                for task in pending:
+                    task.cancel()
+
+        asyncio.run(first_run())
+        [batch_id] = server.batch_inputs
+
+        async def resumed_run() -> list[str]:  # a new process: s1 first, s2 only once s1 is done
+            with batch_scope(BatchScope(resume=ResumeTable.from_records(records))):
+                model = model_for(server)
+                first = await ask(model, "s1", "one")
+                second = await ask(model, "s2", "two")
+                return [first.completion, second.completion]
+
+        assert asyncio.run(resumed_run()) == ["ECHO ONE", "ECHO TWO"]
+    assert list(server.batch_inputs) == [batch_id]  # nothing submitted again
+    assert server.paths("GET").count(f"/v1/batches/{batch_id}") == 1  # fetched once, for both turns
