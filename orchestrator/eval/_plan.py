@@ -108,7 +108,8 @@ def _sample_ids(samples: list[Sample]) -> list[Sample]:
 
 def _identity(task: Task, model: Model, o: _Options, sandbox: dict[str, Any] | None) -> EvalIdentity:
     return EvalIdentity(
-        task=task.registry_name or task.name, task_file=task.task_file, task_file_hash=file_hash(task.task_file),
+        task=task.registry_name or task.name, task_file=task.task_file,
+        task_file_hash=task.source_hash or file_hash(task.task_file),
         task_args=recordable_args(task.task_args), model=str(model), model_args=o.model_args or {},
         generate_config=task.config.model_dump(exclude_none=True), sandbox=sandbox,
         solver=solver_name(task.solver) if task.solver is not None else "generate",
