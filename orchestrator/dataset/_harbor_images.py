@@ -57,12 +57,14 @@ class BuildReport:
 
 
 _NAME_CHARS = re.compile(r"[^a-z0-9._-]+")
+_SEPARATORS = re.compile(r"[._-]{2,}")
 
 
 def image_name(task: str, service: str | None = None, prefix: str = IMAGE_PREFIX) -> str:
     """The repository part of a task's (or a task service's) image: lower case, Docker's characters."""
     raw = f"{task}-{service}" if service else task
-    safe = _NAME_CHARS.sub("-", raw.lower()).strip("-._") or "task"
+    # Docker allows one '.' or '_' (or dashes) between alphanumerics: runs of separators become one '-'.
+    safe = _SEPARATORS.sub("-", _NAME_CHARS.sub("-", raw.lower())).strip("-._") or "task"
     return f"{prefix}{safe}"[:200]
 
 

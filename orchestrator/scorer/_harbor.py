@@ -78,9 +78,10 @@ def parse_rewards(reward_json: str | None, reward_txt: str | None) -> dict[str, 
     if not reward_txt.strip():
         raise RewardError("reward.txt is empty")
     try:
-        return _finite({"reward": float(reward_txt.strip())})
+        value = float(reward_txt.strip())
     except ValueError:
         raise RewardError(f"reward.txt is not a number: {reward_txt.strip()[:80]!r}") from None
+    return _finite({"reward": value})
 
 
 def _finite(rewards: dict[str, float]) -> dict[str, float]:
