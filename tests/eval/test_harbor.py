@@ -1,0 +1,113 @@
+"""``harbor:DIR`` end to end with real Docker: ``examples/harbor --oracle`` scores 1.0 embedded and on two
+real workers through Redis; a broken solution is reported by name; the default solver is a react agent
+with bash, python and text_editor; the verifier ignores a reward the agent planted; the image cache.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from orchestrator.dataset import load_harbor
+from orchestrator.eval import eval_async, oracle_failures, scripted_policy
+from orchestrator.model import ChatMessageTool, ModelOutput
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "harbor"
+BROKEN = Path(__file__).resolve().parent / "harbor_fixtures" / "broken-solution"
+TASKS = ["fix-word-count", "hello-world", "kv-store"]
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
+
+
+def _rewards(log: Any) -> dict[str, dict[str, float]]:
+    assert all(s.error is None for s in log.samples), [s.error for s in log.samples]
+    return {str(s.id): s.scores["harbor"].value for s in log.samples}
+
+
+def _check_examples(log: Any) -> None:
+    assert log.status == "success"
+    assert _rewards(log) == {"fix-word-count": {"reward": 1.0, "cases_passed": 1.0}, "hello-world": {"reward": 1.0},
+                             "kv-store": {"reward": 1.0}}
+    means = {s.name: s.metrics["mean"].value for s in log.results.scores}
+    assert means == {"reward": 1.0, "cases_passed": 1.0}
+    assert oracle_failures(log) == []
+    by_id = {str(s.id): s for s in log.samples}
+    for sid, sample in by_id.items():  # each task ran on its own content-addressed image
+        [opened] = [e.data for e in sample.events if e.event == "info" and e.source == "sandbox"]
+        assert opened["image"].startswith(f"toolfleet/harbor-{sid}:"), opened
+    [pod] = [e.data for e in by_id["kv-store"].events if e.event == "info" and e.source == "sandbox"]
+    assert list(pod["services"]) == ["kv"] and pod["services"]["kv"].startswith("toolfleet/harbor-kv-store-kv:")
+    leftover = docker.from_env().containers.list(all=True, filters={"label": f"toolfleet.eval_id={log.eval.eval_id}"})
+    assert leftover == [], [c.name for c in leftover]
+
+
+async def test_examples_oracle_embedded(tmp_path: Path, sandbox_image: str) -> None:
+    [log] = await eval_async("harbor:examples/harbor", "scripted", log_dir=tmp_path, task_args={"oracle": True})
+    _check_examples(log)
+    assert log.eval.task_args == {"oracle": True} and log.eval.task == "harbor"
+
+
+@pytest.mark.celery
+async def test_examples_oracle_on_two_workers(tmp_path: Path, sandbox_image: str, fleet) -> None:  # type: ignore[no-untyped-def]
+    load_harbor(EXAMPLES)  # images in place before the workers start, so their first heartbeat lists them
+    workers = [fleet.worker(slots=2), fleet.worker(slots=2)]
+    [log] = await eval_async("harbor:examples/harbor", "scripted", log_dir=tmp_path, task_args={"oracle": True},
+                             broker=fleet.redis.url)
+    _check_examples(log)
+    hosts = {e.data["host"] for s in log.samples for e in s.events if e.event == "info" and e.source == "sandbox"}
+    assert hosts and hosts <= {w.host for w in workers}
+
+
+def test_cli_reports_a_broken_solution(tmp_path: Path, sandbox_image: str) -> None:
+    tasks = tmp_path / "tasks"
+    shutil.copytree(EXAMPLES / "hello-world", tasks / "hello-world")
+    shutil.copytree(BROKEN, tasks / "broken-solution")
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "eval", f"harbor:{tasks}", "--oracle",
+                           "--log-dir", str(tmp_path / "logs"), "--display", "none"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 1, done.stderr  # an oracle that fails fails the command
+    lines = done.stdout.splitlines()
+    assert "reward: mean=0.500, stderr=0.500" in lines, lines
+    assert "oracle failed on 1 of 2 tasks: broken-solution (reward 0)" in lines, lines
+    assert "harbor: 2 tasks from" in done.stderr and "cached" in done.stderr
+
+
+@scripted_policy("harbor_hello")
+def _hello(messages: list[Any], tools: list[Any]) -> ModelOutput:
+    """Says hello with bash, then submits (and records which tools it was offered)."""
+    _hello.offered = sorted(t.name for t in tools)  # type: ignore[attr-defined]
+    if not any(isinstance(m, ChatMessageTool) for m in messages):
+        return ModelOutput.for_tool_call("scripted", "bash", {"cmd": "echo 'Hello, world!' > ~/hello.txt"})
+    return ModelOutput.for_tool_call("scripted", "submit", {"answer": "done"})
+
+
+async def test_default_solver_is_react_with_bash_python_text_editor(tmp_path: Path, sandbox_image: str) -> None:
+    [log] = await eval_async("harbor:examples/harbor", "scripted/harbor_hello", log_dir=tmp_path,
+                             sample_id="hello-world")
+    assert _rewards(log) == {"hello-world": {"reward": 1.0}}
+    assert _hello.offered == ["bash", "python", "submit", "text_editor"]  # type: ignore[attr-defined]
+
+
+def test_planted_reward_is_not_taken_and_cache_hits(tmp_path: Path, sandbox_image: str) -> None:
+    task = tmp_path / "planted"
+    shutil.copytree(BROKEN, task)
+    # The "agent" writes a perfect reward itself; the verifier writes none: no reward file, reward 0.
+    (task / "solution" / "solve.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
+    (task / "tests" / "test.sh").write_text("echo checking; exit 3\n")
+    first = load_harbor(task)
+    again = load_harbor(task)
+    assert len(first.report.built) + len(first.report.cached) == 1
+    assert again.report.built == [] and again.report.cached == [first.samples[0].sandbox["image"]]  # type: ignore[index]
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "eval", f"harbor:{task}", "--oracle",
+                           "--log-dir", str(tmp_path / "logs"), "--display", "none"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 1
+    assert ("oracle failed on 1 of 1 tasks: planted (reward 0; no reward file (/logs/verifier/reward.txt or "
+            "reward.json))") in done.stdout.splitlines(), done.stdout
