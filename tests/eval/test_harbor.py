@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +57,23 @@ async def test_examples_oracle_embedded(tmp_path: Path, sandbox_image: str) -> N
 
 @pytest.mark.celery
 async def test_examples_oracle_on_two_workers(tmp_path: Path, sandbox_image: str, fleet) -> None:  # type: ignore[no-untyped-def]
-    load_harbor(EXAMPLES)  # images in place before the workers start, so their first heartbeat lists them
-    workers = [fleet.worker(slots=2), fleet.worker(slots=2)]
-    [log] = await eval_async("harbor:examples/harbor", "scripted", log_dir=tmp_path, task_args={"oracle": True},
-                             broker=fleet.redis.url)
-    _check_examples(log)
-    hosts = {e.data["host"] for s in log.samples for e in s.events if e.event == "info" and e.source == "sandbox"}
-    assert hosts and hosts <= {w.host for w in workers}
+    # (orphan_grace as shipped: on this shared, loaded machine a 2 s grace closes sandboxes of a busy orchestrator)
+    workers = [fleet.worker(slots=2, orphan_grace=30.0), fleet.worker(slots=2, orphan_grace=30.0)]
+    # One task's image is new (a file only this run has in its build context): it is built at load, after the
+    # workers last listed their images, and the eval still starts (preflight waits for their next listing).
+    tasks = tmp_path / "tasks"
+    shutil.copytree(EXAMPLES, tasks)
+    (tasks / "hello-world" / "environment" / "nonce.txt").write_text(uuid.uuid4().hex)
+    try:
+        [log] = await eval_async(f"harbor:{tasks}", "scripted", log_dir=tmp_path / "logs",
+                                 task_args={"oracle": True}, broker=fleet.redis.url)
+        _check_examples(log)
+        hosts = {e.data["host"] for s in log.samples for e in s.events if e.event == "info" and e.source == "sandbox"}
+        assert hosts and hosts <= {w.host for w in workers}
+    finally:
+        fresh = load_harbor(tasks, build=False).samples
+        image = next(s.sandbox["image"] for s in fresh if s.id == "hello-world")  # type: ignore[index]
+        docker.from_env().images.remove(image, noprune=False)  # this test's own image
 
 
 def test_cli_reports_a_broken_solution(tmp_path: Path, sandbox_image: str) -> None:
