@@ -152,12 +152,12 @@ def run_eval(args: argparse.Namespace) -> int:
     task_args, model = parse_kv(args.task_args, "-T"), args.model
     if args.oracle:
         from orchestrator.eval._errors import EvalSetupError
-        from orchestrator.eval._harbor import is_harbor_spec
+        from orchestrator.eval._harbor import ORACLE_MODEL, is_harbor_spec
 
         if not is_harbor_spec(args.task):
             raise EvalSetupError(f"--oracle runs Harbor tasks' solutions: give harbor:DIR, not '{args.task}'.")
         task_args["oracle"] = True
-        model = model or "scripted"  # the oracle calls no model
+        model = model or ORACLE_MODEL  # the oracle calls no model
     [log] = asyncio.run(eval_async(args.task, model, task_args=task_args,
                                    model_args=parse_kv(args.model_args, "-M"), log_dir=args.log_dir,
                                    resume=args.resume, **kwargs))
@@ -223,8 +223,9 @@ def print_summary(log: Any) -> None:
     if log.eval.task_args.get("oracle"):  # harbor:DIR --oracle: which tasks' solutions do not pass
         failed = _oracle_failures(log)
         total = len(log.samples)
-        lines.append(f"oracle failed on {len(failed)} of {total} tasks: {'; '.join(failed)}" if failed
-                     else f"oracle passed on all {total} tasks")
+        tasks = f"{total} task{'s' if total != 1 else ''}"
+        lines.append(f"oracle failed on {len(failed)} of {tasks}: {'; '.join(failed)}" if failed
+                     else f"oracle passed on {'all ' if total != 1 else ''}{tasks}")
     lines.append(f"log: {log.location}")
     for suffix in (".eval", ".json"):  # an Inspect-format copy written with --log-format
         inspect_copy = Path(log.location or "").with_suffix(suffix)

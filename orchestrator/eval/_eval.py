@@ -30,7 +30,7 @@ from orchestrator.dispatch import Dispatcher, InProcessDispatcher, SampleRoute
 from orchestrator.model._generate_config import GenerateConfig
 from orchestrator.model._model import Model, model_context
 
-from ._harbor import is_harbor_spec
+from ._harbor import is_harbor_spec, register_oracle_model
 from ._identity import recordable_args
 from ._log import (
     LOG_SUFFIX,
@@ -153,7 +153,9 @@ async def eval_async(
     # Model names can refer to scripted policies a task file registers, so task files import first;
     # the tasks are then built with the model active (agents may resolve "the active model" when built).
     for t in task_list:
-        if isinstance(t, str) and not is_harbor_spec(t):
+        if is_harbor_spec(t):
+            register_oracle_model()
+        elif isinstance(t, str):
             import_task_file(t.partition("@")[0])
     reducers = check_reducers(epochs_reducer)
     for flag, value in (("--max-subprocesses", max_subprocesses), ("--max-samples", max_samples),

@@ -30,8 +30,22 @@ AGENT_PROMPT = ("You are working in a Linux container to complete the task the u
                 "to run commands, write code and edit files; check your work; then call submit().")
 
 
+ORACLE_MODEL = "scripted/harbor_oracle"
+
+
 def is_harbor_spec(spec: Any) -> bool:
     return isinstance(spec, str) and spec.startswith(HARBOR_PREFIX)
+
+
+def register_oracle_model() -> None:
+    """``scripted/harbor_oracle``: the model an oracle run names (it is never called). Registered where a
+    task file's policies would be, so a log of an oracle run resumes with ``eval-retry``."""
+    from ._policies import scripted_policy
+
+    def never(messages: Any, tools: Any) -> Any:
+        raise RuntimeError("The Harbor oracle runs solution/solve.sh; it calls no model.")
+
+    scripted_policy(ORACLE_MODEL.partition("/")[2])(never)
 
 
 @solver

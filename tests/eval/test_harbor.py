@@ -120,5 +120,58 @@ def test_planted_reward_is_not_taken_and_cache_hits(tmp_path: Path, sandbox_imag
                            "--log-dir", str(tmp_path / "logs"), "--display", "none"],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 1
-    assert ("oracle failed on 1 of 1 tasks: planted (reward 0; no reward file (/logs/verifier/reward.txt or "
+    assert ("oracle failed on 1 of 1 task: planted (reward 0; no reward file (/logs/verifier/reward.txt or "
             "reward.json))") in done.stdout.splitlines(), done.stdout
+
+
+@scripted_policy("harbor_sleepy")
+def _sleepy(messages: list[Any], tools: list[Any]) -> ModelOutput:
+    """Sleeps in bash in 'slow-agent' (past its 3 s agent timeout); elsewhere submits at once."""
+    from orchestrator.solver import sample_state
+
+    state = sample_state()
+    if state is not None and state.sample_id == "slow-agent" and not any(isinstance(m, ChatMessageTool) for m in messages):
+        return ModelOutput.for_tool_call("scripted", "bash", {"cmd": "sleep 60"})
+    return ModelOutput.for_tool_call("scripted", "submit", {"answer": "done"})
+
+
+async def test_agent_and_verifier_timeouts_from_task_toml(tmp_path: Path, sandbox_image: str) -> None:
+    for name, agent, verifier, test in (("slow-agent", 3, 60, "echo 1 > /logs/verifier/reward.txt"),
+                                        ("slow-verifier", 60, 2, "sleep 30; echo 1 > /logs/verifier/reward.txt")):
+        task = tmp_path / "tasks" / name
+        shutil.copytree(BROKEN, task)
+        (task / "task.toml").write_text(f"[agent]\ntimeout_sec = {agent}\n[verifier]\ntimeout_sec = {verifier}\n"
+                                        "[environment]\nmemory_mb = 256\n")
+        (task / "tests" / "test.sh").write_text(test + "\n")
+    [log] = await eval_async(f"harbor:{tmp_path / 'tasks'}", "scripted/harbor_sleepy", log_dir=tmp_path / "logs")
+    by_id = {str(s.id): s for s in log.samples}
+    slow_agent, slow_verifier = by_id["slow-agent"], by_id["slow-verifier"]
+    # The agent's time limit ends the sample as a limit; the verifier still runs and scores it.
+    assert slow_agent.error is None and slow_agent.limit is not None and slow_agent.limit.type == "time"
+    assert slow_agent.limit.limit == 3 and slow_agent.scores["harbor"].value == {"reward": 1.0}
+    # A verifier past its timeout is killed: no reward file, reward 0, and the explanation says so.
+    score = slow_verifier.scores["harbor"]
+    assert slow_verifier.error is None and score.value == {"reward": 0.0}
+    assert score.explanation is not None and score.explanation.startswith("test.sh timed out after 2 s; no reward file")
+    assert score.metadata == {"returncode": 124, "timed_out": True,
+                              "verifier_error": "no reward file (/logs/verifier/reward.txt or reward.json)"}
+
+
+def test_examples_map_to_samples(sandbox_image: str) -> None:
+    loaded = load_harbor(EXAMPLES, build=False)
+    by_id = {str(s.id): s for s in loaded.samples}
+    assert sorted(by_id) == TASKS and loaded.notes == {}
+    hello = by_id["hello-world"]
+    assert hello.input.startswith("Create a file `hello.txt`")
+    assert hello.sandbox == {"type": "docker", "image": hello.sandbox["image"], "pool_size": 0,  # type: ignore[index]
+                             "cpus": 1.0, "mem_limit": "512m"}
+    assert hello.metadata is not None and hello.metadata["difficulty"] == "easy"
+    assert {k: v for k, v in hello.metadata["harbor"].items() if k != "dir"} == {
+        "agent_timeout": 300.0, "verifier_timeout": 60.0, "verifier_user": None, "verifier_env": {},
+        "solution_env": {}, "has_solution": True}
+    pod = by_id["kv-store"].sandbox
+    assert isinstance(pod, dict) and pod["default_service"] == "main" and pod["mem_limit"] == "512m"
+    assert pod["image"].startswith("toolfleet/harbor-kv-store:") and list(pod["services"]) == ["kv"]
+    assert pod["services"]["kv"]["image"].startswith("toolfleet/harbor-kv-store-kv:")
+    assert pod["services"]["kv"]["healthcheck"]["interval"] == 0.25
+    assert len(loaded.builds) == 4 and loaded.report.built == []  # build=False: named, not built
