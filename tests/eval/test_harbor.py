@@ -175,3 +175,16 @@ def test_examples_map_to_samples(sandbox_image: str) -> None:
     assert pod["services"]["kv"]["image"].startswith("toolfleet/harbor-kv-store-kv:")
     assert pod["services"]["kv"]["healthcheck"]["interval"] == 0.25
     assert len(loaded.builds) == 4 and loaded.report.built == []  # build=False: named, not built
+
+
+def test_unmapped_settings_are_one_line_each(tmp_path: Path, sandbox_image: str) -> None:
+    for name in ("gpu-a", "gpu-b"):
+        task = tmp_path / name
+        shutil.copytree(BROKEN, task)
+        (task / "task.toml").write_text("[environment]\ngpus = 1\nallow_internet = true\nmemory_mb = 256\n")
+    lines = load_harbor(tmp_path, build=False).lines("DIR")
+    assert lines[:2] == [
+        "harbor: not mapped, ignored: environment.gpus=1 (sandboxes get no GPUs) (tasks gpu-a, gpu-b)",
+        "harbor: not mapped, ignored: environment.allow_internet=true (toolfleet sandboxes have no network) "
+        "(tasks gpu-a, gpu-b)"]
+    assert lines[2].startswith("harbor: 2 tasks from DIR; images: 0 built, 0 cached") and len(lines) == 3
