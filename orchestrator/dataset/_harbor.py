@@ -75,22 +75,27 @@ def load_harbor(path: str | Path, *, build: bool = True, image_prefix: str = IMA
                 builder: DockerImageBuilder | None = None, environ: dict[str, str] | None = None) -> HarborLoad:
     """Read every task under ``path`` and (``build``) build the images they need; see the module doc."""
     started = time.monotonic()
+    own = builder is None
     builder = builder or DockerImageBuilder()
     samples: list[Sample] = []
     builds: list[ImageBuild] = []
     notes: dict[str, list[str]] = {}
-    for task_dir in find_task_dirs(path):
-        sample, task_builds, task_notes = _read_task(task_dir, builder, image_prefix, environ or dict(os.environ))
-        samples.append(sample)
-        builds.extend(task_builds)
-        for note in task_notes:
-            notes.setdefault(note, []).append(task_dir.name)
-    if build:
-        for item in builds:
-            try:
-                builder.ensure(item)
-            except HarborBuildError as exc:
-                raise HarborTaskError(f"Harbor task '{item.task}': {exc}") from None
+    try:
+        for task_dir in find_task_dirs(path):
+            sample, task_builds, task_notes = _read_task(task_dir, builder, image_prefix, environ or dict(os.environ))
+            samples.append(sample)
+            builds.extend(task_builds)
+            for note in task_notes:
+                notes.setdefault(note, []).append(task_dir.name)
+        if build:
+            for item in builds:
+                try:
+                    builder.ensure(item)
+                except HarborBuildError as exc:
+                    raise HarborTaskError(f"Harbor task '{item.task}': {exc}") from None
+    finally:
+        if own:
+            builder.close()
     return HarborLoad(samples, builds, notes, builder.report, time.monotonic() - started)
 
 

@@ -125,6 +125,11 @@ class DockerImageBuilder:
                                        f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
         return self._client.api
 
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
     def image_id(self, image: str) -> str | None:
         from docker.errors import ImageNotFound
 
@@ -163,7 +168,8 @@ class DockerImageBuilder:
         try:
             stream = self._api().build(path=str(build.context), dockerfile=build.dockerfile, tag=build.tag,
                                        buildargs=dict(build.args) or None, network_mode="none", pull=False,
-                                       rm=True, forcerm=True, decode=True, labels={LABEL: build.task})
+                                       rm=True, forcerm=True, decode=True, labels={LABEL: build.task},
+                                       timeout=int(build.timeout) + 30)  # a silent RUN step may last that long
             for chunk in stream:
                 if "error" in chunk:
                     detail = str(chunk.get("error") or "").strip().splitlines()

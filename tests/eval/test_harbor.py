@@ -188,3 +188,15 @@ def test_unmapped_settings_are_one_line_each(tmp_path: Path, sandbox_image: str)
         "harbor: not mapped, ignored: environment.allow_internet=true (toolfleet sandboxes have no network) "
         "(tasks gpu-a, gpu-b)"]
     assert lines[2].startswith("harbor: 2 tasks from DIR; images: 0 built, 0 cached") and len(lines) == 3
+
+
+def test_failing_build_is_one_line(tmp_path: Path, sandbox_image: str) -> None:
+    task = tmp_path / "bad-build"
+    shutil.copytree(BROKEN, task)
+    (task / "environment" / "Dockerfile").write_text("FROM toolfleet/sandbox:latest\nRUN echo nope && exit 3\n")
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "eval", f"harbor:{task}", "--oracle",
+                           "--log-dir", str(tmp_path / "logs")], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert line.startswith("toolfleet: error: Harbor task 'bad-build': building toolfleet/harbor-bad-build:"), line
+    assert "returned a non-zero code: 3" in line, line
