@@ -16,7 +16,8 @@ import docker
 import pytest
 
 from orchestrator.dataset import load_harbor
-from orchestrator.eval import eval_async, oracle_failures, scripted_policy
+from orchestrator.eval._harbor import ORACLE_MODEL
+from orchestrator.eval import eval_async, eval_retry_async, oracle_failures, scripted_policy
 from orchestrator.model import ChatMessageTool, ModelOutput
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,9 +51,13 @@ def _check_examples(log: Any) -> None:
 
 
 async def test_examples_oracle_embedded(tmp_path: Path, sandbox_image: str) -> None:
-    [log] = await eval_async("harbor:examples/harbor", "scripted", log_dir=tmp_path, task_args={"oracle": True})
+    [log] = await eval_async("harbor:examples/harbor", ORACLE_MODEL, log_dir=tmp_path, task_args={"oracle": True})
     _check_examples(log)
     assert log.eval.task_args == {"oracle": True} and log.eval.task == "harbor"
+    assert log.eval.task_file == f"harbor:{EXAMPLES}"
+    # The log names the task as harbor:DIR with its args: eval-retry re-loads it (nothing left to run here).
+    again = await eval_retry_async(log.location)
+    assert again.status == "success" and again.eval.eval_id == log.eval.eval_id
 
 
 @pytest.mark.celery
@@ -65,7 +70,7 @@ async def test_examples_oracle_on_two_workers(tmp_path: Path, sandbox_image: str
     shutil.copytree(EXAMPLES, tasks)
     (tasks / "hello-world" / "environment" / "nonce.txt").write_text(uuid.uuid4().hex)
     try:
-        [log] = await eval_async(f"harbor:{tasks}", "scripted", log_dir=tmp_path / "logs",
+        [log] = await eval_async(f"harbor:{tasks}", ORACLE_MODEL, log_dir=tmp_path / "logs",
                                  task_args={"oracle": True}, broker=fleet.redis.url)
         _check_examples(log)
         hosts = {e.data["host"] for s in log.samples for e in s.events if e.event == "info" and e.source == "sandbox"}
