@@ -27,7 +27,7 @@ from ._harbor_config import HarborSettings, TaskConfigError, map_task_config, pa
 from ._harbor_images import IMAGE_PREFIX, BuildReport, DockerImageBuilder, HarborBuildError, ImageBuild
 from ._sample import MemoryDataset, Sample
 
-__all__ = ["HarborLoad", "HarborTaskError", "harbor_dataset", "load_harbor"]
+__all__ = ["HarborLoad", "HarborTaskError", "build_images", "harbor_dataset", "load_harbor", "pack_directory"]
 
 COMPOSE_FILE = "docker-compose.yaml"
 MAIN_SERVICE = "main"  # Harbor's name for the agent's container in a compose environment
@@ -48,11 +48,34 @@ class HarborLoad:
 
     def lines(self, where: str) -> list[str]:
         """What the load says to the user: one line per unmapped setting, then the tasks and images."""
-        out = [f"harbor: not mapped, ignored: {note} (task{'s' if len(tasks) > 1 else ''} {', '.join(tasks)})"
-               for note, tasks in self.notes.items()]
-        out.append(f"harbor: {len(self.samples)} task{'s' if len(self.samples) != 1 else ''} from {where}; "
-                   f"{self.report.line()}; loaded in {self.seconds:.1f} s")
-        return out
+        return [*self.note_lines(), report_line(len(self.samples), len(self.samples), where, self.report,
+                                                self.seconds)]
+
+    def note_lines(self) -> list[str]:
+        return [f"harbor: not mapped, ignored: {note} (task{'s' if len(tasks) > 1 else ''} {', '.join(tasks)})"
+                for note, tasks in self.notes.items()]
+
+
+def report_line(used: int, total: int, where: str, report: BuildReport, seconds: float) -> str:
+    """``harbor: 3 tasks from DIR; images: 1 built, 3 cached (12.0 s); loaded in 12.4 s``."""
+    tasks = f"{used} task{'s' if total != 1 else ''}" if used == total else f"{used} of {total} tasks"
+    return f"harbor: {tasks} from {where}; {report.line()}; loaded in {seconds:.1f} s"
+
+
+def build_images(builds: list[ImageBuild], builder: DockerImageBuilder | None = None) -> BuildReport:
+    """Build (or find) these images; a failure is one ``HarborTaskError`` line naming the task."""
+    own = builder is None
+    builder = builder or DockerImageBuilder()
+    try:
+        for item in builds:
+            try:
+                builder.ensure(item)
+            except HarborBuildError as exc:
+                raise HarborTaskError(f"Harbor task '{item.task}': {exc}") from None
+    finally:
+        if own:
+            builder.close()
+    return builder.report
 
 
 def find_task_dirs(path: str | Path) -> list[Path]:
@@ -88,11 +111,7 @@ def load_harbor(path: str | Path, *, build: bool = True, image_prefix: str = IMA
             for note in task_notes:
                 notes.setdefault(note, []).append(task_dir.name)
         if build:
-            for item in builds:
-                try:
-                    builder.ensure(item)
-                except HarborBuildError as exc:
-                    raise HarborTaskError(f"Harbor task '{item.task}': {exc}") from None
+            build_images(builds, builder)
     finally:
         if own:
             builder.close()

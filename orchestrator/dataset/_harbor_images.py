@@ -7,7 +7,8 @@ So an unchanged task is a cache hit (the tag exists: nothing is built), and an e
 whose base image was rebuilt, gets a new tag. The ``toolfleet/`` prefix is what workers' default
 ``--image`` pattern (``toolfleet/*``) admits; ``toolfleet/harbor-*`` admits these alone.
 
-Builds run where the task loads (the orchestrator's host), against its Docker daemon, with no network
+Builds run on the orchestrator's host (``harbor_dataset`` at load; a ``harbor:DIR`` eval when its run
+starts, for the samples it selects), against that host's Docker daemon, with no network
 (``network_mode=none``; ``FROM`` must name an image already on the host: there is no registry) and
 with the legacy builder's default isolation. Built images carry the label ``toolfleet.harbor.task``.
 """

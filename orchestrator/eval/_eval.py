@@ -262,6 +262,8 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     samples = _select(_sample_ids(list(task.dataset)), o.sample_ids)
     if o.limit is not None:
         samples = samples[: o.limit]
+    if task.prepare is not None:  # e.g. a Harbor task builds the images of the samples this run uses
+        await asyncio.to_thread(task.prepare, samples)
     if preflight:
         embedded = isinstance(dispatcher, InProcessDispatcher)
         broker_url = getattr(getattr(dispatcher, "config", None), "broker_url", None) or o.broker

@@ -1,7 +1,8 @@
 """``harbor:PATH`` as a task: Harbor task directories, a react agent (or the oracle), the Harbor verifier.
 
 ``toolfleet eval harbor:PATH`` (and ``eval_async("harbor:PATH")``) loads ``PATH`` with
-``orchestrator.dataset.harbor_dataset`` (images built on this host at load) into a ``Task`` whose solver
+``orchestrator.dataset.load_harbor`` into a ``Task`` (its images are built on this host when the run
+starts, for the samples the run selects: ``Task.prepare``) whose solver
 makes Harbor's ``/logs`` directories and then runs a react agent with ``bash``, ``python`` and
 ``text_editor`` under each task's agent timeout, or, with ``oracle=True`` (``--oracle``), the task's
 ``solution/solve.sh``; the scorer is ``harbor_verifier()``. Task arguments (``-T``): ``oracle`` and
@@ -11,10 +12,14 @@ makes Harbor's ``/logs`` directories and then runs a react agent with ``bash``, 
 from __future__ import annotations
 
 import hashlib
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.dataset import HarborTaskError, SampleFilesError, harbor_dataset
+from orchestrator.dataset import HarborTaskError, MemoryDataset, Sample, SampleFilesError, load_harbor
+from orchestrator.dataset._harbor import build_images, report_line
+from orchestrator.dataset._harbor_images import ImageBuild
 from orchestrator.scorer._harbor import harbor_verifier
 from orchestrator.solver._harbor import harbor_logs, harbor_oracle
 from orchestrator.solver._solver import Generate, Solver, solver
@@ -65,11 +70,36 @@ def harbor_agent(message_limit: int | None = None) -> Solver:
 
 
 def harbor_task(path: str | Path, oracle: bool = False, build: bool = True) -> Task:
-    """The Harbor tasks under ``path`` as one toolfleet ``Task`` (see the module doc)."""
-    dataset = harbor_dataset(path, build=build)
-    return Task(dataset=dataset, solver=[harbor_logs(), harbor_oracle() if oracle else harbor_agent()],
+    """The Harbor tasks under ``path`` as one toolfleet ``Task`` (see the module doc). The images are built
+    when a run starts, for the samples it selects (``--sample-id``, ``--limit``), before its preflight."""
+    loaded = load_harbor(path, build=False)
+    for line in loaded.note_lines():
+        _say(line)
+    root = Path(path).resolve()
+    dataset = MemoryDataset(loaded.samples, name=root.name, location=str(root))
+    task = Task(dataset=dataset, solver=[harbor_logs(), harbor_oracle() if oracle else harbor_agent()],
                 scorer=harbor_verifier(), sandbox="docker", name=TASK_NAME,
-                metadata={"harbor_path": str(Path(path).resolve()), "oracle": oracle})
+                metadata={"harbor_path": str(root), "oracle": oracle})
+    by_task: dict[str, list[ImageBuild]] = {}
+    for item in loaded.builds:
+        by_task.setdefault(item.task, []).append(item)
+
+    def prepare(samples: list[Sample]) -> None:
+        started = time.monotonic()
+        wanted = [item for s in samples for item in by_task.get(str(s.id), [])] if build else []
+        try:
+            report = build_images(wanted)
+        except HarborTaskError as exc:
+            raise TaskError(str(exc)) from None
+        _say(report_line(len(samples), len(loaded.samples), str(path), report,
+                         loaded.seconds + time.monotonic() - started))
+
+    task.prepare = prepare
+    return task
+
+
+def _say(line: str) -> None:
+    print(f"toolfleet: {line}", file=sys.stderr, flush=True)
 
 
 _PARAMS = {"oracle": bool, "build": bool}

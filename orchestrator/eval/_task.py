@@ -67,6 +67,9 @@ class Task:
         self.task_file: str | None = None
         # What a re-run must match to resume this task's log when its source is not one file (harbor:DIR).
         self.source_hash: str | None = None
+        # Called once per run, in a thread, with the samples the run will use, before preflight (a Harbor task
+        # builds their images here); raises an EvalSetupError (one line) when they cannot be prepared.
+        self.prepare: Callable[[list[Sample]], None] | None = None
 
     @property
     def name(self) -> str:

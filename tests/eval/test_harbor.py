@@ -104,11 +104,14 @@ def _hello(messages: list[Any], tools: list[Any]) -> ModelOutput:
     return ModelOutput.for_tool_call("scripted", "submit", {"answer": "done"})
 
 
-async def test_default_solver_is_react_with_bash_python_text_editor(tmp_path: Path, sandbox_image: str) -> None:
+async def test_default_solver_is_react_with_bash_python_text_editor(tmp_path: Path, sandbox_image: str,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     [log] = await eval_async("harbor:examples/harbor", "scripted/harbor_hello", log_dir=tmp_path,
                              sample_id="hello-world")
     assert _rewards(log) == {"hello-world": {"reward": 1.0}}
     assert _hello.offered == ["bash", "python", "submit", "text_editor"]  # type: ignore[attr-defined]
+    # Only the selected sample's image is built (or found): one, not four.
+    assert "toolfleet: harbor: 1 of 3 tasks from examples/harbor; images: 0 built, 1 cached" in capsys.readouterr().err
 
 
 def test_planted_reward_is_not_taken_and_cache_hits(tmp_path: Path, sandbox_image: str) -> None:
