@@ -208,3 +208,20 @@ def test_failing_build_is_one_line(tmp_path: Path, sandbox_image: str) -> None:
     [line] = done.stderr.splitlines()
     assert line.startswith("toolfleet: error: Harbor task 'bad-build': building toolfleet/harbor-bad-build:"), line
     assert "returned a non-zero code: 3" in line, line
+
+
+def test_verifier_user_env_and_solution_env(tmp_path: Path, sandbox_image: str) -> None:
+    task = tmp_path / "as-root"
+    shutil.copytree(BROKEN, task)
+    (task / "task.toml").write_text('[verifier]\nuser = "root"\nenv = { GREETING = "${HARBOR_TEST_UNSET:-hi}" }\n'
+                                    '[solution]\nenv = { ANSWER = "42" }\n[environment]\nmemory_mb = 256\n')
+    (task / "solution" / "solve.sh").write_text('echo "$ANSWER $(id -un)" > /home/sandbox/answer.txt\n')
+    (task / "tests" / "test.sh").write_text(
+        'ok=0; [ "$(id -un)" = root ] && [ "$GREETING" = hi ] && [ "$TEST_DIR" = /tests ] && '
+        '[ "$(cat /home/sandbox/answer.txt)" = "42 sandbox" ] && ok=1\n'
+        'echo "$ok" > /logs/verifier/reward.txt; stat -c %a /logs/verifier\n')
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "eval", f"harbor:{task}", "--oracle",
+                           "--log-dir", str(tmp_path / "logs"), "--display", "none"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "oracle passed on 1 task" in done.stdout.splitlines()
