@@ -14,7 +14,11 @@ from ._common import parse_kv
 
 def add_commands(commands: Any) -> None:
     p = commands.add_parser("eval", help="evaluate a task", description="Evaluate a task file's task.")
-    p.add_argument("task", metavar="TASK_FILE[@task]", help="a Python file defining @task functions (pick one with @name)")
+    p.add_argument("task", metavar="TASK_FILE[@task]", help="a Python file defining @task functions (pick one with "
+                   "@name), or harbor:DIR for Harbor (Terminal-Bench) task directories")
+    p.add_argument("--oracle", action="store_true",
+                   help="harbor:DIR only: run each task's solution/solve.sh instead of an agent (no model needed) "
+                        "to check every environment; the summary lists the tasks whose oracle fails")
     p.add_argument("--model", "-m", help="provider/model, e.g. openai/gpt-4o-mini or scripted/<policy>")
     p.add_argument("-M", dest="model_args", action="append", metavar="K=V", help="model argument (repeatable)")
     p.add_argument("-T", dest="task_args", action="append", metavar="K=V", help="task argument (repeatable)")
@@ -191,11 +195,28 @@ def run_eval(args: argparse.Namespace) -> int:
     kwargs = _common_kwargs(args)
     kwargs["retry_on_error"] = kwargs["retry_on_error"] or 0
     kwargs["log_format"] = kwargs["log_format"] or "jsonl"
-    [log] = asyncio.run(eval_async(args.task, args.model, task_args=parse_kv(args.task_args, "-T"),
+    task_args, model = parse_kv(args.task_args, "-T"), args.model
+    if args.oracle:
+        from orchestrator.eval._errors import EvalSetupError
+        from orchestrator.eval._harbor import ORACLE_MODEL, is_harbor_spec
+
+        if not is_harbor_spec(args.task):
+            raise EvalSetupError(f"--oracle runs Harbor tasks' solutions: give harbor:DIR, not '{args.task}'.")
+        task_args["oracle"] = True
+        model = model or ORACLE_MODEL  # the oracle calls no model
+    [log] = asyncio.run(eval_async(args.task, model, task_args=task_args,
                                    model_args=parse_kv(args.model_args, "-M"), log_dir=args.log_dir,
                                    resume=args.resume, **kwargs))
     print_summary(log)
+    if log.eval.task_args.get("oracle") and _oracle_failures(log):
+        return 1
     return 0 if log.status == "success" else 1
+
+
+def _oracle_failures(log: Any) -> list[str]:
+    from orchestrator.eval._harbor import oracle_failures
+
+    return oracle_failures(log)
 
 
 def run_eval_set(args: argparse.Namespace) -> int:
@@ -258,6 +279,12 @@ def print_summary(log: Any) -> None:
             metrics = ", ".join(f"{m.name}={m.value:.3f}" for m in score.metrics.values())
             reduced = f" ({score.reducer} over epochs)" if score.reducer else ""
             lines.append(f"{score.name}: {metrics}{reduced}")
+    if log.eval.task_args.get("oracle"):  # harbor:DIR --oracle: which tasks' solutions do not pass
+        failed = _oracle_failures(log)
+        total = len(log.samples)
+        tasks = f"{total} task{'s' if total != 1 else ''}"
+        lines.append(f"oracle failed on {len(failed)} of {tasks}: {'; '.join(failed)}" if failed
+                     else f"oracle passed on {'all ' if total != 1 else ''}{tasks}")
     lines.extend(usage_lines(log.stats))
     lines.append(f"log: {log.location}")
     for suffix in (".eval", ".json"):  # an Inspect-format copy written with --log-format

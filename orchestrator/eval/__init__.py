@@ -3,6 +3,7 @@
 from ._errors import BrokerUnreachableError, DockerUnreachableError, EvalSetupError, PolicyFileError
 from ._eval import eval, eval_async, eval_retry, eval_retry_async
 from ._eval_set import eval_set, eval_set_async
+from ._harbor import harbor_task, oracle_failures
 from ._log import (
     LOG_FORMAT,
     LOG_VERSION,
@@ -49,7 +50,9 @@ __all__ = [
     "eval_retry_async",
     "eval_set",
     "eval_set_async",
+    "harbor_task",
     "load_task",
+    "oracle_failures",
     "read_eval_log",
     "scripted_policies",
     "scripted_policy",

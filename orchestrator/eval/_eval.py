@@ -31,6 +31,7 @@ from orchestrator.model._batch import BatchScope, ResumeTable, batch_scope
 from orchestrator.model._generate_config import GenerateConfig
 from orchestrator.model._model import Model, model_context
 
+from ._harbor import is_harbor_spec, register_oracle_model
 from ._identity import recordable_args
 from ._log import (
     LOG_SUFFIX,
@@ -155,7 +156,9 @@ async def eval_async(
     # Model names can refer to scripted policies a task file registers, so task files import first;
     # the tasks are then built with the model active (agents may resolve "the active model" when built).
     for t in task_list:
-        if isinstance(t, str):
+        if is_harbor_spec(t):
+            register_oracle_model()
+        elif isinstance(t, str):
             import_task_file(t.partition("@")[0])
     reducers = check_reducers(epochs_reducer)
     for flag, value in (("--max-subprocesses", max_subprocesses), ("--max-samples", max_samples),
@@ -264,6 +267,8 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     samples = _select(_sample_ids(list(task.dataset)), o.sample_ids)
     if o.limit is not None:
         samples = samples[: o.limit]
+    if task.prepare is not None:  # e.g. a Harbor task builds the images of the samples this run uses
+        await asyncio.to_thread(task.prepare, samples)
     if preflight:
         embedded = isinstance(dispatcher, InProcessDispatcher)
         broker_url = getattr(getattr(dispatcher, "config", None), "broker_url", None) or o.broker

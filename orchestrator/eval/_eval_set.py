@@ -19,6 +19,7 @@ from orchestrator.model._model import Model
 
 from ._eval import eval_async
 from ._log import EvalLog
+from ._harbor import is_harbor_spec, register_oracle_model
 from ._task import Task, TaskError, import_task_file
 
 DEFAULT_RETRY_ATTEMPTS = 10
@@ -51,7 +52,9 @@ async def eval_set_async(
         raise TaskError("eval-set needs at least one task and one model.")
     # Every task file first: a model name may refer to a scripted policy any of them registers.
     for t in task_list:
-        if isinstance(t, str):
+        if is_harbor_spec(t):
+            register_oracle_model()
+        elif isinstance(t, str):
             import_task_file(t.partition("@")[0])
     wait = retry_wait
     logs: list[EvalLog] = []

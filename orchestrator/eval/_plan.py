@@ -109,7 +109,8 @@ def _sample_ids(samples: list[Sample]) -> list[Sample]:
 
 def _identity(task: Task, model: Model, o: _Options, sandbox: dict[str, Any] | None) -> EvalIdentity:
     return EvalIdentity(
-        task=task.registry_name or task.name, task_file=task.task_file, task_file_hash=file_hash(task.task_file),
+        task=task.registry_name or task.name, task_file=task.task_file,
+        task_file_hash=task.source_hash or file_hash(task.task_file),
         task_args=recordable_args(task.task_args), model=str(model), model_args=o.model_args or {},
         # Batch mode changes how requests travel, not what they say: a run with or without it resumes the other.
         generate_config=task.config.model_dump(exclude_none=True, exclude={"batch"}), sandbox=sandbox,

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from ._errors import EvalSetupError
 
 PROBE_TIMEOUT_S = 5.0
+FRESH_IMAGE_WAIT_S = 12.0  # > the workers' image-listing period (5 s) plus a heartbeat interval
 
 
 class PreflightError(EvalSetupError):
@@ -167,7 +168,24 @@ async def check_fleet(broker_url: str, images: dict[str, list[str]], kinds: set[
             raise PreflightError(f"Docker image '{image}' ({_who(who)}) is allowed by none of the {len(takers)} live "
                                  f"worker(s) (their --image patterns: {patterns}): start workers with "
                                  f"--image '{image}' or a pattern matching it.")
-        if not any(image in h.images or (image in pullable and pulls_from(h.registries, image)) for h in takers):
+
+    def missing(hosts: Sequence[Any]) -> list[str]:
+        return [image for image in images
+                if not any(image in h.images or (image in pullable and pulls_from(h.registries, image)) for h in hosts)]
+
+    # Workers list their images every few seconds: one built just now (a Harbor task's, at load) may not
+    # be listed yet. Wait (bounded) for the next listings before calling it missing.
+    deadline = asyncio.get_running_loop().time() + FRESH_IMAGE_WAIT_S
+    while missing(takers) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(1.0)
+        client = Redis.from_url(broker_url, socket_connect_timeout=PROBE_TIMEOUT_S, socket_timeout=PROBE_TIMEOUT_S)
+        try:
+            names = {h.host for h in takers}
+            takers = [h for h in await asyncio.wait_for(live_hosts(client), PROBE_TIMEOUT_S * 2) if h.host in names]
+        finally:
+            await client.aclose()
+    for image, who in images.items():
+        if image in missing(takers):
             registry = image_registry(image)
             hint = (f", and none pulls from its registry '{registry}' (start one with --registry {registry})"
                     if registry and image in pullable else "")

@@ -25,21 +25,32 @@ def eval_results(task: Task, samples: dict[tuple[str, int], EvalSample], total: 
         name, metrics = scorer_info(instance)
         seen[name] = seen.get(name, 0) + 1
         key = name if seen[name] == 1 else f"{name}{seen[name]}"
-        for reducer_name in names:
-            values = [s.scores[key] for s in scored if key in s.scores]
-            if reducer_name is not None:
-                by_sample: dict[str, list[Score]] = {}
-                for s in sorted(scored, key=lambda s: s.epoch):
-                    if key in s.scores:
-                        by_sample.setdefault(str(s.id), []).append(s.scores[key])
-                reduce = reducer(reducer_name)
-                values = [reduce(group) for group in by_sample.values()]
-            label = key if reducer_name is None or len(names) == 1 else f"{key}_{reducer_name}"
-            scores.append(EvalScore(name=label, scorer=key, reducer=reducer_name, scored_samples=len(values),
-                                    metrics={m.__name__: EvalMetricValue(name=m.__name__, value=m(values))
-                                             for m in metrics} if values else {}))
+        for series, samples_scores in _series(key, scored).items():
+            for reducer_name in names:
+                values = [score for _, score in samples_scores]
+                if reducer_name is not None:
+                    by_sample: dict[str, list[Score]] = {}
+                    for s, score in sorted(samples_scores, key=lambda pair: pair[0].epoch):
+                        by_sample.setdefault(str(s.id), []).append(score)
+                    reduce = reducer(reducer_name)
+                    values = [reduce(group) for group in by_sample.values()]
+                label = series if reducer_name is None or len(names) == 1 else f"{series}_{reducer_name}"
+                scores.append(EvalScore(name=label, scorer=key, reducer=reducer_name, scored_samples=len(values),
+                                        metrics={m.__name__: EvalMetricValue(name=m.__name__, value=m(values))
+                                                 for m in metrics} if values else {}))
     return EvalResults(total_samples=total, completed_samples=len(scored),
                        error_samples=sum(s.error is not None for s in samples.values()), scores=scores)
+
+
+def _series(key: str, scored: list[EvalSample]) -> dict[str, list[tuple[EvalSample, Score]]]:
+    """A scorer's scores as the series its metrics run over: itself, or, when its values are dicts (a Harbor
+    verifier's rewards), one series per dict key, named after the key, over the samples that have it."""
+    pairs = [(s, s.scores[key]) for s in scored if key in s.scores]
+    if not pairs or not all(isinstance(score.value, dict) for _, score in pairs):
+        return {key: pairs}
+    names = list(dict.fromkeys(k for _, score in pairs for k in score.value))  # type: ignore[union-attr]
+    return {name: [(s, Score(value=score.value[name], answer=score.answer))  # type: ignore[index]
+                   for s, score in pairs if name in score.value] for name in names}  # type: ignore[operator]
 
 
 def eval_stats(samples: dict[tuple[str, int], EvalSample], started_at: float, model: Any = None) -> EvalStats:

@@ -65,6 +65,11 @@ class Task:
         self.registry_name: str | None = None
         self.task_args: dict[str, Any] = {}
         self.task_file: str | None = None
+        # What a re-run must match to resume this task's log when its source is not one file (harbor:DIR).
+        self.source_hash: str | None = None
+        # Called once per run, in a thread, with the samples the run will use, before preflight (a Harbor task
+        # builds their images here); raises an EvalSetupError (one line) when they cannot be prepared.
+        self.prepare: Callable[[list[Sample]], None] | None = None
 
     @property
     def name(self) -> str:
@@ -138,7 +143,12 @@ def task_functions(module: Any) -> dict[str, Callable[..., Task]]:
 
 
 def load_task(spec: str, task_args: dict[str, Any] | None = None) -> Task:
-    """``path.py`` (its only @task) or ``path.py@name``; ``task_args`` go to the task function."""
+    """``path.py`` (its only @task) or ``path.py@name``; ``task_args`` go to the task function.
+    ``harbor:DIR``: Harbor task directories (``_harbor``)."""
+    from ._harbor import is_harbor_spec, load_harbor_task
+
+    if is_harbor_spec(spec):
+        return load_harbor_task(spec, task_args)
     path, _, name = spec.partition("@")
     module = import_task_file(path)
     found = task_functions(module)

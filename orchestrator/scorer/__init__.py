@@ -1,6 +1,7 @@
 """Scores and scorers (mirrors ``inspect_ai.scorer``)."""
 
 from ._builtin import includes, match
+from ._harbor import harbor_verifier, parse_rewards
 from ._sandbox_test import ScorerExecError, exec_in_sandbox, sandbox_test
 from ._score import (
     CORRECT,
@@ -30,9 +31,11 @@ __all__ = [
     "Target",
     "accuracy",
     "exec_in_sandbox",
+    "harbor_verifier",
     "includes",
     "match",
     "mean",
+    "parse_rewards",
     "sandbox_test",
     "scorer",
     "stderr",
