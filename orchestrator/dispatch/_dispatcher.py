@@ -55,6 +55,10 @@ class Dispatcher(ABC):
     async def close_sandbox(self, route: "SampleRoute") -> None:
         """Destroy the sample's sandbox (idempotent; never raises for an already-gone sandbox)."""
 
+    async def remove_snapshots(self, eval_id: str) -> list[str]:
+        """Remove ``eval_id``'s snapshots (those not kept) where they are; returns their ids."""
+        return await remove_snapshots_on(self, eval_id, [None])
+
     async def aclose(self) -> None:
         """Release connections and listeners."""
 
@@ -124,3 +128,26 @@ def set_active_dispatcher(dispatcher: Dispatcher | None) -> Any:
 
 def reset_active_dispatcher(token: Any) -> None:
     _active.reset(token)
+
+
+async def remove_snapshots_on(dispatcher: Dispatcher, eval_id: str, queues: Sequence[str | None]) -> list[str]:
+    """Send the snapshot-removal call to each queue (None: this process) and collect what went."""
+    import json
+    import uuid
+
+    from workers.snapshots import SNAPSHOT_REMOVE_TOOL, snapshot_remove
+
+    instance = snapshot_remove()
+    ref = getattr(instance, "__toolfleet_tool__").ref
+    removed: list[str] = []
+    for queue in queues:
+        token = _route.set(SampleRoute(queue=queue))
+        try:
+            outcome = await dispatcher.run_one(Dispatch(CallRequest(
+                call_id=uuid.uuid4().hex, function=SNAPSHOT_REMOVE_TOOL, tool=ref, arguments={"eval_id": eval_id}),
+                instance))
+        finally:
+            _route.reset(token)
+        if outcome.error is None and outcome.fatal is None and outcome.result:
+            removed += json.loads(str(outcome.result))
+    return removed

@@ -308,10 +308,12 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     started_at = time.time()
 
     from ._display import open_display
+    from ._snapshots import may_use_docker, snapshots_removed
 
     status: str = "success"
     error: EvalError | None = None
-    async with open_display(display, progress):
+    async with open_display(display, progress), snapshots_removed(dispatcher, spec.eval_id,
+                                                                  may_use_docker(sandbox, samples)):
         queue: asyncio.Queue[tuple[Sample, int]] = asyncio.Queue()
         for item in todo:
             queue.put_nowait(item)
