@@ -33,7 +33,7 @@ from .sandbox._docker_pool import configure_host
 from .sandbox._docker_pull import configure_registries
 
 # Tool modules every worker registers at start-up (the built-in tools); --import adds the user's.
-BUILTIN_TOOL_MODULES = ("workers.tools", "workers.scoring")
+BUILTIN_TOOL_MODULES = ("workers.tools", "workers.scoring", "workers.snapshots")
 # Celery remote-control commands a worker keeps: read-only inspection, events for Flower, and our
 # signed cancel. Control messages carry no fleet MAC, so the ones that change a worker (shutdown,
 # pool_restart, revoke, add_consumer, rate_limit, ...) are removed unless --unsafe-remote-control.
