@@ -17,7 +17,7 @@ import importlib
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextvars import ContextVar, Token
 from typing import Any, ClassVar, TypeVar
 
@@ -26,6 +26,7 @@ from orchestrator.tool._tool_call import ToolChoice, ToolFunction
 from orchestrator.tool._tool_def import ToolDef, tool_def
 from orchestrator.tool._tool_info import ToolInfo
 from orchestrator.util._limits import check_message_limit, check_token_limit, record_token_usage, record_turn
+from orchestrator.util._working import report_wait_since, sample_waiting
 
 from ._chat_message import ChatMessage, ChatMessageUser
 from ._generate_config import GenerateConfig, active_generate_config
@@ -220,6 +221,7 @@ class Model:
         start = time.monotonic()
         retries = 0
         while True:
+            attempt_started = time.monotonic()
             try:
                 return await self._attempt(messages, infos, choice, cfg), retries
             except ModelError:
@@ -233,12 +235,16 @@ class Model:
                 if retries >= policy.max_retries or time.monotonic() - start + delay > policy.max_elapsed:
                     raise ModelError(str(self), f"giving up after {retries} retries: {_describe(ex)}",
                                      retries, True) from ex
+                # A failed attempt that is retried, and the backoff after it, are waiting, not working
+                # (Inspect's working time): only the attempt that answers is charged.
+                report_wait_since(attempt_started)
                 retries += 1
-                await asyncio.sleep(delay)
+                with sample_waiting():
+                    await asyncio.sleep(delay)
 
     async def _attempt(self, messages: list[ChatMessage], infos: list[ToolInfo], choice: ToolChoice | None,
                        cfg: GenerateConfig) -> ModelOutput:
-        async with self._slots or contextlib.nullcontext():
+        async with _waiting_for(self._slots):  # queueing for a connection slot is waiting
             # Bound every wait: providers also get cfg.timeout, this covers ones that ignore it
             # (and a policy that never answers) even when no timeout was configured.
             async with asyncio.timeout(cfg.timeout or ATTEMPT_TIMEOUT_CEILING):
@@ -246,6 +252,19 @@ class Model:
 
     async def aclose(self) -> None:
         await self.api.aclose()
+
+
+@contextlib.asynccontextmanager
+async def _waiting_for(slots: asyncio.Semaphore | None) -> AsyncIterator[None]:
+    if slots is None:
+        yield
+        return
+    with sample_waiting():
+        await slots.acquire()
+    try:
+        yield
+    finally:
+        slots.release()
 
 
 def _merge(base: GenerateConfig, override: GenerateConfig | None) -> GenerateConfig:
