@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 CONFIG = {"type": "docker", "pool_size": 0}  # disk_limit defaults to 1g: tmpfs-backed paths on this daemon
 PREPARE = ("mkdir -p /tmp/repo && echo prepared > /tmp/repo/state.txt && echo home > ~/notes.txt "
            "&& echo cache > /var/tmp/cache.txt && chmod 600 ~/notes.txt")
-READ = "cat /tmp/repo/state.txt ~/notes.txt /var/tmp/cache.txt /opt/layer.txt"
+READ = "cat /tmp/repo/state.txt ~/notes.txt /var/tmp/cache.txt /opt/layer.txt /tmp/rootonly"
 
 
 def _mounts_are_tmpfs() -> bool:
@@ -43,7 +43,9 @@ def branch_rollouts(results: dict[str, Any], n: int = 4):  # type: ignore[no-unt
         box = sandbox()
         prepared = await box.exec(["sh", "-c", PREPARE])
         assert prepared.success, prepared.stderr
-        layer = await box.exec(["sh", "-c", "echo layer > /opt/layer.txt"], user="root")  # not a tmpfs path
+        # /opt is not a tmpfs path (the container layer); /tmp/rootonly is one its user cannot read.
+        layer = await box.exec(["sh", "-c", "echo layer > /opt/layer.txt && echo secret > /tmp/rootonly "
+                                "&& chmod 600 /tmp/rootonly"], user="root")
         assert layer.success, layer.stderr
         mounts = await box.exec(["sh", "-c", "grep -E ' (/tmp|/var/tmp|/home/sandbox) ' /proc/mounts | cut -d' ' -f2,3"])
         snap = await box.snapshot()
@@ -94,12 +96,12 @@ async def test_a_mid_sample_snapshot_forks_into_four_independent_copies_and_is_g
     assert snap.host in hosts  # where the sample's sandbox (and so the snapshot) is
     assert got["fork_hosts"] == [snap.host] * 4  # every fork placed there
     # Every fork has the snapshot's files, tmpfs-backed paths and the container layer alike ...
-    assert got["seen"] == ["prepared\nhome\ncache\nlayer\n"] * 4
+    assert got["seen"] == ["prepared\nhome\ncache\nlayer\nsecret\n"] * 4
     # ... and is independent: its own writes only, none of its siblings' nor the original's later ones.
     for i, listing in enumerate(got["after"]):
         state, *files = listing.split()
         assert state == f"branch{i}"
-        assert sorted(f for f in files if f.startswith("mine")) == [f"mine{i}"]
+        assert sorted(f for f in files if f.startswith("mine")) == [f"mine{i}"] and "rootonly" in files
     assert got["original"].split()[0] == "moved-on" and "mine0" not in got["original"]
     # The eval is over: its snapshot and every container (the sample's and the forks') are gone.
     assert _snapshot_images(log.eval.eval_id) == []

@@ -60,7 +60,8 @@ SEED_LIMIT = 256 * 1024 * 1024  # the tmpfs contents a snapshot may hold (forks 
 TAR_TIMEOUT_S = 300.0
 PUSH_TIMEOUT_S = 600.0
 DEFAULT_BUDGET = "10g"
-_DENIED = re.compile(r"^tar: (.+?): Cannot (?:open|savedir): Permission denied$", re.MULTILINE)
+# GNU tar's words for a file its user may not read (a warning under --ignore-failed-read).
+_DENIED = re.compile(r"^tar: (.+?): (?:Warning: )?Cannot (?:open|savedir): Permission denied$", re.MULTILINE)
 
 
 def _bytes(size: str) -> int:
