@@ -203,3 +203,38 @@ async def test_a_local_sandbox_cannot_be_snapshotted_in_one_sentence(tmp_path: P
                              log_dir=tmp_path)
     assert log.status == "success"
     assert results["error"] == "This sandbox (LocalSandboxEnvironment) cannot be snapshotted: use a docker sandbox."
+
+
+@solver
+def snapshot_only(results: dict[str, Any]):  # type: ignore[no-untyped-def]
+    async def solve(state, generate):  # type: ignore[no-untyped-def]
+        assert (await sandbox().exec(["sh", "-c", "echo pushed > /tmp/p.txt"])).success
+        results["snapshot"] = await sandbox().snapshot()
+        return state
+
+    return solve
+
+
+@pytest.mark.celery
+async def test_a_worker_with_a_registry_pushes_its_snapshots_there(tmp_path: Path, sandbox_image: str,
+                                                                   request: pytest.FixtureRequest) -> None:
+    import json
+    import urllib.request
+
+    from tests.support.registry import LocalRegistry
+
+    registry = LocalRegistry().start()
+    try:
+        fleet = request.getfixturevalue("fleet")
+        fleet.worker(slots=4, extra_args=("--registry", registry.host))
+        results: dict[str, Any] = {}
+        task = Task(dataset=[Sample(id="p", input="go")], solver=snapshot_only(results), sandbox=CONFIG)
+        [log] = await eval_async(task, "scripted", log_dir=tmp_path, broker=fleet.redis.url)
+        assert log.status == "success", [s.error for s in log.samples]
+        snap: Snapshot = results["snapshot"]
+        assert snap.registry_image == f"{registry.host}/toolfleet/snapshot:{snap.id}"
+        with urllib.request.urlopen(f"http://{registry.host}/v2/toolfleet/snapshot/tags/list", timeout=10) as r:
+            assert snap.id in json.load(r)["tags"]
+        assert _snapshot_images(log.eval.eval_id) == []  # the host's copy went with the eval
+    finally:
+        registry.cleanup()
