@@ -130,28 +130,41 @@ def resume(results: dict[str, Any]):  # type: ignore[no-untyped-def]
     return solve
 
 
-async def test_a_kept_snapshot_restarts_a_later_sample_from_its_checkpoint(tmp_path: Path, sandbox_image: str) -> None:
+@pytest.mark.parametrize("mode", ["embedded", pytest.param("worker", marks=pytest.mark.celery)])
+async def test_a_kept_snapshot_restarts_a_later_sample_from_its_checkpoint(
+        mode: str, tmp_path: Path, sandbox_image: str, request: pytest.FixtureRequest) -> None:
+    broker = None
+    if mode == "worker":  # two hosts: the restarted sample must go to the one holding the snapshot
+        fleet = request.getfixturevalue("fleet")
+        fleet.worker(slots=4), fleet.worker(slots=4)
+        broker = fleet.redis.url
     results: dict[str, Any] = {}
     first = Task(dataset=[Sample(id="run1", input="go")], solver=checkpoint(results), sandbox=CONFIG, name="first")
-    [log1] = await eval_async(first, "scripted", log_dir=tmp_path)
+    [log1] = await eval_async(first, "scripted", log_dir=tmp_path, broker=broker)
     assert log1.status == "success", [s.error for s in log1.samples]
     kept: Snapshot = results["kept"]
     try:
         remaining = [i.tags for i in _snapshot_images(log1.eval.eval_id)]
         assert remaining == [[kept.image]]  # the kept one outlived its eval; the other went with it
         second = Task(dataset=[Sample(id="run2", input="go", sandbox=kept)], solver=resume(results), name="second")
-        [log2] = await eval_async(second, "scripted", log_dir=tmp_path)
+        [log2] = await eval_async(second, "scripted", log_dir=tmp_path, broker=broker)
         assert log2.status == "success", [s.error for s in log2.samples]
         assert results["resumed"] == "step1\nkept\n"
+        opened = [e for e in log2.samples[0].events if e.event == "info" and getattr(e, "source", "") == "sandbox"]
+        assert [e.data["host"] for e in opened] == [kept.host or opened[0].data["host"]]  # on the snapshot's host
         assert [i.tags for i in _snapshot_images(log1.eval.eval_id)] == [[kept.image]]  # still kept
     finally:
-        from workers.sandbox._docker_api import DockerAPI
-        from workers.sandbox._docker_snapshot import host_snapshots
+        if mode == "embedded":  # this process holds it: remove it through its host's store
+            from workers.sandbox._docker_api import DockerAPI
+            from workers.sandbox._docker_snapshot import host_snapshots
 
-        api = DockerAPI(None, 2)
-        await api.connect()
-        assert await host_snapshots().remove(api, ids=[kept.id]) == [kept.id]
-        api.close()
+            api = DockerAPI(None, 2)
+            await api.connect()
+            assert await host_snapshots().remove(api, ids=[kept.id]) == [kept.id]
+            api.close()
+        else:  # a kept snapshot is the user's to remove: by label, as README says
+            for image in _snapshot_images(log1.eval.eval_id):
+                docker.from_env().images.remove(image.id, force=True)
     assert _snapshot_images(log1.eval.eval_id) == []
 
 
