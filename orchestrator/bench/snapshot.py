@@ -1,6 +1,6 @@
 """``toolfleet bench snapshot``: how long taking a sandbox snapshot and forking sandboxes from it take.
 
-In this process (embedded mode), on one docker sandbox holding ``mib`` MiB on a tmpfs-backed path and as
+In this process (embedded mode), or through the workers of ``--broker``, on one docker sandbox holding ``mib`` MiB on a tmpfs-backed path and as
 much in its container layer:
 - ``snapshot_s``: ``await sandbox.snapshot()`` — the first of a sandbox (one commit) and, as
   ``resnapshot_s``, a second one of the same sandbox (two commits: see ``_docker_snapshot``);
@@ -26,51 +26,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--forks", type=int, default=4, help="sandboxes opened from the snapshot at once")
     parser.add_argument("--mib", type=int, default=8, help="MiB written on a tmpfs path and in the layer each")
     parser.add_argument("--image", default=None, help="sandbox image (default: the sandbox image)")
+    parser.add_argument("--broker", default=None, help="run through the workers of this Redis (default: embedded)")
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    from orchestrator.dispatch import CeleryDispatcher, set_route
+    from orchestrator.dispatch._dispatcher import reset_route
+    from orchestrator.dispatch._fork import _sandbox_for
     from orchestrator.util import fork
-    from workers._sandbox_service import close_sandbox, open_sandbox
-    from workers.executor import lookup_sandbox
-    from workers.snapshots import remove_eval_snapshots
 
     eval_id = f"bench-snapshot-{uuid.uuid4().hex[:8]}"
     config: dict[str, Any] = {"type": "docker", "pool_size": 0, **({"image": args.image} if args.image else {})}
-    token = set_active_dispatcher(InProcessDispatcher())
-    handle = await open_sandbox(SandboxSpec(eval_id=eval_id, sample_id="bench", config=config))
+    dispatcher = CeleryDispatcher(args.broker) if args.broker else InProcessDispatcher()
+    token = set_active_dispatcher(dispatcher)
+    route = await dispatcher.open_sandbox(SandboxSpec(eval_id=eval_id, sample_id="bench", config=config))
+    route_token = set_route(route)
+    timings: dict[str, float] = {}
     try:
-        env = lookup_sandbox(handle)
+        env = _sandbox_for(route)
         fill = (f"head -c {args.mib << 20} /dev/urandom > /tmp/data && "
                 f"head -c {args.mib << 20} /dev/urandom > /opt/data")
         done = await env.exec(["sh", "-c", fill], user="root", timeout=120)
-        if not done.success:
+        if done.returncode != 0:
             raise RuntimeError(f"could not fill the sandbox: {done.stderr}")
         t0 = time.monotonic()
         snap = await env.snapshot()
-        snapshot_s = time.monotonic() - t0
+        timings["snapshot_s"] = time.monotonic() - t0
         t0 = time.monotonic()
         await env.snapshot()
-        resnapshot_s = time.monotonic() - t0
-        timings: dict[str, float] = {}
+        timings["resnapshot_s"] = time.monotonic() - t0
         for key in ("fork_first_s", "fork_again_s"):
             t0 = time.monotonic()
             async with fork(snap, args.forks) as boxes:
                 timings[key] = time.monotonic() - t0
                 for box in boxes:
                     check = await box.exec(["sh", "-c", "test -s /tmp/data && test -s /opt/data"])
-                    if not check.success:
+                    if check.returncode != 0:
                         raise RuntimeError("a fork lacks the snapshot's files")
                 t0 = time.monotonic()
             timings["fork_close_s"] = time.monotonic() - t0
         t0 = time.monotonic()
-        fresh = await asyncio.gather(*(open_sandbox(SandboxSpec(eval_id=eval_id, sample_id=f"cold{i}", config=config))
+        fresh = await asyncio.gather(*(dispatcher.open_sandbox(SandboxSpec(eval_id=eval_id, sample_id=f"cold{i}",
+                                                                           config=config))
                                        for i in range(args.forks)))
         timings["cold_open_s"] = time.monotonic() - t0
-        await asyncio.gather(*(close_sandbox(h) for h in fresh))
+        await asyncio.gather(*(dispatcher.close_sandbox(r) for r in fresh))
     finally:
-        await close_sandbox(handle)
-        await remove_eval_snapshots(eval_id)
+        reset_route(route_token)
+        await dispatcher.close_sandbox(route)
+        await dispatcher.remove_snapshots(eval_id)
         reset_active_dispatcher(token)
-    return {"forks": args.forks, "mib": args.mib, "size_mib": round(snap.size / (1 << 20), 1),
-            "snapshot_s": round(snapshot_s, 3), "resnapshot_s": round(resnapshot_s, 3),
-            **{k: round(v, 3) for k, v in timings.items()}}
+        await dispatcher.aclose()
+    return {"mode": "workers" if args.broker else "embedded", "forks": args.forks, "mib": args.mib,
+            "size_mib": round(snap.size / (1 << 20), 1), **{k: round(v, 3) for k, v in timings.items()}}
