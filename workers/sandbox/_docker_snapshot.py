@@ -164,7 +164,7 @@ async def take_snapshot(env: DockerSandboxEnvironment, keep: bool = False) -> Sn
     estimate = sum(len(t) for t in tar)
     store.reserve(estimate)  # the layer's size is known once committed (checked again then)
     config = fork_config(env, snapshot_id)
-    held: HeldSnapshot | None = None
+    image_id: str | None = None
     try:
         labels = {LABEL: "1", LABEL_EVAL: env.eval_id, LABEL_SAMPLE: env.sample_id, LABEL_KEEP: "1" if keep else "0",
                   LABEL_CREATED: f"{time.time():.3f}", LABEL_BASE: driver.config.image,
@@ -174,6 +174,8 @@ async def take_snapshot(env: DockerSandboxEnvironment, keep: bool = False) -> Sn
         held = HeldSnapshot(snapshot_id, f"{SNAPSHOT_REPO}:{snapshot_id}", image_id, env.eval_id, keep, size,
                             float(labels[LABEL_CREATED]), config)
     except DockerException as exc:
+        if image_id is not None:
+            await _remove_image(api, image_id)  # committed, but not known to the store: not kept
         raise SnapshotError(f"Snapshot of sandbox '{env.sandbox_id}' failed: {exc}") from exc
     finally:
         store.reserved -= estimate
