@@ -131,23 +131,21 @@ def reset_active_dispatcher(token: Any) -> None:
 
 
 async def remove_snapshots_on(dispatcher: Dispatcher, eval_id: str, queues: Sequence[str | None]) -> list[str]:
-    """Send the snapshot-removal call to each queue (None: this process) and collect what went."""
+    """Send the snapshot-removal call to each queue (None: this process) at once; collect what went."""
     import json
     import uuid
 
     from workers.snapshots import SNAPSHOT_REMOVE_TOOL, snapshot_remove
 
-    instance = snapshot_remove()
-    ref = getattr(instance, "__toolfleet_tool__").ref
-    removed: list[str] = []
-    for queue in queues:
-        token = _route.set(SampleRoute(queue=queue))
-        try:
-            outcome = await dispatcher.run_one(Dispatch(CallRequest(
-                call_id=uuid.uuid4().hex, function=SNAPSHOT_REMOVE_TOOL, tool=ref, arguments={"eval_id": eval_id}),
-                instance))
-        finally:
-            _route.reset(token)
+    async def remove_on(queue: str | None) -> list[str]:
+        instance = snapshot_remove()
+        request = CallRequest(call_id=uuid.uuid4().hex, function=SNAPSHOT_REMOVE_TOOL,
+                              tool=getattr(instance, "__toolfleet_tool__").ref, arguments={"eval_id": eval_id})
+        _route.set(SampleRoute(queue=queue))  # this task's own context: the call goes to that host's queue
+        outcome = await dispatcher.run_one(Dispatch(request, instance))
         if outcome.error is None and outcome.fatal is None and outcome.result:
-            removed += json.loads(str(outcome.result))
-    return removed
+            return list(json.loads(str(outcome.result)))
+        return []
+
+    removed = await asyncio.gather(*(asyncio.ensure_future(remove_on(q)) for q in queues))
+    return [snapshot for ids in removed for snapshot in ids]
