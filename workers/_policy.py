@@ -123,7 +123,7 @@ def admit_sandbox(policy: WorkerPolicy, config: dict[str, Any]) -> dict[str, Any
         admitted[field] = _admit_field(policy, field, value, defaults.get(field))
     if kind == "docker":
         image = admitted.get("image", "")
-        if not any(fnmatch.fnmatchcase(image, pattern) for pattern in policy.images):
+        if not _own_snapshot(admitted) and not any(fnmatch.fnmatchcase(image, pattern) for pattern in policy.images):
             raise _refuse("image", f"{image!r} matches none of this worker's image patterns ({', '.join(policy.images)})")
         if not pulls_from(policy.registries, image):
             admitted["pull_policy"] = "never"  # not a registry this worker pulls from: the image is there or not
@@ -136,6 +136,13 @@ def admit_sandbox(policy: WorkerPolicy, config: dict[str, Any]) -> dict[str, Any
     if "output_cap" in admitted:
         admitted["output_cap"] = min(admitted["output_cap"], policy.max_output_cap)
     return admitted
+
+
+def _own_snapshot(config: dict[str, Any]) -> bool:
+    """A sandbox opened from a snapshot runs the snapshot's image, whatever the --image patterns: this host
+    made it from a sandbox it admitted (the driver refuses a snapshot the host does not hold)."""
+    snapshot = config.get("snapshot")
+    return bool(snapshot) and config.get("image") == f"toolfleet/snapshot:{snapshot['id']}"
 
 
 def _admit_field(policy: WorkerPolicy, field: str, value: Any, default: Any) -> Any:
@@ -183,6 +190,8 @@ def _admit_field(policy: WorkerPolicy, field: str, value: Any, default: Any) -> 
             return value if value is False else default  # a message may only pick the slower, narrower path
         case "services":
             return {name: _admit_service(policy, name, service) for name, service in value.items()}
+        case "snapshot":
+            return value  # the driver opens only a snapshot this host holds, on its own image
     raise _refuse(field, f"it can only be set in the worker's own configuration (asked: {value!r})")
 
 

@@ -126,6 +126,9 @@ class RecordingSandbox(SandboxEnvironment):
             raise
         self._record("write_file", started, t0, file=file, input=contents, result=0)
 
+    async def snapshot(self, keep: bool = False) -> Any:
+        return await self.wrapped.snapshot(keep=keep)
+
     def _record(self, action: Any, started: float, t0: float, *, cmd: list[str] | None = None,
                 file: str | None = None, input: Any = None, result: int | None = None, output: Any = None,
                 truncated: bool = False, error: BaseException | None = None) -> None:

@@ -116,3 +116,12 @@ async def close_all() -> None:
     _drivers.clear()
 
 
+
+
+async def drop_snapshot_drivers(snapshot_ids: set[str]) -> None:
+    """Close the drivers that opened forks of these snapshots (they are being removed)."""
+    for key, driver in list(_drivers.items()):
+        snap = getattr(getattr(driver, "config", None), "snapshot", None)
+        if snap is not None and snap.id in snapshot_ids:
+            _drivers.pop(key, None)
+            await driver.aclose()

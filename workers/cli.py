@@ -33,7 +33,7 @@ from .sandbox._docker_pool import configure_host
 from .sandbox._docker_pull import configure_registries
 
 # Tool modules every worker registers at start-up (the built-in tools); --import adds the user's.
-BUILTIN_TOOL_MODULES = ("workers.tools", "workers.scoring")
+BUILTIN_TOOL_MODULES = ("workers.tools", "workers.scoring", "workers.snapshots")
 # Celery remote-control commands a worker keeps: read-only inspection, events for Flower, and our
 # signed cancel. Control messages carry no fleet MAC, so the ones that change a worker (shutdown,
 # pool_restart, revoke, add_consumer, rate_limit, ...) are removed unless --unsafe-remote-control.
@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pool-image", dest="pool_images", action="append", metavar="PATTERN",
                    help="images pre-started when a sandbox does not set pool_size (repeatable; default: "
                         "the default sandbox image only; a sample's own image is not pooled unless asked)")
+    p.add_argument("--snapshot-disk", type=_size, default=None, metavar="SIZE",
+                   help="disk budget of the sandbox snapshots kept on this host, e.g. 20g (default: "
+                   "TOOLFLEET_SNAPSHOT_DISK, else 10g); a snapshot that does not fit is refused")
     p.add_argument("--heartbeat-interval", type=float, default=2.0)
     p.add_argument("--heartbeat-ttl", type=float, default=10.0, help="seconds without a heartbeat before the host is lost")
     p.add_argument("--orphan-grace", type=float, default=30.0,
@@ -107,6 +110,16 @@ def build_policy(args: argparse.Namespace) -> WorkerPolicy:
         max_memory=args.max_memory, max_cpus=args.max_cpus, max_pids=args.max_pids,
         max_outcome_bytes=args.max_outcome_bytes, local_root=args.local_root, registries=args.registries or [],
     )
+
+
+def _size(value: str) -> int:
+    """``--snapshot-disk``: a size in Docker's notation (``20g``, ``512m``, bytes)."""
+    from ._policy import PolicyRefused, parse_bytes
+
+    try:
+        return parse_bytes(value)
+    except PolicyRefused:
+        raise argparse.ArgumentTypeError(f"not a size: {value!r} (e.g. 20g, 512m)") from None
 
 
 def _registry_host(value: str) -> str:
@@ -159,6 +172,10 @@ def worker_main(argv: list[str]) -> int:
     configure_host(limit=args.slots, max_spares=args.warm_pool, idle_ttl=args.pool_idle_ttl,
                    pooled_images=args.pool_images or ())
     configure_registries(config.policy.registries)  # a worker pulls from these only (none by default)
+    if args.snapshot_disk:
+        from .sandbox._docker_snapshot import configure_snapshots
+
+        configure_snapshots(args.snapshot_disk)
 
     from . import app as app_module
 

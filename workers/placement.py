@@ -29,6 +29,10 @@ class SandboxTooLargeError(NoCapacityError):
     """The sandbox has more containers than any live host has slots: waiting cannot help."""
 
 
+class SnapshotHostLostError(SandboxTooLargeError):
+    """The host holding a snapshot is gone: waiting cannot bring it (or the snapshot) back."""
+
+
 def slot_weight(config: dict | None) -> int:
     """Slots a sandbox takes on its host: one per container (a multi-service sandbox has several)."""
     services = (config or {}).get("services") if (config or {}).get("type") == "docker" else None
@@ -89,7 +93,7 @@ _locks: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = w
 
 
 async def reserve(redis: Redis, image: str | Sequence[str] | None = None, pull_policy: str = "missing",
-                  weight: int = 1) -> HostRecord:
+                  weight: int = 1, only: str | None = None) -> HostRecord:
     """Reserve ``weight`` sandbox slots (one per container) on the best live host; raises ``NoCapacityError``.
 
     One orchestrator's reservations run one at a time: concurrent ones would all read the same
@@ -100,12 +104,16 @@ async def reserve(redis: Redis, image: str | Sequence[str] | None = None, pull_p
     if lock is None:
         lock = _locks[loop] = asyncio.Lock()
     async with lock:
-        return await _reserve(redis, image, pull_policy, weight)
+        return await _reserve(redis, image, pull_policy, weight, only)
 
 
 async def _reserve(redis: Redis, image: str | Sequence[str] | None, pull_policy: str = "missing",
-                   weight: int = 1) -> HostRecord:
+                   weight: int = 1, only: str | None = None) -> HostRecord:
     hosts = await live_hosts(redis)
+    if only is not None:  # a sandbox from a snapshot: on the host that holds it, or nowhere
+        hosts = [h for h in hosts if h.host == only]
+        if not hosts:
+            raise SnapshotHostLostError(f"Worker host '{only}', which holds the snapshot, is not alive.")
     used = await used_slots(redis, [h.host for h in hosts])
     for host in choose_hosts(hosts, used, image=image, pull_policy=pull_policy, weight=weight):
         count = await redis.incrby(_names.slots_used_key(host.host), weight)

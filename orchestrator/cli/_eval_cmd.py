@@ -78,6 +78,8 @@ def _add_run_flags(p: argparse.ArgumentParser, defaults_from_log: bool = False) 
     p.add_argument("--message-limit", type=int, help="per-sample message limit" + note)
     p.add_argument("--token-limit", type=int, help="per-sample token limit" + note)
     p.add_argument("--time-limit", type=float, help="per-sample wall-clock limit in seconds" + note)
+    p.add_argument("--working-limit", type=float, help="per-sample working-time limit in seconds: wall clock "
+                   "minus waits (model connection slots, rate-limit backoff and retries)" + note)
     p.add_argument("--no-preflight", dest="preflight", action="store_false",
                    help="skip the checks made before the first sample starts (sandbox specs, docker images, live "
                         "workers, the model endpoint)")
@@ -163,7 +165,7 @@ def _common_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return dict(limit=args.limit, epochs=args.epochs, max_samples=args.max_samples, max_sandboxes=args.max_sandboxes,
                 retry_on_error=args.retry_on_error, sandbox=args.sandbox, broker=args.broker, approval=args.approval,
                 review=args.review, message_limit=args.message_limit, token_limit=args.token_limit,
-                time_limit=args.time_limit, display=args.display, sample_id=args.sample_id,
+                time_limit=args.time_limit, working_limit=args.working_limit, display=args.display, sample_id=args.sample_id,
                 epochs_reducer=args.epochs_reducer.split(",") if args.epochs_reducer else None,
                 fail_on_error=parse_fail_on_error(args.fail_on_error), max_connections=args.max_connections,
                 max_subprocesses=args.max_subprocesses, config=config or None, log_format=args.log_format,

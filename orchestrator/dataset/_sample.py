@@ -41,7 +41,12 @@ class Sample(BaseModel):
     @field_validator("sandbox", mode="before")
     @classmethod
     def _typed_sandbox_as_dict(cls, value: Any) -> Any:
-        # A typed spec (``workers.sandbox.DockerSandboxConfig`` etc., as a Task takes) is kept as its JSON form.
+        # A typed spec (``workers.sandbox.DockerSandboxConfig`` etc., as a Task takes) is kept as its JSON form;
+        # a snapshot as the spec of a sandbox opened from it (a checkpoint).
+        from orchestrator.util._snapshot import Snapshot
+
+        if isinstance(value, Snapshot):
+            return value.sandbox_config()
         return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
 
 

@@ -55,6 +55,10 @@ class Dispatcher(ABC):
     async def close_sandbox(self, route: "SampleRoute") -> None:
         """Destroy the sample's sandbox (idempotent; never raises for an already-gone sandbox)."""
 
+    async def remove_snapshots(self, eval_id: str) -> list[str]:
+        """Remove ``eval_id``'s snapshots (those not kept) where they are; returns their ids."""
+        return await remove_snapshots_on(self, eval_id, [None])
+
     async def aclose(self) -> None:
         """Release connections and listeners."""
 
@@ -124,3 +128,24 @@ def set_active_dispatcher(dispatcher: Dispatcher | None) -> Any:
 
 def reset_active_dispatcher(token: Any) -> None:
     _active.reset(token)
+
+
+async def remove_snapshots_on(dispatcher: Dispatcher, eval_id: str, queues: Sequence[str | None]) -> list[str]:
+    """Send the snapshot-removal call to each queue (None: this process) at once; collect what went."""
+    import json
+    import uuid
+
+    from workers.snapshots import SNAPSHOT_REMOVE_TOOL, snapshot_remove
+
+    async def remove_on(queue: str | None) -> list[str]:
+        instance = snapshot_remove()
+        request = CallRequest(call_id=uuid.uuid4().hex, function=SNAPSHOT_REMOVE_TOOL,
+                              tool=getattr(instance, "__toolfleet_tool__").ref, arguments={"eval_id": eval_id})
+        _route.set(SampleRoute(queue=queue))  # this task's own context: the call goes to that host's queue
+        outcome = await dispatcher.run_one(Dispatch(request, instance))
+        if outcome.error is None and outcome.fatal is None and outcome.result:
+            return list(json.loads(str(outcome.result)))
+        return []
+
+    removed = await asyncio.gather(*(asyncio.ensure_future(remove_on(q)) for q in queues))
+    return [snapshot for ids in removed for snapshot in ids]

@@ -38,7 +38,7 @@ from orchestrator.util._sandbox import SandboxUnavailableError
 from workers import _auth, _names, placement
 from workers.app import AppConfig, create_app
 
-from ._dispatcher import Dispatch, Dispatcher, SampleRoute, attach_setup_execs, current_route
+from ._dispatcher import Dispatch, Dispatcher, SampleRoute, attach_setup_execs, current_route, remove_snapshots_on
 from ._publisher import Publisher, TaskMessage
 from ._results import ResultListener
 
@@ -322,8 +322,10 @@ class CeleryDispatcher(Dispatcher):
         await self.start()
         redis = self._listener.redis
         weight = placement.slot_weight(spec.config)  # one slot per container of the sandbox
+        only = ((spec.config or {}).get("snapshot") or {}).get("host")  # a fork goes where its snapshot is
         try:
-            host = await self._place(redis, _images(spec.config), (spec.config or {}).get("pull_policy", "missing"), weight)
+            host = await self._place(redis, _images(spec.config), (spec.config or {}).get("pull_policy", "missing"), weight,
+                                     only)
         except (RedisError, OSError) as exc:
             raise SandboxUnavailableError(f"Sandbox placement failed: the broker is unreachable ({exc}).") from exc
         try:
@@ -348,7 +350,7 @@ class CeleryDispatcher(Dispatcher):
                            setup_execs=tuple(execs), setup_execs_dropped=dropped)
 
     async def _place(self, redis: Any, image: list[str] | None = None, pull_policy: str = "missing",
-                     weight: int = 1) -> Any:
+                     weight: int = 1, only: str | None = None) -> Any:
         """Reserve a slot; when the fleet is full, wait (bounded by ``placement_wait``) and say so in
         Redis — the ``toolfleet.sandbox.demand`` list is what the autoscaler watches."""
         loop = asyncio.get_running_loop()
@@ -357,7 +359,7 @@ class CeleryDispatcher(Dispatcher):
         try:
             while True:
                 try:
-                    return await placement.reserve(redis, image, pull_policy, weight)  # have the image, else can pull it
+                    return await placement.reserve(redis, image, pull_policy, weight, only)  # have the image, else can pull it
                 except placement.NoCapacityError as exc:
                     if loop.time() >= deadline or isinstance(exc, placement.SandboxTooLargeError):
                         raise SandboxUnavailableError(str(exc)) from exc
@@ -374,6 +376,12 @@ class CeleryDispatcher(Dispatcher):
                     await redis.lrem(_names.SANDBOX_DEMAND, 0, token)
                 except (RedisError, OSError):
                     pass
+
+    async def remove_snapshots(self, eval_id: str) -> list[str]:
+        """Every live host removes the eval's snapshots it holds (tools on a worker may have taken some)."""
+        await self.start()
+        hosts = await placement.live_hosts(self._listener.redis)
+        return await remove_snapshots_on(self, eval_id, [h.queue for h in hosts])
 
     async def close_sandbox(self, route: SampleRoute) -> None:
         if route.sandbox is None:

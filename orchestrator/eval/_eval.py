@@ -115,6 +115,7 @@ async def eval_async(
     message_limit: int | None = None,
     token_limit: int | None = None,
     time_limit: float | None = None,
+    working_limit: float | None = None,
     task_args: dict[str, Any] | None = None,
     model_args: dict[str, Any] | None = None,
     display: DisplayKind | Any = "none",
@@ -185,7 +186,8 @@ async def eval_async(
                                broker, approval, review, message_limit, token_limit, time_limit, resume,
                                Path(log_file) if log_file else None, _sample_id_list(sample_id), fail_on_error,
                                max_connections, max_subprocesses, reducers, generate_config,
-                               recordable_args(model_args or {}), log_format, skip_complete, prices_file)
+                               recordable_args(model_args or {}), log_format, skip_complete, prices_file,
+                               working_limit=working_limit)
             logs.append(await _eval_task(task, resolved_model, dispatcher, options, display, preflight))
     finally:
         if own_dispatcher:
@@ -217,7 +219,8 @@ async def eval_retry_async(log: str | Path, **overrides: Any) -> EvalLog:
         limit=config.limit, max_samples=config.max_samples, max_sandboxes=config.max_sandboxes,
         retry_on_error=config.retry_on_error, epochs=config.epochs, sandbox=config.sandbox, broker=config.broker,
         approval=config.approval, review=config.review, message_limit=config.message_limit,
-        token_limit=config.token_limit, time_limit=config.time_limit, task_args=spec.task_args,
+        token_limit=config.token_limit, time_limit=config.time_limit, working_limit=config.working_limit,
+        task_args=spec.task_args,
         log_dir=Path(log).parent, sample_id=config.sample_ids, epochs_reducer=config.epochs_reducer,
         fail_on_error=config.fail_on_error, max_connections=config.max_connections,
         max_subprocesses=config.max_subprocesses, config=spec.generate_config or None,
@@ -248,7 +251,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     from workers.sandbox._driver import sandbox_config
 
     # Eval-level settings override the task's.
-    for name in ("message_limit", "token_limit", "time_limit"):
+    for name in ("message_limit", "token_limit", "time_limit", "working_limit"):
         if getattr(o, name) is not None:
             setattr(task, name, getattr(o, name))
     if o.generate_config is not None:
@@ -320,11 +323,13 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     started_at = time.time()
 
     from ._display import open_display
+    from ._snapshots import may_use_docker, snapshots_removed
 
     status: str = "success"
     error: EvalError | None = None
     batches = _batch_scope(writer, recorded_batches, set(finished), progress)
-    async with open_display(display, progress):
+    async with open_display(display, progress), snapshots_removed(dispatcher, spec.eval_id,
+                                                                  may_use_docker(sandbox, samples)):
         queue: asyncio.Queue[tuple[Sample, int]] = asyncio.Queue()
         for item in todo:
             queue.put_nowait(item)

@@ -86,6 +86,7 @@ class EvalConfig(BaseModel):
     message_limit: int | None = None
     token_limit: int | None = None
     time_limit: float | None = None
+    working_limit: float | None = None
 
 
 class EvalSpec(BaseModel):
@@ -134,6 +135,7 @@ class EvalSample(BaseModel):
     started_at: float | None = None
     completed_at: float | None = None
     total_time: float | None = None
+    working_time: float | None = None  # the solver's working time: wall clock minus waits (as Inspect)
     error: EvalError | None = None  # set when the sample failed for good (after its retries)
     error_retries: list[EvalError] = Field(default_factory=list)  # errors of earlier attempts
     limit: EvalSampleLimit | None = None

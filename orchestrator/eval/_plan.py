@@ -49,6 +49,7 @@ class _Options:
     log_format: str = "jsonl"
     skip_complete: bool = False
     model_prices: str | None = None
+    working_limit: float | None = None
 
 
 def _sample_id_list(value: str | int | Sequence[str | int] | None) -> list[str] | None:
@@ -138,7 +139,8 @@ def _build_spec(task: Task, model: Model, samples: list[Sample], o: _Options, sa
                           max_subprocesses=o.max_subprocesses, log_format=o.log_format, model_prices=o.model_prices, epochs=o.epochs or task.epochs, max_samples=o.max_samples,
                           max_sandboxes=o.max_sandboxes, retry_on_error=o.retry_on_error, sandbox=sandbox,
                           broker=redact(o.broker), approval=policy_name(o.approval), review=policy_name(o.review),
-                          message_limit=task.message_limit, token_limit=task.token_limit, time_limit=task.time_limit),
+                          message_limit=task.message_limit, token_limit=task.token_limit, time_limit=task.time_limit,
+                          working_limit=task.working_limit),
         toolfleet_version=__version__,
     )
 

@@ -84,7 +84,10 @@ def sandbox_needs(task_sandbox: Any, samples: Sequence[Any], base_dir: Any = Non
         config = parsed[key]
         needs.kinds.add(config.type)
         if config.type == "docker":
-            for image in dict.fromkeys([config.image, *(s.image for s in config.services.values())]):
+            # A snapshot's image is on the host holding it (whose heartbeat may not list it yet): the
+            # driver there checks it; only its services' images are the fleet's to have.
+            own = [] if config.snapshot is not None else [config.image]
+            for image in dict.fromkeys([*own, *(s.image for s in config.services.values())]):
                 needs.images.setdefault(image, []).append(str(sample.id))
             if config.services:
                 needs.pods.setdefault(1 + len(config.services), []).append(str(sample.id))

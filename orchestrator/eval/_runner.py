@@ -41,8 +41,9 @@ from orchestrator.scorer._target import Target
 from orchestrator.solver._solver import make_generate
 from orchestrator.solver._task_state import TaskState, bind_sample_state, initial_messages
 from orchestrator.util._limit import LimitExceededError, TerminateSampleError
-from orchestrator.util._limits import apply_limits, message_limit, time_limit, token_limit
+from orchestrator.util._limits import apply_limits, message_limit, time_limit, token_limit, working_limit
 from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableError, bind_sandbox
+from orchestrator.util._working import bind_working_clock, reset_working_clock
 
 from ._log import EvalError, EvalSample, EvalSampleLimit, LogWriter, SandboxRecord
 from ._progress import EvalProgress
@@ -132,6 +133,8 @@ class SampleRunner:
             stack.enter_context(review_policy_scope(self.review))
             stack.enter_context(bind_sample_state(state))
             usage = stack.enter_context(usage_scope("sample"))
+            clock_token = bind_working_clock()  # this attempt's waits (working_limit, working_time)
+            stack.callback(reset_working_clock, clock_token)
             config_token = _active_config.set(active_generate_config().merge(self.task.config))
             stack.callback(_active_config.reset, config_token)
             token = set_active_dispatcher(self.dispatcher)
@@ -169,7 +172,7 @@ class SampleRunner:
                     task = asyncio.create_task(self._solve(state))
                     solver_task.append(task)
                     try:
-                        state, limit = await task
+                        state, limit, result.working_time = await task
                     except asyncio.CancelledError:
                         if lost and not _cancelling():
                             raise SandboxLostError(f"Sandbox lost: {lost[0]}") from None
@@ -205,9 +208,11 @@ class SampleRunner:
         task_file = getattr(self.task, "task_file", None)
         return Path(task_file).parent if task_file else None
 
-    async def _solve(self, state: TaskState) -> tuple[TaskState, EvalSampleLimit | None]:
+    async def _solve(self, state: TaskState) -> tuple[TaskState, EvalSampleLimit | None, float]:
+        """The solved state, the limit that ended it (if any) and its working time."""
+        working = working_limit(getattr(self.task, "working_limit", None))
         limits = [message_limit(self.task.message_limit), token_limit(self.task.token_limit),
-                  time_limit(self.task.time_limit)]
+                  time_limit(self.task.time_limit), working]
         solver = self.task.solver
         if solver is None:
             from orchestrator.solver import generate
@@ -217,14 +222,15 @@ class SampleRunner:
             with apply_limits(limits, catch_errors=True) as scope, self._attempt_scorer(state):
                 state = await solver(state, make_generate(self.model))
         except TerminateSampleError as exc:
-            return state, EvalSampleLimit(type="operator", message=exc.reason)
+            return state, EvalSampleLimit(type="operator", message=exc.reason), round(working.usage, 3)
         except LimitExceededError as exc:
             # A limit the solver (e.g. an agent's own) did not handle still ends the sample normally.
-            return state, EvalSampleLimit(type=exc.type, limit=exc.limit, message=exc.message)
+            return state, EvalSampleLimit(type=exc.type, limit=exc.limit, message=exc.message), round(working.usage, 3)
         error = scope.limit_error
         if error is not None:
-            return state, EvalSampleLimit(type=error.type, limit=error.limit, message=error.message)
-        return state, None
+            return (state, EvalSampleLimit(type=error.type, limit=error.limit, message=error.message),
+                    round(working.usage, 3))
+        return state, None, round(working.usage, 3)
 
     def _attempt_scorer(self, state: TaskState) -> Any:
         """Let ``react(attempts=N)`` score a submission with the task's (first) scorer."""

@@ -41,6 +41,7 @@ class Task:
         message_limit: int | None = None,
         token_limit: int | None = None,
         time_limit: float | None = None,
+        working_limit: float | None = None,
         epochs: int = 1,
         config: GenerateConfig | None = None,
         name: str | None = None,
@@ -57,6 +58,8 @@ class Task:
         self.message_limit = message_limit
         self.token_limit = token_limit
         self.time_limit = time_limit
+        # Working time: wall clock minus waits (model connection slots, rate-limit backoff and retries).
+        self.working_limit = working_limit
         self.epochs = epochs
         self.config = config or GenerateConfig()
         self._name = name

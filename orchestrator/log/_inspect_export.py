@@ -136,7 +136,8 @@ def _sample(s: dict[str, Any], model: str, eval_id: str) -> dict[str, Any]:
     events = s.get("events") or []
     inputs = full_model_inputs(events)  # model inputs kept as shared heads in our log, whole in Inspect's
     return {
-        "uuid": uuid, "attachments": {}, "store": {}, "working_time": s.get("total_time"),
+        "uuid": uuid, "attachments": {}, "store": {},
+        "working_time": s.get("working_time") if s.get("working_time") is not None else s.get("total_time"),
         "id": s["id"], "epoch": s.get("epoch", 1), "input": s.get("input", ""), "target": s.get("target", ""),
         "metadata": s.get("metadata") or {}, "messages": s.get("messages") or [],
         "output": _output(s.get("output"), model), "scores": s.get("scores") or {},
@@ -180,7 +181,7 @@ def inspect_log(log: Any) -> dict[str, Any]:
         "model": model, "model_args": spec.get("model_args") or {},
         "model_generate_config": spec.get("generate_config") or {},
         "config": {k: config.get(k) for k in ("limit", "epochs", "epochs_reducer", "fail_on_error", "message_limit",
-                                              "token_limit", "time_limit", "max_samples", "max_sandboxes",
+                                              "token_limit", "time_limit", "working_limit", "max_samples", "max_sandboxes",
                                               "max_subprocesses")} | {"sample_id": config.get("sample_ids")},
         "packages": {"toolfleet": spec.get("toolfleet_version") or ""},
         "metadata": {"toolfleet_log": data.get("location"), "identity": spec.get("identity")},

@@ -26,6 +26,7 @@ from orchestrator.tool._tool_call import ToolChoice, ToolFunction
 from orchestrator.tool._tool_def import ToolDef, tool_def
 from orchestrator.tool._tool_info import ToolInfo
 from orchestrator.util._limits import check_message_limit, check_token_limit, record_token_usage, record_turn
+from orchestrator.util._working import report_wait_since, sample_waiting
 
 from ._batch import BatchBackend, BatchError, batch_pool
 from ._chat_message import ChatMessage, ChatMessageUser
@@ -248,6 +249,7 @@ class Model:
         start = time.monotonic()
         retries = 0
         while True:
+            attempt_started = time.monotonic()
             try:
                 return await self._attempt(messages, infos, choice, cfg), retries
             except ModelError:
@@ -264,8 +266,12 @@ class Model:
                 if retries >= policy.max_retries or elapsed + delay > policy.max_elapsed:
                     raise ModelError(str(self), f"giving up after {retries} retries: {_describe(ex)}",
                                      retries, True) from ex
+                # A failed attempt that is retried, and the backoff after it, are waiting, not working
+                # (Inspect's working time): only the attempt that answers is charged.
+                report_wait_since(attempt_started)
                 retries += 1
-                await asyncio.sleep(delay)
+                with sample_waiting():
+                    await asyncio.sleep(delay)
 
     async def _attempt(self, messages: list[ChatMessage], infos: list[ToolInfo], choice: ToolChoice | None,
                        cfg: GenerateConfig) -> ModelOutput:
@@ -273,11 +279,13 @@ class Model:
         if pool is not None:
             # Neither a connection slot nor the per-attempt timeout: the request waits in a batch for
             # as long as the provider takes (the pool bounds that wait).
-            return await pool.generate(messages, infos, choice, cfg)
+            with sample_waiting():  # a request queued in a provider batch is waiting, not working
+                return await pool.generate(messages, infos, choice, cfg)
         limiter = self._slots
         if limiter is None:
             return await self._request(messages, infos, choice, cfg)
-        epoch = await limiter.acquire()
+        with sample_waiting():  # queueing for a connection slot is waiting (Inspect's working time)
+            epoch = await limiter.acquire()
         outcome: Outcome = "neutral"
         try:
             output = await self._request(messages, infos, choice, cfg)

@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from orchestrator._wire import CallOutcome, CallRequest
+from orchestrator.util._snapshot import Snapshot, SnapshotError
 from orchestrator.util._sandbox import (
     ExecResult,
     OutputLimitExceededError,
@@ -27,15 +28,17 @@ class SandboxCallError(RuntimeError):
     """An internal sandbox call failed in a way the ``SandboxEnvironment`` contract has no exception for."""
 
 
-async def call_sandbox_tool(name: str, arguments: dict[str, Any]) -> CallOutcome:
-    """Run internal tool ``name`` next to the current sample's sandbox, through the active dispatcher."""
+async def call_sandbox_tool(name: str, arguments: dict[str, Any], route: Any = None) -> CallOutcome:
+    """Run internal tool ``name`` next to a sandbox (``route``'s; default: the current sample's), through the
+    active dispatcher."""
     from orchestrator.dispatch import Dispatch, active_dispatcher, current_route
-    from workers import scoring
+    from workers import scoring, snapshots
 
-    route = current_route()
+    route = route or current_route()
     if route.sandbox is None:
         raise SandboxCallError("This sample has no sandbox: give the task a sandbox (e.g. sandbox='local').")
-    factory = {scoring.SCORER_EXEC_TOOL: scoring.scorer_exec, scoring.SANDBOX_FILE_TOOL: scoring.sandbox_file}[name]
+    factory = {scoring.SCORER_EXEC_TOOL: scoring.scorer_exec, scoring.SANDBOX_FILE_TOOL: scoring.sandbox_file,
+               snapshots.SANDBOX_SNAPSHOT_TOOL: snapshots.sandbox_snapshot}[name]
     instance = factory()
     request = CallRequest(call_id=uuid.uuid4().hex, function=name, tool=getattr(instance, "__toolfleet_tool__").ref,
                           arguments=arguments, sample_id=route.sample_id, sandbox=route.sandbox)
@@ -45,6 +48,8 @@ async def call_sandbox_tool(name: str, arguments: dict[str, Any]) -> CallOutcome
 
     record_outcome_execs(outcome, phase=exec_phase())  # the worker's records of what it ran
     if outcome.fatal is not None:
+        if outcome.fatal.type == "SnapshotError":
+            raise SnapshotError(outcome.fatal.message)
         raise SandboxCallError(f"{name} failed: {outcome.fatal.type}: {outcome.fatal.message}")
     return outcome
 
@@ -76,8 +81,21 @@ class DispatchedSandbox(SandboxEnvironment):
 
     records_execs_remotely = True  # its execs are recorded where they run (not again by an executor here)
 
-    def __init__(self, service: str | None = None) -> None:
+    def __init__(self, service: str | None = None, route: Any = None) -> None:
         self.service = service  # a multi-service sandbox's container (None: the default one)
+        self.route = route  # a fork's own route (None: the current sample's)
+
+    async def snapshot(self, keep: bool = False) -> Snapshot:
+        from orchestrator.dispatch import current_route
+        from workers.snapshots import SANDBOX_SNAPSHOT_TOOL
+
+        if self.service is not None:
+            raise SnapshotError(f"Only a sandbox's default container can be snapshotted, not service '{self.service}'.")
+        route = self.route or current_route()
+        outcome = await call_sandbox_tool(SANDBOX_SNAPSHOT_TOOL, {"keep": keep}, route)
+        _raise_for(outcome)
+        snap = Snapshot.model_validate_json(str(outcome.result))
+        return snap.model_copy(update={"host": route.host or snap.host, "queue": route.queue})
 
     def _target(self) -> dict[str, Any]:
         return {"service": self.service} if self.service is not None else {}
@@ -89,7 +107,7 @@ class DispatchedSandbox(SandboxEnvironment):
             input = input.decode("utf-8")
         outcome = await call_sandbox_tool("_scorer_exec", {"cmd": list(cmd), "input": input, "timeout": timeout,
                                                            "cwd": cwd, "env": env, "user": user,
-                                                           **self._target()})
+                                                           **self._target()}, self.route)
         _raise_for(outcome)
         data = json.loads(str(outcome.result))
         if data.get("timed_out"):
@@ -98,7 +116,7 @@ class DispatchedSandbox(SandboxEnvironment):
 
     async def read_file(self, file: str, text: bool = True) -> Any:
         outcome = await call_sandbox_tool("_sandbox_file", {"op": "read", "file": file, "text": text,
-                                                            **self._target()})
+                                                            **self._target()}, self.route)
         _raise_for(outcome, file)
         value = str(outcome.result or "")
         return value if text else base64.b64decode(value)
@@ -107,5 +125,5 @@ class DispatchedSandbox(SandboxEnvironment):
         text = isinstance(contents, str)
         payload = contents if isinstance(contents, str) else base64.b64encode(contents).decode("ascii")
         outcome = await call_sandbox_tool("_sandbox_file", {"op": "write", "file": file, "contents": payload,
-                                                            "text": text, **self._target()})
+                                                            "text": text, **self._target()}, self.route)
         _raise_for(outcome, file)

@@ -17,6 +17,7 @@ from ._limits import (
     sample_limits,
     suspend_token_limit,
     suspend_turn_limit,
+    suspend_working_limit,
     time_limit,
     token_limit,
     turn_limit,
@@ -31,6 +32,7 @@ from ._sandbox import (
     bind_sandbox,
     sandbox,
 )
+from ._snapshot import Snapshot, SnapshotError, fork
 from ._subtask import subtask
 from ._token_metering import TokenLimit
 from ._sandbox_limits import SandboxEnvironmentLimits, override_max_read_file_size
@@ -46,6 +48,8 @@ __all__ = [
     "SampleLimits",
     "SandboxEnvironmentLimits",
     "SandboxTimeoutError",
+    "Snapshot",
+    "SnapshotError",
     "SandboxUnavailableError",
     "TerminateSampleError",
     "TokenLimit",
@@ -53,6 +57,7 @@ __all__ = [
     "apply_limits",
     "check_limits",
     "check_message_limit",
+    "fork",
     "message_limit",
     "override_max_read_file_size",
     "record_turn",
@@ -61,6 +66,7 @@ __all__ = [
     "subtask",
     "suspend_token_limit",
     "suspend_turn_limit",
+    "suspend_working_limit",
     "time_limit",
     "token_limit",
     "turn_limit",

@@ -21,8 +21,9 @@ How each kind is measured:
 - ``time_limit(s)``: wall-clock seconds. Enforced by a timer that cancels the task that entered the
   limit (the cancellation becomes the ``LimitExceededError`` on exit, as ``asyncio.timeout`` does),
   so a call stuck in a tool or a model request is interrupted, not just noticed later.
-- ``working_limit(s)``: wall-clock seconds minus time reported as waiting (``record_waiting_time``:
-  queues, rate-limit backoff, sandbox start-up). Checked at checkpoints (``check_limits``).
+- ``working_limit(s)``: wall-clock seconds minus the sample's waits (``_working``: a model connection
+  slot, rate-limit backoff and retried attempts, ``suspend_working_limit()`` blocks,
+  ``record_waiting_time``). Enforced by a timer as the time limit is, and at checkpoints.
 
 As in Inspect, a limit object may be entered once only (``RuntimeError`` on a second ``with``,
 even after the first has ended): deep-copy it per use (a copy is fresh and inactive). Token limits
@@ -42,6 +43,14 @@ from typing import Any
 from ._limit import LimitExceededError, LimitType
 from ._token_metering import TokenLimit as TokenLimitSpec
 from ._token_metering import TokenMetering, parse_token_limit
+from ._working import (
+    WorkingClock,
+    bind_working_clock,
+    report_waiting,
+    reset_working_clock,
+    sample_waiting,
+    working_clock,
+)
 
 REUSE_MESSAGE = ("Each Limit may only be used once in a single 'with' block. Please create a new instance "
                  "of the Limit.")
@@ -276,20 +285,76 @@ class TimeLimit(Limit):
         return (self._ended if self._ended is not None else time.monotonic()) - self._started
 
 
+WORKING_CHECK_GRACE_S = 1.0
+
+
 class WorkingLimit(Limit):
+    """Wall-clock seconds minus the sample's waits (``_working``), enforced as ``time_limit`` is: a timer
+    cancels the task that entered the limit once working time has passed it (checked up to
+    ``WORKING_CHECK_GRACE_S`` late, re-armed while waits stretch it), and the cancellation becomes the
+    breach on exit. Checkpoints (``check_limits``) check it too."""
+
     type: LimitType = "working"
 
     def __init__(self, limit: float | None) -> None:
         super().__init__(limit)
         self._started: float | None = None
         self._ended: float | None = None
-        self.waiting = 0.0
+        self._clock: WorkingClock | None = None
+        self._clock_token: Token[WorkingClock | None] | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._fired = False
+        self._cancelling = 0
 
     def _start(self) -> None:
         self._started = time.monotonic()
+        self._clock = working_clock()
+        if self._clock is None:  # outside a sample: this limit keeps the clock its block's waits go to
+            self._clock_token = bind_working_clock()
+            self._clock = working_clock()
+        if self.limit is None:
+            return
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no running loop: checkpoints still enforce it
+            task = None
+        if task is not None:
+            self._task = task
+            self._cancelling = task.cancelling()
+            self._arm()
+
+    def _arm(self) -> None:
+        assert self.limit is not None
+        # Check once working time could have passed the limit, plus a grace for waits reported after the
+        # fact (a failed attempt, ``record_waiting_time``), as Inspect's once-a-second monitor allows.
+        delay = max(0.0, self.limit - self.usage) + WORKING_CHECK_GRACE_S
+        self._handle = asyncio.get_running_loop().call_later(delay, self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        if self._task is None or self._task.done() or self.limit is None:
+            return
+        if self.usage > self.limit:
+            self._fired = True
+            self._task.cancel(f"working limit of {self.limit} seconds")
+        else:
+            self._arm()  # waits stretched it: check again when it could next be passed
 
     def _stop(self, exc: BaseException | None) -> bool | None:
         self._ended = time.monotonic()
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if self._clock_token is not None:
+            reset_working_clock(self._clock_token)
+            self._clock_token = None
+        fired, task = self._fired, self._task
+        self._task, self._fired = None, False
+        if fired and task is not None:
+            remaining = task.uncancel()
+            if isinstance(exc, asyncio.CancelledError) and remaining <= self._cancelling:
+                raise self.error(self.usage) from exc
         return None
 
     def error(self, value: float | int) -> LimitExceededError:
@@ -301,7 +366,8 @@ class WorkingLimit(Limit):
         if self._started is None:
             return 0.0
         end = self._ended if self._ended is not None else time.monotonic()
-        return max(0.0, end - self._started - self.waiting)
+        waited = self._clock.waiting(self._started, end) if self._clock is not None else 0.0
+        return max(0.0, end - self._started - waited)
 
 
 def message_limit(limit: int | None) -> MessageLimit:
@@ -376,10 +442,13 @@ def check_token_limit(raise_for_equal: bool = False) -> None:
 
 
 def record_waiting_time(seconds: float) -> None:
-    """Time spent waiting (not working) in the current context; subtracted by working limits."""
-    for limit in _active.get():
-        if isinstance(limit, WorkingLimit):
-            limit.waiting += seconds
+    """The last ``seconds`` were spent waiting (not working); working limits do not count them."""
+    report_waiting(seconds)
+
+
+def suspend_working_limit() -> contextlib.AbstractContextManager[None]:
+    """Time spent in the block is waiting, not working (as Inspect's: e.g. waiting on a person)."""
+    return sample_waiting()
 
 
 def check_limits() -> None:

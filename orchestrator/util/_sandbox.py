@@ -91,6 +91,13 @@ class SandboxEnvironment(ABC):
     async def write_file(self, file: str, contents: str | bytes) -> None:
         """Write a file, creating parent directories."""
 
+    async def snapshot(self, keep: bool = False) -> Any:
+        """Capture this sandbox's filesystem as a ``Snapshot`` on its host (docker sandboxes; see
+        ``orchestrator.util.fork``). ``keep``: outlive the eval (otherwise removed when it ends)."""
+        from ._snapshot import SnapshotError
+
+        raise SnapshotError(f"This sandbox ({type(self).__name__}) cannot be snapshotted: use a docker sandbox.")
+
     # Inspect's lifecycle hooks, so a port's subclass keeps its overrides importable. Toolfleet's
     # drivers own the lifecycle (create, pool, reap), so the engine does not call these.
     @classmethod

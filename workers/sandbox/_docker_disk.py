@@ -34,6 +34,7 @@ log = structlog.get_logger("toolfleet.sandbox")
 QUOTA_DRIVERS = {"btrfs", "zfs", "devicemapper", "windowsfilter"}
 DEFAULT_WRITABLE = ("/tmp", "/var/tmp", "/run/lock")
 SEED_LIMIT = 16 * 1024 * 1024  # a working directory larger than this is not copied into its tmpfs
+SNAPSHOT_SEED_LIMIT = 256 * 1024 * 1024  # a snapshot refuses more (``_docker_snapshot``), so none is dropped
 
 
 def layer_quota_supported(info: dict) -> bool:
@@ -60,8 +61,10 @@ class DiskPlan:
 
 async def plan_disk(
     api: DockerAPI, image: str, limit: str | None, working_dir: str | None, paths: list[str] | None,
-    quota: bool, runtime: str | None = None,
+    quota: bool, runtime: str | None = None, seed_all: bool = False,
 ) -> DiskPlan:
+    """``seed_all``: every path gets the image's contents (a snapshot's image holds its tmpfs files there),
+    not only the working directory."""
     if not limit:
         return DiskPlan("none", None)
     if runtime == "runsc":
@@ -74,9 +77,9 @@ async def plan_disk(
     plan = DiskPlan("tmpfs", limit)
     for path in dict.fromkeys(posixpath.normpath(p) for p in wanted if p and p.startswith("/") and p != "/"):
         options = f"exec,size={limit},mode=1777"  # Docker mounts a tmpfs noexec unless told: scripts must run
-        if path not in DEFAULT_WRITABLE:
-            tar, owner = await _image_contents(api, image, path)
-            if owner is not None:
+        if path not in DEFAULT_WRITABLE or seed_all:
+            tar, owner = await _image_contents(api, image, path, SNAPSHOT_SEED_LIMIT if seed_all else SEED_LIMIT)
+            if owner is not None and path not in DEFAULT_WRITABLE:
                 uid, gid, mode = owner
                 options = f"exec,size={limit},uid={uid},gid={gid},mode={mode:o}"
             if tar:
@@ -85,7 +88,8 @@ async def plan_disk(
     return plan
 
 
-async def _image_contents(api: DockerAPI, image: str, path: str) -> tuple[bytes | None, tuple[int, int, int] | None]:
+async def _image_contents(api: DockerAPI, image: str, path: str,
+                          limit: int = SEED_LIMIT) -> tuple[bytes | None, tuple[int, int, int] | None]:
     """The image's files at ``path`` (a tar) and the directory's owner and mode, from a never-started container."""
     try:
         created = await api.call(api.api.create_container, image, command=["true"], entrypoint=[],
@@ -95,7 +99,7 @@ async def _image_contents(api: DockerAPI, image: str, path: str) -> tuple[bytes 
         return None, None
     try:
         stream, _stat = await api.call(api.api.get_archive, created["Id"], path)
-        data = await api.call(_read_bounded, stream, SEED_LIMIT + 1)
+        data = await api.call(_read_bounded, stream, limit + 1)
     except DockerException:
         return None, None  # no such path in the image: an empty tmpfs
     finally:
@@ -105,14 +109,14 @@ async def _image_contents(api: DockerAPI, image: str, path: str) -> tuple[bytes 
             pass
     owner = None
     try:
-        with tarfile.open(fileobj=io.BytesIO(data[:SEED_LIMIT])) as tar:
+        with tarfile.open(fileobj=io.BytesIO(data[:limit])) as tar:
             top = tar.next()
             if top is not None and top.isdir():
                 owner = (top.uid, top.gid, top.mode & 0o7777)
     except tarfile.TarError:
         pass
-    if len(data) > SEED_LIMIT:
-        log.warning("sandbox.disk_seed_too_large", path=path, limit=SEED_LIMIT)
+    if len(data) > limit:
+        log.warning("sandbox.disk_seed_too_large", path=path, limit=limit)
         return None, owner
     return data, owner
 
@@ -128,4 +132,6 @@ def _read_bounded(stream, limit: int) -> bytes:  # type: ignore[no-untyped-def]
 
 def seed_command(path: str) -> list[str]:
     """Unpack a seed tar (its top entry is ``path``'s own name) into the tmpfs at ``path``."""
-    return ["tar", "-x", "--no-same-owner", "-C", posixpath.dirname(path) or "/", "-f", "-"]
+    # The top entry (the directory itself) is stripped: the tmpfs root keeps the mode and owner it was
+    # mounted with (the sandbox user may not change them, and /tmp must stay 1777).
+    return ["tar", "-x", "--no-same-owner", "--strip-components=1", "-C", path, "-f", "-"]

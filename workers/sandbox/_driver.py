@@ -122,6 +122,15 @@ class ServiceConfig(BaseModel):
     pids_limit: int = Field(256, gt=0, description="processes at once")
 
 
+class SnapshotRef(BaseModel):
+    """The snapshot a sandbox is opened from: its id, and the worker host holding it (placement)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    host: str | None = None
+
+
 class DockerSandboxConfig(_BaseConfig):
     """One hardened container per sample, reached through an in-container exec agent."""
 
@@ -159,6 +168,8 @@ class DockerSandboxConfig(_BaseConfig):
         "container's network namespace: loopback only, every service name resolves to 127.0.0.1; created, "
         "health-checked and removed together on one host, each counted against its capacity; never pooled")
     default_service: str = Field("default", description="the name sandbox(name) gives this (the default) container")
+    snapshot: SnapshotRef | None = Field(None, description="open from this snapshot (its image is the snapshot's; "
+                                         "set by Snapshot.sandbox_config()): placed on the host holding it")
     # Lifecycle.
     pool_size: int | None = Field(None, ge=0, description="warm spares kept for this config; None: 2 for the "
                                   "images the host pools (the default sandbox image unless the worker says "
@@ -219,6 +230,10 @@ def sandbox_config(value: str | dict[str, Any] | BaseModel | tuple[str, Any],
 
     if isinstance(value, (LocalSandboxConfig, DockerSandboxConfig)):
         return value
+    from orchestrator.util._snapshot import Snapshot
+
+    if isinstance(value, Snapshot):  # Sample(sandbox=snapshot): start from a checkpoint
+        value = value.sandbox_config()
     if isinstance(value, (tuple, list)):
         if len(value) != 2 or not isinstance(value[0], str):
             raise ValueError("a sandbox pair is (type, config), e.g. ('docker', 'compose.yaml')")

@@ -36,6 +36,7 @@ from ._docker_labels import MANAGED, container_labels, reap_reason
 from ._docker_pool import ContainerPool, host_sandboxes
 from ._docker_pull import before_create, image_at_start
 from ._docker_services import pod_hosts, start_services, stop_services
+from ._docker_snapshot import snapshot_present
 from ._driver import DockerSandboxConfig, SandboxDriver, SandboxSpec
 from ._environment import AgentSandboxEnvironment
 from ._errors import SandboxImageError, SandboxOutOfMemoryError, missing_image_message
@@ -55,6 +56,13 @@ class DockerSandboxEnvironment(AgentSandboxEnvironment):
         self.container_id = container_id
         self._has_timeout: bool | None = None
         self.services: dict[str, DockerSandboxEnvironment] = {}  # a multi-service sandbox's other containers
+        self.eval_id = self.sample_id = ""  # whose sandbox it is (labels snapshots)
+        self.snapshot_layer_used = False  # a snapshot wrote under its tmpfs mounts (_docker_snapshot)
+
+    async def snapshot(self, keep: bool = False) -> Any:
+        from ._docker_snapshot import take_snapshot
+
+        return await take_snapshot(self, keep)
 
     async def _open_channel(self, user: str | None) -> AgentChannel:
         if not self.driver.config.fast_path:
@@ -168,10 +176,13 @@ class DockerSandboxDriver(SandboxDriver):
                 image_config = image.get("Config") or {}
                 self.exec_user = self.config.user or image_config.get("User") or ""
                 info = await self.api.call(self.api.api.info) if self.config.disk_limit else {}
+                if self.config.snapshot is not None:  # a fork: the snapshot must be here; seed all its paths
+                    await snapshot_present(self.api, self.config.snapshot.id, self.config.image)
                 self.disk = await plan_disk(
                     self.api, self.config.image, self.config.disk_limit,
                     self.config.working_dir or image_config.get("WorkingDir") or None,
                     self.config.writable_paths, layer_quota_supported(info), self.config.runtime,
+                    seed_all=self.config.snapshot is not None,
                 )
             except ImageNotFound as exc:
                 raise SandboxImageError(missing_image_message(self.config.image)) from exc
@@ -218,6 +229,7 @@ class DockerSandboxDriver(SandboxDriver):
         else:
             self._tag_later(env, spec)
         env.default_env = dict(spec.env)
+        env.eval_id, env.sample_id = spec.eval_id or self.eval_id, spec.sample_id
         self._envs[env.sandbox_id] = env
         _registry.register(env.sandbox_id, env)
         return env

@@ -5,16 +5,19 @@ from __future__ import annotations
 from orchestrator.tool._tool import Tool, tool
 from orchestrator.util._sandbox import sandbox
 
+from ._background import with_background_note
 from ._common import format_output, with_timeout_note
 
 
 @tool(parallel=True)
-def bash(timeout: int | None = None, user: str | None = None) -> Tool:
+def bash(timeout: int | None = None, user: str | None = None, background: bool = False) -> Tool:
     """Bash shell command execution tool.
 
     Args:
       timeout: Seconds after which a command is killed (its whole process group).
       user: User to run commands as (default: the sandbox's user).
+      background: Tell the model (in the description) to start long-running commands detached and poll
+        them in later calls; what the tool does is unchanged (see ``_background``).
     """
 
     async def execute(cmd: str) -> str:
@@ -29,6 +32,8 @@ def bash(timeout: int | None = None, user: str | None = None) -> Tool:
         result = await sandbox().exec(["bash", "--login", "-c", cmd], timeout=timeout, user=user)
         return format_output(result)
 
+    if background:
+        return with_background_note(execute, timeout)
     return with_timeout_note(execute, timeout)
 
 

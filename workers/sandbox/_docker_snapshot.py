@@ -1,0 +1,337 @@
+"""Snapshots of docker sandboxes: a running sandbox's filesystem captured as an image on its host.
+
+What a snapshot holds: the container's own layer (``docker commit``, the container paused meanwhile)
+plus the contents of every writable path the sandbox has as a capped tmpfs (``_docker_disk``: a commit
+does not see tmpfs mounts, and neither does the Engine's archive API). Those are read with ``tar``
+inside the sandbox — as its user, then as root for what the user could not read (the sandbox has no
+capabilities, so neither can read a file only a third user may read: such a file makes the snapshot
+fail rather than go missing) — and written into a second layer on top of the commit. A sandbox opened
+from the snapshot gets the same tmpfs paths, seeded from that layer, so its files are where they were
+(owned by the sandbox's user: a capability-less sandbox cannot give them back to another owner).
+Running processes, memory and the services of a multi-service sandbox are not captured: a fork's
+services start fresh from their images.
+
+Each snapshot is an image tagged ``toolfleet/snapshot:<id>`` (the default ``--image`` pattern admits it),
+labelled with its eval, sample, whether it is kept, its size and the sandbox config forks start with.
+A host keeps snapshots within one disk budget (``configure_snapshots``; ``TOOLFLEET_SNAPSHOT_DISK``,
+default 10g): a snapshot that would exceed it is refused. When the process pulls from registries (a
+worker's ``--registry``), the snapshot is also pushed to the first one. An eval's snapshots are removed
+when it ends unless taken with ``keep=True``; ones whose eval never ended (a killed orchestrator) are
+removed after ``SNAPSHOT_TTL_S`` by the next host that loads its snapshots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import posixpath
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from docker.errors import DockerException, ImageNotFound, NotFound
+
+from orchestrator.util._snapshot import Snapshot, SnapshotError
+
+from . import _docker_pull
+from ._docker_labels import PREFIX
+
+if TYPE_CHECKING:
+    from ._docker_api import DockerAPI
+    from .docker import DockerSandboxEnvironment
+
+log = structlog.get_logger("toolfleet.sandbox")
+
+SNAPSHOT_REPO = "toolfleet/snapshot"
+LABEL = PREFIX + "snapshot"
+LABEL_EVAL = PREFIX + "snapshot.eval_id"
+LABEL_SAMPLE = PREFIX + "snapshot.sample_id"
+LABEL_KEEP = PREFIX + "snapshot.keep"
+LABEL_BASE = PREFIX + "snapshot.base"  # the image it was taken on (its size is not the snapshot's)
+LABEL_CREATED = PREFIX + "snapshot.created"
+LABEL_CONFIG = PREFIX + "snapshot.config"  # base64 JSON: the sandbox config forks start with
+SNAPSHOT_TTL_S = 24 * 3600.0
+SEED_LIMIT = 256 * 1024 * 1024  # the tmpfs contents a snapshot may hold (forks get them as seeds, in memory)
+TAR_TIMEOUT_S = 300.0
+PUSH_TIMEOUT_S = 600.0
+DEFAULT_BUDGET = "10g"
+# GNU tar's words for a file its user may not read (a warning under --ignore-failed-read).
+_DENIED = re.compile(r"^tar: (.+?): (?:Warning: )?Cannot (?:open|savedir): Permission denied$", re.MULTILINE)
+
+
+def _bytes(size: str) -> int:
+    from workers._policy import parse_bytes
+
+    return parse_bytes(size)
+
+
+@dataclass
+class HeldSnapshot:
+    id: str
+    image: str
+    image_id: str
+    eval_id: str
+    keep: bool
+    size: int
+    created: float
+    config: dict[str, Any]
+
+
+class HostSnapshots:
+    """The snapshots on this process's Docker host, and the disk budget they share."""
+
+    def __init__(self) -> None:
+        self.budget = _bytes(os.environ.get("TOOLFLEET_SNAPSHOT_DISK") or DEFAULT_BUDGET)
+        self.held: dict[str, HeldSnapshot] = {}
+        self.reserved = 0  # bytes of snapshots being taken
+        self._loaded = False
+
+    @property
+    def used(self) -> int:
+        return self.reserved + sum(s.size for s in self.held.values())
+
+    def reserve(self, size: int) -> None:
+        if self.used + size > self.budget:
+            raise SnapshotError(
+                f"The snapshot ({_shown(size)}) would exceed this host's snapshot disk budget: "
+                f"{_shown(self.used)} of {_shown(self.budget)} in use (remove kept snapshots, or raise the "
+                "budget: TOOLFLEET_SNAPSHOT_DISK / the worker's --snapshot-disk).")
+        self.reserved += size
+
+    async def load(self, api: DockerAPI) -> None:
+        """Learn the snapshots already on the host (kept ones, a previous process's); drop expired ones."""
+        if self._loaded:
+            return
+        self._loaded = True
+        images = await api.call(api.api.images, filters={"label": f"{LABEL}=1"})
+        now = time.time()
+        for info in images:
+            held = _from_labels(info)
+            if held is None or held.id in self.held:
+                continue
+            held.size = await _added_bytes(api, held.image_id, (info.get("Labels") or {}).get(LABEL_BASE, ""))
+            if not held.keep and now - held.created > SNAPSHOT_TTL_S:
+                await _remove_image(api, held.image_id)
+                log.info("sandbox.snapshot_expired", snapshot=held.id)
+                continue
+            self.held[held.id] = held
+
+    def require(self, snapshot_id: str, image: str) -> HeldSnapshot:
+        held = self.held.get(snapshot_id)
+        if held is None or held.image != image:
+            raise SnapshotError(f"Snapshot '{snapshot_id}' is not on this host (it was removed with its eval, "
+                                "or taken on another host).")
+        return held
+
+    async def remove(self, api: DockerAPI, eval_id: str | None = None, ids: list[str] | None = None) -> list[str]:
+        """Remove an eval's snapshots that were not kept (or exactly ``ids``); returns their ids."""
+        await self.load(api)
+        chosen = [s for s in self.held.values()
+                  if (ids is not None and s.id in ids) or (ids is None and s.eval_id == eval_id and not s.keep)]
+        for held in chosen:
+            await _remove_image(api, held.image_id)
+            self.held.pop(held.id, None)
+            log.info("sandbox.snapshot_removed", snapshot=held.id, eval=held.eval_id)
+        return [s.id for s in chosen]
+
+
+_HOST = HostSnapshots()
+
+
+def host_snapshots() -> HostSnapshots:
+    return _HOST
+
+
+def configure_snapshots(budget: str | int) -> None:
+    """This host's snapshot disk budget (a worker's ``--snapshot-disk``)."""
+    _HOST.budget = budget if isinstance(budget, int) else _bytes(budget)
+
+
+async def take_snapshot(env: DockerSandboxEnvironment, keep: bool = False) -> Snapshot:
+    """Capture ``env``'s filesystem as an image on this host (see the module docstring)."""
+    driver = env.driver
+    api = driver.api
+    store = host_snapshots()
+    started = time.monotonic()
+    await store.load(api)
+    snapshot_id = f"s{uuid.uuid4().hex[:16]}"
+    tar = await _tmpfs_contents(env, list(driver.disk.tmpfs) if driver.disk.mechanism == "tmpfs" else [])
+    estimate = sum(len(t) for t in tar)
+    store.reserve(estimate)  # the layer's size is known once committed (checked again then)
+    config = fork_config(env, snapshot_id)
+    image_id: str | None = None
+    try:
+        labels = {LABEL: "1", LABEL_EVAL: env.eval_id, LABEL_SAMPLE: env.sample_id, LABEL_KEEP: "1" if keep else "0",
+                  LABEL_CREATED: f"{time.time():.3f}", LABEL_BASE: driver.config.image,
+                  LABEL_CONFIG: base64.b64encode(json.dumps(config).encode()).decode("ascii")}
+        image_id = await _commit(env, snapshot_id, labels, tar)
+        size = max(estimate, await _added_bytes(api, image_id, driver.config.image))
+        held = HeldSnapshot(snapshot_id, f"{SNAPSHOT_REPO}:{snapshot_id}", image_id, env.eval_id, keep, size,
+                            float(labels[LABEL_CREATED]), config)
+    except DockerException as exc:
+        if image_id is not None:
+            await _remove_image(api, image_id)  # committed, but not known to the store: not kept
+        raise SnapshotError(f"Snapshot of sandbox '{env.sandbox_id}' failed: {exc}") from exc
+    finally:
+        store.reserved -= estimate
+    try:
+        store.reserve(size)
+    except SnapshotError:
+        await _remove_image(api, image_id)
+        raise
+    store.reserved -= size
+    store.held[snapshot_id] = held
+    pushed = await _push(api, held)
+    seconds = time.monotonic() - started
+    log.info("sandbox.snapshot_taken", snapshot=snapshot_id, size=size, seconds=round(seconds, 3), pushed=pushed)
+    return Snapshot(id=snapshot_id, image=held.image, registry_image=pushed, eval_id=env.eval_id,
+                    sample_id=env.sample_id, keep=keep, size=size, seconds=seconds, created=held.created,
+                    host=os.environ.get("TOOLFLEET_HOST"), config=config)
+
+
+def fork_config(env: DockerSandboxEnvironment, snapshot_id: str) -> dict[str, Any]:
+    """The sandbox config a fork starts with: the original's, on the snapshot's image and user."""
+    config = env.driver.config.model_dump(mode="json")
+    config.update(image=f"{SNAPSHOT_REPO}:{snapshot_id}", user=env.driver.exec_user or None, pool_size=0,
+                  pull_policy="missing", snapshot={"id": snapshot_id})
+    return config
+
+
+async def _tmpfs_contents(env: DockerSandboxEnvironment, paths: list[str]) -> list[bytes]:
+    """tar archives (rooted at /) of the tmpfs-backed paths: as the sandbox's user, then as root for
+    what it could not read."""
+    if not paths:
+        return []
+    names = [posixpath.relpath(p, "/") for p in paths]
+    user = env.default_user
+    first = await _tar(env, ["-T", "-"], "\n".join(names), user or None)
+    out, denied = [first[0]], first[1]
+    if denied and user not in ("", "root", "0"):
+        second, still = await _tar(env, ["-T", "-"], "\n".join(denied), "root")
+        out.append(second)
+        denied = still
+    if denied:
+        raise SnapshotError(f"Snapshot of sandbox '{env.sandbox_id}' failed: neither its user nor root may read "
+                            f"{', '.join('/' + d for d in denied[:5])} (a capability-less sandbox cannot copy them).")
+    if sum(len(t) for t in out) > SEED_LIMIT:
+        raise SnapshotError(f"Snapshot of sandbox '{env.sandbox_id}' failed: its tmpfs-backed paths "
+                            f"({', '.join(paths)}) hold more than {_shown(SEED_LIMIT)}.")
+    return out
+
+
+async def _tar(env: DockerSandboxEnvironment, args: list[str], names: str, user: str | None) -> tuple[bytes, list[str]]:
+    argv = ["tar", "-C", "/", "-cf", "-", "--ignore-failed-read", "--warning=no-file-changed", *args]
+    raw = await env.exec_raw(argv, input=names, user=user, timeout=TAR_TIMEOUT_S, cap=SEED_LIMIT + 1)
+    err = raw.stderr.decode("utf-8", "replace")
+    if raw.timed_out or raw.returncode not in (0, 1) or raw.truncated:
+        why = "timed out" if raw.timed_out else "too large" if raw.truncated else err.strip()[-300:]
+        raise SnapshotError(f"Snapshot of sandbox '{env.sandbox_id}' failed reading its tmpfs-backed paths: {why}")
+    return raw.stdout, _DENIED.findall(err)
+
+
+async def _commit(env: DockerSandboxEnvironment, snapshot_id: str, labels: dict[str, str], tars: list[bytes]) -> str:
+    """Commit the container with the tmpfs contents in the image at their own paths.
+
+    The Engine's archive API writes to the container's layer *under* its tmpfs mounts (invisible to the
+    sandbox), so the first snapshot of a container puts them there and commits once. A later snapshot of
+    the same container cannot (files deleted since the first would come back from under the mount): it
+    commits, then adds the contents in a second layer from a scratch container."""
+    api = env.driver.api
+    changes = [f"LABEL {key}={json.dumps(value)}" for key, value in labels.items()]
+    tars = [t for t in tars if t]
+    if not tars or not env.snapshot_layer_used:
+        if tars:
+            env.snapshot_layer_used = True
+            await _put(api, env.container_id, tars)
+        made = await api.call(api.api.commit, env.container_id, repository=SNAPSHOT_REPO, tag=snapshot_id,
+                              changes=changes)
+        return str(made["Id"])
+    base = await api.call(api.api.commit, env.container_id)
+    scratch = await api.call(api.api.create_container, base["Id"], command=["true"], entrypoint=[],
+                             network_disabled=True)
+    try:
+        await _put(api, scratch["Id"], tars)
+        made = await api.call(api.api.commit, scratch["Id"], repository=SNAPSHOT_REPO, tag=snapshot_id,
+                              changes=changes)
+        return str(made["Id"])
+    finally:
+        try:
+            await api.call(api.api.remove_container, scratch["Id"], force=True)
+        except DockerException:
+            pass
+
+
+async def _put(api: DockerAPI, container_id: str, tars: list[bytes]) -> None:
+    for tar in tars:
+        if not await api.call(api.api.put_archive, container_id, "/", tar):
+            raise SnapshotError("Snapshot failed: Docker refused the tmpfs contents.")
+
+
+async def _added_bytes(api: DockerAPI, image_id: str, base: str) -> int:
+    """What the snapshot adds to its base image (its own layers)."""
+    made = await api.call(api.api.inspect_image, image_id)
+    try:
+        under = await api.call(api.api.inspect_image, base)
+    except (NotFound, ImageNotFound):
+        return int(made.get("Size") or 0)
+    return max(0, int(made.get("Size") or 0) - int(under.get("Size") or 0))
+
+
+async def _push(api: DockerAPI, held: HeldSnapshot) -> str | None:
+    """Push to the first registry this process pulls from (a worker's --registry); None: not pushed."""
+    registries = _docker_pull._REGISTRIES
+    if not registries:
+        return None
+    target = f"{registries[0]}/{SNAPSHOT_REPO}"
+
+    def push() -> None:
+        api.api.tag(held.image_id, target, held.id)
+        for line in api.api.push(target, held.id, stream=True, decode=True):
+            if isinstance(line, dict) and line.get("error"):
+                raise SnapshotError(f"Pushing snapshot '{held.id}' to '{registries[0]}' failed: {line['error']}")
+
+    try:
+        await asyncio.wait_for(api.call(push), PUSH_TIMEOUT_S)
+    except (DockerException, SnapshotError, TimeoutError) as exc:
+        log.warning("sandbox.snapshot_push_failed", snapshot=held.id, error=str(exc))  # it is still here
+        return None
+    return f"{target}:{held.id}"
+
+
+async def _remove_image(api: DockerAPI, image_id: str) -> None:
+    try:
+        await api.call(api.api.remove_image, image_id, force=True)
+    except (NotFound, ImageNotFound):
+        pass
+    except DockerException as exc:
+        log.warning("sandbox.snapshot_remove_failed", image=image_id[:19], error=str(exc))
+
+
+def _from_labels(info: dict[str, Any]) -> HeldSnapshot | None:
+    labels = info.get("Labels") or {}
+    tags = [t for t in info.get("RepoTags") or [] if t.startswith(SNAPSHOT_REPO + ":")]
+    if not tags:
+        return None
+    try:
+        config = json.loads(base64.b64decode(labels.get(LABEL_CONFIG, "")) or b"{}")
+        return HeldSnapshot(tags[0].split(":", 1)[1], tags[0], info["Id"], labels.get(LABEL_EVAL, ""),
+                            labels.get(LABEL_KEEP) == "1", 0,
+                            float(labels.get(LABEL_CREATED) or 0), config)
+    except (ValueError, KeyError):
+        return None
+
+
+def _shown(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+async def snapshot_present(api: DockerAPI, snapshot_id: str, image: str) -> HeldSnapshot:
+    """A fork's driver start: the snapshot is on this host (``SnapshotError`` otherwise)."""
+    store = host_snapshots()
+    await store.load(api)
+    return store.require(snapshot_id, image)
