@@ -17,8 +17,10 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import redis as redis_sync
 
@@ -138,6 +140,14 @@ class BenchFleet:
         info = redis_sync.Redis.from_url(self.url, socket_timeout=5).info("memory")
         return {"used_mb": round(info["used_memory"] / 1e6, 1), "peak_mb": round(info["used_memory_peak"] / 1e6, 1)}
 
+    def redis_counters(self) -> "RedisCounters":
+        """Commands Redis has run (INFO commandstats, every command) and bytes it has read and written."""
+        client = redis_sync.Redis.from_url(self.url, socket_timeout=5)
+        try:
+            return RedisCounters.from_info(client.info("commandstats"), client.info("stats"))
+        finally:
+            client.close()
+
     def _stop(self) -> None:
         for proc in reversed(self._procs):
             if proc.poll() is None:
@@ -149,6 +159,21 @@ class BenchFleet:
                 proc.kill()
                 proc.wait(5)
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class RedisCounters:
+    commands: int
+    bytes_in: int
+    bytes_out: int
+
+    @classmethod
+    def from_info(cls, commandstats: dict[str, Any], stats: dict[str, Any]) -> "RedisCounters":
+        commands = sum(int(v.get("calls", 0)) for k, v in commandstats.items() if k.startswith("cmdstat_") and isinstance(v, dict))
+        return cls(commands, int(stats.get("total_net_input_bytes", 0)), int(stats.get("total_net_output_bytes", 0)))
+
+    def minus(self, before: "RedisCounters") -> "RedisCounters":
+        return RedisCounters(self.commands - before.commands, self.bytes_in - before.bytes_in, self.bytes_out - before.bytes_out)
 
 
 class LoopLag:
