@@ -144,9 +144,18 @@ class BenchFleet:
         """Commands Redis has run (INFO commandstats, every command) and bytes it has read and written."""
         client = redis_sync.Redis.from_url(self.url, socket_timeout=5)
         try:
-            return RedisCounters.from_info(client.info("commandstats"), client.info("stats"))
+            return RedisCounters.from_info(client.info("commandstats"), client.info("stats"), client.info("cpu"))
         finally:
             client.close()
+
+    def command_usec(self, command: str) -> float | None:
+        """Redis's own mean microseconds per call of ``command`` so far (INFO commandstats)."""
+        client = redis_sync.Redis.from_url(self.url, socket_timeout=5)
+        try:
+            stat = client.info("commandstats").get(f"cmdstat_{command}")
+        finally:
+            client.close()
+        return round(float(stat["usec_per_call"]), 2) if isinstance(stat, dict) else None
 
     def _stop(self) -> None:
         for proc in reversed(self._procs):
@@ -166,14 +175,17 @@ class RedisCounters:
     commands: int
     bytes_in: int
     bytes_out: int
+    cpu_s: float = 0.0  # redis-server's own CPU time (user + system)
 
     @classmethod
-    def from_info(cls, commandstats: dict[str, Any], stats: dict[str, Any]) -> "RedisCounters":
+    def from_info(cls, commandstats: dict[str, Any], stats: dict[str, Any], cpu: dict[str, Any] | None = None) -> "RedisCounters":
         commands = sum(int(v.get("calls", 0)) for k, v in commandstats.items() if k.startswith("cmdstat_") and isinstance(v, dict))
-        return cls(commands, int(stats.get("total_net_input_bytes", 0)), int(stats.get("total_net_output_bytes", 0)))
+        cpu_s = float((cpu or {}).get("used_cpu_user", 0.0)) + float((cpu or {}).get("used_cpu_sys", 0.0))
+        return cls(commands, int(stats.get("total_net_input_bytes", 0)), int(stats.get("total_net_output_bytes", 0)), cpu_s)
 
     def minus(self, before: "RedisCounters") -> "RedisCounters":
-        return RedisCounters(self.commands - before.commands, self.bytes_in - before.bytes_in, self.bytes_out - before.bytes_out)
+        return RedisCounters(self.commands - before.commands, self.bytes_in - before.bytes_in,
+                             self.bytes_out - before.bytes_out, self.cpu_s - before.cpu_s)
 
 
 class LoopLag:

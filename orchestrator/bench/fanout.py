@@ -138,6 +138,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "redis_commands_per_call": round(redis.commands / calls, 2),
         "redis_bytes_in_per_call": round(redis.bytes_in / calls),
         "redis_bytes_out_per_call": round(redis.bytes_out / calls),
+        "redis_cpu_ms_per_call": round(redis.cpu_s / calls * 1000, 4),
         "open_sandboxes_s": round(open_s, 2),
         "embedded": embedded,
         "baseline": baseline,

@@ -32,6 +32,9 @@ from orchestrator.dispatch import SampleRoute, reset_active_dispatcher, reset_ro
 
 from ._fleet import BenchFleet, LoopLag, percentile_ms
 
+STEADY_PLACEMENTS = 200
+IDLE_S = 5.0  # seconds the idle fleet is watched before the opens
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=8, help="worker processes (hosts)")
@@ -64,20 +67,27 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 open_latencies.append(time.perf_counter() - start)
                 return route
 
+        idle_start = fleet.redis_counters()
+        await asyncio.sleep(IDLE_S)  # what an idle fleet costs Redis: heartbeats, consumers' polls
         redis_start = fleet.redis_counters()
+        idle = redis_start.minus(idle_start)
+        cpu_open = time.process_time()
         open_lag = LoopLag()
         open_lag.start()
         start = time.perf_counter()
         opened = await asyncio.gather(*(open_one(i) for i in range(args.sandboxes)))
         open_wall = time.perf_counter() - start
         open_lag_p99 = await open_lag.stop()
+        cpu_open = time.process_time() - cpu_open
         routes = [r for r in opened if r is not None]
         redis_opened = fleet.redis_counters()
         sandboxes_open = await _slots_in_use(fleet, _names)
+        steady = await _steady_placements(dispatcher, STEADY_PLACEMENTS)
         call_figures = await _calls(dispatcher, routes, args.calls, errors)
         redis_called = fleet.redis_counters()
         memory = fleet.worker_memory_mb()
         redis_memory = fleet.redis_memory_mb()
+        script_us = fleet.command_usec("evalsha")
         await asyncio.gather(*(dispatcher.close_sandbox(r) for r in routes))
         left_open = await _slots_in_use(fleet, _names)
         placement_s = list(dispatcher.placement_seconds)
@@ -100,15 +110,25 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "placement_redis_p99_ms": percentile_ms([b[0] for b in batches], 0.99) if batches else None,
         "placement_batch_mean": round(sum(b[1] for b in batches) / len(batches), 1) if batches else None,
         "open_loop_lag_p99_ms": open_lag_p99,
+        # One more placement (reserve + release) at a time with every sandbox open and nothing else
+        # running; and what the script costs Redis itself (INFO commandstats, µs per EVALSHA).
+        "placement_steady_p50_ms": percentile_ms(steady, 0.5),
+        "placement_steady_p99_ms": percentile_ms(steady, 0.99),
+        "placement_script_us": script_us,
         "open_per_s": round(len(routes) / open_wall, 1),
         "open_p50_ms": percentile_ms(open_latencies, 0.5) if open_latencies else None,
         "open_p99_ms": percentile_ms(open_latencies, 0.99) if open_latencies else None,
         "calls": calls,
         **call_figures,
         "errors": len(errors),
+        "orchestrator_cpu_ms_per_open": round(cpu_open / max(1, len(routes)) * 1000, 3),
+        "idle_redis_commands_per_worker_s": round(idle.commands / IDLE_S / args.workers, 1),
+        "idle_redis_cpu_ms_per_worker_s": round(idle.cpu_s * 1000 / IDLE_S / args.workers, 3),
         "redis_commands_per_open": round(redis_opened.minus(redis_start).commands / max(1, len(routes)), 2),
         "redis_commands_per_call": round(redis_called.minus(redis_opened).commands / max(1, calls), 2),
         "redis_bytes_per_call": round((lambda d: (d.bytes_in + d.bytes_out) / max(1, calls))(redis_called.minus(redis_opened))),
+        "redis_cpu_ms_per_call": round(redis_called.minus(redis_opened).cpu_s / max(1, calls) * 1000, 4),
+        "redis_cpu_ms_per_open": round(redis_opened.minus(redis_start).cpu_s / max(1, len(routes)) * 1000, 4),
         "worker_peak_rss_mb": max((m["peak_rss_mb"] for m in memory), default=None),
         "worker_rss_mb": [m["rss_mb"] for m in memory],
         "redis_used_mb": redis_memory["used_mb"],
@@ -118,6 +138,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     if errors:
         out["first_error"] = errors[0][:300]
+    return out
+
+
+async def _steady_placements(dispatcher: Any, n: int) -> list[float]:
+    from workers import placement
+
+    redis = dispatcher._listener.redis
+    placer = dispatcher._placer_for(redis)
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        host = await placer.reserve(eval_id="bench-scale-steady")
+        out.append(time.perf_counter() - start)
+        await placement.release_eval(redis, "bench-scale-steady")
+        await placement.release(redis, host.host)
     return out
 
 
