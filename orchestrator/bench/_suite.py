@@ -29,7 +29,7 @@ DEFAULT_TIMEOUT_S = 600.0
 QUICK: dict[str, list[str]] = {
     "agents": ["--samples", "300", "--turns", "3", "--latency", "0.2", "--ramp", "0.5"],
     "dispatch": ["--sandbox", "local", "--calls", "60", "--baseline-calls", "5"],
-    "exec": ["--calls", "50", "--concurrency", "8"],
+    "exec": ["--calls", "30", "--concurrency", "8"],
     "fanout": ["--sandbox", "docker", "--samples", "8", "--stages", "3", "--baseline-stages", "1"],
     "flood": ["--sandbox", "local", "--calls", "4", "--mb", "5", "--sandboxes", "2", "--in-flight", "4"],
     "humaneval": ["--modes", "embedded:local,celery:local", "--limit", "4", "--max-samples", "4"],

@@ -139,6 +139,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "redis_bytes_in_per_call": round(redis.bytes_in / calls),
         "redis_bytes_out_per_call": round(redis.bytes_out / calls),
         "redis_cpu_ms_per_call": round(redis.cpu_s / calls * 1000, 4),
+        "redis_commands_by_type_per_call": redis.per(calls),
         "open_sandboxes_s": round(open_s, 2),
         "embedded": embedded,
         "baseline": baseline,

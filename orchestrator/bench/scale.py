@@ -83,6 +83,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         redis_opened = fleet.redis_counters()
         sandboxes_open = await _slots_in_use(fleet, _names)
         steady = await _steady_placements(dispatcher, STEADY_PLACEMENTS)
+        redis_before_calls = fleet.redis_counters()
         call_figures = await _calls(dispatcher, routes, args.calls, errors)
         redis_called = fleet.redis_counters()
         memory = fleet.worker_memory_mb()
@@ -125,9 +126,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "idle_redis_commands_per_worker_s": round(idle.commands / IDLE_S / args.workers, 1),
         "idle_redis_cpu_ms_per_worker_s": round(idle.cpu_s * 1000 / IDLE_S / args.workers, 3),
         "redis_commands_per_open": round(redis_opened.minus(redis_start).commands / max(1, len(routes)), 2),
-        "redis_commands_per_call": round(redis_called.minus(redis_opened).commands / max(1, calls), 2),
-        "redis_bytes_per_call": round((lambda d: (d.bytes_in + d.bytes_out) / max(1, calls))(redis_called.minus(redis_opened))),
-        "redis_cpu_ms_per_call": round(redis_called.minus(redis_opened).cpu_s / max(1, calls) * 1000, 4),
+        "redis_commands_by_type_per_open": redis_opened.minus(redis_start).per(len(routes)),
+        # Commands a Lua script runs count as commands too (INFO commandstats counts them).
+        "redis_commands_per_call": round(redis_called.minus(redis_before_calls).commands / max(1, calls), 2),
+        "redis_bytes_per_call": round((lambda d: (d.bytes_in + d.bytes_out) / max(1, calls))(redis_called.minus(redis_before_calls))),
+        "redis_cpu_ms_per_call": round(redis_called.minus(redis_before_calls).cpu_s / max(1, calls) * 1000, 4),
         "redis_cpu_ms_per_open": round(redis_opened.minus(redis_start).cpu_s / max(1, len(routes)) * 1000, 4),
         "worker_peak_rss_mb": max((m["peak_rss_mb"] for m in memory), default=None),
         "worker_rss_mb": [m["rss_mb"] for m in memory],
