@@ -288,27 +288,32 @@ class Placer:
         while self._queue:
             batch, self._queue = self._queue, []
             try:
-                if not self._loaded:
-                    await self._redis.script_load(_RESERVE_SCRIPT)
-                    self._loaded = True
-                sent = time.perf_counter()
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    for keys, args, _ in batch:
-                        pipe.evalsha(self._sha, len(keys), *keys, *args)
-                    answers = await pipe.execute(raise_on_error=False)
-                self.batches.append((time.perf_counter() - sent, len(batch)))
+                answers = await self._run_scripts(batch)
+                if any(isinstance(a, BaseException) and "NOSCRIPT" in str(a) for a in answers):
+                    self._loaded = False  # Redis restarted (or flushed its scripts) since: load it again, once
+                    answers = await self._run_scripts(batch)
             except Exception as exc:  # noqa: BLE001 - every waiter gets the Redis error, none hangs
-                self._loaded = False  # a restarted Redis forgot the script
+                self._loaded = False
                 answers = [exc] * len(batch)
             for (_, _, future), answer in zip(batch, answers):
                 if future.done():
                     continue
                 if isinstance(answer, BaseException):
-                    if "NOSCRIPT" in str(answer):
-                        self._loaded = False
                     future.set_exception(answer)
                 else:
                     future.set_result(answer)
+
+    async def _run_scripts(self, batch: list[tuple[list[str], list[Any], asyncio.Future[Any]]]) -> list[Any]:
+        if not self._loaded:
+            await self._redis.script_load(_RESERVE_SCRIPT)
+            self._loaded = True
+        sent = time.perf_counter()
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for keys, args, _ in batch:
+                pipe.evalsha(self._sha, len(keys), *keys, *args)
+            answers = await pipe.execute(raise_on_error=False)
+        self.batches.append((time.perf_counter() - sent, len(batch)))
+        return answers
 
 
 async def reserve(redis: Redis, image: str | Sequence[str] | None = None, pull_policy: str = "missing",

@@ -64,6 +64,19 @@ async def test_an_eval_over_its_fair_share_waits_while_another_eval_waits(own_re
         await redis.aclose()
 
 
+async def test_placement_survives_redis_forgetting_its_script(own_redis) -> None:  # type: ignore[no-untyped-def]
+    redis = Redis.from_url(own_redis.url)
+    try:
+        await _host(redis, "h1", slots=4)
+        placer = placement.Placer(redis, hosts_ttl=0.0)
+        await placer.reserve(eval_id="a")
+        await redis.script_flush()  # as a restarted Redis has: the cached script is gone
+        assert (await placer.reserve(eval_id="a")).host == "h1"
+        assert int(await redis.get(_names.slots_used_key("h1"))) == 2
+    finally:
+        await redis.aclose()
+
+
 async def test_two_evals_whose_demand_exceeds_the_fleet_both_finish(tmp_path: Path, fleet) -> None:  # type: ignore[no-untyped-def]
     fleet.worker(concurrency=8, slots=3)
 
