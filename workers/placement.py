@@ -202,7 +202,7 @@ class Placer:
 
     def __init__(self, redis: Redis, hosts_ttl: float = HOSTS_TTL_S, sample: int = SAMPLE,
                  rng: random.Random | None = None) -> None:
-        self._redis = redis
+        self.redis = redis
         self._ttl = hosts_ttl
         self._sample = sample
         self._rng = rng or random.Random()
@@ -224,7 +224,7 @@ class Placer:
             asked = loop.time()
             async with self._refresh:  # one read for everyone who found the list stale at once
                 if self._fetched < asked:
-                    self._hosts = await live_hosts(self._redis)
+                    self._hosts = await live_hosts(self.redis)
                     self._fetched = loop.time()
         return self._hosts
 
@@ -305,10 +305,10 @@ class Placer:
 
     async def _run_scripts(self, batch: list[tuple[list[str], list[Any], asyncio.Future[Any]]]) -> list[Any]:
         if not self._loaded:
-            await self._redis.script_load(_RESERVE_SCRIPT)
+            await self.redis.script_load(_RESERVE_SCRIPT)
             self._loaded = True
         sent = time.perf_counter()
-        async with self._redis.pipeline(transaction=False) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             for keys, args, _ in batch:
                 pipe.evalsha(self._sha, len(keys), *keys, *args)
             answers = await pipe.execute(raise_on_error=False)

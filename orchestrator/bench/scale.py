@@ -92,7 +92,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.gather(*(dispatcher.close_sandbox(r) for r in routes))
         left_open = await _slots_in_use(fleet, _names)
         placement_s = list(dispatcher.placement_seconds)
-        batches = list(dispatcher._placer.batches) if dispatcher._placer is not None else []
+        batches = list(dispatcher.placer.batches)
         await dispatcher.aclose()
     calls = call_figures.pop("calls")
     out: dict[str, Any] = {
@@ -147,8 +147,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 async def _steady_placements(dispatcher: Any, n: int) -> list[float]:
     from workers import placement
 
-    redis = dispatcher._listener.redis
-    placer = dispatcher._placer_for(redis)
+    placer = dispatcher.placer
+    redis = placer.redis
     out = []
     for _ in range(n):
         start = time.perf_counter()

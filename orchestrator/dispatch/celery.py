@@ -165,7 +165,7 @@ class CeleryDispatcher(Dispatcher):
         self._lease_set = -1e9  # monotonic time of the last lease SET
         self._sandbox_evals: dict[str, tuple[str, int]] = {}  # sandbox handle -> (eval id, slots) for fair share
         self._waiters: dict[str, int] = {}  # eval id -> this dispatcher's placements waiting for a slot
-        self._placer: placement.Placer | None = None  # live hosts cached briefly; slots taken by one script
+        self.placer = placement.Placer(self._listener.redis)  # live hosts cached briefly; slots taken by one script
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -376,7 +376,7 @@ class CeleryDispatcher(Dispatcher):
         try:
             while True:
                 try:
-                    host = await self._placer_for(redis).reserve(image, pull_policy, weight, eval_id)  # have the image, else can pull it
+                    host = await self.placer.reserve(image, pull_policy, weight, eval_id)  # have the image, else can pull it
                     self.placement_seconds.append(loop.time() - asked)
                     if token is not None:
                         self._waited(eval_id, sample_id, loop.time() - asked, placed=True)
@@ -427,11 +427,6 @@ class CeleryDispatcher(Dispatcher):
             return
         await self._listener.redis.set(_names.lease_key(self.client_id), 1, ex=max(1, int(self.config.lease_ttl)))
         self._lease_set = now
-
-    def _placer_for(self, redis: Any) -> placement.Placer:
-        if self._placer is None:
-            self._placer = placement.Placer(redis)
-        return self._placer
 
     async def close_sandbox(self, route: SampleRoute) -> None:
         if route.sandbox is None:
