@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
 
 from . import _names
 from ._policy import pulls_from
@@ -288,8 +289,11 @@ class Placer:
         while self._queue:
             batch, self._queue = self._queue, []
             try:
-                answers = await self._run_scripts(batch)
-                if any(isinstance(a, BaseException) and "NOSCRIPT" in str(a) for a in answers):
+                try:
+                    answers = await self._run_scripts(batch)
+                except NoScriptError:
+                    answers = [NoScriptError()]
+                if any(isinstance(a, NoScriptError) for a in answers):
                     self._loaded = False  # Redis restarted (or flushed its scripts) since: load it again, once
                     answers = await self._run_scripts(batch)
             except Exception as exc:  # noqa: BLE001 - every waiter gets the Redis error, none hangs
