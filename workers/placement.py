@@ -30,6 +30,10 @@ class NoCapacityError(Exception):
     """No live, non-draining worker host has a free sandbox slot."""
 
 
+class NoLiveHostError(NoCapacityError):
+    """No worker host has heartbeated recently (none started yet, or all gone)."""
+
+
 class FairShareError(NoCapacityError):
     """The eval holds its fair share of the fleet while another eval waits for a slot: wait."""
 
@@ -253,10 +257,9 @@ class Placer:
         if alive and weight > largest:
             raise SandboxTooLargeError(f"A sandbox of {weight} containers needs {weight} free slots on one worker host; "
                                   f"the largest live host has {largest} (start workers with --slots {weight} or more).")
-        raise NoCapacityError(
-            f"No worker host can take a sandbox ({alive} live host(s), all full or draining)."
-            if alive else "No worker host is alive (none has heartbeated recently): start `toolfleet worker`."
-        )
+        if not alive:
+            raise NoLiveHostError("No worker host is alive (none has heartbeated recently): start `toolfleet worker`.")
+        raise NoCapacityError(f"No worker host can take a sandbox ({alive} live host(s), all full or draining).")
 
     async def _take(self, groups: list[list[HostRecord]], weight: int, eval_id: str | None,
                     capacity: int) -> HostRecord | None:

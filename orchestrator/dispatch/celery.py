@@ -382,8 +382,9 @@ class CeleryDispatcher(Dispatcher):
                         self._waited(eval_id, sample_id, loop.time() - asked, placed=True)
                     return host
                 except placement.NoCapacityError as exc:
-                    no_host = "No worker host is alive" in str(exc)
-                    bound = min(self.config.placement_wait, self.config.no_host_wait) if no_host else self.config.placement_wait
+                    bound = self.config.placement_wait
+                    if isinstance(exc, placement.NoLiveHostError):
+                        bound = min(bound, self.config.no_host_wait)
                     if loop.time() - asked >= bound or isinstance(exc, placement.SandboxTooLargeError):
                         if token is not None:
                             self._waited(eval_id, sample_id, loop.time() - asked, placed=False)

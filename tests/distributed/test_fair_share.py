@@ -77,6 +77,20 @@ async def test_placement_survives_redis_forgetting_its_script(own_redis) -> None
         await redis.aclose()
 
 
+async def test_with_no_live_worker_a_sample_waits_only_no_host_wait(own_redis) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator._wire import SandboxSpec
+    from orchestrator.dispatch import CeleryDispatcher, CeleryDispatcherConfig
+    from orchestrator.util import SandboxUnavailableError
+
+    # A busy fleet is waited for up to an hour; a fleet with no worker at all only no_host_wait.
+    d = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=own_redis.url, placement_wait=3600, no_host_wait=0.5))
+    try:
+        with pytest.raises(SandboxUnavailableError, match="No worker host is alive"):
+            await asyncio.wait_for(d.open_sandbox(SandboxSpec(eval_id="e", sample_id="s", config={"type": "local"})), 30)
+    finally:
+        await d.aclose()
+
+
 async def test_two_evals_whose_demand_exceeds_the_fleet_both_finish(tmp_path: Path, fleet) -> None:  # type: ignore[no-untyped-def]
     fleet.worker(concurrency=8, slots=3)
 
