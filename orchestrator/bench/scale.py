@@ -10,11 +10,15 @@ processes on this machine, then through one ``CeleryDispatcher``:
 3. closes them all.
 
 Reports ``workers``, ``sandboxes_open`` (open at once, counted from the fleet's slot counters in
-Redis), ``placement_p50_ms``/``placement_p99_ms`` (the dispatcher's slot reservation per open,
-``workers/placement.py``), ``open_per_s``, ``open_p99_ms``, ``calls_per_s``, ``errors``,
-``redis_commands_per_call`` (INFO commandstats delta over the call phase) and ``redis_commands_per_open``,
-``worker_peak_rss_mb`` (largest VmHWM of a worker process; sandbox agents are separate processes),
-``redis_used_mb``/``redis_peak_mb`` and ``orchestrator_peak_rss_mb``.
+Redis), ``placement_p50_ms``/``placement_p99_ms`` (the dispatcher's slot reservation per open, asked
+until held, ``workers/placement.py``) and where that time goes (``placement_redis_*``: the pipelined
+script round trip; ``placement_script_us``: Redis's own time per script; ``open_loop_lag_p99_ms``:
+this process's event loop meanwhile; ``placement_steady_*``: one placement at a time with every
+sandbox open), ``open_per_s``, ``open_p99_ms``, ``calls_per_s``, ``errors``, ``redis_commands_per_call``
+(INFO commandstats delta over the call phase; a script's inner commands count), ``redis_commands_per_open``
+(and by type), Redis CPU per call and per open, an idle worker's Redis cost (``idle_redis_*``, watched
+for ``IDLE_S`` before the opens), ``worker_peak_rss_mb`` (largest VmHWM of a worker process; sandbox
+agents are separate processes), ``redis_used_mb``/``redis_peak_mb`` and ``orchestrator_peak_rss_mb``.
 
 Targets (issue 18): >= 1,000 sandboxes open at once on >= 8 workers, errors 0, placement p99 <= 10 ms.
 """
