@@ -82,3 +82,10 @@ def result_key(task_id: str) -> str:
 
 
 RESULT_PREFIX = "celery-task-meta-"
+
+# Fair sharing of one fleet between evals (workers/placement.py): slots each eval holds (a hash),
+# evals whose orchestrator is alive (a sorted set scored by expiry) and evals with a sample waiting
+# for a slot (same).
+EVAL_SLOTS = f"{PREFIX}:evals:slots"
+EVALS_ALIVE = f"{PREFIX}:evals:alive"
+EVALS_WAITING = f"{PREFIX}:evals:waiting"

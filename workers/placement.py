@@ -1,20 +1,25 @@
 """Sandbox placement: pick the least loaded live worker host with free slots, and reserve one atomically.
 
-``choose_hosts`` is pure (table-tested): candidates ordered best first (hosts that have the sample's
-image, then hosts that can pull it). ``reserve`` INCRs the host's
-placement counter and gives the slot back if that overshot the host's capacity, so concurrent
-orchestrators never overfill a host; ``release`` gives a slot back when the sandbox is closed (or
-failed to open).
+``image_tiers`` and ``choose_hosts`` are pure (table-tested): candidates grouped best first (hosts
+that have the sample's image, then hosts that can pull it), least loaded first. ``Placer.reserve``
+(one per orchestrator) takes the slots with one Lua script that picks the least loaded live,
+non-draining candidate and INCRBYs its counter in the same step, so concurrent orchestrators never
+overfill a host and need no lock between them; ``release`` gives slots back when the sandbox is closed
+(or failed to open).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
-import weakref
+import time
+from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
 
 from . import _names
 from ._policy import pulls_from
@@ -23,6 +28,14 @@ from .heartbeat import HostRecord
 
 class NoCapacityError(Exception):
     """No live, non-draining worker host has a free sandbox slot."""
+
+
+class NoLiveHostError(NoCapacityError):
+    """No worker host has heartbeated recently (none started yet, or all gone)."""
+
+
+class FairShareError(NoCapacityError):
+    """The eval holds its fair share of the fleet while another eval waits for a slot: wait."""
 
 
 class SandboxTooLargeError(NoCapacityError):
@@ -39,25 +52,15 @@ def slot_weight(config: dict | None) -> int:
     return 1 + len(services or {})
 
 
-def choose_hosts(hosts: Sequence[HostRecord], used: dict[str, int], rng: random.Random | None = None,
-                 image: str | Sequence[str] | None = None, pull_policy: str = "missing",
-                 weight: int = 1) -> list[HostRecord]:
-    """Live hosts that accept sandboxes, least loaded first: the smallest share of slots in use, then
-    the most free slots (ties shuffled so orchestrators spread). An idle host always comes before a
-    busy one, whatever their sizes, so the first samples spread over the fleet.
-
-    With ``image`` (or several: a multi-service sandbox's, all on one host): the hosts that report
-    having every one first; then the hosts that have or can pull each (``pull_policy`` is not ``never``
-    and the image names a registry among theirs); a host that cannot get them all only when no host
-    (full or not) can — then any host, and its worker says why it cannot. ``weight``: the slots the
-    sandbox takes (``slot_weight``); only hosts with that many free are candidates."""
-    rng = rng or random
-    candidates = [h for h in hosts if not h.draining and h.slots - used.get(h.host, 0) >= weight]
-    rng.shuffle(candidates)
-    ordered = sorted(candidates, key=lambda h: (used.get(h.host, 0) / h.slots, -(h.slots - used.get(h.host, 0))))
+def image_tiers(hosts: Sequence[HostRecord], image: str | Sequence[str] | None = None,
+                pull_policy: str = "missing") -> list[list[HostRecord]]:
+    """``hosts`` grouped best first by how they would get the sandbox's image(s): those that report
+    having every one, then those that have or can pull each (``pull_policy`` is not ``never`` and the
+    image names a registry among theirs). When no host can get them all, one group of every host (its
+    worker then says why it cannot). Pure; order within a group kept."""
     images = [image] if isinstance(image, str) else list(image or ())
     if not images:
-        return ordered
+        return [list(hosts)]
 
     def has_all(h: HostRecord) -> bool:
         return all(i in h.images for i in images)
@@ -66,8 +69,27 @@ def choose_hosts(hosts: Sequence[HostRecord], used: dict[str, int], rng: random.
         return all(i in h.images or (pull_policy != "never" and pulls_from(h.registries, i)) for i in images)
 
     if not any(gets_all(h) for h in hosts):
-        return ordered
-    return [h for h in ordered if has_all(h)] + [h for h in ordered if not has_all(h) and gets_all(h)]
+        return [list(hosts)]
+    return [[h for h in hosts if has_all(h)], [h for h in hosts if not has_all(h) and gets_all(h)]]
+
+
+def choose_hosts(hosts: Sequence[HostRecord], used: dict[str, int], rng: random.Random | None = None,
+                 image: str | Sequence[str] | None = None, pull_policy: str = "missing",
+                 weight: int = 1) -> list[HostRecord]:
+    """Live hosts that accept sandboxes, least loaded first: the smallest share of slots in use, then
+    the most free slots (ties shuffled so orchestrators spread). An idle host always comes before a
+    busy one, whatever their sizes, so the first samples spread over the fleet.
+
+    With ``image`` (or several: a multi-service sandbox's, all on one host): grouped by
+    ``image_tiers`` (have them, then can pull them; a host that cannot get them all only when no host
+    — full or not — can). ``weight``: the slots the sandbox takes (``slot_weight``); only hosts with
+    that many free are candidates."""
+    rng = rng or random
+    candidates = [h for h in hosts if not h.draining and h.slots - used.get(h.host, 0) >= weight]
+    rng.shuffle(candidates)
+    ordered = sorted(candidates, key=lambda h: (used.get(h.host, 0) / h.slots, -(h.slots - used.get(h.host, 0))))
+    tier = {h.host: i for i, group in enumerate(image_tiers(hosts, image, pull_policy)) for h in group}
+    return sorted((h for h in ordered if h.host in tier), key=lambda h: tier[h.host])
 
 
 async def live_hosts(redis: Redis) -> list[HostRecord]:
@@ -89,46 +111,249 @@ async def used_slots(redis: Redis, hosts: Sequence[str]) -> dict[str, int]:
     return {h: int(v or 0) for h, v in zip(hosts, values)}
 
 
-_locks: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
+# Takes ``weight`` slots on the least loaded live candidate, atomically (one round trip, no lock):
+# concurrent reservations, from one orchestrator or many, see each other's counts, so they never
+# overfill a host and never all pick the same "least loaded" one.
+# KEYS: the n candidates' slot counters, their n heartbeat hashes, then EVAL_SLOTS, EVALS_ALIVE,
+# EVALS_WAITING. ARGV: weight, the n tiers, the n slot counts, eval id ('' = no fair share), the
+# fleet's capacity, alive ttl, waiting ttl.
+# Fair share first: with E evals active (holding slots with a live orchestrator, or waiting), an eval
+# holding more than capacity / E may take no more while another eval under its share waits.
+# Then, within the best tier that has room: the smallest share in use, then the most free, then the
+# earlier (the list comes shuffled). A host whose heartbeat expired or that is draining is skipped,
+# whatever the orchestrator's cached view said.
+# Returns {index, boot} (1-based); {0} when no candidate has room, {-1, held, fair} when over the fair
+# share (both mark the eval as waiting).
+_RESERVE_SCRIPT = """
+local weight = tonumber(ARGV[1])
+local n = (#KEYS - 3) / 2
+local eval = ARGV[2 + 2 * n]
+local capacity = tonumber(ARGV[3 + 2 * n])
+local alive_ttl = tonumber(ARGV[4 + 2 * n])
+local waiting_ttl = tonumber(ARGV[5 + 2 * n])
+local slots_key, alive_key, waiting_key = KEYS[2 * n + 1], KEYS[2 * n + 2], KEYS[2 * n + 3]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+if eval ~= '' then
+  redis.call('ZREMRANGEBYSCORE', alive_key, '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', waiting_key, '-inf', now)
+  local held, active, count = {}, {}, 0
+  local flat = redis.call('HGETALL', slots_key)
+  for j = 1, #flat, 2 do
+    local e, c = flat[j], tonumber(flat[j + 1]) or 0
+    if c > 0 and redis.call('ZSCORE', alive_key, e) then
+      held[e] = c
+      active[e] = true
+      count = count + 1
+    elseif e ~= eval then
+      redis.call('HDEL', slots_key, e)  -- nothing held, or its orchestrator is gone
+    end
+  end
+  local waiters = redis.call('ZRANGE', waiting_key, 0, -1)
+  for _, w in ipairs(waiters) do
+    if not active[w] then active[w] = true; count = count + 1 end
+  end
+  if not active[eval] then count = count + 1 end
+  local fair = math.max(1, math.floor(capacity / count))
+  local mine = held[eval] or 0
+  if mine + weight > fair then
+    for _, w in ipairs(waiters) do
+      if w ~= eval and (held[w] or 0) < fair then
+        redis.call('ZADD', waiting_key, now + waiting_ttl, eval)
+        return {-1, mine, fair}
+      end
+    end
+  end
+end
+local best, best_tier, best_share, best_free, best_boot = 0, 0, 0, 0, ''
+for i = 1, n do
+  local tier = tonumber(ARGV[1 + i])
+  local cap = tonumber(ARGV[1 + n + i])
+  if best == 0 or tier <= best_tier then
+    local used = tonumber(redis.call('GET', KEYS[i]) or '0') or 0
+    if used < 0 then used = 0 end
+    local free = cap - used
+    if free >= weight then
+      local beat = redis.call('HMGET', KEYS[n + i], 'boot', 'draining')
+      local draining = beat[2] == '1' or beat[2] == 'True' or beat[2] == 'true'
+      if beat[1] and not draining then
+        local share = used / cap
+        if best == 0 or tier < best_tier or share < best_share or (share == best_share and free > best_free) then
+          best, best_tier, best_share, best_free, best_boot = i, tier, share, free, beat[1]
+        end
+      end
+    end
+  end
+end
+if best == 0 then
+  if eval ~= '' then redis.call('ZADD', waiting_key, now + waiting_ttl, eval) end
+  return {0}
+end
+redis.call('INCRBY', KEYS[best], weight)
+if eval ~= '' then
+  redis.call('HINCRBY', slots_key, eval, weight)
+  redis.call('ZADD', alive_key, now + alive_ttl, eval)
+end
+return {best, best_boot}
+"""
+EVAL_ALIVE_TTL_S = 30.0  # an eval's holdings count while its orchestrator renewed them this recently
+EVAL_WAITING_TTL_S = 5.0  # an eval counts as waiting this long after its last refused reservation
+HOSTS_TTL_S = 1.0  # how stale one orchestrator's list of live hosts may be (the script checks liveness itself)
+SAMPLE = 32  # candidates per tier offered to the script: the least loaded of a random 32 (a full scan if none fits)
+
+
+class Placer:
+    """One orchestrator's sandbox placement on one Redis: the live hosts' records cached for
+    ``HOSTS_TTL_S`` (reading every heartbeat per sandbox would cost O(hosts) round-trip work per
+    open), the slot taken by ``_RESERVE_SCRIPT`` over at most ``SAMPLE`` random candidates per tier
+    (O(1) per open however large the fleet; "the least loaded of d random choices" balances nearly
+    as well as a full scan)."""
+
+    def __init__(self, redis: Redis, hosts_ttl: float = HOSTS_TTL_S, sample: int = SAMPLE,
+                 rng: random.Random | None = None) -> None:
+        self.redis = redis
+        self._ttl = hosts_ttl
+        self._sample = sample
+        self._rng = rng or random.Random()
+        self._hosts: list[HostRecord] = []
+        self._fetched = -1e9
+        self._refresh: asyncio.Lock | None = None
+        self._sha = hashlib.sha1(_RESERVE_SCRIPT.encode()).hexdigest()
+        self._loaded = False
+        self._queue: list[tuple[list[str], list[Any], asyncio.Future[Any]]] = []
+        self._sender: asyncio.Task[None] | None = None
+        # (seconds, reservations) of the latest pipelines: Redis's share of a placement's latency.
+        self.batches: deque[tuple[float, int]] = deque(maxlen=10_000)
+
+    async def hosts(self, fresh: bool = False) -> list[HostRecord]:
+        loop = asyncio.get_running_loop()
+        if self._refresh is None:
+            self._refresh = asyncio.Lock()
+        if fresh or loop.time() - self._fetched > self._ttl:
+            asked = loop.time()
+            async with self._refresh:  # one read for everyone who found the list stale at once
+                if self._fetched < asked:
+                    self._hosts = await live_hosts(self.redis)
+                    self._fetched = loop.time()
+        return self._hosts
+
+    async def reserve(self, image: str | Sequence[str] | None = None, pull_policy: str = "missing",
+                      weight: int = 1, eval_id: str | None = None, only: str | None = None) -> HostRecord:
+        """Reserve ``weight`` sandbox slots (one per container) on the best live host; raises
+        ``NoCapacityError`` (``SandboxTooLargeError`` when no host could ever take it,
+        ``FairShareError`` when ``eval_id`` holds its fair share and another eval waits;
+        ``SnapshotHostLostError`` when ``only``, the one host allowed, is not alive)."""
+        hosts = await self.hosts()
+        for fresh in (False, True):
+            if fresh:
+                hosts = await self.hosts(fresh=True)  # full by the cached view: a host may have joined
+            if only is not None:  # a sandbox from a snapshot: on the host that holds it, or nowhere
+                hosts = [h for h in hosts if h.host == only]
+            groups = [[h for h in group if not h.draining and h.slots >= weight]
+                      for group in image_tiers(hosts, image, pull_policy)]
+            for group in groups:
+                self._rng.shuffle(group)
+            capacity = sum(h.slots for h in hosts if not h.draining)
+            host = await self._take([group[: self._sample] for group in groups], weight, eval_id, capacity)
+            if host is None and any(len(g) > self._sample for g in groups):
+                host = await self._take(groups, weight, eval_id, capacity)
+            if host is not None:
+                return host
+        if only is not None and not hosts:
+            raise SnapshotHostLostError(f"Worker host '{only}', which holds the snapshot, is not alive.")
+        alive = len(hosts)
+        largest = max((h.slots for h in hosts if not h.draining), default=0)
+        if alive and weight > largest:
+            raise SandboxTooLargeError(f"A sandbox of {weight} containers needs {weight} free slots on one worker host; "
+                                  f"the largest live host has {largest} (start workers with --slots {weight} or more).")
+        if not alive:
+            raise NoLiveHostError("No worker host is alive (none has heartbeated recently): start `toolfleet worker`.")
+        raise NoCapacityError(f"No worker host can take a sandbox ({alive} live host(s), all full or draining).")
+
+    async def _take(self, groups: list[list[HostRecord]], weight: int, eval_id: str | None,
+                    capacity: int) -> HostRecord | None:
+        candidates = [(h, tier) for tier, group in enumerate(groups) for h in group]
+        if not candidates:
+            return None
+        keys = [_names.slots_used_key(h.host) for h, _ in candidates] + [_names.heartbeat_key(h.host) for h, _ in candidates]
+        keys += [_names.EVAL_SLOTS, _names.EVALS_ALIVE, _names.EVALS_WAITING]
+        args = [weight, *(tier for _, tier in candidates), *(h.slots for h, _ in candidates),
+                eval_id or "", capacity, EVAL_ALIVE_TTL_S, EVAL_WAITING_TTL_S]
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append((keys, args, future))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.ensure_future(self._send())
+        answer = await future
+        index = int(answer[0])
+        if index < 0:
+            raise FairShareError(f"Waiting for a fair share of the fleet: eval '{eval_id}' holds {int(answer[1])} of "
+                                 f"its {int(answer[2])} slots while another eval waits.")
+        if index == 0:
+            return None
+        boot = answer[1].decode() if isinstance(answer[1], bytes) else str(answer[1])
+        chosen = candidates[index - 1][0]
+        return chosen if chosen.boot == boot else chosen.model_copy(update={"boot": boot})  # restarted since cached
+
+    async def _send(self) -> None:
+        """Every reservation asked meanwhile goes out in one pipeline: one connection and one round trip
+        for a burst of opens (an eval starting a thousand samples), where one command each would open
+        a connection each. Redis runs the scripts one after another, each seeing the ones before."""
+        while self._queue:
+            batch, self._queue = self._queue, []
+            try:
+                try:
+                    answers = await self._run_scripts(batch)
+                except NoScriptError:
+                    answers = [NoScriptError()]
+                if any(isinstance(a, NoScriptError) for a in answers):
+                    self._loaded = False  # Redis restarted (or flushed its scripts) since: load it again, once
+                    answers = await self._run_scripts(batch)
+            except Exception as exc:  # noqa: BLE001 - every waiter gets the Redis error, none hangs
+                self._loaded = False
+                answers = [exc] * len(batch)
+            for (_, _, future), answer in zip(batch, answers):
+                if future.done():
+                    continue
+                if isinstance(answer, BaseException):
+                    future.set_exception(answer)
+                else:
+                    future.set_result(answer)
+
+    async def _run_scripts(self, batch: list[tuple[list[str], list[Any], asyncio.Future[Any]]]) -> list[Any]:
+        if not self._loaded:
+            await self.redis.script_load(_RESERVE_SCRIPT)
+            self._loaded = True
+        sent = time.perf_counter()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for keys, args, _ in batch:
+                pipe.evalsha(self._sha, len(keys), *keys, *args)
+            answers = await pipe.execute(raise_on_error=False)
+        self.batches.append((time.perf_counter() - sent, len(batch)))
+        return answers
 
 
 async def reserve(redis: Redis, image: str | Sequence[str] | None = None, pull_policy: str = "missing",
                   weight: int = 1, only: str | None = None) -> HostRecord:
-    """Reserve ``weight`` sandbox slots (one per container) on the best live host; raises ``NoCapacityError``.
-
-    One orchestrator's reservations run one at a time: concurrent ones would all read the same
-    counters and pick the same "least loaded" host (the first samples of an eval all landing on one
-    worker while another sits idle)."""
-    loop = asyncio.get_running_loop()
-    lock = _locks.get(loop)
-    if lock is None:
-        lock = _locks[loop] = asyncio.Lock()
-    async with lock:
-        return await _reserve(redis, image, pull_policy, weight, only)
+    """One reservation with a fresh view of the fleet (``Placer.reserve``; an orchestrator keeps a Placer)."""
+    return await Placer(redis, hosts_ttl=0.0).reserve(image, pull_policy, weight, only=only)
 
 
-async def _reserve(redis: Redis, image: str | Sequence[str] | None, pull_policy: str = "missing",
-                   weight: int = 1, only: str | None = None) -> HostRecord:
-    hosts = await live_hosts(redis)
-    if only is not None:  # a sandbox from a snapshot: on the host that holds it, or nowhere
-        hosts = [h for h in hosts if h.host == only]
-        if not hosts:
-            raise SnapshotHostLostError(f"Worker host '{only}', which holds the snapshot, is not alive.")
-    used = await used_slots(redis, [h.host for h in hosts])
-    for host in choose_hosts(hosts, used, image=image, pull_policy=pull_policy, weight=weight):
-        count = await redis.incrby(_names.slots_used_key(host.host), weight)
-        if count <= host.slots:
-            return host
-        await redis.decrby(_names.slots_used_key(host.host), weight)  # lost a race for the last slots: next host
-    alive = len(hosts)
-    largest = max((h.slots for h in hosts if not h.draining), default=0)
-    if alive and weight > largest:
-        raise SandboxTooLargeError(f"A sandbox of {weight} containers needs {weight} free slots on one worker host; "
-                              f"the largest live host has {largest} (start workers with --slots {weight} or more).")
-    raise NoCapacityError(
-        f"No worker host can take a sandbox ({alive} live host(s), all full or draining)."
-        if alive else "No worker host is alive (none has heartbeated recently): start `toolfleet worker`."
-    )
+async def release_eval(redis: Redis, eval_id: str, weight: int = 1) -> None:
+    """The orchestrator gives an eval's fair-share count back when it closes (or failed to open) a sandbox."""
+    await redis.hincrby(_names.EVAL_SLOTS, eval_id, -weight)
+
+
+async def keep_evals_alive(redis: Redis, eval_ids: Sequence[str], ttl: float = EVAL_ALIVE_TTL_S) -> None:
+    """Renewed with the orchestrator's lease: an eval whose orchestrator stops renewing stops counting."""
+    if eval_ids:
+        now = await redis.time()
+        expiry = now[0] + now[1] / 1e6 + ttl
+        await redis.zadd(_names.EVALS_ALIVE, {e: expiry for e in eval_ids})
+
+
+async def stop_waiting(redis: Redis, eval_id: str) -> None:
+    """No sample of the eval waits for a slot any more (else its entry expires by itself)."""
+    await redis.zrem(_names.EVALS_WAITING, eval_id)
 
 
 async def release(redis: Redis, host: str, weight: int = 1) -> None:

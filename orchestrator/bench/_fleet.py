@@ -17,8 +17,10 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import redis as redis_sync
 
@@ -138,6 +140,23 @@ class BenchFleet:
         info = redis_sync.Redis.from_url(self.url, socket_timeout=5).info("memory")
         return {"used_mb": round(info["used_memory"] / 1e6, 1), "peak_mb": round(info["used_memory_peak"] / 1e6, 1)}
 
+    def redis_counters(self) -> "RedisCounters":
+        """Commands Redis has run (INFO commandstats, every command) and bytes it has read and written."""
+        client = redis_sync.Redis.from_url(self.url, socket_timeout=5)
+        try:
+            return RedisCounters.from_info(client.info("commandstats"), client.info("stats"), client.info("cpu"))
+        finally:
+            client.close()
+
+    def command_usec(self, command: str) -> float | None:
+        """Redis's own mean microseconds per call of ``command`` so far (INFO commandstats)."""
+        client = redis_sync.Redis.from_url(self.url, socket_timeout=5)
+        try:
+            stat = client.info("commandstats").get(f"cmdstat_{command}")
+        finally:
+            client.close()
+        return round(float(stat["usec_per_call"]), 2) if isinstance(stat, dict) else None
+
     def _stop(self) -> None:
         for proc in reversed(self._procs):
             if proc.poll() is None:
@@ -149,6 +168,34 @@ class BenchFleet:
                 proc.kill()
                 proc.wait(5)
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class RedisCounters:
+    commands: int
+    bytes_in: int
+    bytes_out: int
+    cpu_s: float = 0.0  # redis-server's own CPU time (user + system)
+    by_command: dict[str, int] = field(default_factory=dict)  # calls per command (Lua's inner calls included)
+
+    @classmethod
+    def from_info(cls, commandstats: dict[str, Any], stats: dict[str, Any], cpu: dict[str, Any] | None = None) -> "RedisCounters":
+        by_command = {k.removeprefix("cmdstat_"): int(v.get("calls", 0)) for k, v in commandstats.items()
+                      if k.startswith("cmdstat_") and isinstance(v, dict)}
+        cpu_s = float((cpu or {}).get("used_cpu_user", 0.0)) + float((cpu or {}).get("used_cpu_sys", 0.0))
+        return cls(sum(by_command.values()), int(stats.get("total_net_input_bytes", 0)),
+                   int(stats.get("total_net_output_bytes", 0)), cpu_s, by_command)
+
+    def minus(self, before: "RedisCounters") -> "RedisCounters":
+        by_command = {k: v - before.by_command.get(k, 0) for k, v in self.by_command.items()}
+        return RedisCounters(self.commands - before.commands, self.bytes_in - before.bytes_in,
+                             self.bytes_out - before.bytes_out, self.cpu_s - before.cpu_s,
+                             {k: v for k, v in by_command.items() if v})
+
+    def per(self, n: int, top: int = 12) -> dict[str, float]:
+        """The most frequent commands, as calls per ``n`` (e.g. per tool call)."""
+        ranked = sorted(self.by_command.items(), key=lambda kv: -kv[1])[:top]
+        return {k: round(v / max(1, n), 2) for k, v in ranked}
 
 
 class LoopLag:

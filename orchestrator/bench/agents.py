@@ -27,6 +27,7 @@ LAG_INTERVAL = 0.01  # seconds between event-loop lag probes
 DEFAULT_LATENCY = 10.0
 DEFAULT_RAMP = 2.0
 CHILD_TIMEOUT = 1800.0  # bound on one N's subprocess
+ANSWER = "done"  # what every sample submits
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -104,7 +105,7 @@ def _policy(turns: int, calls: int, latency: float) -> Any:
             out = ModelOutput.for_tool_calls("bench", [
                 ToolCall(id=f"t{done}c{i}", function="bench_noop", arguments={"i": i}) for i in range(calls)])
         else:
-            out = ModelOutput.for_tool_call("bench", "submit", {"answer": "done"}, tool_call_id=f"t{done}s")
+            out = ModelOutput.for_tool_call("bench", "submit", {"answer": ANSWER}, tool_call_id=f"t{done}s")
         out.usage = usage
         return out
 
@@ -126,7 +127,8 @@ async def _measure(samples: int, turns: int, calls: int, latency: float = 0.0, r
             await asyncio.sleep(ramp * i / samples)
         with bind_transcript(Transcript()), usage_scope(f"sample-{i}"):
             state = await run(agent, f"sample {i}")
-        if state.output.completion != "done":
+        # react joins the answer to the submit turn's text (answer_delimiter): the answer ends it.
+        if not state.output.completion.endswith(ANSWER):
             raise RuntimeError(f"sample {i} ended without its answer: {state.output.completion!r}")
         completed.append(model.api.calls)
 

@@ -114,12 +114,17 @@ def _plain_celery(dispatcher: Any, route: SampleRoute, calls: int, stage: int) -
     """The same task through Celery's own API, waiting with ``.get()`` (a thread: it blocks)."""
     from celery import Celery, group
 
-    from workers import _names
+    from workers import _auth, _names
+    from workers.app import KEYRING_OPTION, FleetRedisTransport
 
-    # Stock Celery (its own Redis result backend and consumer), not toolfleet's publisher-side app.
+    # Stock Celery (its own Redis result backend and result consumer), not toolfleet's publisher-side
+    # app; only its broker transport is the fleet's, because workers drop every task message that is
+    # not signed with the fleet secret (an unsigned baseline never gets an answer).
     app = Celery("plain", broker=dispatcher.config.broker_url, backend=dispatcher.config.broker_url, set_as_current=False)
     app.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"],
-                    result_accept_content=["json"])
+                    result_accept_content=["json"],
+                    broker_transport=f"{FleetRedisTransport.__module__}:{FleetRedisTransport.__name__}",
+                    broker_transport_options={KEYRING_OPTION: _auth.load_keyring()})
     single, grouped = [], []
     try:
         for _ in range(calls):
@@ -137,7 +142,7 @@ def _plain_celery(dispatcher: Any, route: SampleRoute, calls: int, stage: int) -
         app.close()
     return {
         "workload": "dispatch",
-        "implementation": "plain Celery: send_task().get() / GroupResult.get()",
+        "implementation": "plain Celery (messages signed by the fleet transport): send_task().get() / GroupResult.get()",
         "p50_ms": percentile_ms(single, 0.5),
         "p99_ms": percentile_ms(single, 0.99),
         "group_p50_ms": percentile_ms(grouped, 0.5),

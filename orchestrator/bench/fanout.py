@@ -10,6 +10,10 @@ splice — the whole orchestrator path), all samples at once.
 - ``loop_lag_p99_ms``: the orchestrator's event-loop lag during the run;
 - ``orchestrator_cpu_ms_per_call`` / ``worker_cpu_ms_per_call``: CPU time of this process and of the
   worker processes per call during the run (steadier than calls/s on a shared machine);
+- ``redis_commands_per_call`` / ``redis_bytes_in_per_call`` / ``redis_bytes_out_per_call``: what Redis
+  ran and moved per call meanwhile (INFO commandstats and stats deltas, heartbeats included);
+- ``embedded``: the same samples x stages through the in-process dispatcher (embedded mode) over
+  sandboxes of the same kind, in the same run; ``vs_embedded`` = Celery calls/s / embedded calls/s;
 - ``baseline``: the same calls as ``docker exec`` through the Engine API (exec_create + start +
   inspect), same number of sandboxes and calls in flight, same run (docker sandboxes only).
 
@@ -40,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task-events", action="store_true",
                         help="workers send Celery task events (as when Flower watches the fleet)")
     parser.add_argument("--baseline-stages", type=int, default=1, help="turns per sample for the docker-exec baseline")
+    parser.add_argument("--no-embedded", dest="embedded", action="store_false",
+                        help="skip the embedded baseline (same samples x stages through the in-process dispatcher)")
 
 
 def _sandbox_config(kind: str, samples: int) -> dict[str, Any]:
@@ -48,58 +54,74 @@ def _sandbox_config(kind: str, samples: int) -> dict[str, Any]:
     return {"type": "local"}
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from orchestrator.dispatch.celery import CeleryDispatcher, CeleryDispatcherConfig
+async def _phase(routes: list[SampleRoute], dispatcher: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Every sample's ``--stages`` stages of ``--stage`` bash calls through ``execute_tools``, all samples at once."""
     from orchestrator.model import ChatMessageAssistant, ChatMessageUser, execute_tools
     from orchestrator.tool import ToolCall, bash
 
     tools = [bash()]
+    stage_latencies: list[float] = []
+    failures: list[str] = []
+
+    async def sample(route: SampleRoute, stages: int) -> None:
+        token = set_route(route)
+        try:
+            for turn in range(stages):
+                calls = [ToolCall(id=f"t{turn}c{i}", function="bash", arguments={"cmd": "true"}) for i in range(args.stage)]
+                messages = [ChatMessageUser(content="go"), ChatMessageAssistant(content="", tool_calls=calls)]
+                start = time.perf_counter()
+                result = await execute_tools(messages, tools)
+                stage_latencies.append(time.perf_counter() - start)
+                failures.extend(m.error.message for m in result.messages if m.error is not None)  # type: ignore[attr-defined]
+        finally:
+            reset_route(token)
+
+    lag = LoopLag()
+    active = set_active_dispatcher(dispatcher)
+    try:
+        await sample(routes[0], 1)  # warm the path
+        stage_latencies.clear()
+        lag.start()
+        cpu = time.process_time()
+        start = time.perf_counter()
+        await asyncio.gather(*(sample(r, args.stages) for r in routes))
+        wall = time.perf_counter() - start
+        cpu = time.process_time() - cpu
+        lag_p99 = await lag.stop()
+    finally:
+        reset_active_dispatcher(active)
+    calls = len(routes) * args.stages * args.stage
+    out: dict[str, Any] = {"calls": calls, "calls_per_s": round(calls / wall, 1), "wall_s": round(wall, 3),
+                           "p50_ms": percentile_ms(stage_latencies, 0.5), "p99_ms": percentile_ms(stage_latencies, 0.99),
+                           "loop_lag_p99_ms": lag_p99, "orchestrator_cpu_s": cpu, "errors": len(failures)}
+    if failures:
+        out["first_error"] = failures[0]
+    return out
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    from orchestrator.dispatch.celery import CeleryDispatcher, CeleryDispatcherConfig
+
     slots = -(-args.samples // args.workers) + 4
+    config = _sandbox_config(args.sandbox, args.samples)
     async with BenchFleet(workers=args.workers, concurrency=args.concurrency, slots=slots, task_events=args.task_events) as fleet:
         dispatcher = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=fleet.url))
-        config = _sandbox_config(args.sandbox, args.samples)
         opening = time.perf_counter()
         routes: list[SampleRoute] = list(await asyncio.gather(*(
             dispatcher.open_sandbox(SandboxSpec(eval_id="bench", sample_id=f"fan-{i}", config=config))
             for i in range(args.samples))))
         open_s = time.perf_counter() - opening
-        stage_latencies: list[float] = []
-        failures: list[str] = []
-
-        async def sample(route: SampleRoute) -> None:
-            token = set_route(route)
-            try:
-                for turn in range(args.stages):
-                    calls = [ToolCall(id=f"t{turn}c{i}", function="bash", arguments={"cmd": "true"}) for i in range(args.stage)]
-                    messages = [ChatMessageUser(content="go"), ChatMessageAssistant(content="", tool_calls=calls)]
-                    start = time.perf_counter()
-                    result = await execute_tools(messages, tools)
-                    stage_latencies.append(time.perf_counter() - start)
-                    failures.extend(m.error.message for m in result.messages if m.error is not None)  # type: ignore[attr-defined]
-            finally:
-                reset_route(token)
-
-        lag = LoopLag()
-        active = set_active_dispatcher(dispatcher)
-        try:
-            await asyncio.gather(*(sample(routes[0]) for _ in range(1)))  # warm the path
-            stage_latencies.clear()
-            lag.start()
-            cpu_orch, cpu_workers = time.process_time(), fleet.worker_cpu_seconds()
-            start = time.perf_counter()
-            await asyncio.gather(*(sample(r) for r in routes))
-            wall = time.perf_counter() - start
-            cpu_orch, cpu_workers = time.process_time() - cpu_orch, fleet.worker_cpu_seconds() - cpu_workers
-            lag_p99 = await lag.stop()
-        finally:
-            reset_active_dispatcher(active)
+        workers_before, redis_before = fleet.worker_cpu_seconds(), fleet.redis_counters()
+        celery = await _phase(routes, dispatcher, args)
+        cpu_workers = fleet.worker_cpu_seconds() - workers_before
+        redis = fleet.redis_counters().minus(redis_before)
         baseline = None
         if args.sandbox == "docker":
             baseline = await _docker_exec_baseline(fleet, routes, args)
         await asyncio.gather(*(dispatcher.close_sandbox(r) for r in routes))
         await dispatcher.aclose()
-    calls = args.samples * args.stages * args.stage
-    rate = calls / wall
+    embedded = await _embedded_baseline(config, args) if args.embedded else None
+    calls = celery["calls"]
     out: dict[str, Any] = {
         "workload": "fanout",
         "sandbox": args.sandbox,
@@ -108,23 +130,44 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "stages": args.stages,
         "stage": args.stage,
         "workers": args.workers,
-        "calls": calls,
-        "calls_per_s": round(rate, 1),
-        "p50_ms": percentile_ms(stage_latencies, 0.5),
-        "p99_ms": percentile_ms(stage_latencies, 0.99),
-        "loop_lag_p99_ms": lag_p99,
+        **{k: v for k, v in celery.items() if k != "orchestrator_cpu_s"},
         # CPU per call, less noisy than calls/s on a shared machine (sandboxes' own CPU not included).
-        "orchestrator_cpu_ms_per_call": round(cpu_orch / calls * 1000, 3),
+        "orchestrator_cpu_ms_per_call": round(celery["orchestrator_cpu_s"] / calls * 1000, 3),
         "worker_cpu_ms_per_call": round(cpu_workers / calls * 1000, 3),
+        # Every command Redis ran meanwhile (INFO commandstats), heartbeats and the INFO itself included.
+        "redis_commands_per_call": round(redis.commands / calls, 2),
+        "redis_bytes_in_per_call": round(redis.bytes_in / calls),
+        "redis_bytes_out_per_call": round(redis.bytes_out / calls),
+        "redis_cpu_ms_per_call": round(redis.cpu_s / calls * 1000, 4),
+        "redis_commands_by_type_per_call": redis.per(calls),
         "open_sandboxes_s": round(open_s, 2),
-        "errors": len(failures),
+        "embedded": embedded,
         "baseline": baseline,
     }
+    if embedded and embedded["calls_per_s"]:
+        out["vs_embedded"] = round(celery["calls_per_s"] / embedded["calls_per_s"], 2)
     if baseline:
-        out["speedup"] = round(rate / baseline["calls_per_s"], 1) if baseline["calls_per_s"] else None
-    if failures:
-        out["first_error"] = failures[0]
+        out["speedup"] = round(celery["calls_per_s"] / baseline["calls_per_s"], 1) if baseline["calls_per_s"] else None
     return out
+
+
+async def _embedded_baseline(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The same samples x stages through the in-process dispatcher (embedded mode: this process runs the
+    executor), over sandboxes of the same kind opened here."""
+    from orchestrator.dispatch.inprocess import InProcessDispatcher
+
+    dispatcher = InProcessDispatcher()
+    routes: list[SampleRoute] = list(await asyncio.gather(*(
+        dispatcher.open_sandbox(SandboxSpec(eval_id="bench-embedded", sample_id=f"emb-{i}", config=config))
+        for i in range(args.samples))))
+    try:
+        figures = await _phase(routes, dispatcher, args)
+    finally:
+        await asyncio.gather(*(dispatcher.close_sandbox(r) for r in routes))
+        await dispatcher.aclose()
+    cpu = figures.pop("orchestrator_cpu_s")
+    return {"workload": "fanout", "implementation": "embedded (in-process dispatcher)", **figures,
+            "cpu_ms_per_call": round(cpu / figures["calls"] * 1000, 3)}
 
 
 async def _docker_exec_baseline(fleet: BenchFleet, routes: list[SampleRoute], args: argparse.Namespace) -> dict[str, Any]:

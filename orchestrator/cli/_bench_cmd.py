@@ -1,6 +1,8 @@
 """``toolfleet bench <workload> [--json]``: discovers ``orchestrator/bench/<workload>.py`` modules.
 
 A workload module exposes ``add_arguments(parser)`` and ``async run(args) -> dict`` (the result object).
+``toolfleet bench all [--quick] [--json]`` runs every workload (``orchestrator/bench/_suite.py``) and
+exits non-zero, with one line per broken workload, when any fails.
 """
 
 from __future__ import annotations
@@ -33,9 +35,12 @@ def run_bench(args: argparse.Namespace) -> int:
     argv = list(args.argv)
     names = workloads()
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: toolfleet bench WORKLOAD [--json] [options]\n\nworkloads: " + (", ".join(names) or "none"))
+        print("usage: toolfleet bench WORKLOAD [--json] [options]\n       toolfleet bench all [--quick] [--json]"
+              "\n\nworkloads: " + (", ".join(names) or "none"))
         return 0 if argv else 1
     name, rest = argv[0], argv[1:]
+    if name == "all":
+        return _run_all(rest, names)
     if name not in names:
         return fail(f"Unknown bench workload '{name}' (available: {', '.join(names) or 'none'}).")
     module = importlib.import_module(f"orchestrator.bench.{name}")
@@ -49,6 +54,29 @@ def run_bench(args: argparse.Namespace) -> int:
     else:
         _pretty(result)
     return 0
+
+
+def _run_all(rest: list[str], names: list[str]) -> int:
+    from orchestrator.bench import _suite
+
+    parser = argparse.ArgumentParser(prog="toolfleet bench all", description=(_suite.__doc__ or "").strip())
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    _suite.add_arguments(parser)
+    args = parser.parse_args(rest)
+    try:
+        summary, outcomes = _suite.run_all(args, names)
+    except ValueError as exc:
+        return fail(f"bench all: {exc}")
+    if args.json:
+        sys.stdout.write(json.dumps(summary) + "\n")
+    else:
+        _pretty({"runs": [{k: v for k, v in r.items() if k != "result"} for r in summary["runs"]],
+                 "wall_s": summary["wall_s"], "failed": summary["failed"]})
+    sys.stdout.flush()
+    for outcome in outcomes:
+        if outcome.failure:
+            fail(f"bench {outcome.workload} failed: {outcome.failure}")
+    return 1 if summary["failed"] else 0
 
 
 def _pretty(result: dict[str, Any]) -> None:

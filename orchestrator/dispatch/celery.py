@@ -23,6 +23,7 @@ import asyncio
 import json
 import time
 import uuid
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -32,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from redis.exceptions import RedisError
 
 from orchestrator._wire import CallOutcome, FatalError, SandboxExec, SandboxSpec
+from orchestrator.log import InfoEvent, transcript
 from orchestrator.tool._registry import GENERATED_TASK_MODULE, not_registered_message
 from orchestrator.tool._tool_call import ToolCallError
 from orchestrator.util._sandbox import SandboxUnavailableError
@@ -43,7 +45,9 @@ from ._publisher import Publisher, TaskMessage
 from ._results import ResultListener
 
 log = structlog.get_logger("toolfleet.dispatch")
+SANDBOX_WAIT_SOURCE = "sandbox_wait"  # info events: a sample waits for a sandbox slot / stopped waiting
 MAX_SETUP_EXECS = 100  # what a worker's open answer may carry (the worker keeps the same bound)
+PLACEMENT_SAMPLES = 100_000  # placement latencies kept (a float each)
 
 
 class CeleryDispatcherConfig(BaseModel):
@@ -56,7 +60,10 @@ class CeleryDispatcherConfig(BaseModel):
     lost_grace: float = Field(5.0, ge=0, description="seconds a host's heartbeat may be missing (e.g. Redis restart) before it is lost")
     watch_interval: float = Field(1.0, gt=0, description="how often pending calls' hosts are checked")
     open_timeout: float = Field(300.0, gt=0, description="bound on creating a sandbox on a worker")
-    placement_wait: float = Field(60.0, ge=0, description="how long open_sandbox waits for a free slot (autoscaling)")
+    placement_wait: float = Field(3600.0, ge=0, description="how long open_sandbox waits for a free slot while the "
+                                  "fleet is busy (full, or this eval holds its fair share and another eval waits)")
+    no_host_wait: float = Field(60.0, ge=0, description="how long open_sandbox waits while no worker host is alive "
+                                "(autoscaling from zero); at most placement_wait")
     send_sent_events: bool = Field(False, description="Celery task-sent events (Flower's SENT state; workers' own task "
                                    "events already show every task): each costs ~12% more publisher CPU per call")
     lease_ttl: float = Field(3.0, gt=0, description="seconds this orchestrator's sandbox lease outlives its last renewal")
@@ -152,6 +159,13 @@ class CeleryDispatcher(Dispatcher):
         self._watchdog: asyncio.Task[None] | None = None
         self._closed = False
         self.client_id = uuid.uuid4().hex  # owner of the sandboxes this dispatcher opens (lease)
+        # Seconds each of the latest sandbox placements took (asking for a slot until holding one,
+        # waiting for capacity included): what `toolfleet bench scale` reports.
+        self.placement_seconds: deque[float] = deque(maxlen=PLACEMENT_SAMPLES)
+        self._lease_set = -1e9  # monotonic time of the last lease SET
+        self._sandbox_evals: dict[str, tuple[str, int]] = {}  # sandbox handle -> (eval id, slots) for fair share
+        self._waiters: dict[str, int] = {}  # eval id -> this dispatcher's placements waiting for a slot
+        self.placer = placement.Placer(self._listener.redis)  # live hosts cached briefly; slots taken by one script
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -325,55 +339,72 @@ class CeleryDispatcher(Dispatcher):
         only = ((spec.config or {}).get("snapshot") or {}).get("host")  # a fork goes where its snapshot is
         try:
             host = await self._place(redis, _images(spec.config), (spec.config or {}).get("pull_policy", "missing"), weight,
-                                     only)
+                                     spec.eval_id, spec.sample_id, only)
         except (RedisError, OSError) as exc:
             raise SandboxUnavailableError(f"Sandbox placement failed: the broker is unreachable ({exc}).") from exc
         try:
-            await self._listener.redis.set(_names.lease_key(self.client_id), 1, ex=max(1, int(self.config.lease_ttl)))
+            await self._hold_lease()
             meta = await self._lifecycle_task("open", _names.TASK_OPEN_SANDBOX, [spec.model_dump(mode="json"), self.client_id],
                                               host.queue, host.host, host.boot)
         except BaseException:
-            await self._release(host.host, weight)
+            await self._release(host.host, weight, spec.eval_id)
             raise
         answer = meta.get("result") if meta.get("status") == "SUCCESS" else None
         execs, dropped = _setup_execs(answer)
         if not isinstance(answer, dict) or "handle" not in answer:
-            await self._release(host.host, weight)
+            await self._release(host.host, weight, spec.eval_id)
             reason = answer.get("error", {}).get("message") if isinstance(answer, dict) else meta.get("result")
             error = SandboxUnavailableError(f"Could not create a sandbox on worker host '{host.host}': {reason}")
             attach_setup_execs(error, execs, dropped, host.host)
             raise error
         handle = str(answer["handle"])
         self._sandboxes[handle] = (host.host, host.boot)
+        if spec.eval_id:
+            self._sandbox_evals[handle] = (spec.eval_id, weight)
         log.debug("dispatch.sandbox_opened", host=host.host, sandbox=handle, sample=spec.sample_id)
         return SampleRoute(sample_id=spec.sample_id, sandbox=handle, queue=host.queue, host=host.host,
                            setup_execs=tuple(execs), setup_execs_dropped=dropped)
 
     async def _place(self, redis: Any, image: list[str] | None = None, pull_policy: str = "missing",
-                     weight: int = 1, only: str | None = None) -> Any:
-        """Reserve a slot; when the fleet is full, wait (bounded by ``placement_wait``) and say so in
-        Redis — the ``toolfleet.sandbox.demand`` list is what the autoscaler watches."""
+                     weight: int = 1, eval_id: str | None = None, sample_id: str | None = None, only: str | None = None) -> Any:
+        """Reserve a slot; while the fleet is busy (full, or this eval holds its fair share while another
+        eval waits), wait — bounded by ``placement_wait``, or ``no_host_wait`` while no host is alive —
+        and say so: in Redis (the ``toolfleet.sandbox.demand`` list the autoscaler watches), in the
+        sample's transcript (``sandbox_wait`` info events, counted by the live display) and in the log.
+        ``only``: the one host that may take it (a fork, on the host holding its snapshot)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.placement_wait
+        asked = loop.time()
         token: str | None = None
         try:
             while True:
                 try:
-                    return await placement.reserve(redis, image, pull_policy, weight, only)  # have the image, else can pull it
+                    host = await self.placer.reserve(image, pull_policy, weight, eval_id, only)  # have the image, else can pull it
+                    self.placement_seconds.append(loop.time() - asked)
+                    if token is not None:
+                        self._waited(eval_id, sample_id, loop.time() - asked, placed=True)
+                    return host
                 except placement.NoCapacityError as exc:
-                    if loop.time() >= deadline or isinstance(exc, placement.SandboxTooLargeError):
+                    bound = self.config.placement_wait
+                    if isinstance(exc, placement.NoLiveHostError):
+                        bound = min(bound, self.config.no_host_wait)
+                    if loop.time() - asked >= bound or isinstance(exc, placement.SandboxTooLargeError):
+                        if token is not None:
+                            self._waited(eval_id, sample_id, loop.time() - asked, placed=False)
                         raise SandboxUnavailableError(str(exc)) from exc
                     if token is None:
                         token = uuid.uuid4().hex
+                        self._waiting(eval_id, sample_id, str(exc))
                         async with redis.pipeline(transaction=False) as pipe:
                             pipe.rpush(_names.SANDBOX_DEMAND, token)
                             pipe.expire(_names.SANDBOX_DEMAND, 600)  # a crashed orchestrator's demand fades
                             await pipe.execute()
-                    await asyncio.sleep(min(1.0, max(0.0, deadline - loop.time())))
+                    await asyncio.sleep(min(1.0, max(0.0, asked + bound - loop.time())))
         finally:
             if token is not None:
                 try:
                     await redis.lrem(_names.SANDBOX_DEMAND, 0, token)
+                    if eval_id and not self._waiters.get(eval_id):
+                        await placement.stop_waiting(redis, eval_id)
                 except (RedisError, OSError):
                     pass
 
@@ -383,10 +414,39 @@ class CeleryDispatcher(Dispatcher):
         hosts = await placement.live_hosts(self._listener.redis)
         return await remove_snapshots_on(self, eval_id, [h.queue for h in hosts])
 
+    def _waiting(self, eval_id: str | None, sample_id: str | None, reason: str) -> None:
+        self._waiters[eval_id or ""] = self._waiters.get(eval_id or "", 0) + 1
+        log.info("dispatch.sandbox_waiting", eval=eval_id, sample=sample_id, reason=reason)
+        transcript().record(InfoEvent(source=SANDBOX_WAIT_SOURCE, data={"waiting": True, "reason": reason}))
+
+    def _waited(self, eval_id: str | None, sample_id: str | None, seconds: float, placed: bool) -> None:
+        key = eval_id or ""
+        self._waiters[key] = self._waiters.get(key, 1) - 1
+        if self._waiters[key] <= 0:
+            del self._waiters[key]
+        log.info("dispatch.sandbox_waited", eval=eval_id, sample=sample_id, waited_s=round(seconds, 1), placed=placed)
+        transcript().record(InfoEvent(source=SANDBOX_WAIT_SOURCE, data={
+            "waiting": False, "waited_s": round(seconds, 3), "placed": placed}))
+
+    async def _hold_lease(self) -> None:
+        """The lease must be alive before a worker sees the open; one SET covers every open of the next
+        third of its TTL (a burst of opens would otherwise send one each)."""
+        now = time.monotonic()
+        if now - self._lease_set < self.config.lease_ttl / 3:
+            return
+        await self._listener.redis.set(_names.lease_key(self.client_id), 1, ex=max(1, int(self.config.lease_ttl)))
+        self._lease_set = now
+
     async def close_sandbox(self, route: SampleRoute) -> None:
         if route.sandbox is None:
             return
         host, boot = self._sandboxes.pop(route.sandbox, (_names.host_of_queue(route.queue), None))
+        held = self._sandbox_evals.pop(route.sandbox, None)
+        if held is not None:  # the eval's fair-share count, whatever becomes of the sandbox itself
+            try:
+                await placement.release_eval(self._listener.redis, *held)
+            except (RedisError, OSError) as exc:
+                log.debug("dispatch.eval_release_failed", error=str(exc))
         if host is None or self._is_lost(host, boot) or self._closed:
             return  # nothing left to close: the host (and the sandbox) is gone
         try:
@@ -411,8 +471,10 @@ class CeleryDispatcher(Dispatcher):
             raise SandboxUnavailableError(f"Could not reach the worker fleet to {kind} a sandbox: {exc}") from exc
         return await rec.future
 
-    async def _release(self, host: str, weight: int = 1) -> None:
+    async def _release(self, host: str, weight: int = 1, eval_id: str | None = None) -> None:
         try:
+            if eval_id:
+                await placement.release_eval(self._listener.redis, eval_id, weight)
             await placement.release(self._listener.redis, host, weight)
         except (RedisError, OSError):
             pass  # the host resets its counter at restart
@@ -442,6 +504,8 @@ class CeleryDispatcher(Dispatcher):
             return
         try:
             await self._listener.redis.set(_names.lease_key(self.client_id), 1, ex=max(1, int(self.config.lease_ttl)))
+            self._lease_set = time.monotonic()
+            await placement.keep_evals_alive(self._listener.redis, sorted({e for e, _ in self._sandbox_evals.values()}))
         except (RedisError, OSError) as exc:
             log.debug("dispatch.lease_failed", error=str(exc))
 

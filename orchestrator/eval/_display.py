@@ -47,6 +47,8 @@ class RichDisplay:
         bar.add_row(ProgressBar(total=max(p.total, 1), completed=p.done, width=40), f"{p.done}/{p.total} samples")
         grid.add_row("progress", bar)
         grid.add_row("running", str(p.running))
+        if p.waiting:
+            grid.add_row("waiting", f"[yellow]{p.waiting} sample(s) waiting for a sandbox slot (fleet busy)[/yellow]")
         errors = f"[red]{p.errors}[/red]" if p.errors else "0"
         grid.add_row("errors", f"{errors}  (sample retries {p.retries}, model API retries {p.model_retries}, "
                                f"rate limited {p.rate_limits})")

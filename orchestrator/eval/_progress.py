@@ -10,6 +10,7 @@ from typing import Any
 
 from orchestrator.log._events import BaseEvent, InfoEvent, ModelEvent, ToolEvent
 
+SANDBOX_WAIT_SOURCE = "sandbox_wait"  # as the Celery dispatcher records it
 RATE_WINDOW_S = 10.0  # tool calls/s is measured over this sliding window
 
 
@@ -22,6 +23,7 @@ class EvalProgress:
     done: int = 0  # finished samples whose log line is on disk (including resumed ones)
     resumed: int = 0  # of ``done``, how many a previous run finished
     running: int = 0
+    waiting: int = 0  # samples waiting for a sandbox slot on a busy fleet (``sandbox_wait`` info events)
     errors: int = 0  # samples that failed for good
     retries: int = 0
     model_retries: int = 0  # model API requests retried (429s, 5xx, timeouts), from model events
@@ -46,6 +48,8 @@ class EvalProgress:
             self._recent_calls.append(now)
             while self._recent_calls and now - self._recent_calls[0] > RATE_WINDOW_S:
                 self._recent_calls.popleft()
+        elif isinstance(event, InfoEvent) and event.source == SANDBOX_WAIT_SOURCE and isinstance(event.data, dict):
+            self.waiting = max(0, self.waiting + (1 if event.data.get("waiting") else -1))
         elif isinstance(event, InfoEvent) and event.source == "model_retry":
             # Live, before the back-off: counted now, and not again from the call's ModelEvent.
             self.model_retries += 1
@@ -100,7 +104,7 @@ class EvalProgress:
     def snapshot(self) -> dict[str, float | int | str | None]:
         eta = self.eta_s
         return {"task": self.task, "notice": self.notice, "model": self.model, "done": self.done, "total": self.total,
-                "running": self.running, "errors": self.errors, "retries": self.retries,
+                "running": self.running, "waiting_for_slot": self.waiting, "errors": self.errors, "retries": self.retries,
                 "model_retries": self.model_retries, "rate_limits": self.rate_limits,
                 "tool_calls": self.tool_calls, "tool_calls_per_s": round(self.tool_calls_per_s, 2),
                 "tokens": self.tokens, "cost": round(self.cost, 6), "connections": self.connections,

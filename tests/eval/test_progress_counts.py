@@ -92,3 +92,23 @@ async def test_model_retries_are_counted_live_and_kept_as_events(tmp_path) -> No
         assert [e.data["status"] for e in retries] == [429, 500]
         [model_event] = [e for e in s.events if e.event == "model"]
         assert model_event.retries == 2 and all(e.span_id == model_event.span_id for e in retries)
+
+
+def test_samples_waiting_for_a_sandbox_slot_are_counted_and_shown() -> None:
+    import io
+
+    from rich.console import Console
+
+    from orchestrator.eval._display import RichDisplay
+    from orchestrator.log import InfoEvent
+
+    progress = EvalProgress(task="t", model="m", log="L", total=3)
+    for waiting in (True, True, False):
+        progress.on_event(InfoEvent(source="sandbox_wait", data={"waiting": waiting}))
+    assert progress.waiting == 1 and progress.snapshot()["waiting_for_slot"] == 1
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(RichDisplay(progress, file=io.StringIO()).render())
+    assert "1 sample(s) waiting for a sandbox slot" in out.getvalue()
+    for _ in range(2):  # a stray end never makes the count negative
+        progress.on_event(InfoEvent(source="sandbox_wait", data={"waiting": False}))
+    assert progress.waiting == 0
