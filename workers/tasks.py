@@ -101,9 +101,10 @@ async def run_open(rt: WorkerRuntime, payload: dict[str, Any], owner: str | None
     try:
         spec = SandboxSpec.model_validate(payload)
         spec = spec.model_copy(update={"config": admit_sandbox(rt.policy, spec.config)})  # the worker decides
+        from ._exec_user import gate_installer
         from ._sandbox_service import open_sandbox_recorded
 
-        handle, execs = await open_sandbox_recorded(spec)
+        handle, execs = await open_sandbox_recorded(spec, gate_installer(rt.policy.allow_root, spec.config))
     except PolicyRefused as exc:
         log.warning("worker.sandbox_refused", host=host, reason=str(exc))
         return {"error": {"type": "PolicyRefused", "message": str(exc)}, "host": host}
