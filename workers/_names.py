@@ -76,6 +76,16 @@ def call_key(call_id: str) -> str:
     return f"{PREFIX}:call:{call_id}"
 
 
+def consumed_key(task_id: str) -> str:
+    """A consumed sandbox-open message's id, kept for the replay window (``_replay``): a copy opens nothing."""
+    return f"{PREFIX}:consumed:{task_id}"
+
+
+# Workers PUBLISH here (at most once a second per reason) when they reject a task message, so an
+# orchestrator whose messages are refused (wrong secret, clock skew) learns it at once (``_rejections``).
+REJECTIONS_CHANNEL = f"{PREFIX}:rejections"
+
+
 def result_key(task_id: str) -> str:
     """Celery's Redis result backend key for a task; it also PUBLISHes the result on this channel."""
     return f"celery-task-meta-{task_id}"

@@ -31,11 +31,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import _auth, _names
 from ._auth import Keyring
+from ._replay import DEFAULT_WINDOW, ReplayWindow, freshness_refusal
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
 BROKER_ENV = "TOOLFLEET_BROKER"
 KEYRING_OPTION = "toolfleet_keyring"  # broker transport option: the fleet Keyring (signs what this app publishes)
 VERIFY_OPTION = "toolfleet_verify"  # broker transport option: check every task message consumed (workers)
+REPLAY_OPTION = "toolfleet_replay"  # broker transport option: the ReplayWindow a worker enforces (default below)
 
 log_rejects = structlog.get_logger("toolfleet.worker.rejected")
 
@@ -67,8 +69,9 @@ class RejectLog:
 rejects = RejectLog()
 
 
-def _message_verdict(message: Any, queue: str | None, keyring: Keyring | None) -> str | None:
-    """Why a decoded broker envelope must be dropped (None: deliver it). Pure; table-tested."""
+def _message_verdict(message: Any, queue: str | None, keyring: Keyring | None, now: float | None = None,
+                     window: ReplayWindow = DEFAULT_WINDOW) -> str | None:
+    """Why a decoded broker envelope must be dropped (None: deliver it). Pure but for the clock; table-tested."""
     if not isinstance(message, dict):
         return "not an envelope"
     properties, headers = message.get("properties"), message.get("headers")
@@ -84,10 +87,14 @@ def _message_verdict(message: Any, queue: str | None, keyring: Keyring | None) -
         return "task name not accepted"
     if keyring is None:
         return "no fleet secret on this worker"
+    issued, dest = headers.get(_auth.ISSUED_HEADER), headers.get(_auth.DEST_HEADER)
     if not _auth.verify_message(keyring, headers.get(_auth.MAC_HEADER), headers.get("task"), headers.get("id"),
-                                message.get("body", "")):
+                                message.get("body", ""), issued, dest):
         return "unauthenticated"
-    return None
+    if dest != queue:
+        return "sent to another queue"  # a captured message pushed onto another host's queue
+    stale = freshness_refusal(issued, time.time() if now is None else now, window)
+    return None if stale is None else f"stale: {stale}"
 
 
 class FleetRedisBackend(RedisBackend):
@@ -168,7 +175,10 @@ class FleetRedisChannel(kombu_redis.Channel):
         keyring = self.connection.client.transport_options.get(KEYRING_OPTION)
         headers = message.get("headers")
         if keyring is not None and isinstance(headers, dict) and "task" in headers:
-            headers[_auth.MAC_HEADER] = _auth.message_mac(keyring, headers.get("task"), headers.get("id"), message.get("body", ""))
+            issued = headers[_auth.ISSUED_HEADER] = f"{time.time():.3f}"
+            headers[_auth.DEST_HEADER] = queue
+            headers[_auth.MAC_HEADER] = _auth.message_mac(keyring, headers.get("task"), headers.get("id"),
+                                                          message.get("body", ""), issued, queue)
         return super()._put(queue, message, **kwargs)
 
     def _brpop_read(self, **options):  # type: ignore[no-untyped-def]
@@ -197,7 +207,8 @@ class FleetRedisTransport(kombu_redis.Transport):
     def _deliver(self, message, queue):  # type: ignore[no-untyped-def]
         options = self.client.transport_options
         if options.get(VERIFY_OPTION):
-            reason = _message_verdict(message, queue, options.get(KEYRING_OPTION))
+            reason = _message_verdict(message, queue, options.get(KEYRING_OPTION),
+                                      window=options.get(REPLAY_OPTION) or DEFAULT_WINDOW)
             if reason is not None:
                 headers = message.get("headers") if isinstance(message, dict) else None
                 task = headers.get("task") if isinstance(headers, dict) else None

@@ -36,6 +36,7 @@ from ._call_memory import CallRunningElsewhere
 from ._loop import WorkerRuntime, runtime
 from ._outcome_cap import cap_outcome
 from ._policy import PolicyRefused, admit_sandbox
+from ._replay import DEFAULT_WINDOW, first_consumption
 
 log = structlog.get_logger("toolfleet.worker")
 
@@ -73,8 +74,9 @@ async def run_call(rt: WorkerRuntime, payload: dict[str, Any], task_id: str) -> 
         return _error_outcome(call_id, host, "cancelled", "The call was cancelled before it started.")
     deadline = (request.timeout or rt.config.max_call_seconds) + rt.config.call_grace
     try:
+        # The claim is also the call's replay memory: kept at least as long as a copy could be accepted.
         outcome = await rt.memory.run_once(call_id, lambda: _capped(execute_request(request), rt.policy.max_outcome_bytes),
-                                           claim_ttl=deadline)
+                                           claim_ttl=max(deadline, DEFAULT_WINDOW.ttl))
     except asyncio.CancelledError:
         return _error_outcome(call_id, host, "cancelled", "The call was cancelled.")
     except (RedisError, OSError) as exc:  # Redis stayed down past the claim's patience
@@ -202,6 +204,11 @@ def register_tasks(app: Celery) -> None:
         if cap is not None:
             return {"error": {"type": "limit", "message": f"The sandbox spec (files, setup) exceeded the payload limit of {cap} bytes."},
                     "host": rt.config.host}
+        if rt.redis is not None and not rt.submit(first_consumption(rt.redis, self.request.id, DEFAULT_WINDOW), timeout=30):
+            from .app import rejects
+
+            rejects.reject("replayed", self.request.delivery_info.get("routing_key"), f"open_sandbox {self.request.id}")
+            raise Ignore()  # a copy of a consumed open (a replay): nothing opened, nothing stored
         try:
             return rt.submit(run_open(rt, payload, owner), timeout=rt.config.open_timeout)
         except TimeoutError as exc:
