@@ -81,9 +81,10 @@ def consumed_key(task_id: str) -> str:
     return f"{PREFIX}:consumed:{task_id}"
 
 
-# Workers PUBLISH here (at most once a second per reason) when they reject a task message, so an
-# orchestrator whose messages are refused (wrong secret, clock skew) learns it at once (``_rejections``).
-REJECTIONS_CHANNEL = f"{PREFIX}:rejections"
+# Workers PUBLISH what an orchestrator must learn at once here (``workers._fleet_events``): a task
+# message rejected (wrong secret, clock skew), a result Redis would not store (out of memory).
+# PUBLISH is allowed even when Redis is at maxmemory.
+FLEET_EVENTS_CHANNEL = f"{PREFIX}:fleet-events"
 
 
 def result_key(task_id: str) -> str:

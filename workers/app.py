@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import _auth, _names
 from ._auth import Keyring
+from ._fleet_events import FleetEvents
 from ._replay import DEFAULT_WINDOW, ReplayWindow, freshness_refusal
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
@@ -53,17 +54,19 @@ class RejectLog:
         self._lock = threading.Lock()
         self.total = 0
 
-    def reject(self, reason: str, queue: str | None, detail: str = "") -> None:
+    def reject(self, reason: str, queue: str | None, detail: str = "") -> bool:
+        """Count a rejection; True when it was logged (not suppressed)."""
         now = time.monotonic()
         with self._lock:
             self.total += 1
             if now - self._last.get(reason, -1e9) < self._interval:
                 self._suppressed[reason] = self._suppressed.get(reason, 0) + 1
-                return
+                return False
             self._last[reason] = now
             suppressed = self._suppressed.pop(reason, 0)
         log_rejects.warning("worker.message_rejected", reason=reason, queue=queue, detail=detail[:200],
                             suppressed_since_last=suppressed)
+        return True
 
 
 rejects = RejectLog()
@@ -212,9 +215,19 @@ class FleetRedisTransport(kombu_redis.Transport):
             if reason is not None:
                 headers = message.get("headers") if isinstance(message, dict) else None
                 task = headers.get("task") if isinstance(headers, dict) else None
-                rejects.reject(reason, queue, f"task={str(task)[:80]!r}")
+                task_id = headers.get("id") if isinstance(headers, dict) else None
+                if rejects.reject(reason, queue, f"task={str(task)[:80]!r}") and task_id is not None:
+                    self._fleet_events().publish("rejected", reason=reason, task_id=task_id, queue=queue)
                 return
         return super()._deliver(message, queue)
+
+    def _fleet_events(self) -> FleetEvents:
+        # Tell the orchestrator at once (a wrong secret or clock used to be a silent hang).
+        events = getattr(self, "_events", None)
+        if events is None:
+            rest = self.client.as_uri(include_password=True).split("://", 1)[1]  # scheme: this transport's class
+            events = self._events = FleetEvents(f"{'rediss' if self.client.ssl else 'redis'}://{rest}")
+        return events
 
 
 class FleetConsumer(Consumer):
