@@ -28,10 +28,12 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import Empty
 from kombu.utils.encoding import bytes_to_str
 from pydantic import BaseModel, ConfigDict, Field
+from redis.exceptions import ResponseError
 
 from . import _auth, _names
 from ._auth import Keyring
 from ._fleet_events import FleetEvents
+from ._result_store import UnstoredResults, is_out_of_memory
 from ._replay import DEFAULT_WINDOW, ReplayWindow, freshness_refusal
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
@@ -145,8 +147,22 @@ return 1
         if isinstance(value, str) and len(value) > self._MAX_STR_VALUE_SIZE:
             raise BackendStoreError("value too large for Redis backend", state=state, task_id=task_id)
         expires = self.failure_expires if state == states.FAILURE else self.expires
-        self.ensure(self._store_unless_success, (self.get_key_for_task(task_id), value, int(expires or 0)))
+        key = self.get_key_for_task(task_id)
+        try:
+            self.ensure(self._store_unless_success, (key, value, int(expires or 0)))
+        except ResponseError as exc:
+            if not is_out_of_memory(exc):
+                raise
+            self._unstored.keep(bytes_to_str(key), value, int(expires or 0), meta["task_id"], str(exc))
         return result
+
+    @cached_property
+    def _unstored(self) -> UnstoredResults:
+        """Results Redis refused at maxmemory: published now, stored when it takes them (``_result_store``)."""
+        events = FleetEvents(self.app.conf.broker_url)
+        return UnstoredResults(store=lambda k, v, e: self._store_unless_success(k, v, e),
+                               publish=lambda k, v: self.client.publish(k, v),
+                               announce=lambda task_id, error: events.publish("store_failed", task_id=task_id, error=error))
 
     @cached_property
     def _store_script(self):  # type: ignore[no-untyped-def]
