@@ -13,6 +13,10 @@
   ``pids_limit -1`` would mean "unlimited" or a busy loop); above the upper bound is clamped to the
   worker's cap. NaN and infinities are refused.
 
+* **a call's numbers** (``call_timeout``, ``result_bytes``): its ``timeout`` within the worker's
+  ``max_call_seconds`` (0, negative or NaN: the worker's default), its ``max_result_bytes`` within
+  [1 KiB, 16 MiB].
+
 The lower bounds are what a working sandbox needs (the exec agent, a shell and a few tools), so a
 sandbox that a message could shrink below them would only fail in confusing ways.
 """
@@ -25,7 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LIMITS", "SERVICE_LIMITS", "Bound", "ParsedUser", "bounded", "parse_user", "user_refusal"]
+__all__ = ["LIMITS", "SERVICE_LIMITS", "Bound", "ParsedUser", "bounded", "call_timeout", "parse_user", "result_bytes",
+           "user_refusal"]
 
 MiB = 1024 * 1024
 _NUMBER = re.compile(r"[+-]?\d+")
@@ -140,3 +145,24 @@ def bounded(policy: Any, field: str, value: Any, bound: Bound) -> tuple[Any, str
     if size > high:
         return (policy.max_memory if bound.memory else bound.kind(high)), None
     return (value if bound.memory else bound.kind(value)), None
+
+
+# --- a call's own numbers ---------------------------------------------------------------------------
+
+MIN_RESULT_BYTES = 1024
+MAX_RESULT_BYTES = 16 * 1024 * 1024  # the wire default: a message may lower it, never raise it
+
+
+def call_timeout(value: Any, cap: float) -> float | None:
+    """A call's ``timeout`` as a worker runs it: a finite positive number up to ``cap`` (the worker's
+    ``max_call_seconds``); anything else (0, negative, NaN, a string) is None — the worker's default."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return None
+    return float(min(value, cap))
+
+
+def result_bytes(value: Any) -> int:
+    """A call's ``max_result_bytes``, kept within [1 KiB, 16 MiB]."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return MAX_RESULT_BYTES
+    return max(MIN_RESULT_BYTES, min(value, MAX_RESULT_BYTES))

@@ -32,6 +32,7 @@ from orchestrator.tool._registry import not_registered_message, registered_tool_
 from orchestrator.tool._tool_call import ToolCallError
 
 from . import _auth, _names, placement
+from ._admission import call_timeout, result_bytes
 from ._call_memory import CallRunningElsewhere
 from ._loop import WorkerRuntime, runtime
 from ._outcome_cap import cap_outcome
@@ -65,6 +66,9 @@ async def run_call(rt: WorkerRuntime, payload: dict[str, Any], task_id: str) -> 
         fatal = FatalError(type="InvalidCallRequest", message=f"The worker refused a malformed call request: {exc}")
         return CallOutcome(call_id=call_id, fatal=fatal, started=now, completed=now, host=host).model_dump(mode="json")
     assert rt.memory is not None
+    # A message's own numbers, bounded (workers._admission): a call never outlives the worker's deadline.
+    request = request.model_copy(update={"timeout": call_timeout(request.timeout, rt.config.max_call_seconds),
+                                         "max_result_bytes": result_bytes(request.max_result_bytes)})
     if request.tool is not None and request.tool.name not in registered_tool_names():
         # Only the registry built at start-up (built-ins + --import): a message never causes an import.
         now = time.time()
@@ -188,8 +192,8 @@ def register_tasks(app: Celery) -> None:
         if cap is not None:
             return _error_outcome(str(payload.get("call_id", task_id)), rt.config.host, "limit",
                                   f"The tool call's arguments exceeded the payload limit of {cap} bytes.")
-        timeout = payload.get("timeout") if isinstance(payload, dict) else None
-        bound = float(timeout or rt.config.max_call_seconds) + 2 * rt.config.call_grace
+        timeout = call_timeout(payload.get("timeout") if isinstance(payload, dict) else None, rt.config.max_call_seconds)
+        bound = (timeout or rt.config.max_call_seconds) + 2 * rt.config.call_grace
         try:
             return rt.submit(run_call(rt, payload, task_id), timeout=bound)
         except CallRunningElsewhere:

@@ -178,3 +178,20 @@ async def test_exec_time_root_is_refused_and_names_run_as_numbers(broker_fleet, 
         assert daemon.error is None and str(daemon.result).split() == ["1", "1"], daemon
     finally:
         await dispatcher.close_sandbox(route)
+
+
+CALL_TIMEOUTS = {0: None, -5: None, float("nan"): None, float("inf"): None, "10": None, True: None, 1e-3: 1e-3,
+                 30: 30.0, 1e12: 3600.0}
+
+
+@pytest.mark.parametrize("value", CALL_TIMEOUTS.keys(), ids=[repr(v) for v in CALL_TIMEOUTS])
+def test_a_calls_timeout_is_bounded_by_the_worker(value) -> None:
+    from workers._admission import call_timeout
+
+    assert call_timeout(value, 3600.0) == CALL_TIMEOUTS[value]
+
+
+def test_a_calls_result_cap_can_only_narrow() -> None:
+    from workers._admission import result_bytes
+
+    assert [result_bytes(v) for v in (0, -1, 10, 4096, 10**12, "big")] == [1024, 1024, 1024, 4096, 16 * 1024**2, 16 * 1024**2]
