@@ -12,7 +12,8 @@ secret on each side, and rotates through a window where both are listed (deploy/
   verifier picks the key without trying them all.
 * ``load_keyring()``: from ``TOOLFLEET_SECRET`` (secrets separated by commas) or the file named by
   ``TOOLFLEET_SECRET_FILE`` (one secret a line; ``#`` comments). ``MissingSecretError`` if neither.
-* ``message_mac`` binds a task message's name and id to its body (the exact bytes on the wire);
+* ``message_mac`` binds a task message's name and id to its body (the exact bytes on the wire), its
+  issue time and its destination queue (replay protection, ``workers._replay``);
   ``result_mac`` binds a stored result to its task id, status and content (canonical JSON).
 
 The secrets are never logged, never in ``repr`` (``celery inspect conf`` shows ``Keyring(1 key, signs
@@ -31,6 +32,8 @@ from typing import Any
 SECRET_ENV = "TOOLFLEET_SECRET"
 SECRET_FILE_ENV = "TOOLFLEET_SECRET_FILE"
 MAC_HEADER = "toolfleet_mac"  # task message header carrying the MAC
+ISSUED_HEADER = "toolfleet_iat"  # when the message was signed (seconds since the epoch), under the MAC
+DEST_HEADER = "toolfleet_dest"  # the queue it was published to, under the MAC (``_replay``)
 RESULT_MAC_FIELD = "toolfleet_mac"  # field of a stored result meta carrying the MAC
 MIN_SECRET_BYTES = 16
 
@@ -109,12 +112,15 @@ def _bytes(value: Any) -> bytes:
     return str(value if value is not None else "").encode("utf-8", "surrogatepass")
 
 
-def message_mac(keyring: Keyring, task: Any, task_id: Any, body: Any) -> str:
-    return keyring.sign(b"toolfleet-task-v1", _bytes(task), _bytes(task_id), _bytes(body))
+def message_mac(keyring: Keyring, task: Any, task_id: Any, body: Any, issued: Any, dest: Any) -> str:
+    """Binds a task message's name, id and body to when it was issued and the queue it was sent to,
+    so a captured copy cannot be replayed later or elsewhere (``workers._replay``)."""
+    return keyring.sign(b"toolfleet-task-v2", _bytes(task), _bytes(task_id), _bytes(body), _bytes(issued), _bytes(dest))
 
 
-def verify_message(keyring: Keyring, mac: Any, task: Any, task_id: Any, body: Any) -> bool:
-    return keyring.verify(mac, b"toolfleet-task-v1", _bytes(task), _bytes(task_id), _bytes(body))
+def verify_message(keyring: Keyring, mac: Any, task: Any, task_id: Any, body: Any, issued: Any, dest: Any) -> bool:
+    return keyring.verify(mac, b"toolfleet-task-v2", _bytes(task), _bytes(task_id), _bytes(body), _bytes(issued),
+                          _bytes(dest))
 
 
 def canonical(value: Any) -> bytes:

@@ -76,6 +76,17 @@ def call_key(call_id: str) -> str:
     return f"{PREFIX}:call:{call_id}"
 
 
+def consumed_key(task_id: str) -> str:
+    """A consumed sandbox-open message's id, kept for the replay window (``_replay``): a copy opens nothing."""
+    return f"{PREFIX}:consumed:{task_id}"
+
+
+# Workers PUBLISH what an orchestrator must learn at once here (``workers._fleet_events``): a task
+# message rejected (wrong secret, clock skew), a result Redis would not store (out of memory).
+# PUBLISH is allowed even when Redis is at maxmemory.
+FLEET_EVENTS_CHANNEL = f"{PREFIX}:fleet-events"
+
+
 def result_key(task_id: str) -> str:
     """Celery's Redis result backend key for a task; it also PUBLISHes the result on this channel."""
     return f"celery-task-meta-{task_id}"

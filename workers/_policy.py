@@ -7,13 +7,14 @@ sandbox configuration a message asks for into the one this worker will build, or
 * sandbox type: only those in ``sandbox_types`` (``docker`` by default; ``local`` — subprocesses on the
   worker host, no isolation — only when the worker was started with ``--allow-local``);
 * image: must match one of ``images`` (shell-style patterns);
-* resource limits (memory, swap, CPUs, pids, captured output, pool size, lifetime): clamped to the
-  worker's caps;
+* every numeric field (memory, swap, CPUs, pids, captured output, pool size, lifetime, intervals):
+  refused below a positive lower bound, clamped to the worker's caps above (``_admission.LIMITS``);
 * ``pull_policy``: a message may ask for any; it becomes ``never`` unless the image names a registry host
   (``image_registry``) among the worker's ``registries`` (``--registry``): a worker pulls from no other;
 * never from a message: a Docker endpoint, added capabilities, dropped hardening (``cap_drop`` must
   keep ``ALL``, ``security_opt`` only ``no-new-privileges``), a network other than ``network_modes``,
-  a root user (``root``, uid 0 or gid 0), a host directory (local ``root_dir``);
+  a root user (``root``, uid 0 or gid 0 however written: ``00``, ``+0``; ``_admission.parse_user``)
+  unless the worker allows root, a host directory (local ``root_dir``);
 * any other field (one added to the sandbox config later, e.g. devices or mounts) must keep its
   default: default-deny, so a new knob is never silently widened by a message.
 """
@@ -27,7 +28,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["PolicyRefused", "WorkerPolicy", "admit_sandbox", "broker_is_loopback", "image_registry", "parse_bytes",
+from ._admission import LIMITS, SERVICE_LIMITS, Bound, bounded, parse_user, user_refusal
+
+__all__ = ["PolicyRefused", "WorkerPolicy", "admit_sandbox", "admit_user", "broker_is_loopback", "image_registry", "parse_bytes",
            "pulls_from"]
 
 MiB = 1024 * 1024
@@ -56,12 +59,12 @@ class WorkerPolicy(BaseModel):
                                    "before it is cached or stored (the model sees far less: 16 KiB by default)")
     registries: list[str] = Field(default_factory=list, description="registries (HOST[:PORT]) this worker pulls "
                                   "sandbox images from (--registry); an image naming any other, or none, is never pulled")
+    allow_root: bool = Field(False, description="a message may ask for uid/gid 0 (--allow-root-user; never by default)")
 
 
 # Fields a message may set freely (they only narrow, or only affect the sandbox's own inside).
-_FREE = {"type", "image", "working_dir", "environment", "init", "read_only", "warm_spares", "fast_path",
-         "acquire_timeout", "reap_interval", "default_service"}
-_ROOT_USER = re.compile(r"^(root|0)(:.*)?$|^[^:]*:(root|0)$")
+# Numeric fields are bounded by ``_admission.LIMITS`` (all of them, defaults included) before this.
+_FREE = {"type", "image", "working_dir", "environment", "init", "read_only", "fast_path", "default_service"}
 _UNITS = {"": 1, "b": 1, "k": 1024, "m": MiB, "g": 1024 * MiB, "t": 1024 * 1024 * MiB}
 
 
@@ -118,23 +121,23 @@ def admit_sandbox(policy: WorkerPolicy, config: dict[str, Any]) -> dict[str, Any
     asked = parsed.model_dump()
     admitted = dict(asked)
     for field, value in asked.items():
-        if field in _FREE or value == defaults.get(field):
+        if field in LIMITS:
+            admitted[field] = _bounded(policy, field, value, LIMITS[field])
+        elif field in _FREE or value == defaults.get(field):
             continue
-        admitted[field] = _admit_field(policy, field, value, defaults.get(field))
+        else:
+            admitted[field] = _admit_field(policy, field, value, defaults.get(field))
     if kind == "docker":
         image = admitted.get("image", "")
         if not _own_snapshot(admitted) and not any(fnmatch.fnmatchcase(image, pattern) for pattern in policy.images):
             raise _refuse("image", f"{image!r} matches none of this worker's image patterns ({', '.join(policy.images)})")
         if not pulls_from(policy.registries, image):
             admitted["pull_policy"] = "never"  # not a registry this worker pulls from: the image is there or not
-        mem = parse_bytes(admitted["mem_limit"])
-        cap = parse_bytes(policy.max_memory)
-        if mem > cap:
-            admitted["mem_limit"] = policy.max_memory
+        swap = admitted.get("memswap_limit")
+        if swap is not None and parse_bytes(swap) < parse_bytes(admitted["mem_limit"]):
+            raise _refuse("memswap_limit", f"{swap!r} is below mem_limit {admitted['mem_limit']!r}")
     if kind == "local":
         admitted["root_dir"] = policy.local_root
-    if "output_cap" in admitted:
-        admitted["output_cap"] = min(admitted["output_cap"], policy.max_output_cap)
     return admitted
 
 
@@ -145,30 +148,25 @@ def _own_snapshot(config: dict[str, Any]) -> bool:
     return bool(snapshot) and config.get("image") == f"toolfleet/snapshot:{snapshot['id']}"
 
 
+def _bounded(policy: WorkerPolicy, field: str, value: Any, bound: Bound) -> Any:
+    admitted, why = bounded(policy, field, value, bound)
+    if why is not None:
+        raise _refuse(field, why)
+    return admitted
+
+
+def admit_user(policy: WorkerPolicy, field: str, user: Any) -> None:
+    """Refuse a user a message asks for (a sandbox's, a service's, or a command's) by the same rule."""
+    why = user_refusal(str(user), policy.allow_root)
+    if why is not None:
+        raise _refuse(field, why)
+
+
 def _admit_field(policy: WorkerPolicy, field: str, value: Any, default: Any) -> Any:
     """A non-default field value: clamped, kept, or refused."""
     match field:
-        case "mem_limit":
-            return value  # clamped with the image check (needs the parsed size)
-        case "memswap_limit":
-            if value is None:
-                return None
-            return value if parse_bytes(value) <= parse_bytes(policy.max_memory) else policy.max_memory
-        case "cpus":
-            return min(float(value), policy.max_cpus)
-        case "pids_limit":
-            return min(int(value), policy.max_pids)
-        case "output_cap":
-            return value  # clamped with every config's below (the default too may exceed the worker's cap)
-        case "pool_size":
-            return min(int(value), policy.max_pool_size)
-        case "ttl":
-            return min(float(value), policy.max_ttl)
-        case "max_sandboxes":
-            return min(int(value), policy.max_sandboxes)
         case "user":
-            if _ROOT_USER.match(str(value).strip()):
-                raise _refuse(field, "a message cannot ask for the root user or group")
+            admit_user(policy, field, value)
             return value
         case "network_mode":
             if value not in policy.network_modes:
@@ -205,13 +203,14 @@ def _admit_service(policy: WorkerPolicy, name: str, service: dict[str, Any]) -> 
         raise _refuse(f"services.{name}.image",
                       f"{image!r} matches none of this worker's image patterns ({', '.join(policy.images)})")
     user = service.get("user")
-    if user is not None and _ROOT_USER.match(str(user).strip()):
-        raise _refuse(f"services.{name}.user", "a message cannot ask for the root user or group")
     admitted = dict(service)
-    if parse_bytes(service["mem_limit"]) > parse_bytes(policy.max_memory):
-        admitted["mem_limit"] = policy.max_memory
-    admitted["cpus"] = min(float(service["cpus"]), policy.max_cpus)
-    admitted["pids_limit"] = min(int(service["pids_limit"]), policy.max_pids)
+    if user is not None:
+        admit_user(policy, f"services.{name}.user", user)
+        parsed = parse_user(user)
+        if isinstance(parsed.user, int) and parsed.group is None:
+            admitted["user"] = f"{parsed.user}:{parsed.user}"  # a uid the image does not list would get gid 0
+    for field, bound in SERVICE_LIMITS.items():
+        admitted[field] = _bounded(policy, f"services.{name}.{field}", service[field], bound)
     return admitted
 
 

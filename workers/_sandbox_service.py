@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import structlog
 
@@ -50,16 +51,19 @@ async def open_sandbox(spec: SandboxSpec) -> str:
     return handle
 
 
-async def open_sandbox_recorded(spec: SandboxSpec) -> tuple[str, ExecList]:
+async def open_sandbox_recorded(spec: SandboxSpec, on_created: Any = None) -> tuple[str, ExecList]:
     """``open_sandbox``, also returning the file writes and setup run as recorded execs.
 
     On failure the execs so far ride on the raised exception as ``sandbox_execs`` (a failing setup's
-    output is what the transcript most needs).
+    output is what the transcript most needs). ``on_created(env)`` runs before anything else does
+    (a worker installs its exec-user gates there).
     """
     driver = await _driver_for(spec.config)
     env = await driver.create(DriverSpec(eval_id=spec.eval_id or "", sample_id=spec.sample_id or ""))
     handle: str = env.sandbox_id
     _owners[handle] = driver
+    if on_created is not None:
+        on_created(env)
     execs = ExecList()
     box = RecordingSandbox(env, execs)
     try:

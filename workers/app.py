@@ -28,14 +28,19 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import Empty
 from kombu.utils.encoding import bytes_to_str
 from pydantic import BaseModel, ConfigDict, Field
+from redis.exceptions import ResponseError
 
 from . import _auth, _names
 from ._auth import Keyring
+from ._fleet_events import FleetEvents
+from ._result_store import UnstoredResults, is_out_of_memory
+from ._replay import DEFAULT_WINDOW, ReplayWindow, freshness_refusal
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
 BROKER_ENV = "TOOLFLEET_BROKER"
 KEYRING_OPTION = "toolfleet_keyring"  # broker transport option: the fleet Keyring (signs what this app publishes)
 VERIFY_OPTION = "toolfleet_verify"  # broker transport option: check every task message consumed (workers)
+REPLAY_OPTION = "toolfleet_replay"  # broker transport option: the ReplayWindow a worker enforces (default below)
 
 log_rejects = structlog.get_logger("toolfleet.worker.rejected")
 
@@ -51,24 +56,27 @@ class RejectLog:
         self._lock = threading.Lock()
         self.total = 0
 
-    def reject(self, reason: str, queue: str | None, detail: str = "") -> None:
+    def reject(self, reason: str, queue: str | None, detail: str = "") -> bool:
+        """Count a rejection; True when it was logged (not suppressed)."""
         now = time.monotonic()
         with self._lock:
             self.total += 1
             if now - self._last.get(reason, -1e9) < self._interval:
                 self._suppressed[reason] = self._suppressed.get(reason, 0) + 1
-                return
+                return False
             self._last[reason] = now
             suppressed = self._suppressed.pop(reason, 0)
         log_rejects.warning("worker.message_rejected", reason=reason, queue=queue, detail=detail[:200],
                             suppressed_since_last=suppressed)
+        return True
 
 
 rejects = RejectLog()
 
 
-def _message_verdict(message: Any, queue: str | None, keyring: Keyring | None) -> str | None:
-    """Why a decoded broker envelope must be dropped (None: deliver it). Pure; table-tested."""
+def _message_verdict(message: Any, queue: str | None, keyring: Keyring | None, now: float | None = None,
+                     window: ReplayWindow = DEFAULT_WINDOW) -> str | None:
+    """Why a decoded broker envelope must be dropped (None: deliver it). Pure but for the clock; table-tested."""
     if not isinstance(message, dict):
         return "not an envelope"
     properties, headers = message.get("properties"), message.get("headers")
@@ -84,10 +92,14 @@ def _message_verdict(message: Any, queue: str | None, keyring: Keyring | None) -
         return "task name not accepted"
     if keyring is None:
         return "no fleet secret on this worker"
+    issued, dest = headers.get(_auth.ISSUED_HEADER), headers.get(_auth.DEST_HEADER)
     if not _auth.verify_message(keyring, headers.get(_auth.MAC_HEADER), headers.get("task"), headers.get("id"),
-                                message.get("body", "")):
+                                message.get("body", ""), issued, dest):
         return "unauthenticated"
-    return None
+    if dest != queue:
+        return "sent to another queue"  # a captured message pushed onto another host's queue
+    stale = freshness_refusal(issued, time.time() if now is None else now, window)
+    return None if stale is None else f"stale: {stale}"
 
 
 class FleetRedisBackend(RedisBackend):
@@ -135,8 +147,22 @@ return 1
         if isinstance(value, str) and len(value) > self._MAX_STR_VALUE_SIZE:
             raise BackendStoreError("value too large for Redis backend", state=state, task_id=task_id)
         expires = self.failure_expires if state == states.FAILURE else self.expires
-        self.ensure(self._store_unless_success, (self.get_key_for_task(task_id), value, int(expires or 0)))
+        key = self.get_key_for_task(task_id)
+        try:
+            self.ensure(self._store_unless_success, (key, value, int(expires or 0)))
+        except ResponseError as exc:
+            if not is_out_of_memory(exc):
+                raise
+            self._unstored.keep(bytes_to_str(key), value, int(expires or 0), meta["task_id"], str(exc))
         return result
+
+    @cached_property
+    def _unstored(self) -> UnstoredResults:
+        """Results Redis refused at maxmemory: published now, stored when it takes them (``_result_store``)."""
+        events = FleetEvents(self.app.conf.broker_url)
+        return UnstoredResults(store=lambda k, v, e: self._store_unless_success(k, v, e),
+                               publish=lambda k, v: self.client.publish(k, v),
+                               announce=lambda task_id, error: events.publish("store_failed", task_id=task_id, error=error))
 
     @cached_property
     def _store_script(self):  # type: ignore[no-untyped-def]
@@ -168,7 +194,10 @@ class FleetRedisChannel(kombu_redis.Channel):
         keyring = self.connection.client.transport_options.get(KEYRING_OPTION)
         headers = message.get("headers")
         if keyring is not None and isinstance(headers, dict) and "task" in headers:
-            headers[_auth.MAC_HEADER] = _auth.message_mac(keyring, headers.get("task"), headers.get("id"), message.get("body", ""))
+            issued = headers[_auth.ISSUED_HEADER] = f"{time.time():.3f}"
+            headers[_auth.DEST_HEADER] = queue
+            headers[_auth.MAC_HEADER] = _auth.message_mac(keyring, headers.get("task"), headers.get("id"),
+                                                          message.get("body", ""), issued, queue)
         return super()._put(queue, message, **kwargs)
 
     def _brpop_read(self, **options):  # type: ignore[no-untyped-def]
@@ -197,13 +226,24 @@ class FleetRedisTransport(kombu_redis.Transport):
     def _deliver(self, message, queue):  # type: ignore[no-untyped-def]
         options = self.client.transport_options
         if options.get(VERIFY_OPTION):
-            reason = _message_verdict(message, queue, options.get(KEYRING_OPTION))
+            reason = _message_verdict(message, queue, options.get(KEYRING_OPTION),
+                                      window=options.get(REPLAY_OPTION) or DEFAULT_WINDOW)
             if reason is not None:
                 headers = message.get("headers") if isinstance(message, dict) else None
                 task = headers.get("task") if isinstance(headers, dict) else None
-                rejects.reject(reason, queue, f"task={str(task)[:80]!r}")
+                task_id = headers.get("id") if isinstance(headers, dict) else None
+                if rejects.reject(reason, queue, f"task={str(task)[:80]!r}") and task_id is not None:
+                    self._fleet_events().publish("rejected", reason=reason, task_id=task_id, queue=queue)
                 return
         return super()._deliver(message, queue)
+
+    def _fleet_events(self) -> FleetEvents:
+        # Tell the orchestrator at once (a wrong secret or clock used to be a silent hang).
+        events = getattr(self, "_events", None)
+        if events is None:
+            rest = self.client.as_uri(include_password=True).split("://", 1)[1]  # scheme: this transport's class
+            events = self._events = FleetEvents(f"{'rediss' if self.client.ssl else 'redis'}://{rest}")
+        return events
 
 
 class FleetConsumer(Consumer):

@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     trust.add_argument("--allow-local-remote", action="store_true",
                        help="accept --allow-local although the broker is not on loopback (anyone who can sign a "
                             "message can then run commands on this host)")
+    trust.add_argument("--allow-root-user", action="store_true",
+                       help="let a message run sandbox commands as uid or gid 0 (refused by default, however written)")
     trust.add_argument("--local-root", metavar="DIR", help="parent directory of local sandboxes (default: the system temp dir)")
     trust.add_argument("--image", dest="images", action="append", metavar="PATTERN",
                        help="allowed sandbox image pattern (repeatable; default toolfleet/*)")
@@ -109,6 +111,7 @@ def build_policy(args: argparse.Namespace) -> WorkerPolicy:
         network_modes=["none", *(args.networks or [])],
         max_memory=args.max_memory, max_cpus=args.max_cpus, max_pids=args.max_pids,
         max_outcome_bytes=args.max_outcome_bytes, local_root=args.local_root, registries=args.registries or [],
+        allow_root=args.allow_root_user,
     )
 
 

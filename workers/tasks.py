@@ -32,10 +32,12 @@ from orchestrator.tool._registry import not_registered_message, registered_tool_
 from orchestrator.tool._tool_call import ToolCallError
 
 from . import _auth, _names, placement
+from ._admission import call_timeout, result_bytes
 from ._call_memory import CallRunningElsewhere
 from ._loop import WorkerRuntime, runtime
 from ._outcome_cap import cap_outcome
 from ._policy import PolicyRefused, admit_sandbox
+from ._replay import DEFAULT_WINDOW, first_consumption
 
 log = structlog.get_logger("toolfleet.worker")
 
@@ -64,6 +66,9 @@ async def run_call(rt: WorkerRuntime, payload: dict[str, Any], task_id: str) -> 
         fatal = FatalError(type="InvalidCallRequest", message=f"The worker refused a malformed call request: {exc}")
         return CallOutcome(call_id=call_id, fatal=fatal, started=now, completed=now, host=host).model_dump(mode="json")
     assert rt.memory is not None
+    # A message's own numbers, bounded (workers._admission): a call never outlives the worker's deadline.
+    request = request.model_copy(update={"timeout": call_timeout(request.timeout, rt.config.max_call_seconds),
+                                         "max_result_bytes": result_bytes(request.max_result_bytes)})
     if request.tool is not None and request.tool.name not in registered_tool_names():
         # Only the registry built at start-up (built-ins + --import): a message never causes an import.
         now = time.time()
@@ -73,8 +78,9 @@ async def run_call(rt: WorkerRuntime, payload: dict[str, Any], task_id: str) -> 
         return _error_outcome(call_id, host, "cancelled", "The call was cancelled before it started.")
     deadline = (request.timeout or rt.config.max_call_seconds) + rt.config.call_grace
     try:
+        # The claim is also the call's replay memory: kept at least as long as a copy could be accepted.
         outcome = await rt.memory.run_once(call_id, lambda: _capped(execute_request(request), rt.policy.max_outcome_bytes),
-                                           claim_ttl=deadline)
+                                           claim_ttl=max(deadline, DEFAULT_WINDOW.ttl))
     except asyncio.CancelledError:
         return _error_outcome(call_id, host, "cancelled", "The call was cancelled.")
     except (RedisError, OSError) as exc:  # Redis stayed down past the claim's patience
@@ -101,9 +107,10 @@ async def run_open(rt: WorkerRuntime, payload: dict[str, Any], owner: str | None
     try:
         spec = SandboxSpec.model_validate(payload)
         spec = spec.model_copy(update={"config": admit_sandbox(rt.policy, spec.config)})  # the worker decides
+        from ._exec_user import gate_installer
         from ._sandbox_service import open_sandbox_recorded
 
-        handle, execs = await open_sandbox_recorded(spec)
+        handle, execs = await open_sandbox_recorded(spec, gate_installer(rt.policy.allow_root, spec.config))
     except PolicyRefused as exc:
         log.warning("worker.sandbox_refused", host=host, reason=str(exc))
         return {"error": {"type": "PolicyRefused", "message": str(exc)}, "host": host}
@@ -185,8 +192,8 @@ def register_tasks(app: Celery) -> None:
         if cap is not None:
             return _error_outcome(str(payload.get("call_id", task_id)), rt.config.host, "limit",
                                   f"The tool call's arguments exceeded the payload limit of {cap} bytes.")
-        timeout = payload.get("timeout") if isinstance(payload, dict) else None
-        bound = float(timeout or rt.config.max_call_seconds) + 2 * rt.config.call_grace
+        timeout = call_timeout(payload.get("timeout") if isinstance(payload, dict) else None, rt.config.max_call_seconds)
+        bound = (timeout or rt.config.max_call_seconds) + 2 * rt.config.call_grace
         try:
             return rt.submit(run_call(rt, payload, task_id), timeout=bound)
         except CallRunningElsewhere:
@@ -201,6 +208,11 @@ def register_tasks(app: Celery) -> None:
         if cap is not None:
             return {"error": {"type": "limit", "message": f"The sandbox spec (files, setup) exceeded the payload limit of {cap} bytes."},
                     "host": rt.config.host}
+        if rt.redis is not None and not rt.submit(first_consumption(rt.redis, self.request.id, DEFAULT_WINDOW), timeout=30):
+            from .app import rejects
+
+            rejects.reject("replayed", self.request.delivery_info.get("routing_key"), f"open_sandbox {self.request.id}")
+            raise Ignore()  # a copy of a consumed open (a replay): nothing opened, nothing stored
         try:
             return rt.submit(run_open(rt, payload, owner), timeout=rt.config.open_timeout)
         except TimeoutError as exc:

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ContextManager
 
+from orchestrator.util._terminal import terminal_safe
+
 # Poll period of the reading thread: how quickly a cancelled prompt lets go of the terminal.
 _POLL_SECONDS = 0.1
 
@@ -108,7 +110,7 @@ class ConsolePrompt:
     def _converse(self, text: str, cancel: threading.Event) -> tuple[str | None, str | None]:
         try:
             out = sys.stdout  # after the guards: a paused live display has given the real stdout back
-            out.write(f"\n{text}\n")
+            out.write(f"\n{terminal_safe(text)}\n")  # the call and result are model/sandbox text
             out.flush()
             reader = _LineReader(sys.stdin.fileno(), cancel)
             while True:

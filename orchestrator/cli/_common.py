@@ -13,7 +13,10 @@ EXIT_INTERRUPTED = 130
 
 def fail(message: str) -> int:
     """Print one clear line on stderr; return the exit code."""
-    line = " ".join(str(message).split())  # one line, whatever the exception text held
+    from orchestrator.util._terminal import terminal_safe
+
+    # One line, whatever the exception text held (it may quote a sandbox, a model or a worker).
+    line = terminal_safe(" ".join(str(message).split()), keep_newlines=False)
     print(f"toolfleet: error: {line}", file=sys.stderr)
     return EXIT_USER_ERROR
 

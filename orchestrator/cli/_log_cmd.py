@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from orchestrator.util._terminal import json_terminal_safe, terminal_safe
+
 from ._common import fail
 
 
@@ -96,6 +98,11 @@ def log_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _say(text: str) -> None:
+    """``print`` for text that holds model, sandbox or dataset output: control sequences made inert."""
+    print(terminal_safe(text))
+
+
 def log_show(args: argparse.Namespace) -> int:
     from orchestrator.eval import read_eval_log
 
@@ -103,8 +110,8 @@ def log_show(args: argparse.Namespace) -> int:
     if args.sample is not None:
         return _show_sample(log, args.sample, args.epoch, getattr(args, "events", False))
     row = _summary(log)
-    print(f"{row['task']} · {row['model']} · {row['status']} · {row['done']}/{row['total']} samples, {row['errors']} errors")
-    print(f"eval id {log.eval.eval_id} · runs {len(log.runs)} · log {log.location}")
+    _say(f"{row['task']} · {row['model']} · {row['status']} · {row['done']}/{row['total']} samples, {row['errors']} errors")
+    _say(f"eval id {log.eval.eval_id} · runs {len(log.runs)} · log {log.location}")
     from orchestrator.model._pricing import format_cost
 
     from ._eval_cmd import usage_lines
@@ -115,16 +122,16 @@ def log_show(args: argparse.Namespace) -> int:
 
         stats = eval_stats({s.key: s for s in log.samples}, 0.0)  # interrupted: no footer figures yet
     for line in usage_lines(stats):
-        print(line)
+        _say(line)
     for name, metrics in row["scores"].items():
-        print(f"  {name}: " + (", ".join(f"{m}={v}" for m, v in metrics.items()) or "no samples scored"))
+        _say(f"  {name}: " + (", ".join(f"{m}={v}" for m, v in metrics.items()) or "no samples scored"))
     for s in sorted(log.samples, key=lambda s: (s.epoch, str(s.id))):
         score = ", ".join(f"{k}={v.value}" for k, v in s.scores.items())
         extra = f" limit={s.limit.type}" if s.limit else ""
         extra += f" ERROR {s.error.type}: {s.error.message}" if s.error else ""
         extra += f" retries={len(s.error_retries)}" if s.error_retries else ""
         cost = f", {format_cost(s.model_usage)}" if s.model_usage else ""
-        print(f"  [{s.id}#{s.epoch}] {score}{extra}  ({(s.total_time or 0):.2f}s{cost})")
+        _say(f"  [{s.id}#{s.epoch}] {score}{extra}  ({(s.total_time or 0):.2f}s{cost})")
     return 0
 
 
@@ -138,25 +145,25 @@ def _show_sample(log: Any, sample_id: str, epoch: int, all_events: bool = False)
     for m in match.messages:
         text = m.text
         calls = getattr(m, "tool_calls", None) or []
-        print(f"--- {m.role}" + (f" ({m.function})" if getattr(m, "function", None) else ""))
+        _say(f"--- {m.role}" + (f" ({m.function})" if getattr(m, "function", None) else ""))
         if text:
-            print(text)
+            _say(text)
         error = getattr(m, "error", None)
         if error is not None:  # a failed tool call: say why, not an empty body
-            print(f"ERROR [{getattr(error, 'type', '?')}] {getattr(error, 'message', error)}")
+            _say(f"ERROR [{getattr(error, 'type', '?')}] {getattr(error, 'message', error)}")
         for c in calls:
-            print(f"  -> {c.function}({_arguments_as_sent(c)[:500]})")
-    print(f"--- scores: {json.dumps({k: v.model_dump() for k, v in match.scores.items()})}")
+            _say(f"  -> {c.function}({_arguments_as_sent(c)[:500]})")
+    _say(f"--- scores: {json.dumps({k: v.model_dump() for k, v in match.scores.items()})}")
     if match.error:
-        print(f"--- error: {match.error.type}: {match.error.message}")
+        _say(f"--- error: {match.error.type}: {match.error.message}")
     for r in match.error_retries:
-        print(f"--- earlier attempt failed: {r.type}: {r.message}")
-    print(f"--- {len(match.events)} events")
+        _say(f"--- earlier attempt failed: {r.type}: {r.message}")
+    _say(f"--- {len(match.events)} events")
     shown = match.events if all_events else match.events[:SHOWN_EVENTS]
     for e in shown:
-        print("  " + event_line(e))
+        _say("  " + event_line(e))
     if len(shown) < len(match.events):
-        print(f"  ... {len(match.events) - len(shown)} more (--events shows all)")
+        _say(f"  ... {len(match.events) - len(shown)} more (--events shows all)")
     return 0
 
 
@@ -212,9 +219,9 @@ def log_export(args: argparse.Namespace) -> int:
         if not logs:
             return fail(f"No eval logs under {source}.")
         for log in logs:
-            print(export_inspect_log(log, args.format))
+            _say(export_inspect_log(log, args.format))
         return 0
-    print(export_inspect_log(source, args.format, args.output))
+    _say(export_inspect_log(source, args.format, args.output))
     return 0
 
 
@@ -222,5 +229,7 @@ def log_dump(args: argparse.Namespace) -> int:
     from orchestrator.eval import read_eval_log
 
     log = read_eval_log(args.log, header_only=args.header_only)
-    sys.stdout.write(log.model_dump_json(indent=2) + "\n")
+    dump = log.model_dump_json(indent=2) + "\n"
+    # To a terminal, model and sandbox text must not drive it; piped, the JSON is already exact.
+    sys.stdout.write(json_terminal_safe(dump) if sys.stdout.isatty() else dump)
     return 0

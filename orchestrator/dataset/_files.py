@@ -9,14 +9,15 @@ it may not contain ``..``. The value is (Inspect's forms, plus ``bytes`` and ``P
   under the key; empty directories are not copied); it must exist;
 * a ``str`` that names an existing local file or directory (absolute, or relative to the task file's
   directory, as Inspect runs a task from its directory; without a task file, the current directory):
-  the same as a ``Path``;
+  the same as a ``Path``, but only inside that directory (or ``TOOLFLEET_SAMPLE_FILES_ROOTS``): a
+  dataset is untrusted (``_host_paths`` says what a sample's files may read of the host);
 * a ``data:`` URI (``data:;base64,...`` or percent-encoded text): the decoded bytes;
 * any other ``str``: the contents, as UTF-8 text (``""`` is an empty file, never a path).
   ``http(s)://`` URLs are refused (nothing is downloaded: fetch the file first).
 
 ``resolve_sample_files`` runs when the task loads (``load_task``): it turns path strings into
 absolute ``Path``s, decodes nothing yet, and checks every path exists and is readable and that the
-sample's total stays under ``sample_files_limit()`` (``TOOLFLEET_SAMPLE_FILES_LIMIT`` bytes, default
+sample's total (``st_size`` here; the bytes read when packing) stays under ``sample_files_limit()`` (``TOOLFLEET_SAMPLE_FILES_LIMIT`` bytes, default
 4 MiB: the whole sample spec must fit in one broker message). Each problem is a ``SampleFilesError``
 naming the sample and the path.
 
@@ -44,6 +45,8 @@ import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
+
+from ._host_paths import Link, named_path_refusal, read_bounded, special_refusal, walk
 
 if TYPE_CHECKING:
     from ._sample import Sample
@@ -97,20 +100,16 @@ def _as_local_path(value: str, base_dir: Path) -> Path | None:
         return None
 
 
-def _tree(root: Path) -> Iterator[tuple[str, Path]]:
-    """(relative POSIX path, file) for every file under a directory, in a stable order."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            file = Path(dirpath) / name
-            if file.is_file():
-                yield file.relative_to(root).as_posix(), file
-
-
-def _local_entries(sample_id: object, key: str, path: Path) -> Iterator[tuple[str, Path]]:
+def _local_entries(sample_id: object, key: str, path: Path) -> Iterator[tuple[str, Path | Link]]:
+    why = special_refusal(path)
+    if why is not None:
+        raise SampleFilesError(f"{_where(sample_id, key)}: {why}.")
     if path.is_dir():
-        for rel, file in _tree(path):
-            yield f"{key.rstrip('/')}/{rel}", file
+        try:
+            for rel, item in walk(path):
+                yield f"{key.rstrip('/')}/{rel}", item
+        except (ValueError, OSError) as exc:
+            raise SampleFilesError(f"{_where(sample_id, key)}: {exc}.") from None
     elif path.is_file():
         yield key, path
     else:
@@ -144,6 +143,8 @@ def resolve_sample_files(sample: "Sample", base_dir: Path | None = None,
             if _is_data_uri(value):
                 decode_data_uri(sample.id, key, value)  # fail now, not when the sandbox opens
             local = _as_local_path(value, base) if not _is_data_uri(value) else None
+            if local is not None and (why := named_path_refusal(local, base)) is not None:
+                raise SampleFilesError(f"{_where(sample.id, key)}: {why}.")  # a dataset row is data (_host_paths)
             resolved[key] = local if local is not None else value
         elif isinstance(value, Path):
             path = value.expanduser()
@@ -154,7 +155,7 @@ def resolve_sample_files(sample: "Sample", base_dir: Path | None = None,
     return resolved
 
 
-def _entries(sample_id: object, files: dict[str, FileValue]) -> Iterator[tuple[str, bytes | Path, str]]:
+def _entries(sample_id: object, files: dict[str, FileValue]) -> Iterator[tuple[str, bytes | Path | Link, str]]:
     """(sandbox path, contents or local file, where it came from) for every file to send."""
     for key, value in files.items():
         if isinstance(value, Path):
@@ -168,9 +169,12 @@ def _entries(sample_id: object, files: dict[str, FileValue]) -> Iterator[tuple[s
             yield key, value.encode("utf-8"), "inline text"
 
 
-def _size(sample_id: object, key: str, item: bytes | Path) -> int:
+def _size(sample_id: object, key: str, item: bytes | Path | Link) -> int:
+    """A quick first count when the task loads (``st_size``); the bytes read count when the files are packed."""
     if isinstance(item, bytes):
         return len(item)
+    if isinstance(item, Link):
+        return len(item.target)
     try:
         if not os.access(item, os.R_OK):
             raise SampleFilesError(f"{_where(sample_id, key)}: local file '{item}' is not readable.")
@@ -191,17 +195,44 @@ def _check_size(sample_id: object, files: dict[str, FileValue], limit: int) -> i
     return total
 
 
-def _archive(members: Iterable[tuple[str, bytes | Path]]) -> bytes:
+def _read(sample_id: object, files: dict[str, FileValue], limit: int) -> list[tuple[str, bytes | Link, bool]]:
+    """Every file's contents, counted on the bytes actually read (never ``st_size``): the over-limit
+    file is read only up to one byte past what was left."""
+    total = 0
+    read: list[tuple[str, bytes | Link, bool]] = []
+    for dest, item, source in _entries(sample_id, files):
+        executable = False
+        if isinstance(item, Path):
+            try:
+                item, executable = read_bounded(item, max(0, limit - total))
+            except (OSError, ValueError) as exc:
+                raise SampleFilesError(f"{_where(sample_id, dest)}: cannot read '{source}': "
+                                       f"{getattr(exc, 'strerror', None) or exc}.") from None
+        size = len(item.target) if isinstance(item, Link) else len(item)
+        total += size
+        if total > limit:
+            raise SampleFilesError(
+                f"Sample {sample_id!r}: files exceed the limit of {limit:,} bytes at '{dest}' (from {source}, "
+                f"at least {size:,} bytes read; {total:,} so far). Put large files in the sample's image, or raise {LIMIT_ENV}.")
+        read.append((dest, item, executable))
+    return read
+
+
+def _archive(members: Iterable[tuple[str, bytes | Link, bool]]) -> bytes:
     buffer = io.BytesIO()
     now = int(time.time())
     with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=now, compresslevel=6) as gz:
         with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
-            for name, item in members:
-                data = item if isinstance(item, bytes) else item.read_bytes()
+            for name, item, executable in members:
                 info = tarfile.TarInfo(name)
-                info.size, info.mtime, info.uid, info.gid, info.uname, info.gname = len(data), now, 0, 0, "root", "root"
-                info.mode = 0o755 if isinstance(item, Path) and os.access(item, os.X_OK) else 0o644
-                tar.addfile(info, io.BytesIO(data))
+                info.mtime, info.uid, info.gid, info.uname, info.gname = now, 0, 0, "root", "root"
+                if isinstance(item, Link):  # a link, as it was: resolved inside the sandbox, never on the host
+                    info.type, info.linkname, info.mode = tarfile.SYMTYPE, item.target, 0o777
+                    tar.addfile(info)
+                    continue
+                info.size = len(item)
+                info.mode = 0o755 if executable else 0o644
+                tar.addfile(info, io.BytesIO(item))
     return buffer.getvalue()
 
 
@@ -215,11 +246,10 @@ def pack_sample_files(sample_id: object, files: dict[str, FileValue] | None, set
     """
     if not files:
         return {}, setup
-    _check_size(sample_id, files, sample_files_limit() if limit is None else limit)
-    relative: list[tuple[str, bytes | Path]] = []
-    absolute: list[tuple[str, bytes | Path]] = []
-    for dest, item, _source in _entries(sample_id, files):
-        (absolute if dest.startswith("/") else relative).append((dest.lstrip("/"), item))
+    relative: list[tuple[str, bytes | Link, bool]] = []
+    absolute: list[tuple[str, bytes | Link, bool]] = []
+    for dest, item, executable in _read(sample_id, files, sample_files_limit() if limit is None else limit):
+        (absolute if dest.startswith("/") else relative).append((dest.lstrip("/"), item, executable))
     wire: dict[str, str] = {}
     lines = ["set -e"]
     for members, target in ((relative, ""), (absolute, " -C /")):

@@ -34,6 +34,9 @@ class Dispatcher(ABC):
     """
 
     name: str = "dispatcher"
+    # Set when the fleet refuses this dispatcher's messages (wrong secret, clock skew): one line naming
+    # the cause. The eval stops with it rather than waiting out every call's deadline.
+    fleet_error: str | None = None
 
     @abstractmethod
     def dispatch(self, stage: Sequence[Dispatch]) -> list["asyncio.Future[CallOutcome]"]:

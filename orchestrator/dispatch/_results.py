@@ -38,7 +38,7 @@ DELETE_BATCH_S = 0.2  # results read are deleted from Redis this often (one UNLI
 
 class ResultListener:
     def __init__(self, url: str, health_interval: float = 5.0, on_reconnect: Callable[[], Awaitable[None]] | None = None,
-                 keyring: _auth.Keyring | None = None) -> None:
+                 keyring: _auth.Keyring | None = None, on_event: Callable[[bytes], None] | None = None) -> None:
         self._conn_kwargs = dict(parse_url(url))
         # rediss:// gives SSLConnection (TLS to the broker); keep it for the subscribed connection too.
         self._conn_class = self._conn_kwargs.pop("connection_class", None) or Connection
@@ -57,6 +57,7 @@ class ResultListener:
         self._last_seen = time.monotonic()
         self._health_interval = health_interval
         self._on_reconnect = on_reconnect
+        self._on_event = on_event  # fleet events (workers._fleet_events): rejected messages, unstored results
         self._closed = False
         self.reconnects = 0
 
@@ -129,12 +130,10 @@ class ResultListener:
                               health_check_interval=0, protocol=2)  # RESP2: pubsub frames are plain replies
             try:
                 await conn.connect()
-                channels = [_names.result_key(t) for t in self._futures]
-                if channels:
-                    await conn.send_command("SUBSCRIBE", *channels, check_health=False)
-                else:
-                    # Enter subscribed mode at once so PINGs and replies have one shape.
-                    await conn.send_command("SUBSCRIBE", f"{_names.PREFIX}:listener", check_health=False)
+                # The fleet-events channel first: it also puts the connection in subscribed mode at once,
+                # so PINGs and replies have one shape.
+                channels = [_names.FLEET_EVENTS_CHANNEL, *(_names.result_key(t) for t in self._futures)]
+                await conn.send_command("SUBSCRIBE", *channels, check_health=False)
                 self._conn = conn
                 self._last_seen = time.monotonic()
                 self._connected.set()
@@ -168,6 +167,10 @@ class ResultListener:
         if kind != b"message" or len(response) < 3:
             return  # subscribe/unsubscribe confirmations, pongs
         channel = response[1].decode() if isinstance(response[1], bytes) else response[1]
+        if channel == _names.FLEET_EVENTS_CHANNEL:
+            if self._on_event is not None:
+                self._on_event(response[2])
+            return
         self._resolve(channel[len(_names.RESULT_PREFIX):], response[2])
 
     def _resolve(self, task_id: str, data: bytes | str) -> bool:

@@ -41,6 +41,7 @@ from workers import _auth, _names, placement
 from workers.app import AppConfig, create_app
 
 from ._dispatcher import Dispatch, Dispatcher, SampleRoute, attach_setup_execs, current_route, remove_snapshots_on
+from ._fleet_events import parse_event, rejection_line, store_failed_line
 from ._publisher import Publisher, TaskMessage
 from ._results import ResultListener
 
@@ -86,6 +87,7 @@ class _Pending:
     timeout: float | None = None
     deadline: asyncio.TimerHandle | None = None
     raw: asyncio.Future[dict[str, Any]] | None = None  # the listener's future for the result meta
+    condition: str | None = None  # what the fleet reported about it (e.g. its result could not be stored)
     published: float = field(default_factory=time.monotonic)
 
 
@@ -148,7 +150,8 @@ class CeleryDispatcher(Dispatcher):
         self.app = create_app(AppConfig(broker_url=self.config.broker_url, max_payload_bytes=self.config.max_payload_bytes),
                               keyring=self._keyring)
         self.app.conf.task_send_sent_event = self.config.send_sent_events
-        self._listener = ResultListener(self.config.broker_url, on_reconnect=self._after_reconnect, keyring=self._keyring)
+        self._listener = ResultListener(self.config.broker_url, on_reconnect=self._after_reconnect, keyring=self._keyring,
+                                        on_event=self._on_fleet_event)
         self._publisher = Publisher(self.app, self.config.publish_timeout)
         self._pending: dict[str, _Pending] = {}
         self._sandboxes: dict[str, tuple[str, str]] = {}  # sandbox handle -> (host, boot at open)
@@ -221,6 +224,9 @@ class CeleryDispatcher(Dispatcher):
             if rec.future.done():
                 continue  # cancelled before it was sent: nothing to publish, nothing to stop
             rec.future.add_done_callback(lambda f, rec=rec: self._on_done(rec, f))
+            if self.fleet_error is not None:
+                self._fail_misconfigured(rec)
+                continue
             size = len(json.dumps(rec.payload, separators=(",", ":")))
             if size > self.config.max_payload_bytes:
                 rec.future.set_result(_error_outcome(rec.task_id, "limit",
@@ -296,12 +302,38 @@ class CeleryDispatcher(Dispatcher):
         rec = self._pending.get(task_id)
         if rec is None or rec.future.done():
             return
+        # What the fleet said about this task meanwhile (e.g. Redis refused to store its result), if anything.
+        why = f": {rec.condition}" if rec.condition else " (no answer from the worker fleet)"
         if rec.kind == "call":
             self._request_cancel(rec)
             self._resolve(rec, _error_outcome(rec.task_id, "timeout",
-                f"Tool '{rec.function}' timed out after {_shown(bound)} seconds (no answer from the worker fleet).", rec.host))
+                f"Tool '{rec.function}' timed out after {_shown(bound)} seconds{why}.", rec.host))
         else:
-            rec.future.set_exception(TimeoutError(f"{rec.function} got no answer from the worker fleet within {_shown(bound)} s."))
+            rec.future.set_exception(TimeoutError(f"{rec.function} got no answer within {_shown(bound)} s{why}."))
+
+    def _on_fleet_event(self, data: bytes) -> None:
+        """A worker's event (``_fleet_events``): only one about a task this dispatcher waits for counts."""
+        event = parse_event(data)
+        rec = self._pending.get(event.task_id) if event is not None else None
+        if event is None or rec is None or rec.future.done():
+            return
+        if event.kind == "store_failed":
+            rec.condition = store_failed_line(event)
+            log.warning("dispatch.result_not_stored", host=event.host, task_id=event.task_id, error=event.error)
+        elif event.kind == "rejected" and self.fleet_error is None:
+            self.fleet_error = rejection_line(event)
+            log.info("dispatch.fleet_rejects_messages", host=event.host, reason=event.reason)  # the eval says it
+            for pending in list(self._pending.values()):
+                self._fail_misconfigured(pending)
+
+    def _fail_misconfigured(self, rec: _Pending) -> None:
+        if rec.future.done():
+            return
+        if rec.kind == "call":
+            self._resolve(rec, CallOutcome(call_id=rec.task_id, fatal=FatalError(type="FleetMisconfigured",
+                                                                                  message=str(self.fleet_error))))
+        else:
+            rec.future.set_exception(SandboxUnavailableError(str(self.fleet_error)))
 
     def _lost_outcome(self, rec: _Pending) -> CallOutcome:
         return _error_outcome(rec.task_id, "sandbox_unavailable",
@@ -463,6 +495,8 @@ class CeleryDispatcher(Dispatcher):
         rec = _Pending(task_id=uuid.uuid4().hex, future=loop.create_future(), kind=kind, function=f"{kind}_sandbox",
                        payload=arg, queue=queue, host=host, boot=boot)
         rec.future.add_done_callback(lambda f: self._on_done(rec, f))
+        if self.fleet_error is not None:
+            raise SandboxUnavailableError(self.fleet_error)
         await self._track([rec])
         try:
             await self._publisher.stage([TaskMessage(rec.task_id, name, arg, queue)])

@@ -36,13 +36,16 @@ class RichDisplay:
         from rich.progress_bar import ProgressBar
         from rich.table import Table
 
+        from orchestrator.util._terminal import terminal_safe as safe
+
         p = self.progress
         grid = Table.grid(padding=(0, 2))
         grid.add_column(justify="right", style="bold")
         grid.add_column()
-        grid.add_row("task", f"{p.task}  [dim]{p.model}[/dim]")
+        # Names and notices may come from a third party's task file: no markup, no control sequences.
+        grid.add_row("task", f"{escape(safe(p.task))}  [dim]{escape(safe(p.model))}[/dim]")
         if p.notice:
-            grid.add_row("note", f"[yellow]{escape(p.notice)}[/yellow]")
+            grid.add_row("note", f"[yellow]{escape(safe(p.notice))}[/yellow]")
         bar = Table.grid(padding=(0, 1))
         bar.add_row(ProgressBar(total=max(p.total, 1), completed=p.done, width=40), f"{p.done}/{p.total} samples")
         grid.add_row("progress", bar)
@@ -59,7 +62,7 @@ class RichDisplay:
         if p.batches_pending or p.batches_done:
             grid.add_row("batches", f"{p.batches_pending} pending, {p.batches_done} done")
         grid.add_row("elapsed", f"{_fmt_eta(p.elapsed)}   ETA {_fmt_eta(p.eta_s)}")
-        grid.add_row("log", f"[dim]{p.log}[/dim]")
+        grid.add_row("log", f"[dim]{escape(safe(p.log))}[/dim]")
         return grid
 
     def __enter__(self) -> "RichDisplay":
@@ -137,7 +140,9 @@ async def open_display(display: Any, progress: EvalProgress) -> AsyncIterator[No
     if kind in (None, "none"):
         # No display, but resuming (or not) is never silent.
         if progress.notice:
-            print(f"toolfleet: {progress.notice}", file=sys.stderr, flush=True)
+            from orchestrator.util._terminal import terminal_safe
+
+            print(f"toolfleet: {terminal_safe(progress.notice)}", file=sys.stderr, flush=True)
         yield
         return
     if kind == "rich":

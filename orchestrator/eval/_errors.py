@@ -6,6 +6,7 @@
  ├─ ``PolicyFileError``      a malformed approval/review policy (YAML) or unknown approver/reviewer
  ├─ ``BrokerUnreachableError``  ``--broker`` does not answer
  ├─ ``DockerUnreachableError``  ``--sandbox docker`` but no Docker daemon answers
+ ├─ ``FleetMisconfiguredError``  workers reject this orchestrator's messages (wrong secret, clock skew)
  └─ ``LogFormatError``       not a toolfleet eval log (eval-retry, log show/dump)
 """
 
@@ -26,3 +27,7 @@ class BrokerUnreachableError(EvalSetupError):
 
 class DockerUnreachableError(EvalSetupError):
     pass
+
+
+class FleetMisconfiguredError(EvalSetupError):
+    """The worker fleet rejects this orchestrator's messages; the eval stops (``Dispatcher.fleet_error``)."""

@@ -229,6 +229,11 @@ async def eval_retry_async(log: str | Path, **overrides: Any) -> EvalLog:
         model_args={k: v for k, v in spec.model_args.items() if not (isinstance(v, str) and v.startswith("<"))},
     )
     options.update({k: v for k, v in overrides.items() if v is not None})
+    import os
+
+    from ._retry_broker import broker_for_retry
+
+    options["broker"] = broker_for_retry(config.broker, overrides.get("broker"), os.environ)
     model = options.pop("model", None) or spec.model
     [result] = await eval_async(f"{spec.task_file}@{spec.task}", model, log_file=log, **options)
     return result
@@ -350,6 +355,10 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
                 progress.done += 1
                 progress.errors += result.error is not None
                 progress.notify("sample")
+                if getattr(dispatcher, "fleet_error", None) is not None:  # a misconfigured fleet fails every sample: stop, say why
+                    from ._errors import FleetMisconfiguredError
+
+                    raise FleetMisconfiguredError(str(dispatcher.fleet_error))
                 if result.error is not None and _should_fail(progress.errors, progress.total, o.fail_on_error):
                     raise _ErrorThresholdReached(
                         f"{progress.errors} sample(s) failed: the --fail-on-error threshold "

@@ -25,6 +25,13 @@ pytestmark = pytest.mark.timeout(180)
 BINARY = bytes(range(256)) * 4
 
 
+@pytest.fixture(autouse=True)
+def _tmp_is_a_files_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tasks are built in code, not loaded from a file, and name files under tmp_path by string:
+    strings name host files only inside the task's directory or a listed root (tests/security/test_dataset_files.py)."""
+    monkeypatch.setenv("TOOLFLEET_SAMPLE_FILES_ROOTS", str(tmp_path))
+
+
 def _local_tree(root: Path) -> Path:
     """A small repository on the host: nested directories, a binary file, an executable script."""
     repo = root / "repo"

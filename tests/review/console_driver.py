@@ -37,7 +37,8 @@ def _cancel_all() -> None:
 
 async def one_round(args: argparse.Namespace, index: int) -> None:
     choices = args.choices.split(",") if args.choices else None
-    tool_calls = [ToolCall(id=f"r{index}c{i}", function="shell", arguments={"command": COMMANDS[i], "cwd": "data"})
+    commands = [args.command, *COMMANDS[1:]] if args.command else COMMANDS
+    tool_calls = [ToolCall(id=f"r{index}c{i}", function="shell", arguments={"command": commands[i], "cwd": "data"})
                   for i in range(args.calls)]
     messages = [ChatMessageUser(content="go"), ChatMessageAssistant(content="Running the command.", tool_calls=tool_calls)]
     kwargs: dict = {}
@@ -70,6 +71,7 @@ async def main() -> None:
     p.add_argument("--calls", type=int, default=1)
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--max-output", type=int, default=None)
+    p.add_argument("--command", help="the first call's command (e.g. one printing terminal control sequences)")
     args = p.parse_args()
     asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, _cancel_all)
     for index in range(args.rounds):

@@ -69,6 +69,24 @@ def send_raw(url: str, name: str, args: list[Any], queue: str, keyring: Keyring 
     return task_id
 
 
+def captured(client: Any, url: str, name: str, args: list[Any], queue: str, task_id: str | None = None) -> dict[str, Any]:
+    """A message signed with the fleet secret for ``queue``, as an eavesdropper captures it: published to
+    a parking queue no worker reads, popped, and its destination (under the MAC) set to ``queue``."""
+    import json
+
+    from workers import _auth
+
+    keyring = _auth.load_keyring()
+    parked = _names.host_queue(f"nobody-{uuid.uuid4().hex[:6]}")
+    send_raw(url, name, args, parked, keyring, task_id=task_id)
+    envelope = json.loads(client.rpop(parked))
+    headers = envelope["headers"]
+    headers[_auth.DEST_HEADER] = queue
+    headers[_auth.MAC_HEADER] = _auth.message_mac(keyring, headers["task"], headers["id"], envelope["body"],
+                                                  headers[_auth.ISSUED_HEADER], queue)
+    return envelope
+
+
 async def legit_call_works(dispatcher: Any, fleet: BrokerFleet) -> CallOutcome:
     """A genuine call, routed to the worker's own queue, after whatever the attack pushed there."""
     from orchestrator.dispatch import SampleRoute

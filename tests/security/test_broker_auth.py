@@ -19,7 +19,7 @@ from tests.support import sample_tools
 from workers import _auth, _names
 from workers.app import create_app
 
-from ._broker_support import WRONG_KEYRING, broker_fleet, dispatcher, legit_call_works, send_raw, wait_for_log  # noqa: F401
+from ._broker_support import WRONG_KEYRING, broker_fleet, captured, dispatcher, legit_call_works, send_raw, wait_for_log  # noqa: F401
 
 pytestmark = pytest.mark.celery
 
@@ -48,10 +48,7 @@ async def test_tampered_message_is_not_run(broker_fleet, dispatcher, tmp_path) -
     legit = tmp_path / "legit"
     evil = tmp_path / "evil"
     payload = _record_payload(legit, "legit")
-    parked = _names.host_queue(f"nobody-{uuid.uuid4().hex[:6]}")  # signed, parked where no worker listens
-    send_raw(broker_fleet.redis.url, _names.TASK_CALL, [payload], parked, _auth.load_keyring())
-    captured = [json.loads(client.rpop(parked))]
-    [envelope] = captured
+    envelope = captured(client, broker_fleet.redis.url, _names.TASK_CALL, [payload], broker_fleet.queue)
     assert envelope["headers"].get(_auth.MAC_HEADER)
     import base64
 
@@ -173,7 +170,9 @@ async def test_secret_file_and_rotation(broker_fleet, tmp_path) -> None:  # noqa
             if works:
                 assert outcome.error is None and outcome.result in (2, "2"), outcome
             else:
-                assert outcome.error is not None and outcome.error.type == "timeout", outcome
+                # Refused, and said so at once (issue 20): not a silent wait until the call's deadline.
+                assert outcome.fatal is not None and outcome.fatal.type == "FleetMisconfigured", outcome
+                assert "rejects this orchestrator's messages (unauthenticated)" in outcome.fatal.message
         assert worker.alive()
     finally:
         worker.cleanup()

@@ -48,6 +48,9 @@ _WRITE_SCRIPT = (
 class AgentSandboxEnvironment(SandboxEnvironment):
     """A sandbox reached through per-user agent channels. ``state`` is scratch space for tools."""
 
+    # On a worker: admits and pins the user of every command (``workers._exec_user``); None: embedded.
+    user_gate: Any = None
+
     def __init__(self, sandbox_id: str, output_cap: int, default_env: dict[str, str] | None = None) -> None:
         self.sandbox_id = sandbox_id
         self.output_cap = output_cap
@@ -116,6 +119,8 @@ class AgentSandboxEnvironment(SandboxEnvironment):
             raise SandboxUnavailableError(f"Sandbox '{self.sandbox_id}' has been destroyed.")
         if not cmd:
             raise ValueError("exec() needs a non-empty argv")
+        if self.user_gate is not None:
+            user = await self.user_gate(self, user)
         _check_command(cmd, cwd, env, input)
         data = input.encode("utf-8") if isinstance(input, str) else input
         cap = cap or self.output_cap

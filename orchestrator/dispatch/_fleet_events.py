@@ -1,0 +1,57 @@
+"""Reading the fleet's events (``workers._fleet_events``) on the orchestrator side (pure; table-tested).
+
+A worker that rejects a task message (wrong secret, clock skew) or cannot store a result (Redis at
+``maxmemory``) PUBLISHes an event; the result listener hands each one here. An event matters only
+for a task id this dispatcher waits for: then a rejection becomes the one line the eval stops with,
+and a store failure the reason a wait reports if it runs out.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["FleetEvent", "parse_event", "rejection_line", "store_failed_line"]
+
+
+@dataclass(frozen=True)
+class FleetEvent:
+    kind: str
+    host: str
+    task_id: str
+    reason: str = ""  # rejected: why
+    error: str = ""  # store_failed: Redis's answer
+
+
+def parse_event(data: Any) -> FleetEvent | None:
+    """A fleet event from its JSON, or None for anything else (untrusted: anyone may PUBLISH)."""
+    try:
+        raw = json.loads(data)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(raw, dict) or not all(isinstance(raw.get(k), str) for k in ("kind", "host", "task_id")):
+        return None
+    text = {k: str(raw.get(k) or "")[:300] for k in ("reason", "error")}
+    return FleetEvent(kind=raw["kind"], host=raw["host"][:200], task_id=raw["task_id"], **text)
+
+
+def rejection_line(event: FleetEvent) -> str:
+    """The one line an eval stops with when a worker rejects this orchestrator's messages."""
+    reason = event.reason
+    if reason == "unauthenticated":
+        cause = ("its fleet secret differs from this orchestrator's: set the same TOOLFLEET_SECRET (or "
+                 "TOOLFLEET_SECRET_FILE) on both")
+    elif reason.startswith("stale:"):
+        cause = (f"{reason[len('stale:'):].strip()}: the clocks of this host and the worker host differ, or the "
+                 "message waited too long in the queue: sync clocks (NTP)")
+    elif reason == "no fleet secret on this worker":
+        cause = "the worker has no fleet secret: start it with TOOLFLEET_SECRET set"
+    else:
+        cause = reason or "no reason given"
+    return f"Worker host '{event.host}' rejects this orchestrator's messages ({reason}): {cause}."
+
+
+def store_failed_line(event: FleetEvent) -> str:
+    return (f"worker host '{event.host}' finished it but the broker would not store the result "
+            f"({event.error}); the worker keeps it and retries")

@@ -1,0 +1,111 @@
+"""Attack 3 (issue 20): replaying captured, genuinely signed messages.
+
+Before: the MAC covered neither time nor destination, and re-pushing one captured ``open_sandbox``
+five times opened five sandboxes and ran setup five times. Now: the MAC covers the issue time and
+the destination queue; a worker refuses a message older than the window (900 s), from more than 60 s
+in the future, or for another queue, and remembers consumed ids for the window (an open by one
+``SET NX EX``, a call by its claim). Against a real redis-server, a real worker and real Docker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+
+import pytest
+
+from orchestrator._wire import CallRequest, SandboxSpec
+from orchestrator.tool._registry import ToolRef
+from tests.distributed._helpers import starts
+from tests.support import sample_tools
+from tests.support.fleet import _wait
+from workers import _auth, _names
+
+from ._broker_support import broker_fleet, captured, dispatcher, legit_call_works, wait_for_log  # noqa: F401
+
+pytestmark = pytest.mark.celery
+
+
+def _record(path: str, label: str) -> dict:
+    return CallRequest(call_id=uuid.uuid4().hex, function="record", tool=ToolRef(name="record", module=sample_tools.__name__),
+                       arguments={"path": path, "label": label}).model_dump(mode="json")
+
+
+@pytest.mark.docker
+async def test_a_replayed_open_sandbox_opens_once(broker_fleet, dispatcher, sandbox_image) -> None:  # noqa: F811
+    import docker
+
+    eval_id = f"replay-{uuid.uuid4().hex[:8]}"
+    spec = SandboxSpec(eval_id=eval_id, sample_id="s", config={"type": "docker", "pool_size": 0}, setup="true")
+    client = broker_fleet.redis.client()
+    envelope = captured(client, broker_fleet.redis.url, _names.TASK_OPEN_SANDBOX, [spec.model_dump(mode="json"), None],
+                        broker_fleet.queue)
+    task_id = envelope["headers"]["id"]
+    docker_client = docker.from_env()
+
+    def containers() -> list:
+        return docker_client.containers.list(all=True, filters={"label": f"toolfleet.eval_id={eval_id}"})
+
+    try:
+        client.lpush(broker_fleet.queue, json.dumps(envelope))  # the genuine delivery
+        _wait(lambda: client.get(_names.result_key(task_id)) is not None, 120, "the open to finish")
+        for _ in range(5):  # the replays
+            client.lpush(broker_fleet.queue, json.dumps(envelope))
+        wait_for_log(broker_fleet.worker, "replayed")
+        await legit_call_works(dispatcher, broker_fleet)  # queued after the copies: they were all consumed
+        await asyncio.sleep(1.0)  # let a (wrongly) running copy reach Docker before counting
+        assert len(containers()) == 1
+        assert json.loads(client.get(_names.result_key(task_id)))["result"]["handle"]
+    finally:
+        for container in containers():
+            container.remove(force=True)
+
+
+async def test_a_replayed_call_runs_once(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
+    path = str(tmp_path / "starts")
+    client = broker_fleet.redis.client()
+    payload = _record(path, "once")
+    envelope = captured(client, broker_fleet.redis.url, _names.TASK_CALL, [payload], broker_fleet.queue,
+                        task_id=payload["call_id"])
+    for _ in range(5):
+        client.lpush(broker_fleet.queue, json.dumps(envelope))
+    await legit_call_works(dispatcher, broker_fleet)
+    _wait(lambda: starts(path, "once") >= 1, 30, "the first copy to run")
+    await legit_call_works(dispatcher, broker_fleet)
+    assert starts(path, "once") == 1
+
+
+def _signed_at(client, url: str, payload: dict, queue: str, issued: float) -> dict:  # type: ignore[no-untyped-def]
+    """A message as it would have been signed at ``issued`` (the test holds the secret to make one)."""
+    envelope = captured(client, url, _names.TASK_CALL, [payload], queue, task_id=payload["call_id"])
+    headers = envelope["headers"]
+    headers[_auth.ISSUED_HEADER] = f"{issued:.3f}"
+    headers[_auth.MAC_HEADER] = _auth.message_mac(_auth.load_keyring(), headers["task"], headers["id"],
+                                                  envelope["body"], headers[_auth.ISSUED_HEADER], queue)
+    return envelope
+
+
+@pytest.mark.parametrize("age, reason", [(1000.0, "stale: expired"), (-300.0, "issued 300 s in the future")],
+                         ids=["captured-16-min-ago", "from-the-future"])
+async def test_stale_messages_are_refused(broker_fleet, dispatcher, tmp_path, age, reason) -> None:  # noqa: F811
+    path = str(tmp_path / "starts")
+    client = broker_fleet.redis.client()
+    envelope = _signed_at(client, broker_fleet.redis.url, _record(path, "stale"), broker_fleet.queue, time.time() - age)
+    client.lpush(broker_fleet.queue, json.dumps(envelope))
+    await legit_call_works(dispatcher, broker_fleet)
+    wait_for_log(broker_fleet.worker, reason)
+    assert starts(path) == 0
+
+
+async def test_a_message_for_another_queue_is_refused(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
+    """Captured on its way to one host (or the shared queue), pushed onto another host's queue."""
+    path = str(tmp_path / "starts")
+    client = broker_fleet.redis.client()
+    envelope = captured(client, broker_fleet.redis.url, _names.TASK_CALL, [_record(path, "elsewhere")],
+                        _names.host_queue("some-other-host"))
+    client.lpush(broker_fleet.queue, json.dumps(envelope))
+    await legit_call_works(dispatcher, broker_fleet)
+    wait_for_log(broker_fleet.worker, "sent to another queue")
+    assert starts(path) == 0

@@ -1,0 +1,55 @@
+"""What a worker tells orchestrators at once, on the ``toolfleet:fleet-events`` channel (best effort).
+
+A misconfigured fleet used to fail silently: a worker with another secret only logged its rejections
+while the eval waited for its deadline; a result Redis refused to store (``maxmemory``) was simply
+lost. Each event is one small JSON object PUBLISHed on ``_names.FLEET_EVENTS_CHANNEL`` — PUBLISH works
+even when Redis is out of memory — and every orchestrator's result listener is subscribed to it:
+
+* ``{"kind": "rejected", "host", "reason", "task_id", "queue"}``: a task message was dropped before
+  delivery (``unauthenticated``, ``stale: ...``, ``sent to another queue``); sent at most once a
+  second per reason (the worker's reject log decides);
+* ``{"kind": "store_failed", "host", "task_id", "error"}``: a finished result could not be stored;
+  the worker keeps it and retries (``workers._result_store``).
+
+An event is advisory: an orchestrator acts on one only for a task id it is waiting for, so a forged
+event can at worst end waits that someone able to write Redis could end anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import structlog
+
+from . import _names
+
+__all__ = ["FleetEvents"]
+
+log = structlog.get_logger("toolfleet.worker.events")
+
+
+class FleetEvents:
+    """PUBLISHes fleet events through its own small Redis client (never the consumer's connection)."""
+
+    def __init__(self, url: str, host: str | None = None) -> None:
+        self._url = url
+        self.host = host or os.environ.get("TOOLFLEET_HOST") or "unknown"
+        self._client: Any = None
+
+    def publish(self, kind: str, **fields: Any) -> bool:
+        import redis
+        from redis.exceptions import RedisError
+
+        event = {"kind": kind, "host": self.host, "at": round(time.time(), 3),
+                 **{k: (str(v)[:300] if v is not None else None) for k, v in fields.items()}}
+        try:
+            if self._client is None:
+                self._client = redis.Redis.from_url(self._url, socket_timeout=2, socket_connect_timeout=2)
+            self._client.publish(_names.FLEET_EVENTS_CHANNEL, json.dumps(event))
+            return True
+        except (RedisError, OSError) as exc:
+            log.warning("worker.fleet_event_unsent", kind=kind, error=str(exc)[:200])
+            return False
