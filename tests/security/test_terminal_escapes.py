@@ -114,3 +114,22 @@ def test_the_approval_console_escapes_the_call() -> None:
     child.expect("Explanation")
     child.sendline("no")
     console.finish(child)
+
+
+def test_the_live_display_escapes_names_and_notices() -> None:
+    """A third party's task file names the task; a resumed log's path is shown as a notice."""
+    import io
+
+    from rich.console import Console
+
+    from orchestrator.eval._display import RichDisplay
+    from orchestrator.eval._progress import EvalProgress
+
+    progress = EvalProgress(task="evil\x1b]0;pwned\x07[bold]x", model="m\x9b2J", log="/tmp/l\u202eog",
+                            total=1, notice="resuming \x1b[2J")
+    display = RichDisplay(progress, file=io.StringIO())
+    out = io.StringIO()
+    Console(file=out, force_terminal=False, color_system=None, width=200).print(display.render())
+    shown = out.getvalue()
+    assert "evil\\x1b]0;pwned\\x07[bold]x" in shown and "m\\x9b2J" in shown and "resuming \\x1b[2J" in shown
+    assert not any(c in shown for c in ("\x1b", "\x07", "\x9b", "\u202e"))
