@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,44 +82,3 @@ def attach_setup_execs(exc: BaseException, execs: Any, dropped: int, host: str |
         exc.sandbox_host = host  # type: ignore[attr-defined]
     except AttributeError:  # an exception type that refuses attributes: nothing to carry
         pass
-
-
-_NO_ROUTE = SampleRoute()
-_route: ContextVar[SampleRoute] = ContextVar("toolfleet_route", default=_NO_ROUTE)
-
-
-def current_route() -> SampleRoute:
-    return _route.get()
-
-
-def set_route(route: SampleRoute) -> Any:
-    return _route.set(route)
-
-
-def reset_route(token: Any) -> None:
-    _route.reset(token)
-
-
-_active: ContextVar[Dispatcher | None] = ContextVar("toolfleet_dispatcher", default=None)
-
-
-def active_dispatcher() -> Dispatcher:
-    dispatcher = _active.get()
-    if dispatcher is None:
-        return _default_dispatcher()
-    return dispatcher
-
-
-def _default_dispatcher() -> Dispatcher:
-    from .inprocess import InProcessDispatcher  # deferred: inprocess imports this module
-
-    return InProcessDispatcher.default()
-
-
-def set_active_dispatcher(dispatcher: Dispatcher | None) -> Any:
-    """Bind a dispatcher for the current context (returns a token for ``reset_active_dispatcher``)."""
-    return _active.set(dispatcher)
-
-
-def reset_active_dispatcher(token: Any) -> None:
-    _active.reset(token)

@@ -38,7 +38,8 @@ from orchestrator.util._sandbox import SandboxUnavailableError
 from workers import _auth, _names, placement
 from workers.app import AppConfig, create_app
 
-from ._dispatcher import Dispatch, Dispatcher, SampleRoute, attach_setup_execs, current_route
+from ._context import current_route
+from ._dispatcher import Dispatch, Dispatcher, SampleRoute, attach_setup_execs
 from ._publisher import Publisher, TaskMessage
 from ._results import ResultListener
 

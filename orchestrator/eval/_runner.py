@@ -27,7 +27,7 @@ from orchestrator._wire import SandboxSpec
 from orchestrator.approval._policy import approval_policy_scope
 from orchestrator.dataset import Sample, sandbox_files_wire
 from orchestrator.dispatch import Dispatcher, SampleRoute, reset_active_dispatcher, set_active_dispatcher, set_route
-from orchestrator.dispatch._dispatcher import reset_route
+from orchestrator.dispatch._context import reset_route
 from orchestrator.log import ToolEvent, Transcript, bind_transcript
 from orchestrator.log._events import BaseEvent, ErrorEvent, InfoEvent, SampleLimitEvent
 from orchestrator.log._sandbox_events import exec_phase, record_sandbox_execs, reset_exec_phase, set_exec_phase
