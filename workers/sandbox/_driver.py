@@ -226,7 +226,7 @@ def sandbox_config(value: str | dict[str, Any] | BaseModel | tuple[str, Any],
         if isinstance(config, (str, Path)):
             if kind != "docker":
                 raise ValueError(f"a compose file configures a 'docker' sandbox, not {kind!r}")
-            from ._compose import read_compose
+            from orchestrator.util._compose import read_compose
 
             return read_compose(config, base_dir)
         value = {**(config.model_dump() if isinstance(config, BaseModel) else dict(config or {})), "type": kind}
