@@ -100,7 +100,7 @@ def _refuse(field: str, why: str) -> PolicyRefused:
 
 def admit_sandbox(policy: WorkerPolicy, config: dict[str, Any]) -> dict[str, Any]:
     """The sandbox config this worker will build for a message's ``config`` (or ``PolicyRefused``)."""
-    from .sandbox._driver import sandbox_config
+    from orchestrator.util._sandbox_parse import sandbox_config
 
     if not isinstance(config, dict):
         raise PolicyRefused("The sandbox config must be a JSON object.")

@@ -18,8 +18,11 @@ from orchestrator.util._sandbox import SandboxUnavailableError
 
 from ._sandbox_recorder import ExecList, RecordingSandbox
 from .sandbox import _registry as registry
-from .sandbox._driver import DockerSandboxConfig, SandboxDriver, sandbox_config
-from .sandbox._driver import SandboxSpec as DriverSpec
+from orchestrator.util._sandbox_config import DockerSandboxConfig
+from orchestrator.util._sandbox_parse import sandbox_config
+
+from .sandbox._build import build_driver
+from .sandbox._driver import SandboxDriver, SandboxRequest
 
 log = structlog.get_logger("toolfleet.sandbox")
 
@@ -39,7 +42,7 @@ async def _driver_for(config_json: dict) -> SandboxDriver:
     async with _lock:
         driver = _drivers.get(key)
         if driver is None:
-            driver = config.driver()
+            driver = build_driver(config)
             _drivers[key] = driver
         return driver
 
@@ -57,7 +60,7 @@ async def open_sandbox_recorded(spec: SandboxSpec) -> tuple[str, ExecList]:
     output is what the transcript most needs).
     """
     driver = await _driver_for(spec.config)
-    env = await driver.create(DriverSpec(eval_id=spec.eval_id or "", sample_id=spec.sample_id or ""))
+    env = await driver.create(SandboxRequest(eval_id=spec.eval_id or "", sample_id=spec.sample_id or ""))
     handle: str = env.sandbox_id
     _owners[handle] = driver
     execs = ExecList()

@@ -237,7 +237,7 @@ def _task_dir(task: Task) -> Path | None:
 
 async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Options, display: Any,
                      preflight: bool = True) -> EvalLog:
-    from workers.sandbox._driver import sandbox_config
+    from orchestrator.util._sandbox_parse import sandbox_config
 
     # Eval-level settings override the task's.
     for name in ("message_limit", "token_limit", "time_limit"):

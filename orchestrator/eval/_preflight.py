@@ -62,7 +62,7 @@ def sandbox_needs(task_sandbox: Any, samples: Sequence[Any], base_dir: Any = Non
     """Validate every sandbox the samples will open (a spec that does not parse is one line naming the
     sample) and say what they need. ``base_dir``: where compose files are found."""
     from workers._policy import image_registry
-    from workers.sandbox._driver import sandbox_config
+    from orchestrator.util._sandbox_parse import sandbox_config
 
     needs = SandboxNeeds()
     parsed: dict[str, Any] = {}

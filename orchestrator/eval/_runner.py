@@ -333,7 +333,7 @@ def _sandbox_info(config: dict[str, Any], route: SampleRoute) -> dict[str, Any]:
 
 
 def _config_json(config: Any, base_dir: Path | None) -> dict[str, Any]:
-    from workers.sandbox._driver import sandbox_config
+    from orchestrator.util._sandbox_parse import sandbox_config
 
     return sandbox_config(config, base_dir).model_dump(mode="json")
 

@@ -25,6 +25,8 @@ from typing import Any
 
 import structlog
 
+from orchestrator.util._sandbox_config import DEFAULT_IMAGE
+
 from ._errors import SandboxCapacityError
 
 log = structlog.get_logger("toolfleet.sandbox")
@@ -51,8 +53,6 @@ class HostSandboxes:
     def pool_size_for(self, image: str, asked: int | None) -> int:
         """Spares a driver for ``image`` keeps: what its config asked, else the host's choice."""
         if asked is None:
-            from ._driver import DEFAULT_IMAGE
-
             patterns = self.pooled_images or (DEFAULT_IMAGE,)
             asked = DEFAULT_SPARES if any(fnmatch.fnmatchcase(image, p) for p in patterns) else 0
         return min(asked, self.max_spares)

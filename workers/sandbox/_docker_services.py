@@ -28,7 +28,7 @@ from orchestrator.util._sandbox import SandboxUnavailableError
 from ._docker_disk import DEFAULT_WRITABLE
 from ._docker_labels import container_labels
 from ._docker_pull import service_image
-from ._driver import HealthCheck, ServiceConfig
+from orchestrator.util._sandbox_config import HealthCheck, ServiceConfig
 from ._errors import SandboxImageError, missing_image_message
 
 if TYPE_CHECKING:

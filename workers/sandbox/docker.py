@@ -25,6 +25,7 @@ import structlog
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from orchestrator.util._sandbox import SandboxUnavailableError
+from orchestrator.util._sandbox_config import DockerSandboxConfig
 
 from . import _registry
 from ._channel import AgentChannel, ChannelClosed, RawResult
@@ -36,7 +37,7 @@ from ._docker_labels import MANAGED, container_labels, reap_reason
 from ._docker_pool import ContainerPool, host_sandboxes
 from ._docker_pull import before_create, image_at_start
 from ._docker_services import pod_hosts, start_services, stop_services
-from ._driver import DockerSandboxConfig, SandboxDriver, SandboxSpec
+from ._driver import SandboxDriver, SandboxRequest
 from ._environment import AgentSandboxEnvironment
 from ._errors import SandboxImageError, SandboxOutOfMemoryError, missing_image_message
 
@@ -195,8 +196,8 @@ class DockerSandboxDriver(SandboxDriver):
             return
         self.listener = listener
 
-    async def create(self, spec: SandboxSpec | None = None) -> DockerSandboxEnvironment:
-        spec = spec or SandboxSpec()
+    async def create(self, spec: SandboxRequest | None = None) -> DockerSandboxEnvironment:
+        spec = spec or SandboxRequest()
         await self.start()
         await before_create(self)  # pull_policy 'always': pull first; a new image drops stale spares
         env = await self.pool.acquire()
@@ -354,7 +355,7 @@ class DockerSandboxDriver(SandboxDriver):
             log.warning("sandbox.remove_failed", container=env.container_id[:12], error=str(exc))
         _HELD.discard(env.container_id)
 
-    def _tag_later(self, env: DockerSandboxEnvironment, spec: SandboxSpec) -> None:
+    def _tag_later(self, env: DockerSandboxEnvironment, spec: SandboxRequest) -> None:
         """A pooled container learns its sample: labels are immutable, so the name carries it."""
         if not spec.sample_id:
             return

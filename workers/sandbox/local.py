@@ -19,10 +19,11 @@ import uuid
 import structlog
 
 from orchestrator.util._sandbox import ExecResult, SandboxUnavailableError
+from orchestrator.util._sandbox_config import LocalSandboxConfig
 
 from . import _registry
 from ._channel import AGENT_PATH, AgentChannel, ChannelClosed
-from ._driver import LocalSandboxConfig, SandboxDriver, SandboxSpec
+from ._driver import SandboxDriver, SandboxRequest
 from ._environment import AgentSandboxEnvironment
 
 log = structlog.get_logger("toolfleet.sandbox")
@@ -98,8 +99,8 @@ class LocalSandboxDriver(SandboxDriver):
         self.config = config or LocalSandboxConfig()
         self._envs: dict[str, LocalSandboxEnvironment] = {}
 
-    async def create(self, spec: SandboxSpec | None = None) -> LocalSandboxEnvironment:
-        spec = spec or SandboxSpec()
+    async def create(self, spec: SandboxRequest | None = None) -> LocalSandboxEnvironment:
+        spec = spec or SandboxRequest()
         sandbox_id = f"local-{uuid.uuid4().hex[:12]}"
         root = await asyncio.to_thread(tempfile.mkdtemp, prefix="toolfleet-", dir=self.config.root_dir)
         env = LocalSandboxEnvironment(sandbox_id, root, self.config.output_cap, spec.env)
