@@ -36,7 +36,7 @@ from ._docker_exec import open_agent, universal_exec
 from ._docker_labels import MANAGED, container_labels, reap_reason
 from ._docker_pool import ContainerPool, host_sandboxes
 from ._docker_pull import before_create, image_at_start
-from ._docker_services import pod_hosts, start_services, stop_services
+from ._docker_pod import pod_hosts, start_services, stop_services
 from ._driver import SandboxDriver, SandboxRequest
 from ._environment import AgentSandboxEnvironment
 from ._errors import SandboxImageError, SandboxOutOfMemoryError, missing_image_message
