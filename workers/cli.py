@@ -28,9 +28,7 @@ from ._loop import HOST_ENV, WorkerConfig, start_runtime, stop_runtime
 from ._policy import WorkerPolicy, broker_is_loopback
 from .app import BROKER_ENV, DEFAULT_BROKER
 from .heartbeat import claim_identity
-from .sandbox._docker_labels import set_owner
-from .sandbox._docker_pool import configure_host
-from .sandbox._docker_pull import configure_registries
+from .sandbox._docker_pool import host_sandboxes
 
 # Tool modules every worker registers at start-up (the built-in tools); --import adds the user's.
 BUILTIN_TOOL_MODULES = ("workers.tools", "workers.scoring")
@@ -155,10 +153,10 @@ def worker_main(argv: list[str]) -> int:
         print(f"toolfleet worker: {duplicate}", file=sys.stderr, flush=True)
         return 2
     os.environ[HOST_ENV] = config.host
-    set_owner(config.host)  # containers are labelled with this worker's identity
-    configure_host(limit=args.slots, max_spares=args.warm_pool, idle_ttl=args.pool_idle_ttl,
-                   pooled_images=args.pool_images or ())
-    configure_registries(config.policy.registries)  # a worker pulls from these only (none by default)
+    # Containers are labelled with this worker's identity; it pulls from its registries only (none by default).
+    host_sandboxes().configure(limit=args.slots, max_spares=args.warm_pool, idle_ttl=args.pool_idle_ttl,
+                               pooled_images=args.pool_images or (), owner=config.host,
+                               registries=config.policy.registries)
 
     from . import app as app_module
 
