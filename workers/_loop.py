@@ -143,7 +143,7 @@ class WorkerRuntime:
     async def _reap(self) -> None:
         """Remove sandboxes a previous incarnation of this host left behind (at every start)."""
         try:
-            from . import _sandbox_service
+            from . import _sandbox_host as _sandbox_service
         except ImportError:
             return
         reap = getattr(_sandbox_service, "reap", None)
@@ -176,7 +176,7 @@ class WorkerRuntime:
         if self.heartbeat is not None:
             await self.heartbeat.stop(remove=True)
         try:
-            from . import _sandbox_service
+            from . import _sandbox_host as _sandbox_service
 
             close_all = getattr(_sandbox_service, "close_all", None)
             if close_all is not None:

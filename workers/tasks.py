@@ -101,7 +101,7 @@ async def run_open(rt: WorkerRuntime, payload: dict[str, Any], owner: str | None
     try:
         spec = SandboxSpec.model_validate(payload)
         spec = spec.model_copy(update={"config": admit_sandbox(rt.policy, spec.config)})  # the worker decides
-        from ._sandbox_service import open_sandbox_recorded
+        from ._sandbox_host import open_sandbox_recorded
 
         handle, execs = await open_sandbox_recorded(spec)
     except PolicyRefused as exc:
@@ -134,7 +134,7 @@ async def run_close(rt: WorkerRuntime, handle: str) -> dict[str, Any]:
         return {"closed": handle, "host": host, "existed": False}  # idempotent: no slot to give back twice
     weight = 1 + len(getattr(_registry.get(handle), "services", None) or {})  # its containers' slots
     try:
-        from ._sandbox_service import close_sandbox
+        from ._sandbox_host import close_sandbox
 
         await close_sandbox(handle)
     except Exception as exc:  # noqa: BLE001

@@ -50,7 +50,7 @@ class InProcessDispatcher(Dispatcher):
         return await execute_request(request, tool=item.tool)
 
     async def open_sandbox(self, spec: SandboxSpec) -> SampleRoute:
-        from workers._sandbox_service import open_sandbox_recorded
+        from workers._sandbox_host import open_sandbox_recorded
 
         try:
             handle, execs = await open_sandbox_recorded(spec)
@@ -63,7 +63,7 @@ class InProcessDispatcher(Dispatcher):
                            setup_execs_dropped=execs.dropped)
 
     async def close_sandbox(self, route: SampleRoute) -> None:
-        from workers._sandbox_service import close_sandbox
+        from workers._sandbox_host import close_sandbox
 
         if route.sandbox is not None:
             await close_sandbox(route.sandbox)

@@ -26,7 +26,7 @@ model_calls: Counter[str] = Counter()
 def lose_sandbox():
     async def execute() -> str:
         """Simulate losing this sample's sandbox host (first attempt only)."""
-        from workers._sandbox_service import close_sandbox
+        from workers._sandbox_host import close_sandbox
 
         route = current_route()
         if route.sample_id not in lost_once:
