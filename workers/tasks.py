@@ -32,8 +32,9 @@ from orchestrator.tool._registry import not_registered_message, registered_tool_
 from orchestrator.tool._tool_call import ToolCallError
 
 from . import _auth, _names, placement
+from ._rejects import rejects
 from ._call_memory import CallRunningElsewhere
-from ._loop import WorkerRuntime, runtime
+from ._loop import Runtimes, WorkerRuntime
 from ._outcome_cap import cap_outcome
 from ._policy import PolicyRefused, admit_sandbox
 
@@ -53,8 +54,6 @@ def _error_outcome(call_id: str, host: str, type_: str, message: str) -> dict[st
 
 
 async def run_call(rt: WorkerRuntime, payload: dict[str, Any], task_id: str) -> dict[str, Any]:
-    from .executor import execute_request
-
     host = rt.config.host
     call_id = str(payload.get("call_id") or task_id) if isinstance(payload, dict) else task_id
     try:
@@ -73,7 +72,7 @@ async def run_call(rt: WorkerRuntime, payload: dict[str, Any], task_id: str) -> 
         return _error_outcome(call_id, host, "cancelled", "The call was cancelled before it started.")
     deadline = (request.timeout or rt.config.max_call_seconds) + rt.config.call_grace
     try:
-        outcome = await rt.memory.run_once(call_id, lambda: _capped(execute_request(request), rt.policy.max_outcome_bytes),
+        outcome = await rt.memory.run_once(call_id, lambda: _capped(rt.sandboxes.execute(request), rt.policy.max_outcome_bytes),
                                            claim_ttl=deadline)
     except asyncio.CancelledError:
         return _error_outcome(call_id, host, "cancelled", "The call was cancelled.")
@@ -101,9 +100,7 @@ async def run_open(rt: WorkerRuntime, payload: dict[str, Any], owner: str | None
     try:
         spec = SandboxSpec.model_validate(payload)
         spec = spec.model_copy(update={"config": admit_sandbox(rt.policy, spec.config)})  # the worker decides
-        from ._sandbox_host import open_sandbox_recorded
-
-        handle, execs = await open_sandbox_recorded(spec)
+        handle, execs = await rt.sandboxes.open(spec)
     except PolicyRefused as exc:
         log.warning("worker.sandbox_refused", host=host, reason=str(exc))
         return {"error": {"type": "PolicyRefused", "message": str(exc)}, "host": host}
@@ -127,26 +124,7 @@ def _execs_json(execs: Any) -> dict[str, Any]:
 
 
 async def run_close(rt: WorkerRuntime, handle: str) -> dict[str, Any]:
-    host = rt.config.host
-    from .sandbox import _registry
-
-    if handle not in _registry.live_ids():
-        return {"closed": handle, "host": host, "existed": False}  # idempotent: no slot to give back twice
-    weight = 1 + len(getattr(_registry.get(handle), "services", None) or {})  # its containers' slots
-    try:
-        from ._sandbox_host import close_sandbox
-
-        await close_sandbox(handle)
-    except Exception as exc:  # noqa: BLE001
-        log.warning("worker.close_sandbox_failed", host=host, handle=handle, error=str(exc))
-        return {"error": {"type": type(exc).__name__, "message": str(exc)}, "host": host}
-    finally:
-        rt.owners.pop(handle, None)
-        if rt.heartbeat is not None:
-            rt.heartbeat.record.sandboxes = max(0, rt.heartbeat.record.sandboxes - weight)
-        if rt.redis is not None:
-            await placement.release(rt.redis, host, weight)
-    return {"closed": handle, "host": host}
+    return await rt.close_sandbox(handle)
 
 
 log_ack_errors = logging.getLogger("toolfleet.worker.ack")
@@ -172,14 +150,16 @@ class FleetRequest(Request):
 _REQUEST = f"{FleetRequest.__module__}:{FleetRequest.__name__}"
 
 
-def register_tasks(app: Celery) -> None:
+def register_tasks(app: Celery, runtimes: Runtimes) -> None:
+    """The task bodies, on ``runtimes`` (also what this app's cancel control command reaches)."""
     from ._worker_logging import connect_log_level
 
     connect_log_level()  # structlog lines at the worker's --loglevel, not all of them
+    app.conf.toolfleet_runtimes = runtimes
 
     @app.task(name=_names.TASK_CALL, bind=True, acks_late=True, Request=_REQUEST)
     def call(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
-        rt = runtime(app.conf.broker_url)
+        rt = runtimes.get()
         task_id = self.request.id
         cap = _payload_too_large(app, payload)
         if cap is not None:
@@ -196,7 +176,7 @@ def register_tasks(app: Celery) -> None:
 
     @app.task(name=_names.TASK_OPEN_SANDBOX, bind=True, acks_late=True, Request=_REQUEST)
     def open_sandbox(self: Any, payload: dict[str, Any], owner: str | None = None) -> dict[str, Any]:
-        rt = runtime(app.conf.broker_url)
+        rt = runtimes.get()
         cap = _payload_too_large(app, payload)
         if cap is not None:
             return {"error": {"type": "limit", "message": f"The sandbox spec (files, setup) exceeded the payload limit of {cap} bytes."},
@@ -208,7 +188,7 @@ def register_tasks(app: Celery) -> None:
 
     @app.task(name=_names.TASK_CLOSE_SANDBOX, bind=True, acks_late=True, Request=_REQUEST)
     def close_sandbox(self: Any, handle: str) -> dict[str, Any]:
-        rt = runtime(app.conf.broker_url)
+        rt = runtimes.get()
         try:
             return rt.submit(run_close(rt, handle), timeout=rt.config.open_timeout)
         except TimeoutError as exc:
@@ -219,13 +199,10 @@ def register_tasks(app: Celery) -> None:
 def toolfleet_cancel(state: Any, call_ids: list[str], mac: str | None = None, **kwargs: Any) -> dict[str, Any]:
     """Cancel running toolfleet calls by id (Celery control command; runs in the consumer thread).
     Only when signed with the fleet secret: control messages are not otherwise authenticated."""
-    from . import _loop
-
-    rt = _loop._runtime
+    runtimes = getattr(state.consumer.app.conf, "toolfleet_runtimes", None)
+    rt = runtimes.current if runtimes is not None else None
     ids = [str(c) for c in call_ids] if isinstance(call_ids, list) else []
     if rt is None or rt.keyring is None or not _auth.verify_cancel(rt.keyring, mac, ids):
-        from .app import rejects
-
         rejects.reject("unauthenticated cancel", None)
         return {"error": "unauthenticated"}
     rt.cancel_calls(ids)

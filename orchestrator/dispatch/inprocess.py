@@ -12,14 +12,21 @@ from typing import ClassVar
 
 from orchestrator._wire import CallOutcome, SandboxSpec
 from orchestrator.util._sandbox import SandboxUnavailableError
-from workers.executor import HOST, execute_call, execute_request, lookup_sandbox
+from workers._sandbox_host import SandboxHost
+from workers.executor import HOST, execute_call
 
 from ._dispatcher import Dispatch, Dispatcher, SampleRoute, attach_setup_execs
 
 
 class InProcessDispatcher(Dispatcher):
+    """``host``: the sandboxes it opens and runs calls in (default: the one this process's embedded
+    dispatchers share, so docker pools outlive one eval)."""
+
     name = "inprocess"
     _default: ClassVar["InProcessDispatcher | None"] = None
+
+    def __init__(self, host: SandboxHost | None = None) -> None:
+        self.host = host or SandboxHost.process()
 
     @classmethod
     def default(cls) -> "InProcessDispatcher":
@@ -33,8 +40,7 @@ class InProcessDispatcher(Dispatcher):
     async def run_one(self, item: Dispatch) -> CallOutcome:
         return await self._run(item)  # inline: no task needed for a single call
 
-    @staticmethod
-    async def _run(item: Dispatch) -> CallOutcome:
+    async def _run(self, item: Dispatch) -> CallOutcome:
         request = item.request
         if request.sandbox is None:
             # The caller's context already carries the sample's sandbox (if any).
@@ -43,17 +49,15 @@ class InProcessDispatcher(Dispatcher):
             # A conversation tool (submit, handoff, runs_on="orchestrator") always runs here, even when
             # the sample's sandbox lives on a worker host: it then runs without the sandbox.
             try:
-                env = lookup_sandbox(request.sandbox)
+                env = self.host.lookup(request.sandbox)
             except SandboxUnavailableError:
                 env = None
             return await execute_call(request, tool=item.tool, env=env)
-        return await execute_request(request, tool=item.tool)
+        return await self.host.execute(request, tool=item.tool)
 
     async def open_sandbox(self, spec: SandboxSpec) -> SampleRoute:
-        from workers._sandbox_host import open_sandbox_recorded
-
         try:
-            handle, execs = await open_sandbox_recorded(spec)
+            handle, execs = await self.host.open(spec)
         except Exception as exc:
             recorded = getattr(exc, "sandbox_execs", None)
             if recorded is not None:
@@ -63,7 +67,5 @@ class InProcessDispatcher(Dispatcher):
                            setup_execs_dropped=execs.dropped)
 
     async def close_sandbox(self, route: SampleRoute) -> None:
-        from workers._sandbox_host import close_sandbox
-
         if route.sandbox is not None:
-            await close_sandbox(route.sandbox)
+            await self.host.close(route.sandbox)
