@@ -23,7 +23,7 @@ from orchestrator.util._sandbox_config import DockerSandboxConfig, LocalSandboxC
 from orchestrator.util._sandbox_parse import sandbox_config
 
 from . import executor
-from ._sandbox_recorder import ExecList, RecordingSandbox
+from orchestrator.util._sandbox_recorder import ExecList, RecordingSandbox
 from .sandbox import _registry as registry
 from .sandbox._build import build_driver
 from .sandbox._docker_pool import HostSandboxes, host_sandboxes

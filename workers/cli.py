@@ -32,7 +32,7 @@ from ._sandbox_host import SandboxHost
 from .sandbox._docker_pool import HostSandboxes
 
 # Tool modules every worker registers at start-up (the built-in tools); --import adds the user's.
-BUILTIN_TOOL_MODULES = ("workers.tools", "workers.scoring")
+BUILTIN_TOOL_MODULES = ("orchestrator.tool._tools", "orchestrator.tool._tools._sandbox_access")
 # Celery remote-control commands a worker keeps: read-only inspection, events for Flower, and our
 # signed cancel. Control messages carry no fleet MAC, so the ones that change a worker (shutdown,
 # pool_restart, revoke, add_consumer, rate_limit, ...) are removed unless --unsafe-remote-control.

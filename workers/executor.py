@@ -29,8 +29,8 @@ from orchestrator.util._sandbox import (
     bind_sandbox,
 )
 
-from ._classify import classify_exception
-from ._sandbox_recorder import ExecList, RecordingSandbox, recorded_services
+from orchestrator.tool._classify import classify_exception
+from orchestrator.util._sandbox_recorder import ExecList, RecordingSandbox, recorded_services
 
 HOST = socket.gethostname()
 

@@ -33,7 +33,7 @@ from orchestrator._wire import CallRequest
 from orchestrator.tool._registry import tool_meta
 from workers.executor import execute_call
 from workers.sandbox import build_driver, DEFAULT_IMAGE, DockerSandboxConfig, SandboxRequest
-from workers.tools import bash, python
+from orchestrator.tool._tools import bash, python
 
 # The floor: spawning the same command from inside the sandbox, no channel at all (same container,
 # same limits). It tells what part of p50 is the process spawn itself on this machine.

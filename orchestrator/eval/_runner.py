@@ -297,7 +297,7 @@ def _sample_sandboxes(route: SampleRoute, config: dict[str, Any]) -> tuple[Sandb
     dispatcher. Either way each exec is a ``SandboxEvent``: here recorded as it happens; through a
     proxy, the worker's records come back with each internal call.
     """
-    from workers._sandbox_recorder import RecordingSandbox, recorded_services
+    from orchestrator.util._sandbox_recorder import RecordingSandbox, recorded_services
     from workers.executor import HOST, lookup_sandbox
 
     try:

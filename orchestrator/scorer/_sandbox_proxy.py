@@ -2,7 +2,7 @@
 
 In distributed mode the sample's sandbox is on a worker host, so the sample runner binds this proxy as the
 sample's ``sandbox()``: each ``exec`` / ``read_file`` / ``write_file`` becomes a call to an internal tool
-(``workers/scoring.py``) through the active dispatcher, and errors come back as the exceptions the
+(``orchestrator/tool/_tools/_sandbox_access.py``) through the active dispatcher, and errors come back as the exceptions the
 ``SandboxEnvironment`` contract names. (Embedded mode binds the real environment instead.)
 """
 
@@ -30,7 +30,7 @@ class SandboxCallError(RuntimeError):
 async def call_sandbox_tool(name: str, arguments: dict[str, Any]) -> CallOutcome:
     """Run internal tool ``name`` next to the current sample's sandbox, through the active dispatcher."""
     from orchestrator.dispatch import Dispatch, active_dispatcher, current_route
-    from workers import scoring
+    from orchestrator.tool._tools import _sandbox_access as scoring
 
     route = current_route()
     if route.sandbox is None:
