@@ -27,6 +27,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from orchestrator.util._image_names import image_registry, pulls_from  # re-exported: they moved to the shared layer
+
 __all__ = ["PolicyRefused", "WorkerPolicy", "admit_sandbox", "broker_is_loopback", "image_registry", "parse_bytes",
            "pulls_from"]
 
@@ -63,25 +65,6 @@ _FREE = {"type", "image", "working_dir", "environment", "init", "read_only", "wa
          "acquire_timeout", "reap_interval", "default_service"}
 _ROOT_USER = re.compile(r"^(root|0)(:.*)?$|^[^:]*:(root|0)$")
 _UNITS = {"": 1, "b": 1, "k": 1024, "m": MiB, "g": 1024 * MiB, "t": 1024 * 1024 * MiB}
-
-
-def image_registry(image: str) -> str | None:
-    """The registry host an image names (``127.0.0.1:5000/team/img:1`` -> ``127.0.0.1:5000``), or None for a
-    bare name (``toolfleet/sandbox:latest``, ``img:1``): its first path component has a '.' or a ':' or is
-    ``localhost``, as Docker reads it."""
-    first, slash, _ = image.partition("/")
-    if not slash or not first:
-        return None
-    return first if ("." in first or ":" in first or first == "localhost") else None
-
-
-def pulls_from(registries: list[str] | None, image: str) -> bool:
-    """Whether ``image`` may be pulled by a process pulling from ``registries`` (None: from any registry,
-    as embedded mode does); a bare name is never pulled (built or loaded on the host)."""
-    registry = image_registry(image)
-    if registry is None:
-        return False
-    return registries is None or registry.lower() in {r.lower() for r in registries}
 
 
 def parse_bytes(value: str | int) -> int:

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator._wire import CallOutcome, CallRequest, SandboxExec, SandboxSpec
+from orchestrator.util._sandbox import SandboxEnvironment
+
+from ._preflight import SandboxNeeds
 
 
 @dataclass
@@ -53,6 +56,24 @@ class Dispatcher(ABC):
     @abstractmethod
     async def close_sandbox(self, route: "SampleRoute") -> None:
         """Destroy the sample's sandbox (idempotent; never raises for an already-gone sandbox)."""
+
+    # Whether its sandboxes open in this process, on this machine's Docker: they end with the process
+    # (nothing to journal for a later resume to close) and that Docker must answer.
+    sandboxes_here: bool = False
+
+    async def preflight(self, needs: SandboxNeeds) -> None:
+        """Check, before an eval's first sample, that the sandboxes ``needs`` describes can open where this
+        dispatcher runs them (``SandboxPreflightError``: one sentence)."""
+
+    def local_sandbox(self, route: SampleRoute) -> SandboxEnvironment | None:
+        """The sample's sandbox itself when it lives in this process (bound directly for scorers and
+        solvers); None: reach it through internal tool calls."""
+        return None
+
+    async def drain_spares(self) -> int:
+        """Remove the idle warm spares this dispatcher's sandboxes keep in this process (an eval's end);
+        how many went."""
+        return 0
 
     async def aclose(self) -> None:
         """Release connections and listeners."""

@@ -40,6 +40,7 @@ from workers.app import AppConfig, create_app
 
 from ._context import current_route
 from ._dispatcher import Dispatch, Dispatcher, SampleRoute, attach_setup_execs
+from ._preflight import SandboxNeeds, check_fleet
 from ._publisher import Publisher, TaskMessage
 from ._results import ResultListener
 
@@ -375,6 +376,9 @@ class CeleryDispatcher(Dispatcher):
                     await redis.lrem(_names.SANDBOX_DEMAND, 0, token)
                 except (RedisError, OSError):
                     pass
+
+    async def preflight(self, needs: SandboxNeeds) -> None:
+        await check_fleet(self.config.broker_url, needs.images, needs.kinds, needs.pullable, needs.pods)
 
     async def close_sandbox(self, route: SampleRoute) -> None:
         if route.sandbox is None:

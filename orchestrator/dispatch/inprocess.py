@@ -11,11 +11,12 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from orchestrator._wire import CallOutcome, SandboxSpec
-from orchestrator.util._sandbox import SandboxUnavailableError
+from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableError
 from workers._sandbox_host import SandboxHost
 from workers.executor import HOST, execute_call
 
 from ._dispatcher import Dispatch, Dispatcher, SampleRoute, attach_setup_execs
+from ._preflight import SandboxNeeds, check_local_images
 
 
 class InProcessDispatcher(Dispatcher):
@@ -23,6 +24,7 @@ class InProcessDispatcher(Dispatcher):
     dispatchers share, so docker pools outlive one eval)."""
 
     name = "inprocess"
+    sandboxes_here = True
     _default: ClassVar["InProcessDispatcher | None"] = None
 
     def __init__(self, host: SandboxHost | None = None) -> None:
@@ -65,6 +67,18 @@ class InProcessDispatcher(Dispatcher):
             raise
         return SampleRoute(sample_id=spec.sample_id, sandbox=handle, host=HOST, setup_execs=tuple(execs.items),
                            setup_execs_dropped=execs.dropped)
+
+    async def preflight(self, needs: SandboxNeeds) -> None:
+        await check_local_images(needs.images, needs.pullable)
+
+    def local_sandbox(self, route: SampleRoute) -> SandboxEnvironment | None:
+        try:
+            return self.host.lookup(str(route.sandbox)) if route.sandbox is not None else None
+        except SandboxUnavailableError:
+            return None
+
+    async def drain_spares(self) -> int:
+        return await self.host.drain()
 
     async def close_sandbox(self, route: SampleRoute) -> None:
         if route.sandbox is not None:

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import structlog
 
 from orchestrator.dataset import Sample
-from orchestrator.dispatch import Dispatcher, InProcessDispatcher, SampleRoute
+from orchestrator.dispatch import Dispatcher, SampleRoute
 from orchestrator.model._generate_config import GenerateConfig
 from orchestrator.model._model import Model, model_context
 
@@ -182,18 +182,14 @@ async def eval_async(
     finally:
         if own_dispatcher:
             await dispatcher.aclose()
-            if isinstance(dispatcher, InProcessDispatcher):
-                await _drain_spares()
+            await _drain_spares(dispatcher)
     return logs
 
 
-async def _drain_spares() -> None:
+async def _drain_spares(dispatcher: Dispatcher) -> None:
     """Embedded mode: warm spares would outlive the eval (idle until this process exits): remove them."""
-    pool_module = sys.modules.get("workers.sandbox._docker_pool")
-    if pool_module is None:
-        return  # no docker sandbox was used
     try:
-        await asyncio.wait_for(pool_module.host_sandboxes().drain_spares(), 60.0)
+        await asyncio.wait_for(dispatcher.drain_spares(), 60.0)
     except Exception as exc:  # noqa: BLE001 - best effort: the reaper removes what a dead process left
         _logger.warning("eval.drain_spares_failed", error=str(exc))
 
@@ -251,7 +247,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
                    if sandbox_spec is not None else None)
     except ValueError as exc:
         raise TaskError(f"Task: {describe_sandbox_error(sandbox_spec, exc)}") from None
-    if sandbox is not None and sandbox["type"] == "docker" and isinstance(dispatcher, InProcessDispatcher):
+    if sandbox is not None and sandbox["type"] == "docker" and dispatcher.sandboxes_here:
         await check_docker()
     approval, review = resolve_policies(o.approval if o.approval is not None else task.approval,
                                          o.review if o.review is not None else task.review)
@@ -260,9 +256,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     if o.limit is not None:
         samples = samples[: o.limit]
     if preflight:
-        embedded = isinstance(dispatcher, InProcessDispatcher)
-        broker_url = getattr(getattr(dispatcher, "config", None), "broker_url", None) or o.broker
-        await run_preflight(sandbox_spec, samples, embedded=embedded, broker_url=broker_url, base_dir=_task_dir(task))
+        await run_preflight(sandbox_spec, samples, dispatcher=dispatcher, base_dir=_task_dir(task))
     epochs = o.epochs or task.epochs
     identity = _identity(task, model, o, sandbox)
     notice: str | None = None
@@ -303,7 +297,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
         task=task, model=model, dispatcher=run_dispatcher, eval_id=spec.eval_id, run_id=run_id, sandbox_config=sandbox,
         approval=approval, review=review, retry_on_error=o.retry_on_error,
         sandbox_slots=asyncio.Semaphore(o.max_sandboxes) if o.max_sandboxes else None, progress=progress,
-        epochs=epochs, journal=None if isinstance(dispatcher, InProcessDispatcher) else writer)
+        epochs=epochs, journal=None if dispatcher.sandboxes_here else writer)
     results: dict[tuple[str, int], EvalSample] = dict(finished)
     started_at = time.time()
 

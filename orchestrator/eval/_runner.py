@@ -162,7 +162,7 @@ class SampleRunner:
                     route_token = set_route(route)
                     stack.callback(reset_route, route_token)
                     # Scorers and solvers may call sandbox() themselves (Inspect style).
-                    stack.enter_context(bind_sandbox(*_sample_sandboxes(route, config_json)))
+                    stack.enter_context(bind_sandbox(*_sample_sandboxes(self.dispatcher, route, config_json)))
                 self.progress.running += 1
                 self.progress.notify("start")
                 try:
@@ -290,7 +290,8 @@ class SampleRunner:
         return result
 
 
-def _sample_sandboxes(route: SampleRoute, config: dict[str, Any]) -> tuple[SandboxEnvironment, dict[str, SandboxEnvironment] | None]:
+def _sample_sandboxes(dispatcher: Dispatcher, route: SampleRoute,
+                      config: dict[str, Any]) -> tuple[SandboxEnvironment, dict[str, SandboxEnvironment] | None]:
     """The sample's sandbox and, for a multi-service one, its containers by name (``sandbox("name")``).
 
     The real environments when they live in this process (embedded), else proxies through the
@@ -298,11 +299,9 @@ def _sample_sandboxes(route: SampleRoute, config: dict[str, Any]) -> tuple[Sandb
     proxy, the worker's records come back with each internal call.
     """
     from orchestrator.util._sandbox_recorder import RecordingSandbox, recorded_services
-    from workers.executor import HOST, lookup_sandbox
 
-    try:
-        env = lookup_sandbox(str(route.sandbox))
-    except SandboxUnavailableError:
+    env = dispatcher.local_sandbox(route)
+    if env is None:
         services = config.get("services") or {}  # the sandbox config as sent (JSON)
         if not services:
             return DispatchedSandbox(), None
@@ -311,7 +310,7 @@ def _sample_sandboxes(route: SampleRoute, config: dict[str, Any]) -> tuple[Sandb
         return default, {config["default_service"]: default, **named}
 
     def sink(rec: Any) -> None:
-        record_sandbox_execs([rec], HOST, exec_phase())
+        record_sandbox_execs([rec], route.host, exec_phase())
 
     recorded = RecordingSandbox(env, sink)
     return recorded, recorded_services(env, recorded, sink)
