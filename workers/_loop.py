@@ -24,7 +24,7 @@ from redis.exceptions import RedisError
 
 from . import _auth, _names, placement
 from ._call_memory import CallMemory
-from ._policy import WorkerPolicy
+from ._admission import WorkerPolicy
 from ._sandbox_host import SandboxHost
 from .heartbeat import Heartbeat, HostRecord
 

@@ -25,7 +25,7 @@ import uuid
 
 from . import _auth, _names
 from ._loop import HOST_ENV, Runtimes, WorkerConfig
-from ._policy import WorkerPolicy, broker_is_loopback
+from ._admission import WorkerPolicy, broker_is_loopback
 from .app import BROKER_ENV, DEFAULT_BROKER, AppConfig, create_worker_app
 from .heartbeat import claim_identity
 from ._sandbox_host import SandboxHost

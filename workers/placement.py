@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from redis.asyncio import Redis
 
 from . import _names
-from ._policy import pulls_from
+from ._admission import pulls_from
 from .heartbeat import HostRecord
 
 

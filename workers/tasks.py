@@ -36,7 +36,7 @@ from ._rejects import rejects
 from ._call_memory import CallRunningElsewhere
 from ._loop import Runtimes, WorkerRuntime
 from ._outcome_cap import cap_outcome
-from ._policy import PolicyRefused, admit_sandbox
+from ._admission import PolicyRefused, admit_sandbox
 
 log = structlog.get_logger("toolfleet.worker")
 

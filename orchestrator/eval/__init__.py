@@ -3,7 +3,7 @@
 from ._errors import BrokerUnreachableError, DockerUnreachableError, EvalSetupError, PolicyFileError
 from ._eval import eval, eval_async, eval_retry, eval_retry_async
 from ._eval_set import eval_set, eval_set_async
-from ._log import (
+from ._log_file import (
     LOG_FORMAT,
     LOG_VERSION,
     EvalConfig,

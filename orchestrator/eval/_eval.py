@@ -31,7 +31,7 @@ from orchestrator.model._generate_config import GenerateConfig
 from orchestrator.model._model import Model, model_context
 
 from ._identity import recordable_args
-from ._log import (
+from ._log_file import (
     LOG_SUFFIX,
     EvalError,
     EvalLog,

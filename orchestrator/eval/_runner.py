@@ -44,7 +44,7 @@ from orchestrator.util._limit import LimitExceededError, TerminateSampleError
 from orchestrator.util._limits import apply_limits, message_limit, time_limit, token_limit
 from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableError, bind_sandbox
 
-from ._log import EvalError, EvalSample, EvalSampleLimit, LogWriter, SandboxRecord
+from ._log_file import EvalError, EvalSample, EvalSampleLimit, LogWriter, SandboxRecord
 from ._progress import EvalProgress
 from ._task import Task
 
