@@ -45,6 +45,7 @@ from ._log_file import (
 from ._plan import _build_spec, _find_resumable, _generate_config, _identity, _Options, _sample_id_list, _sample_ids, _select
 from ._policies import configured_model, resolve_model
 from ._preflight import describe_sandbox_error, probe_model
+from ._sandboxes import SandboxConfigs
 from ._preflight import preflight as run_preflight
 from ._progress import EvalProgress
 from ._reducers import check_reducers
@@ -233,8 +234,6 @@ def _task_dir(task: Task) -> Path | None:
 
 async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Options, display: Any,
                      preflight: bool = True) -> EvalLog:
-    from orchestrator.util._sandbox_parse import sandbox_config
-
     # Eval-level settings override the task's.
     for name in ("message_limit", "token_limit", "time_limit"):
         if getattr(o, name) is not None:
@@ -243,8 +242,8 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
         task.config = task.config.merge(o.generate_config)
     sandbox_spec = o.sandbox if o.sandbox is not None else task.sandbox
     try:
-        sandbox = (sandbox_config(sandbox_spec, _task_dir(task)).model_dump(mode="json")
-                   if sandbox_spec is not None else None)
+        sandboxes = SandboxConfigs(sandbox_spec, _task_dir(task))  # each distinct spec parsed once, here
+        sandbox = sandboxes.wire(sandbox_spec) if sandbox_spec is not None else None
     except ValueError as exc:
         raise TaskError(f"Task: {describe_sandbox_error(sandbox_spec, exc)}") from None
     if sandbox is not None and sandbox["type"] == "docker" and dispatcher.sandboxes_here:
@@ -256,7 +255,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     if o.limit is not None:
         samples = samples[: o.limit]
     if preflight:
-        await run_preflight(sandbox_spec, samples, dispatcher=dispatcher, base_dir=_task_dir(task))
+        await run_preflight(sandbox_spec, samples, dispatcher=dispatcher, configs=sandboxes)
     epochs = o.epochs or task.epochs
     identity = _identity(task, model, o, sandbox)
     notice: str | None = None
@@ -294,7 +293,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     else:
         run_dispatcher = dispatcher
     runner = SampleRunner(
-        task=task, model=model, dispatcher=run_dispatcher, eval_id=spec.eval_id, run_id=run_id, sandbox_config=sandbox,
+        task=task, model=model, dispatcher=run_dispatcher, eval_id=spec.eval_id, run_id=run_id, sandboxes=sandboxes,
         approval=approval, review=review, retry_on_error=o.retry_on_error,
         sandbox_slots=asyncio.Semaphore(o.max_sandboxes) if o.max_sandboxes else None, progress=progress,
         epochs=epochs, journal=None if dispatcher.sandboxes_here else writer)

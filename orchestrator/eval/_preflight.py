@@ -35,6 +35,7 @@ from orchestrator.dispatch._preflight import (
 )
 
 from ._errors import EvalSetupError
+from ._sandboxes import SandboxConfigs
 
 
 class PreflightError(EvalSetupError):
@@ -54,12 +55,14 @@ def describe_sandbox_error(spec: Any, exc: Exception) -> str:
     return f"invalid sandbox {spec!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
 
 
-def sandbox_needs(task_sandbox: Any, samples: Sequence[Any], base_dir: Any = None) -> SandboxNeeds:
+def sandbox_needs(task_sandbox: Any, samples: Sequence[Any], base_dir: Any = None,
+                  configs: SandboxConfigs | None = None) -> SandboxNeeds:
     """Validate every sandbox the samples will open (a spec that does not parse is one line naming the
-    sample) and say what they need. ``base_dir``: where compose files are found."""
+    sample) and say what they need. ``configs``: the task's parsed specs (parsed here if not yet);
+    ``base_dir``: where compose files are found, without them."""
     from orchestrator.util._image_names import image_registry
-    from orchestrator.util._sandbox_parse import sandbox_config
 
+    configs = configs or SandboxConfigs(None, base_dir)
     needs = SandboxNeeds()
     parsed: dict[str, Any] = {}
     for sample in samples:
@@ -69,7 +72,7 @@ def sandbox_needs(task_sandbox: Any, samples: Sequence[Any], base_dir: Any = Non
         key = repr(spec)
         if key not in parsed:
             try:
-                parsed[key] = config = sandbox_config(spec, base_dir)
+                parsed[key] = config = configs.parse(spec)
             except (ValidationError, ValueError, TypeError) as exc:
                 where = f"Sample {sample.id!r}: " if sample.sandbox is not None else "Task: "
                 raise PreflightError(where + describe_sandbox_error(spec, exc)) from None
@@ -124,11 +127,12 @@ async def probe_model(model: Any) -> None:
 
 
 async def preflight(task_sandbox: Any, samples: Sequence[Any], *, dispatcher: Dispatcher | None = None,
-                    embedded: bool = False, broker_url: str | None = None, base_dir: Any = None) -> None:
+                    embedded: bool = False, broker_url: str | None = None, base_dir: Any = None,
+                    configs: SandboxConfigs | None = None) -> None:
     """Sandbox specs, then what the dispatcher needs for them (images, workers) for one task's samples (the
     model is probed once per eval). Without a dispatcher: this machine's Docker (``embedded``) or the
     fleet on ``broker_url``."""
-    needs = sandbox_needs(task_sandbox, samples, base_dir)
+    needs = sandbox_needs(task_sandbox, samples, base_dir, configs)
     try:
         if dispatcher is not None:
             await dispatcher.preflight(needs)

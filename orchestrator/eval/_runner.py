@@ -46,6 +46,7 @@ from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableErr
 
 from ._log_file import EvalError, EvalSample, EvalSampleLimit, LogWriter, SandboxRecord
 from ._progress import EvalProgress
+from ._sandboxes import SandboxConfigs
 from ._task import Task
 
 CLOSE_TIMEOUT_S = 60.0  # bound on tearing a sandbox down (a dead worker must not hang the eval)
@@ -69,7 +70,7 @@ class SampleRunner:
     dispatcher: Dispatcher
     eval_id: str
     run_id: str
-    sandbox_config: dict[str, Any] | None
+    sandboxes: SandboxConfigs  # the task's sandbox specs, parsed once
     approval: list[Any] | None
     review: list[Any] | None
     retry_on_error: int
@@ -137,13 +138,13 @@ class SampleRunner:
             token = set_active_dispatcher(self.dispatcher)
             stack.callback(reset_active_dispatcher, token)
             try:
-                config = sample.sandbox if sample.sandbox is not None else self.sandbox_config
+                config = self.sandboxes.spec_for(sample)
                 if config is not None:
                     if self.sandbox_slots is not None:
                         await self.sandbox_slots.acquire()
                         slot_held = True
                     files, setup = await asyncio.to_thread(sandbox_files_wire, sample, self._files_base_dir())
-                    config_json = _config_json(config, self._files_base_dir())
+                    config_json = self.sandboxes.wire(config)
                     try:
                         route = await self.dispatcher.open_sandbox(SandboxSpec(
                             eval_id=self.eval_id, sample_id=self._sandbox_sample_id(sample.id, epoch),
@@ -329,12 +330,6 @@ def _sandbox_info(config: dict[str, Any], route: SampleRoute) -> dict[str, Any]:
         if config.get("services"):
             info["services"] = {name: svc.get("image") for name, svc in config["services"].items()}
     return info
-
-
-def _config_json(config: Any, base_dir: Path | None) -> dict[str, Any]:
-    from orchestrator.util._sandbox_parse import sandbox_config
-
-    return sandbox_config(config, base_dir).model_dump(mode="json")
 
 
 def _worded(exc: BaseException) -> bool:
