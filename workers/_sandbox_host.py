@@ -24,10 +24,10 @@ from orchestrator.util._sandbox_parse import sandbox_config
 
 from . import executor
 from orchestrator.util._sandbox_recorder import ExecList, RecordingSandbox
-from .sandbox import _registry as registry
 from .sandbox._build import build_driver
 from .sandbox._docker_pool import HostSandboxes, host_sandboxes
 from .sandbox._driver import SandboxDriver, SandboxRequest
+from .sandbox._registry import SandboxRegistry, default_registry
 
 __all__ = ["SETUP_TIMEOUT_S", "SandboxHost", "SandboxSetupError"]
 
@@ -46,8 +46,9 @@ class SandboxHost:
 
     _process: ClassVar["SandboxHost | None"] = None
 
-    def __init__(self, docker: HostSandboxes | None = None) -> None:
+    def __init__(self, docker: HostSandboxes | None = None, registry: SandboxRegistry | None = None) -> None:
         self.docker = docker or host_sandboxes()
+        self.registry = registry or default_registry()  # its sandboxes by handle
         self._drivers: dict[str, SandboxDriver] = {}
         self._owners: dict[str, SandboxDriver] = {}
         self._lock = asyncio.Lock()
@@ -65,7 +66,7 @@ class SandboxHost:
             driver = self._drivers.get(key)
             if driver is None:
                 kwargs: dict[str, Any] = {"host": self.docker} if config.type == "docker" else {}
-                driver = self._drivers[key] = build_driver(config, **kwargs)
+                driver = self._drivers[key] = build_driver(config, registry=self.registry, **kwargs)
             return driver
 
     async def open(self, spec: SandboxSpec) -> tuple[str, ExecList]:
@@ -100,24 +101,24 @@ class SandboxHost:
         """Destroy a sandbox by handle; a sandbox that is already gone is not an error."""
         driver = self._owners.pop(handle, None)
         try:
-            env = registry.get(handle)
+            env = self.registry.get(handle)
         except SandboxUnavailableError:
             return
         if driver is None:  # opened by a driver we do not track: just forget it
-            registry.release(handle)
+            self.registry.release(handle)
             return
         await driver.destroy(env)
 
     def lookup(self, handle: str) -> SandboxEnvironment:
         """The live sandbox for a handle in this process (``SandboxUnavailableError`` if gone)."""
-        return registry.get(handle)
+        return self.registry.get(handle)
 
     def is_open(self, handle: str) -> bool:
-        return handle in registry.live_ids()
+        return handle in self.registry.live_ids()
 
     async def execute(self, request: CallRequest, tool: Callable[..., Any] | None = None) -> CallOutcome:
         """Run a call in the sandbox its request names by handle (an outcome, never an exception, when it is gone)."""
-        return await executor.execute_request(request, tool=tool)
+        return await executor.execute_request(request, tool=tool, lookup=self.lookup)
 
     async def drain(self) -> int:
         """Remove every idle warm spare of this loop's pools (an embedded eval's end); they refill when used."""

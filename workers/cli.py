@@ -30,6 +30,7 @@ from .app import BROKER_ENV, DEFAULT_BROKER, AppConfig, create_worker_app
 from .heartbeat import claim_identity
 from ._sandbox_host import SandboxHost
 from .sandbox._docker_pool import HostSandboxes
+from .sandbox._registry import SandboxRegistry
 
 # Tool modules every worker registers at start-up (the built-in tools); --import adds the user's.
 BUILTIN_TOOL_MODULES = ("orchestrator.tool._tools", "orchestrator.tool._tools._sandbox_access")
@@ -157,7 +158,7 @@ def worker_main(argv: list[str]) -> int:
     # registries only (none by default). Built here and handed to the runtime its tasks run on.
     sandboxes = SandboxHost(HostSandboxes(limit=args.slots, max_spares=args.warm_pool, idle_ttl=args.pool_idle_ttl,
                                           pooled_images=args.pool_images or (), owner=config.host,
-                                          registries=config.policy.registries))
+                                          registries=config.policy.registries), SandboxRegistry())
     runtimes = Runtimes(args.broker)
     app = create_worker_app(AppConfig(broker_url=args.broker), keyring=keyring, runtimes=runtimes)
     _connect_lifecycle(app, config.host, runtimes)

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from docker.errors import DockerException, ImageNotFound
 
-from .._admission import image_registry, pulls_from
+from orchestrator.util._image_names import image_registry, pulls_from
+
 from ._errors import SandboxImageError, missing_image_message
 
 if TYPE_CHECKING:

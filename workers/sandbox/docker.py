@@ -25,7 +25,6 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from orchestrator.util._sandbox import SandboxUnavailableError
 from orchestrator.util._sandbox_config import DockerSandboxConfig
 
-from . import _registry
 from ._channel import AgentChannel, ChannelClosed, RawResult
 from ._docker_api import DockerAPI
 from ._docker_containers import KEEPALIVE, Containers, container_name
@@ -38,6 +37,7 @@ from ._docker_pool import ContainerPool, HostSandboxes, host_sandboxes
 from ._docker_pull import ImagePuller
 from ._driver import SandboxDriver, SandboxRequest
 from ._environment import AgentSandboxEnvironment
+from ._registry import SandboxRegistry, default_registry
 from ._errors import SandboxImageError, SandboxOutOfMemoryError, missing_image_message
 
 log = structlog.get_logger("toolfleet.sandbox")
@@ -136,7 +136,8 @@ class DockerServiceEnvironment(DockerSandboxEnvironment):
 
 class DockerSandboxDriver(SandboxDriver):
     def __init__(self, config: DockerSandboxConfig | None = None, eval_id: str = "",
-                 host: HostSandboxes | None = None) -> None:
+                 host: HostSandboxes | None = None, registry: SandboxRegistry | None = None) -> None:
+        self.registry = registry or default_registry()  # where its sandboxes are found by handle
         self.config = config or DockerSandboxConfig()
         self.eval_id = eval_id
         self.api = DockerAPI(self.config.docker_host, self.config.api_threads)
@@ -224,12 +225,12 @@ class DockerSandboxDriver(SandboxDriver):
             self._tag_later(env, spec)
         env.default_env = dict(spec.env)
         self._envs[env.sandbox_id] = env
-        _registry.register(env.sandbox_id, env)
+        self.registry.register(env.sandbox_id, env)
         return env
 
     async def destroy(self, env: AgentSandboxEnvironment) -> None:
         assert isinstance(env, DockerSandboxEnvironment)
-        _registry.release(env.sandbox_id)
+        self.registry.release(env.sandbox_id)
         if self._envs.pop(env.sandbox_id, None) is None:
             return  # already destroyed
         try:
