@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from orchestrator._wire import CallOutcome, SandboxSpec
 from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableError
-from workers._sandbox_host import SandboxHost
 from workers.executor import HOST, execute_call
 
 from ._dispatcher import Dispatch, Dispatcher, SampleRoute, attach_setup_execs
 from ._preflight import SandboxNeeds, check_local_images
+
+if TYPE_CHECKING:
+    from workers._sandbox_host import SandboxHost
 
 
 class InProcessDispatcher(Dispatcher):
@@ -28,7 +30,16 @@ class InProcessDispatcher(Dispatcher):
     _default: ClassVar["InProcessDispatcher | None"] = None
 
     def __init__(self, host: SandboxHost | None = None) -> None:
-        self.host = host or SandboxHost.process()
+        self._host = host
+
+    @property
+    def host(self) -> SandboxHost:
+        if self._host is None:
+            # Loaded on first use: an eval without sandboxes never loads the sandbox side.
+            from workers._sandbox_host import SandboxHost
+
+            self._host = SandboxHost.process()
+        return self._host
 
     @classmethod
     def default(cls) -> "InProcessDispatcher":
@@ -78,7 +89,9 @@ class InProcessDispatcher(Dispatcher):
             return None
 
     async def drain_spares(self) -> int:
-        return await self.host.drain()
+        if self._host is None:
+            return 0  # it opened no sandbox: no spares of its own
+        return await self._host.drain()
 
     async def close_sandbox(self, route: SampleRoute) -> None:
         if route.sandbox is not None:
