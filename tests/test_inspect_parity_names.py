@@ -6,7 +6,7 @@ import pytest
 
 from orchestrator.dispatch import InProcessDispatcher
 from orchestrator.eval import Task
-from orchestrator.eval._log import EvalSample
+from orchestrator.eval._log_file import EvalSample
 from orchestrator.log import ModelEvent, ToolEvent, Transcript, bind_transcript
 from orchestrator.model import (
     ContentDocument,

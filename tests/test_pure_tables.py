@@ -10,7 +10,7 @@ from orchestrator.model._planner import plan_stages
 from orchestrator.model._truncate import ENVELOPE, effective_limit, truncate_output
 from orchestrator.tool import ToolApprovalError, ToolError, ToolParsingError
 from orchestrator.util import LimitExceededError, OutputLimitExceededError, SandboxUnavailableError
-from workers._classify import classify_exception
+from orchestrator.tool._classify import classify_exception
 
 PARALLEL = {"bash", "python", "p"}
 

@@ -1,168 +1,202 @@
-"""Bounds on what a message may ask of a sandbox, by construction (pure; table-tested).
+"""What a worker agrees to run: its own configuration decides, a message only asks (pure; table-tested).
 
-``workers._policy.admit_sandbox`` asks this module two things:
+``WorkerPolicy`` is built from ``toolfleet worker`` flags. ``admit_sandbox(policy, config)`` turns the
+sandbox configuration a message asks for into the one this worker will build, or raises
+``PolicyRefused`` saying which field it refused:
 
-* **users** (``parse_user``, ``user_refusal``): a user spec is parsed the way Docker and runc read it
-  (``NAME``, ``UID``, ``NAME:GROUP``, ``UID:GID``; a number may carry a sign or leading zeros:
-  ``"00"``, ``"+0"`` and ``"1000:00"`` are uid or gid 0) and refused when either side is 0 or
-  ``root``, unless the worker allows root. A name that is not ``root`` is admitted here and, on a
-  worker, resolved to numbers inside the sandbox before any command runs as it
-  (``workers._exec_user``), so a name that resolves to 0 is refused too.
-* **numbers** (``LIMITS``, ``bounded``): every numeric field a message may set has a positive lower
-  bound and an upper bound. Below the lower bound is refused (``mem_limit "0"``, ``cpus 1e-12``,
-  ``pids_limit -1`` would mean "unlimited" or a busy loop); above the upper bound is clamped to the
-  worker's cap. NaN and infinities are refused.
-
-* **a call's numbers** (``call_timeout``, ``result_bytes``): its ``timeout`` within the worker's
-  ``max_call_seconds`` (0, negative or NaN: the worker's default), its ``max_result_bytes`` within
-  [1 KiB, 16 MiB].
-
-The lower bounds are what a working sandbox needs (the exec agent, a shell and a few tools), so a
-sandbox that a message could shrink below them would only fail in confusing ways.
+* sandbox type: only those in ``sandbox_types`` (``docker`` by default; ``local`` — subprocesses on the
+  worker host, no isolation — only when the worker was started with ``--allow-local``);
+* image: must match one of ``images`` (shell-style patterns);
+* every numeric field (memory, swap, CPUs, pids, captured output, pool size, lifetime, intervals):
+  refused below a positive lower bound, clamped to the worker's caps above (``_bounds.LIMITS``);
+* ``pull_policy``: a message may ask for any; it becomes ``never`` unless the image names a registry host
+  (``image_registry``) among the worker's ``registries`` (``--registry``): a worker pulls from no other;
+* never from a message: a Docker endpoint, added capabilities, dropped hardening (``cap_drop`` must
+  keep ``ALL``, ``security_opt`` only ``no-new-privileges``), a network other than ``network_modes``,
+  a root user (``root``, uid 0 or gid 0 however written: ``00``, ``+0``; ``_bounds.parse_user``)
+  unless the worker allows root, a host directory (local ``root_dir``);
+* any other field (one added to the sandbox config later, e.g. devices or mounts) must keep its
+  default: default-deny, so a new knob is never silently widened by a message.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+import fnmatch
+import os
+from typing import Any, Literal
 
-__all__ = ["LIMITS", "SERVICE_LIMITS", "Bound", "ParsedUser", "bounded", "call_timeout", "parse_user", "result_bytes",
-           "user_refusal"]
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orchestrator.util._image_names import image_registry, pulls_from  # re-exported: they moved to the shared layer
+
+from ._bounds import LIMITS, SERVICE_LIMITS, Bound, PolicyRefused, bounded, parse_bytes, parse_user, user_refusal
+
+__all__ = ["PolicyRefused", "WorkerPolicy", "admit_sandbox", "admit_user", "broker_is_loopback", "image_registry", "parse_bytes",
+           "pulls_from"]
 
 MiB = 1024 * 1024
-_NUMBER = re.compile(r"[+-]?\d+")
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")  # POSIX-ish login/group names, as useradd takes them
-MAX_ID = 2**31 - 2  # 2**32-1 is (uid_t)-1 ("no change"); ids past 2**31 confuse too much tooling
 
 
-@dataclass(frozen=True)
-class ParsedUser:
-    """A user spec read as Docker reads it: each side a number or a name (group None: the user's own)."""
+class WorkerPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
-    user: int | str
-    group: int | str | None = None
-
-    @property
-    def numeric(self) -> bool:
-        return isinstance(self.user, int) and (self.group is None or isinstance(self.group, int))
-
-
-def _part(text: str) -> int | str:
-    if _NUMBER.fullmatch(text):
-        return int(text)  # "00", "+0", "-0" -> 0, as strconv.Atoi reads them in runc
-    if _NAME.fullmatch(text):
-        return text
-    raise ValueError(f"{text!r} is neither a number nor a user or group name")
-
-
-def parse_user(spec: str) -> ParsedUser:
-    """``"1000:1000"`` -> ParsedUser(1000, 1000); ``"sandbox"`` -> ParsedUser("sandbox"); ValueError if unreadable."""
-    if not isinstance(spec, str):
-        raise ValueError("a user must be a string")
-    text = spec.strip()
-    if not text:
-        raise ValueError("an empty user")
-    user, colon, group = text.partition(":")
-    if colon and not group:
-        raise ValueError(f"{spec!r} has an empty group")
-    return ParsedUser(_part(user), _part(group) if colon else None)
+    sandbox_types: list[Literal["docker", "local"]] = Field(default_factory=lambda: ["docker"])
+    images: list[str] = Field(default_factory=lambda: ["toolfleet/*"], description="shell patterns of allowed images")
+    network_modes: list[str] = Field(default_factory=lambda: ["none"])
+    max_memory: str = Field("4g", description="cap on a sandbox's mem_limit (and memswap_limit)")
+    max_cpus: float = Field(default_factory=lambda: float(os.cpu_count() or 1), gt=0, description="default: this host's CPUs")
+    max_pids: int = Field(4096, gt=0)
+    max_output_cap: int = Field(10 * MiB, gt=0, description="cap on bytes a sandbox command may capture per stream")
+    max_pool_size: int = Field(8, ge=0)
+    max_sandboxes: int = Field(256, gt=0, description="cap on a docker driver's containers on this host")
+    max_ttl: float = Field(24 * 3600.0, gt=0)
+    local_root: str | None = Field(None, description="parent directory of local sandboxes (the worker's choice, never a message's)")
+    allow_runsc: bool = Field(True, description="a message may ask for the gVisor runtime (stronger isolation)")
+    max_outcome_bytes: int = Field(512 * 1024, gt=0, description="a call's result is cut to this size at the worker "
+                                   "before it is cached or stored (the model sees far less: 16 KiB by default)")
+    registries: list[str] = Field(default_factory=list, description="registries (HOST[:PORT]) this worker pulls "
+                                  "sandbox images from (--registry); an image naming any other, or none, is never pulled")
+    allow_root: bool = Field(False, description="a message may ask for uid/gid 0 (--allow-root-user; never by default)")
 
 
-def user_refusal(spec: str, allow_root: bool = False) -> str | None:
-    """Why a message may not run as ``spec`` (None: admitted; names are resolved later, see above)."""
+# Fields a message may set freely (they only narrow, or only affect the sandbox's own inside).
+# Numeric fields are bounded by ``_bounds.LIMITS`` (all of them, defaults included) before this.
+_FREE = {"type", "image", "working_dir", "environment", "init", "read_only", "fast_path", "default_service"}
+
+
+def _refuse(field: str, why: str) -> PolicyRefused:
+    return PolicyRefused(f"This worker refuses sandbox field '{field}': {why}.")
+
+
+def admit_sandbox(policy: WorkerPolicy, config: dict[str, Any]) -> dict[str, Any]:
+    """The sandbox config this worker will build for a message's ``config`` (or ``PolicyRefused``)."""
+    from orchestrator.util._sandbox_parse import sandbox_config
+
+    if not isinstance(config, dict):
+        raise PolicyRefused("The sandbox config must be a JSON object.")
+    kind = config.get("type", "local")
+    if kind not in policy.sandbox_types:
+        allowed = ", ".join(policy.sandbox_types) or "none"
+        raise _refuse("type", f"{kind!r} sandboxes are not enabled here (allowed: {allowed})")
     try:
-        parsed = parse_user(spec)
-    except ValueError as exc:
-        return str(exc)
-    for side, value in (("user", parsed.user), ("group", parsed.group)):
-        if isinstance(value, int) and not 0 <= value <= MAX_ID:
-            return f"{side} id {value} is out of range (0..{MAX_ID})"
-    if allow_root:
-        return None
-    if parsed.user in (0, "root") or parsed.group in (0, "root"):
-        return "a message cannot ask for the root user or group (uid or gid 0)"
-    return None
+        parsed = sandbox_config(config)
+    except ValidationError as exc:
+        fields = sorted({".".join(str(p) for p in e["loc"][1:] or e["loc"]) for e in exc.errors()})
+        raise PolicyRefused(f"This worker refuses the sandbox config (fields: {', '.join(fields)}): "
+                            f"{exc.errors()[0]['msg']}.") from None
+    defaults = type(parsed)().model_dump()
+    asked = parsed.model_dump()
+    admitted = dict(asked)
+    for field, value in asked.items():
+        if field in LIMITS:
+            admitted[field] = _bounded(policy, field, value, LIMITS[field])
+        elif field in _FREE or value == defaults.get(field):
+            continue
+        else:
+            admitted[field] = _admit_field(policy, field, value, defaults.get(field))
+    if kind == "docker":
+        image = admitted.get("image", "")
+        if not _own_snapshot(admitted) and not any(fnmatch.fnmatchcase(image, pattern) for pattern in policy.images):
+            raise _refuse("image", f"{image!r} matches none of this worker's image patterns ({', '.join(policy.images)})")
+        if not pulls_from(policy.registries, image):
+            admitted["pull_policy"] = "never"  # not a registry this worker pulls from: the image is there or not
+        swap = admitted.get("memswap_limit")
+        if swap is not None and parse_bytes(swap) < parse_bytes(admitted["mem_limit"]):
+            raise _refuse("memswap_limit", f"{swap!r} is below mem_limit {admitted['mem_limit']!r}")
+    if kind == "local":
+        admitted["root_dir"] = policy.local_root
+    return admitted
 
 
-@dataclass(frozen=True)
-class Bound:
-    """A numeric field's admitted range: below ``low`` is refused, above ``high(policy)`` clamped."""
-
-    low: float
-    high: Callable[[Any], float]
-    kind: type = float  # int or float: the type the admitted value keeps
-    memory: bool = False  # a Docker memory size ("512m"): compared in bytes, kept as the caller wrote it
+def _own_snapshot(config: dict[str, Any]) -> bool:
+    """A sandbox opened from a snapshot runs the snapshot's image, whatever the --image patterns: this host
+    made it from a sandbox it admitted (the driver refuses a snapshot the host does not hold)."""
+    snapshot = config.get("snapshot")
+    return bool(snapshot) and config.get("image") == f"toolfleet/snapshot:{snapshot['id']}"
 
 
-def _mem(policy: Any) -> float:
-    from ._policy import parse_bytes
-
-    return float(parse_bytes(policy.max_memory))
-
-
-# Every numeric field of a sandbox config a message may set. A numeric field not listed here keeps
-# its default (``_policy`` refuses any other non-default field): a new knob is never open by accident.
-LIMITS: dict[str, Bound] = {
-    "mem_limit": Bound(6 * MiB, _mem, memory=True),  # Docker's own minimum is 6 MiB; "0" means unlimited
-    "memswap_limit": Bound(6 * MiB, _mem, memory=True),  # "-1" (unlimited swap) does not parse
-    "cpus": Bound(0.01, lambda p: p.max_cpus),
-    "pids_limit": Bound(32, lambda p: p.max_pids, int),  # 0 and -1 mean unlimited to Docker
-    "output_cap": Bound(1024, lambda p: p.max_output_cap, int),
-    "pool_size": Bound(0, lambda p: p.max_pool_size, int),  # 0: no warm spares (a valid ask)
-    "max_sandboxes": Bound(1, lambda p: p.max_sandboxes, int),
-    "ttl": Bound(60.0, lambda p: p.max_ttl),
-    "reap_interval": Bound(5.0, lambda p: 3600.0),  # 1e-6 kept the worker and dockerd busy
-    "acquire_timeout": Bound(1.0, lambda p: 3600.0),
-    "warm_spares": Bound(0, lambda p: 16, int),
-}
-SERVICE_LIMITS = {name: LIMITS[name] for name in ("mem_limit", "cpus", "pids_limit")}
+def _bounded(policy: WorkerPolicy, field: str, value: Any, bound: Bound) -> Any:
+    admitted, why = bounded(policy, field, value, bound)
+    if why is not None:
+        raise _refuse(field, why)
+    return admitted
 
 
-def bounded(policy: Any, field: str, value: Any, bound: Bound) -> tuple[Any, str | None]:
-    """``(admitted value, None)``, or ``(None, why)`` when the value is refused. Pure."""
-    from ._policy import PolicyRefused, parse_bytes
-
-    if value is None:
-        return None, None  # "the default" (e.g. memswap_limit: same as mem_limit; pool_size: the driver's)
-    if bound.memory:
-        try:
-            size = float(parse_bytes(value))
-        except PolicyRefused as exc:
-            return None, str(exc)
-    elif isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None, f"{value!r} is not a number"
-    else:
-        size = float(value)
-    if not math.isfinite(size):
-        return None, f"{value!r} is not a finite number"
-    if size < bound.low:
-        low = f"{int(bound.low // MiB)}m" if bound.memory else f"{bound.low:g}"
-        return None, f"{value!r} is below the minimum {low}"
-    high = bound.high(policy)
-    if size > high:
-        return (policy.max_memory if bound.memory else bound.kind(high)), None
-    return (value if bound.memory else bound.kind(value)), None
+def admit_user(policy: WorkerPolicy, field: str, user: Any) -> None:
+    """Refuse a user a message asks for (a sandbox's, a service's, or a command's) by the same rule."""
+    why = user_refusal(str(user), policy.allow_root)
+    if why is not None:
+        raise _refuse(field, why)
 
 
-# --- a call's own numbers ---------------------------------------------------------------------------
+def _admit_field(policy: WorkerPolicy, field: str, value: Any, default: Any) -> Any:
+    """A non-default field value: clamped, kept, or refused."""
+    match field:
+        case "user":
+            admit_user(policy, field, value)
+            return value
+        case "network_mode":
+            if value not in policy.network_modes:
+                raise _refuse(field, f"network {value!r} is not allowed here (allowed: {', '.join(policy.network_modes)})")
+            return value
+        case "cap_drop":
+            if "ALL" not in [str(c).upper() for c in value]:
+                raise _refuse(field, "a sandbox must drop ALL capabilities")
+            return value
+        case "security_opt":
+            if "no-new-privileges" not in value or any(opt != "no-new-privileges" for opt in value):
+                raise _refuse(field, "only 'no-new-privileges' may be given")
+            return value
+        case "runtime" if policy.allow_runsc and value == "runsc":
+            return value
+        case "pull_policy":
+            return value  # narrowed to 'never' with the image check unless the worker pulls from its registry
+        case "direct_channel":
+            return value if value is False else default  # a message may only pick the slower, narrower path
+        case "services":
+            return {name: _admit_service(policy, name, service) for name, service in value.items()}
+        case "snapshot":
+            return value  # the driver opens only a snapshot this host holds, on its own image
+    raise _refuse(field, f"it can only be set in the worker's own configuration (asked: {value!r})")
 
-MIN_RESULT_BYTES = 1024
-MAX_RESULT_BYTES = 16 * 1024 * 1024  # the wire default: a message may lower it, never raise it
+
+def _admit_service(policy: WorkerPolicy, name: str, service: dict[str, Any]) -> dict[str, Any]:
+    """A multi-service sandbox's service: its image, user and limits obey the same rules as the sandbox's.
+
+    Its network and hardening are the sandbox's own (it joins that container's namespace), so only
+    these fields are a service's to ask for."""
+    image = service.get("image", "")
+    if not any(fnmatch.fnmatchcase(image, pattern) for pattern in policy.images):
+        raise _refuse(f"services.{name}.image",
+                      f"{image!r} matches none of this worker's image patterns ({', '.join(policy.images)})")
+    user = service.get("user")
+    admitted = dict(service)
+    if user is not None:
+        admit_user(policy, f"services.{name}.user", user)
+        parsed = parse_user(user)
+        if isinstance(parsed.user, int) and parsed.group is None:
+            admitted["user"] = f"{parsed.user}:{parsed.user}"  # a uid the image does not list would get gid 0
+    for field, bound in SERVICE_LIMITS.items():
+        admitted[field] = _bounded(policy, f"services.{name}.{field}", service[field], bound)
+    return admitted
 
 
-def call_timeout(value: Any, cap: float) -> float | None:
-    """A call's ``timeout`` as a worker runs it: a finite positive number up to ``cap`` (the worker's
-    ``max_call_seconds``); anything else (0, negative, NaN, a string) is None — the worker's default."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        return None
-    return float(min(value, cap))
+def broker_is_loopback(url: str) -> bool:
+    """Whether only this machine can put messages on the broker: a unix socket or a loopback address.
 
+    ``--allow-local`` (message-chosen commands on the worker host, no isolation) is for a worker whose
+    broker nobody else can reach; a broker on the network needs ``--allow-local-remote`` as well.
+    """
+    import ipaddress
+    from urllib.parse import urlsplit
 
-def result_bytes(value: Any) -> int:
-    """A call's ``max_result_bytes``, kept within [1 KiB, 16 MiB]."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        return MAX_RESULT_BYTES
-    return max(MIN_RESULT_BYTES, min(value, MAX_RESULT_BYTES))
+    parts = urlsplit(url)
+    if parts.scheme in ("unix", "redis+socket"):
+        return True
+    host = (parts.hostname or "").strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve anywhere

@@ -5,7 +5,7 @@ can carry it), and a sandbox config may name its commands' user. On a worker bot
 ``ExecUserGate`` per sandbox container (installed on the environment when the worker opens it; an
 embedded orchestrator installs none — its own code is trusted):
 
-* the spec is refused by ``_admission.user_refusal`` (``root``, uid or gid 0 however written);
+* the spec is refused by ``_bounds.user_refusal`` (``root``, uid or gid 0 however written);
 * a name, or a uid without a group, is resolved inside that container (``getent passwd``, run as
   ``65534:65534`` so the lookup itself never runs as the user being checked) and the command then
   runs as the numbers ``uid:gid``: a name that resolves to 0 is refused, and Docker never falls
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._admission import parse_user, user_refusal
+from ._bounds import parse_user, user_refusal
 
 __all__ = ["ExecUserGate", "LOOKUP_USER"]
 

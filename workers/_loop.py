@@ -22,9 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from . import _auth, _names
+from . import _auth, _names, placement
 from ._call_memory import CallMemory
-from ._policy import WorkerPolicy
+from ._admission import WorkerPolicy
+from ._sandbox_host import SandboxHost
 from .heartbeat import Heartbeat, HostRecord
 
 log = structlog.get_logger("toolfleet.worker")
@@ -49,8 +50,10 @@ class WorkerConfig(BaseModel):
 
 
 class WorkerRuntime:
-    def __init__(self, config: WorkerConfig, keyring: _auth.Keyring | None = None) -> None:
+    def __init__(self, config: WorkerConfig, keyring: _auth.Keyring | None = None,
+                 sandboxes: SandboxHost | None = None) -> None:
         self.config = config
+        self.sandboxes = sandboxes or SandboxHost()  # what this worker opened, on its Docker host
         self.policy = config.policy
         self.keyring = keyring
         self.boot = uuid.uuid4().hex[:12]
@@ -132,25 +135,16 @@ class WorkerRuntime:
                 gone.add(owner)
         if not gone:
             return
-        from .tasks import run_close
-
         for handle in [h for h, o in self.owners.items() if o in gone]:
             log.warning("worker.sandbox_orphaned", host=self.config.host, sandbox=handle, owner=self.owners.get(handle))
-            await run_close(self, handle)
+            await self.close_sandbox(handle)
         for owner in gone:
             self._owner_missing.pop(owner, None)
 
     async def _reap(self) -> None:
         """Remove sandboxes a previous incarnation of this host left behind (at every start)."""
         try:
-            from . import _sandbox_service
-        except ImportError:
-            return
-        reap = getattr(_sandbox_service, "reap", None)
-        if reap is None:
-            return
-        try:
-            removed = await asyncio.wait_for(reap(), 120.0)
+            removed = await asyncio.wait_for(self.sandboxes.reap(), 120.0)
             log.info("worker.reaped", host=self.config.host, removed=removed)
         except Exception as exc:  # noqa: BLE001 - a failed reap must not keep the worker down
             log.warning("worker.reap_failed", host=self.config.host, error=str(exc))
@@ -176,17 +170,30 @@ class WorkerRuntime:
         if self.heartbeat is not None:
             await self.heartbeat.stop(remove=True)
         try:
-            from . import _sandbox_service
-
-            close_all = getattr(_sandbox_service, "close_all", None)
-            if close_all is not None:
-                await asyncio.wait_for(close_all(), 100.0)
-        except ImportError:
-            pass
+            await asyncio.wait_for(self.sandboxes.close_all(), 100.0)
         except Exception as exc:  # noqa: BLE001
             log.warning("worker.close_sandboxes_failed", error=str(exc))
         if self.redis is not None:
             await self.redis.aclose()
+
+    async def close_sandbox(self, handle: str) -> dict[str, Any]:
+        """Close a sandbox this worker opened and give its containers' slots back (idempotent)."""
+        host = self.config.host
+        if not self.sandboxes.is_open(handle):
+            return {"closed": handle, "host": host, "existed": False}  # idempotent: no slot to give back twice
+        weight = 1 + len(getattr(self.sandboxes.lookup(handle), "services", None) or {})  # its containers' slots
+        try:
+            await self.sandboxes.close(handle)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("worker.close_sandbox_failed", host=host, handle=handle, error=str(exc))
+            return {"error": {"type": type(exc).__name__, "message": str(exc)}, "host": host}
+        finally:
+            self.owners.pop(handle, None)
+            if self.heartbeat is not None:
+                self.heartbeat.record.sandboxes = max(0, self.heartbeat.record.sandboxes - weight)
+            if self.redis is not None:
+                await placement.release(self.redis, host, weight)
+        return {"closed": handle, "host": host}
 
     # --- running coroutines from pool threads -------------------------------------------------
 
@@ -207,36 +214,36 @@ class WorkerRuntime:
         self.loop.call_soon_threadsafe(_cancel)
 
 
-_runtime: WorkerRuntime | None = None
-_runtime_lock = threading.Lock()
+class Runtimes:
+    """The worker runtime a Celery app's tasks run on: started once, before the first task (by
+    ``toolfleet worker``, with the sandbox host it built), or lazily from the app's broker under a
+    plain ``celery worker``; stopped at exit. Each worker app owns one."""
 
+    def __init__(self, broker_url: str) -> None:
+        self.broker_url = broker_url
+        self.current: WorkerRuntime | None = None
+        self._lock = threading.Lock()
 
-def start_runtime(config: WorkerConfig, keyring: _auth.Keyring | None = None) -> WorkerRuntime:
-    global _runtime
-    with _runtime_lock:
-        if _runtime is None:
-            if keyring is None:
-                try:
-                    keyring = _auth.load_keyring()
-                except _auth.MissingSecretError:
-                    keyring = None  # such a worker verifies nothing as authentic: it rejects every task
-            _runtime = WorkerRuntime(config, keyring)
-            _runtime.start()
-        return _runtime
+    def start(self, config: WorkerConfig, keyring: _auth.Keyring | None = None,
+              sandboxes: SandboxHost | None = None) -> WorkerRuntime:
+        with self._lock:
+            if self.current is None:
+                if keyring is None:
+                    try:
+                        keyring = _auth.load_keyring()
+                    except _auth.MissingSecretError:
+                        keyring = None  # such a worker verifies nothing as authentic: it rejects every task
+                runtime = WorkerRuntime(config, keyring, sandboxes)
+                runtime.start()
+                self.current = runtime
+            return self.current
 
+    def get(self) -> WorkerRuntime:
+        """The runtime, started now from the app's broker if nothing started it."""
+        return self.current or self.start(WorkerConfig(broker_url=self.broker_url))
 
-def runtime(broker_url: str | None = None) -> WorkerRuntime:
-    """The process's runtime; started lazily (e.g. under a plain ``celery worker``) from the app's broker."""
-    if _runtime is not None:
-        return _runtime
-    from .app import AppConfig
-
-    return start_runtime(WorkerConfig(broker_url=broker_url or AppConfig().broker_url))
-
-
-def stop_runtime() -> None:
-    global _runtime
-    with _runtime_lock:
-        if _runtime is not None:
-            _runtime.stop()
-            _runtime = None
+    def stop(self) -> None:
+        with self._lock:
+            if self.current is not None:
+                self.current.stop()
+                self.current = None

@@ -1,7 +1,7 @@
 """The Celery app: Redis broker and result store, JSON only, late acks, task events on request.
 
-``app`` is the worker-side instance (configured from ``TOOLFLEET_BROKER``, so ``celery -A workers.app
-inspect active`` works against the fleet); ``create_app(url)`` builds another for a publisher (the
+``app`` is a worker-side instance (configured from ``TOOLFLEET_BROKER``, so ``celery -A workers.app
+inspect active`` works against the fleet; ``toolfleet worker`` builds its own with ``create_worker_app``); ``create_app(url)`` builds another for a publisher (the
 orchestrator's ``CeleryDispatcher``). Both register the same task names from ``workers._names``.
 
 Pool decision: **threads**. A tool call is I/O-bound (it waits on a sandbox channel), and every call of
@@ -13,6 +13,7 @@ sandboxes (calls for one sandbox could land in a process that does not hold it);
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -33,46 +34,15 @@ from redis.exceptions import ResponseError
 from . import _auth, _names
 from ._auth import Keyring
 from ._fleet_events import FleetEvents
-from ._result_store import UnstoredResults, is_out_of_memory
+from ._rejects import RejectLog, rejects  # noqa: F401 - RejectLog re-exported
 from ._replay import DEFAULT_WINDOW, ReplayWindow, freshness_refusal
+from ._result_store import UnstoredResults, is_out_of_memory
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
 BROKER_ENV = "TOOLFLEET_BROKER"
 KEYRING_OPTION = "toolfleet_keyring"  # broker transport option: the fleet Keyring (signs what this app publishes)
 VERIFY_OPTION = "toolfleet_verify"  # broker transport option: check every task message consumed (workers)
 REPLAY_OPTION = "toolfleet_replay"  # broker transport option: the ReplayWindow a worker enforces (default below)
-
-log_rejects = structlog.get_logger("toolfleet.worker.rejected")
-
-
-class RejectLog:
-    """One log line per rejected broker item, at most one a second per reason (a flood of junk must
-    not become a flood of logs); the count of those not logged rides on the next line."""
-
-    def __init__(self, interval: float = 1.0) -> None:
-        self._interval = interval
-        self._last: dict[str, float] = {}
-        self._suppressed: dict[str, int] = {}
-        self._lock = threading.Lock()
-        self.total = 0
-
-    def reject(self, reason: str, queue: str | None, detail: str = "") -> bool:
-        """Count a rejection; True when it was logged (not suppressed)."""
-        now = time.monotonic()
-        with self._lock:
-            self.total += 1
-            if now - self._last.get(reason, -1e9) < self._interval:
-                self._suppressed[reason] = self._suppressed.get(reason, 0) + 1
-                return False
-            self._last[reason] = now
-            suppressed = self._suppressed.pop(reason, 0)
-        log_rejects.warning("worker.message_rejected", reason=reason, queue=queue, detail=detail[:200],
-                            suppressed_since_last=suppressed)
-        return True
-
-
-rejects = RejectLog()
-
 
 def _message_verdict(message: Any, queue: str | None, keyring: Keyring | None, now: float | None = None,
                      window: ReplayWindow = DEFAULT_WINDOW) -> str | None:
@@ -320,10 +290,13 @@ def create_app(config: AppConfig | str | None = None, main: str = "toolfleet", k
     return app
 
 
-def create_worker_app(config: AppConfig | str | None = None, keyring: Keyring | None = None) -> Celery:
+def create_worker_app(config: AppConfig | str | None = None, keyring: Keyring | None = None,
+                      runtimes: Any = None) -> Celery:
     """An app with the task bodies registered (what a worker process runs), verifying every task
     message against ``keyring`` (default: the fleet secret from the environment, if set — a worker
-    without one rejects every task; ``toolfleet worker`` refuses to start without one)."""
+    without one rejects every task; ``toolfleet worker`` refuses to start without one). Its tasks run
+    on ``runtimes`` (a ``workers._loop.Runtimes``; default: one started lazily from the app's broker)."""
+    from ._loop import Runtimes
     from .tasks import register_tasks
 
     if keyring is None:
@@ -332,7 +305,7 @@ def create_worker_app(config: AppConfig | str | None = None, keyring: Keyring | 
         except _auth.MissingSecretError:
             keyring = None  # e.g. `celery -A workers.app inspect`: control commands need no secret
     worker_app = create_app(config, keyring=keyring, verify=True)
-    register_tasks(worker_app)
+    register_tasks(worker_app, runtimes or Runtimes(worker_app.conf.broker_url))
     _drop_builtin_tasks(worker_app)
     return worker_app
 
@@ -345,11 +318,14 @@ def _drop_builtin_tasks(app: Celery) -> None:
         app.tasks.unregister(name)
 
 
+@functools.cache
+def _module_app() -> Celery:
+    return create_worker_app()
+
+
 def __getattr__(name: str) -> Celery:
-    # ``app`` is built on first use, from TOOLFLEET_BROKER as it is *then* (``worker_main`` sets it
-    # first), and only in processes that want it: ``celery -A workers.app inspect active`` finds it.
-    global app
+    # ``app`` is built on first use, from TOOLFLEET_BROKER as it is then, and only in processes that
+    # want it: ``celery -A workers.app inspect active`` finds it. ``toolfleet worker`` builds its own.
     if name == "app":
-        app = create_worker_app()
-        return app
+        return _module_app()
     raise AttributeError(f"module 'workers.app' has no attribute {name!r}")

@@ -24,16 +24,16 @@ import sys
 import uuid
 
 from . import _auth, _names
-from ._loop import HOST_ENV, WorkerConfig, start_runtime, stop_runtime
-from ._policy import WorkerPolicy, broker_is_loopback
-from .app import BROKER_ENV, DEFAULT_BROKER
+from ._loop import HOST_ENV, Runtimes, WorkerConfig
+from ._admission import WorkerPolicy, broker_is_loopback
+from .app import BROKER_ENV, DEFAULT_BROKER, AppConfig, create_worker_app
 from .heartbeat import claim_identity
-from .sandbox._docker_labels import set_owner
-from .sandbox._docker_pool import configure_host
-from .sandbox._docker_pull import configure_registries
+from ._sandbox_host import SandboxHost
+from .sandbox._docker_pool import HostSandboxes
+from .sandbox._registry import SandboxRegistry
 
 # Tool modules every worker registers at start-up (the built-in tools); --import adds the user's.
-BUILTIN_TOOL_MODULES = ("workers.tools", "workers.scoring", "workers.snapshots")
+BUILTIN_TOOL_MODULES = ("orchestrator.tool._tools", "orchestrator.tool._tools._sandbox_access", "workers.snapshots")
 # Celery remote-control commands a worker keeps: read-only inspection, events for Flower, and our
 # signed cancel. Control messages carry no fleet MAC, so the ones that change a worker (shutdown,
 # pool_restart, revoke, add_consumer, rate_limit, ...) are removed unless --unsafe-remote-control.
@@ -117,7 +117,7 @@ def build_policy(args: argparse.Namespace) -> WorkerPolicy:
 
 def _size(value: str) -> int:
     """``--snapshot-disk``: a size in Docker's notation (``20g``, ``512m``, bytes)."""
-    from ._policy import PolicyRefused, parse_bytes
+    from ._admission import PolicyRefused, parse_bytes
 
     try:
         return parse_bytes(value)
@@ -146,7 +146,6 @@ def _restrict_remote_control() -> None:
 
 def worker_main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    os.environ[BROKER_ENV] = args.broker  # so `workers.app` (celery -A workers.app ...) agrees
     try:
         keyring = _auth.load_keyring(secret_file=args.secret_file)
     except _auth.MissingSecretError as exc:
@@ -170,25 +169,23 @@ def worker_main(argv: list[str]) -> int:
     if duplicate:
         print(f"toolfleet worker: {duplicate}", file=sys.stderr, flush=True)
         return 2
-    os.environ[HOST_ENV] = config.host
-    set_owner(config.host)  # containers are labelled with this worker's identity
-    configure_host(limit=args.slots, max_spares=args.warm_pool, idle_ttl=args.pool_idle_ttl,
-                   pooled_images=args.pool_images or ())
-    configure_registries(config.policy.registries)  # a worker pulls from these only (none by default)
+    os.environ[HOST_ENV] = config.host  # what a `local` sandbox's commands see as $TOOLFLEET_HOST
+    # This worker's sandboxes: its slots and spares; containers labelled with its identity; pulls from its
+    # registries only (none by default). Built here and handed to the runtime its tasks run on.
+    sandboxes = SandboxHost(HostSandboxes(limit=args.slots, max_spares=args.warm_pool, idle_ttl=args.pool_idle_ttl,
+                                          pooled_images=args.pool_images or (), owner=config.host,
+                                          registries=config.policy.registries), SandboxRegistry())
     if args.snapshot_disk:
         from .sandbox._docker_snapshot import configure_snapshots
 
         configure_snapshots(args.snapshot_disk)
-
-    from . import app as app_module
-
-    # The module's app, built now from the broker just set and this keyring (`celery -A workers.app` agrees).
-    app = app_module.app = app_module.create_worker_app(keyring=keyring)
-    _connect_lifecycle(app, config.host)
+    runtimes = Runtimes(args.broker)
+    app = create_worker_app(AppConfig(broker_url=args.broker), keyring=keyring, runtimes=runtimes)
+    _connect_lifecycle(app, config.host, runtimes)
     if args.allow_local:
         print("toolfleet worker: --allow-local: `local` sandboxes run as this user on this host, with NO isolation",
               file=sys.stderr, flush=True)
-    rt = start_runtime(config, keyring)  # before consuming: the first task must find the loop and the host name
+    rt = runtimes.start(config, keyring, sandboxes)  # before consuming: the first task must find the loop and the host name
     if rt is not None and rt.heartbeat is not None:  # what this worker runs, for the orchestrator's preflight
         rt.heartbeat.record.image_patterns = list(config.policy.images)
         rt.heartbeat.record.sandbox_types = list(config.policy.sandbox_types)
@@ -208,12 +205,11 @@ def worker_main(argv: list[str]) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     finally:
-        if rt is not None:
-            stop_runtime()
+        runtimes.stop()
     return 0
 
 
-def _connect_lifecycle(app, host: str) -> None:  # type: ignore[no-untyped-def]
+def _connect_lifecycle(app, host: str, runtimes: Runtimes) -> None:  # type: ignore[no-untyped-def]
     from celery.signals import worker_ready, worker_shutting_down
 
     @worker_ready.connect(weak=False)
@@ -224,10 +220,8 @@ def _connect_lifecycle(app, host: str) -> None:  # type: ignore[no-untyped-def]
     @worker_shutting_down.connect(weak=False)
     def _drain(**_: object) -> None:
         # Warm shutdown (SIGTERM): Celery stops consuming and waits for running calls; tell placement now.
-        from ._loop import _runtime
-
-        if _runtime is not None:
-            _runtime.set_draining()
+        if runtimes.current is not None:
+            runtimes.current.set_draining()
 
 
 def main() -> None:

@@ -29,8 +29,8 @@ from orchestrator.util._sandbox import (
     bind_sandbox,
 )
 
-from ._classify import classify_exception
-from ._sandbox_recorder import ExecList, RecordingSandbox, recorded_services
+from orchestrator.tool._classify import classify_exception
+from orchestrator.util._sandbox_recorder import ExecList, RecordingSandbox, recorded_services
 
 HOST = socket.gethostname()
 
@@ -132,12 +132,14 @@ async def execute_call(
                        completed=time.time(), host=HOST, exception=exception)
 
 
-async def execute_request(request: CallRequest, tool: Callable[..., Any] | None = None) -> CallOutcome:
-    """Execute a request whose sandbox is named by handle (resolved in this process's registry)."""
+async def execute_request(request: CallRequest, tool: Callable[..., Any] | None = None,
+                          lookup: Callable[[str], SandboxEnvironment] | None = None) -> CallOutcome:
+    """Execute a request whose sandbox is named by handle (resolved by ``lookup``: a ``SandboxHost``'s,
+    else the process's default registry)."""
     if request.sandbox is None:
         return await execute_call(request, tool=tool, env=None)
     try:
-        env = lookup_sandbox(request.sandbox)
+        env = (lookup or lookup_sandbox)(request.sandbox)
     except SandboxUnavailableError as exc:
         now = time.time()
         return CallOutcome(call_id=request.call_id, error=classify_exception(exc, request.function), started=now, completed=now, host=HOST)

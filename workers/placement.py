@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 from . import _names
-from ._policy import pulls_from
+from ._admission import pulls_from
 from .heartbeat import HostRecord
 
 

@@ -1,7 +1,8 @@
-"""Internal tools for snapshots, reached through the dispatcher like the scorers' (``workers/scoring.py``).
+"""Internal tools for snapshots, reached through the dispatcher like the scorers'.
 
-``_sandbox_snapshot`` snapshots the sample's sandbox where it lives (this process in embedded mode, its
-worker host in distributed mode); ``_snapshot_remove`` removes an eval's snapshots from this host when the
+``_sandbox_snapshot`` (in ``orchestrator/tool/_tools/_sandbox_access.py``, the shared layer) snapshots the
+sample's sandbox where it lives (this process in embedded mode, its worker host in distributed mode);
+``_snapshot_remove`` removes an eval's snapshots from this host when the
 eval ends (a call with no sandbox, sent to each host's queue). Never offered to the model (names start
 with ``_``).
 """
@@ -12,27 +13,9 @@ import json
 import sys
 
 from orchestrator.tool import tool
-from orchestrator.util import sandbox
+from orchestrator.tool._tools._sandbox_access import SANDBOX_SNAPSHOT_TOOL, sandbox_snapshot  # noqa: F401 - re-exported
 
-SANDBOX_SNAPSHOT_TOOL = "_sandbox_snapshot"
 SNAPSHOT_REMOVE_TOOL = "_snapshot_remove"
-
-
-@tool(name=SANDBOX_SNAPSHOT_TOOL)
-def sandbox_snapshot():  # type: ignore[no-untyped-def]
-    async def execute(keep: bool = False) -> str:
-        """Snapshot the sample's sandbox.
-
-        Args:
-            keep: Whether the snapshot outlives its eval.
-
-        Returns:
-            The snapshot, as JSON.
-        """
-        snap = await sandbox().snapshot(keep=keep)
-        return snap.model_dump_json()
-
-    return execute
 
 
 @tool(name=SNAPSHOT_REMOVE_TOOL)
@@ -55,13 +38,14 @@ async def remove_eval_snapshots(eval_id: str) -> list[str]:
     """Remove ``eval_id``'s snapshots from this host, and the drivers forks of them used."""
     if "workers.sandbox.docker" not in sys.modules or not eval_id:
         return []  # no docker sandbox ever ran in this process: it took no snapshot
-    from ._sandbox_service import drop_snapshot_drivers
+    from ._sandbox_host import SandboxHost
     from .sandbox._docker_api import DockerAPI
     from .sandbox._docker_snapshot import host_snapshots
 
     store = host_snapshots()
     doomed = {s.id for s in store.held.values() if s.eval_id == eval_id and not s.keep}
-    await drop_snapshot_drivers(doomed)
+    for host in SandboxHost.live():
+        await host.drop_snapshot_drivers(doomed)
     api = DockerAPI(None, 2)
     try:
         await api.connect()

@@ -1,4 +1,4 @@
-"""Celery task bodies: a thin transport around ``workers.executor`` and ``workers._sandbox_service``.
+"""Celery task bodies: a thin transport around ``workers.executor`` and ``workers._sandbox_host``.
 
 * ``toolfleet.call(payload)``: ``execute_request(CallRequest.model_validate(payload))`` → the
   ``CallOutcome`` as JSON. Only registered tools run (the executor rebuilds them from the registry by
@@ -32,11 +32,12 @@ from orchestrator.tool._registry import not_registered_message, registered_tool_
 from orchestrator.tool._tool_call import ToolCallError
 
 from . import _auth, _names, placement
-from ._admission import call_timeout, result_bytes
+from ._bounds import call_timeout, result_bytes
+from ._rejects import rejects
 from ._call_memory import CallRunningElsewhere
-from ._loop import WorkerRuntime, runtime
+from ._loop import Runtimes, WorkerRuntime
 from ._outcome_cap import cap_outcome
-from ._policy import PolicyRefused, admit_sandbox
+from ._admission import PolicyRefused, admit_sandbox
 from ._replay import DEFAULT_WINDOW, first_consumption
 
 log = structlog.get_logger("toolfleet.worker")
@@ -55,8 +56,6 @@ def _error_outcome(call_id: str, host: str, type_: str, message: str) -> dict[st
 
 
 async def run_call(rt: WorkerRuntime, payload: dict[str, Any], task_id: str) -> dict[str, Any]:
-    from .executor import execute_request
-
     host = rt.config.host
     call_id = str(payload.get("call_id") or task_id) if isinstance(payload, dict) else task_id
     try:
@@ -66,7 +65,7 @@ async def run_call(rt: WorkerRuntime, payload: dict[str, Any], task_id: str) -> 
         fatal = FatalError(type="InvalidCallRequest", message=f"The worker refused a malformed call request: {exc}")
         return CallOutcome(call_id=call_id, fatal=fatal, started=now, completed=now, host=host).model_dump(mode="json")
     assert rt.memory is not None
-    # A message's own numbers, bounded (workers._admission): a call never outlives the worker's deadline.
+    # A message's own numbers, bounded (workers._bounds): a call never outlives the worker's deadline.
     request = request.model_copy(update={"timeout": call_timeout(request.timeout, rt.config.max_call_seconds),
                                          "max_result_bytes": result_bytes(request.max_result_bytes)})
     if request.tool is not None and request.tool.name not in registered_tool_names():
@@ -79,7 +78,7 @@ async def run_call(rt: WorkerRuntime, payload: dict[str, Any], task_id: str) -> 
     deadline = (request.timeout or rt.config.max_call_seconds) + rt.config.call_grace
     try:
         # The claim is also the call's replay memory: kept at least as long as a copy could be accepted.
-        outcome = await rt.memory.run_once(call_id, lambda: _capped(execute_request(request), rt.policy.max_outcome_bytes),
+        outcome = await rt.memory.run_once(call_id, lambda: _capped(rt.sandboxes.execute(request), rt.policy.max_outcome_bytes),
                                            claim_ttl=max(deadline, DEFAULT_WINDOW.ttl))
     except asyncio.CancelledError:
         return _error_outcome(call_id, host, "cancelled", "The call was cancelled.")
@@ -108,9 +107,8 @@ async def run_open(rt: WorkerRuntime, payload: dict[str, Any], owner: str | None
         spec = SandboxSpec.model_validate(payload)
         spec = spec.model_copy(update={"config": admit_sandbox(rt.policy, spec.config)})  # the worker decides
         from ._exec_user import gate_installer
-        from ._sandbox_service import open_sandbox_recorded
 
-        handle, execs = await open_sandbox_recorded(spec, gate_installer(rt.policy.allow_root, spec.config))
+        handle, execs = await rt.sandboxes.open(spec, gate_installer(rt.policy.allow_root, spec.config))
     except PolicyRefused as exc:
         log.warning("worker.sandbox_refused", host=host, reason=str(exc))
         return {"error": {"type": "PolicyRefused", "message": str(exc)}, "host": host}
@@ -134,26 +132,7 @@ def _execs_json(execs: Any) -> dict[str, Any]:
 
 
 async def run_close(rt: WorkerRuntime, handle: str) -> dict[str, Any]:
-    host = rt.config.host
-    from .sandbox import _registry
-
-    if handle not in _registry.live_ids():
-        return {"closed": handle, "host": host, "existed": False}  # idempotent: no slot to give back twice
-    weight = 1 + len(getattr(_registry.get(handle), "services", None) or {})  # its containers' slots
-    try:
-        from ._sandbox_service import close_sandbox
-
-        await close_sandbox(handle)
-    except Exception as exc:  # noqa: BLE001
-        log.warning("worker.close_sandbox_failed", host=host, handle=handle, error=str(exc))
-        return {"error": {"type": type(exc).__name__, "message": str(exc)}, "host": host}
-    finally:
-        rt.owners.pop(handle, None)
-        if rt.heartbeat is not None:
-            rt.heartbeat.record.sandboxes = max(0, rt.heartbeat.record.sandboxes - weight)
-        if rt.redis is not None:
-            await placement.release(rt.redis, host, weight)
-    return {"closed": handle, "host": host}
+    return await rt.close_sandbox(handle)
 
 
 log_ack_errors = logging.getLogger("toolfleet.worker.ack")
@@ -179,14 +158,16 @@ class FleetRequest(Request):
 _REQUEST = f"{FleetRequest.__module__}:{FleetRequest.__name__}"
 
 
-def register_tasks(app: Celery) -> None:
+def register_tasks(app: Celery, runtimes: Runtimes) -> None:
+    """The task bodies, on ``runtimes`` (also what this app's cancel control command reaches)."""
     from ._worker_logging import connect_log_level
 
     connect_log_level()  # structlog lines at the worker's --loglevel, not all of them
+    app.conf.toolfleet_runtimes = runtimes
 
     @app.task(name=_names.TASK_CALL, bind=True, acks_late=True, Request=_REQUEST)
     def call(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
-        rt = runtime(app.conf.broker_url)
+        rt = runtimes.get()
         task_id = self.request.id
         cap = _payload_too_large(app, payload)
         if cap is not None:
@@ -203,14 +184,12 @@ def register_tasks(app: Celery) -> None:
 
     @app.task(name=_names.TASK_OPEN_SANDBOX, bind=True, acks_late=True, Request=_REQUEST)
     def open_sandbox(self: Any, payload: dict[str, Any], owner: str | None = None) -> dict[str, Any]:
-        rt = runtime(app.conf.broker_url)
+        rt = runtimes.get()
         cap = _payload_too_large(app, payload)
         if cap is not None:
             return {"error": {"type": "limit", "message": f"The sandbox spec (files, setup) exceeded the payload limit of {cap} bytes."},
                     "host": rt.config.host}
         if rt.redis is not None and not rt.submit(first_consumption(rt.redis, self.request.id, DEFAULT_WINDOW), timeout=30):
-            from .app import rejects
-
             rejects.reject("replayed", self.request.delivery_info.get("routing_key"), f"open_sandbox {self.request.id}")
             raise Ignore()  # a copy of a consumed open (a replay): nothing opened, nothing stored
         try:
@@ -220,7 +199,7 @@ def register_tasks(app: Celery) -> None:
 
     @app.task(name=_names.TASK_CLOSE_SANDBOX, bind=True, acks_late=True, Request=_REQUEST)
     def close_sandbox(self: Any, handle: str) -> dict[str, Any]:
-        rt = runtime(app.conf.broker_url)
+        rt = runtimes.get()
         try:
             return rt.submit(run_close(rt, handle), timeout=rt.config.open_timeout)
         except TimeoutError as exc:
@@ -231,13 +210,10 @@ def register_tasks(app: Celery) -> None:
 def toolfleet_cancel(state: Any, call_ids: list[str], mac: str | None = None, **kwargs: Any) -> dict[str, Any]:
     """Cancel running toolfleet calls by id (Celery control command; runs in the consumer thread).
     Only when signed with the fleet secret: control messages are not otherwise authenticated."""
-    from . import _loop
-
-    rt = _loop._runtime
+    runtimes = getattr(state.consumer.app.conf, "toolfleet_runtimes", None)
+    rt = runtimes.current if runtimes is not None else None
     ids = [str(c) for c in call_ids] if isinstance(call_ids, list) else []
     if rt is None or rt.keyring is None or not _auth.verify_cancel(rt.keyring, mac, ids):
-        from .app import rejects
-
         rejects.reject("unauthenticated cancel", None)
         return {"error": "unauthenticated"}
     rt.cancel_calls(ids)

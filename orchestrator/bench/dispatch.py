@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _bash_request(route: SampleRoute) -> CallRequest:
-    from workers.tools import bash
+    from orchestrator.tool._tools import bash
 
     ref = tool_meta(bash()).ref  # type: ignore[union-attr]
     return CallRequest(call_id=uuid.uuid4().hex, function="bash", tool=ref, arguments={"cmd": "true"},

@@ -32,8 +32,8 @@ from typing import Any
 from orchestrator._wire import CallRequest
 from orchestrator.tool._registry import tool_meta
 from workers.executor import execute_call
-from workers.sandbox import DEFAULT_IMAGE, DockerSandboxConfig, SandboxSpec
-from workers.tools import bash, python
+from workers.sandbox import build_driver, DEFAULT_IMAGE, DockerSandboxConfig, SandboxRequest
+from orchestrator.tool._tools import bash, python
 
 # The floor: spawning the same command from inside the sandbox, no channel at all (same container,
 # same limits). It tells what part of p50 is the process spawn itself on this machine.
@@ -102,26 +102,26 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
     cpus = DockerSandboxConfig().cpus if cpus is None else cpus
 
     # Cold start: no pool, so create() pays for container create + start + agent hello.
-    cold_driver = DockerSandboxConfig(image=image, pool_size=0, cpus=cpus).driver()
+    cold_driver = build_driver(DockerSandboxConfig(image=image, pool_size=0, cpus=cpus))
     cold: list[float] = []
     try:
         await cold_driver.start()
         for i in range(COLD_STARTS):
             start = time.perf_counter()
-            env = await cold_driver.create(SandboxSpec(eval_id="bench", sample_id=f"cold-{i}"))
+            env = await cold_driver.create(SandboxRequest(eval_id="bench", sample_id=f"cold-{i}"))
             cold.append(time.perf_counter() - start)
             await cold_driver.destroy(env)
     finally:
         await cold_driver.aclose()
 
-    driver = DockerSandboxConfig(image=image, pool_size=2, max_sandboxes=ACQUIRES + 4, cpus=cpus).driver()
+    driver = build_driver(DockerSandboxConfig(image=image, pool_size=2, max_sandboxes=ACQUIRES + 4, cpus=cpus))
     try:
         await driver.start()
         acquire: list[float] = []
         for i in range(ACQUIRES):
             await driver.pool.wait_full(120)
             start = time.perf_counter()
-            env = await driver.create(SandboxSpec(eval_id="bench", sample_id=f"warm-{i}"))
+            env = await driver.create(SandboxRequest(eval_id="bench", sample_id=f"warm-{i}"))
             acquire.append(time.perf_counter() - start)
             if i < ACQUIRES - 1:
                 await driver.destroy(env)

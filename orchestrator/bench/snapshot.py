@@ -31,19 +31,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from orchestrator.dispatch import CeleryDispatcher, set_route
-    from orchestrator.dispatch._dispatcher import reset_route
-    from orchestrator.dispatch._fork import _sandbox_for
+    from orchestrator.dispatch import reset_route
+    from orchestrator.eval._fork import _sandbox_for
+    from orchestrator.eval._fork import fork as open_forks
     from orchestrator.util import fork
+    from orchestrator.util._fork import bind_fork_opener
 
     eval_id = f"bench-snapshot-{uuid.uuid4().hex[:8]}"
     config: dict[str, Any] = {"type": "docker", "pool_size": 0, **({"image": args.image} if args.image else {})}
     dispatcher = CeleryDispatcher(args.broker) if args.broker else InProcessDispatcher()
     token = set_active_dispatcher(dispatcher)
+    bind_fork_opener(open_forks)  # this task's own context, as a sample's runner binds it
     route = await dispatcher.open_sandbox(SandboxSpec(eval_id=eval_id, sample_id="bench", config=config))
     route_token = set_route(route)
     timings: dict[str, float] = {}
     try:
-        env = _sandbox_for(route)
+        env = _sandbox_for(dispatcher, route)
         fill = (f"head -c {args.mib << 20} /dev/urandom > /tmp/data && "
                 f"head -c {args.mib << 20} /dev/urandom > /opt/data")
         done = await env.exec(["sh", "-c", fill], user="root", timeout=120)

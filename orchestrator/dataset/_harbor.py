@@ -252,7 +252,7 @@ def _compose_sandbox(name: str, task_dir: Path, settings: HarborSettings, builde
                 if key not in body and "deploy" not in body:
                     body[key] = value
         services[str(service)] = body
-    from workers.sandbox._compose import ComposeError, config_from_compose  # the compose subset toolfleet maps
+    from orchestrator.util._compose import ComposeError, config_from_compose  # the compose subset toolfleet maps
 
     try:
         config = config_from_compose({"services": services}, source)

@@ -1,15 +1,17 @@
 """Dispatchers: the seam between stage planning and execution."""
 
-from ._dispatcher import (
-    Dispatch,
-    Dispatcher,
-    SampleRoute,
+from ._context import (
     active_dispatcher,
     current_route,
     reset_active_dispatcher,
     reset_route,
     set_active_dispatcher,
     set_route,
+)
+from ._dispatcher import (
+    Dispatch,
+    Dispatcher,
+    SampleRoute,
 )
 from .inprocess import InProcessDispatcher
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator._wire import CallOutcome, CallRequest, SandboxExec, SandboxSpec
+from orchestrator.util._sandbox import SandboxEnvironment
+
+from ._preflight import SandboxNeeds
 
 
 @dataclass
@@ -60,7 +62,25 @@ class Dispatcher(ABC):
 
     async def remove_snapshots(self, eval_id: str) -> list[str]:
         """Remove ``eval_id``'s snapshots (those not kept) where they are; returns their ids."""
-        return await remove_snapshots_on(self, eval_id, [None])
+        return []
+
+    # Whether its sandboxes open in this process, on this machine's Docker: they end with the process
+    # (nothing to journal for a later resume to close) and that Docker must answer.
+    sandboxes_here: bool = False
+
+    async def preflight(self, needs: SandboxNeeds) -> None:
+        """Check, before an eval's first sample, that the sandboxes ``needs`` describes can open where this
+        dispatcher runs them (``SandboxPreflightError``: one sentence)."""
+
+    def local_sandbox(self, route: SampleRoute) -> SandboxEnvironment | None:
+        """The sample's sandbox itself when it lives in this process (bound directly for scorers and
+        solvers); None: reach it through internal tool calls."""
+        return None
+
+    async def drain_spares(self) -> int:
+        """Remove the idle warm spares this dispatcher's sandboxes keep in this process (an eval's end);
+        how many went."""
+        return 0
 
     async def aclose(self) -> None:
         """Release connections and listeners."""
@@ -90,65 +110,3 @@ def attach_setup_execs(exc: BaseException, execs: Any, dropped: int, host: str |
         exc.sandbox_host = host  # type: ignore[attr-defined]
     except AttributeError:  # an exception type that refuses attributes: nothing to carry
         pass
-
-
-_NO_ROUTE = SampleRoute()
-_route: ContextVar[SampleRoute] = ContextVar("toolfleet_route", default=_NO_ROUTE)
-
-
-def current_route() -> SampleRoute:
-    return _route.get()
-
-
-def set_route(route: SampleRoute) -> Any:
-    return _route.set(route)
-
-
-def reset_route(token: Any) -> None:
-    _route.reset(token)
-
-
-_active: ContextVar[Dispatcher | None] = ContextVar("toolfleet_dispatcher", default=None)
-
-
-def active_dispatcher() -> Dispatcher:
-    dispatcher = _active.get()
-    if dispatcher is None:
-        return _default_dispatcher()
-    return dispatcher
-
-
-def _default_dispatcher() -> Dispatcher:
-    from .inprocess import InProcessDispatcher  # deferred: inprocess imports this module
-
-    return InProcessDispatcher.default()
-
-
-def set_active_dispatcher(dispatcher: Dispatcher | None) -> Any:
-    """Bind a dispatcher for the current context (returns a token for ``reset_active_dispatcher``)."""
-    return _active.set(dispatcher)
-
-
-def reset_active_dispatcher(token: Any) -> None:
-    _active.reset(token)
-
-
-async def remove_snapshots_on(dispatcher: Dispatcher, eval_id: str, queues: Sequence[str | None]) -> list[str]:
-    """Send the snapshot-removal call to each queue (None: this process) at once; collect what went."""
-    import json
-    import uuid
-
-    from workers.snapshots import SNAPSHOT_REMOVE_TOOL, snapshot_remove
-
-    async def remove_on(queue: str | None) -> list[str]:
-        instance = snapshot_remove()
-        request = CallRequest(call_id=uuid.uuid4().hex, function=SNAPSHOT_REMOVE_TOOL,
-                              tool=getattr(instance, "__toolfleet_tool__").ref, arguments={"eval_id": eval_id})
-        _route.set(SampleRoute(queue=queue))  # this task's own context: the call goes to that host's queue
-        outcome = await dispatcher.run_one(Dispatch(request, instance))
-        if outcome.error is None and outcome.fatal is None and outcome.result:
-            return list(json.loads(str(outcome.result)))
-        return []
-
-    removed = await asyncio.gather(*(asyncio.ensure_future(remove_on(q)) for q in queues))
-    return [snapshot for ids in removed for snapshot in ids]

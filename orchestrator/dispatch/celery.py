@@ -40,8 +40,10 @@ from orchestrator.util._sandbox import SandboxUnavailableError
 from workers import _auth, _names, placement
 from workers.app import AppConfig, create_app
 
-from ._dispatcher import Dispatch, Dispatcher, SampleRoute, attach_setup_execs, current_route, remove_snapshots_on
+from ._context import current_route
+from ._dispatcher import Dispatch, Dispatcher, SampleRoute, attach_setup_execs
 from ._fleet_events import parse_event, rejection_line, store_failed_line
+from ._preflight import SandboxNeeds, check_fleet
 from ._publisher import Publisher, TaskMessage
 from ._results import ResultListener
 
@@ -444,6 +446,8 @@ class CeleryDispatcher(Dispatcher):
         """Every live host removes the eval's snapshots it holds (tools on a worker may have taken some)."""
         await self.start()
         hosts = await placement.live_hosts(self._listener.redis)
+        from ._snapshots import remove_snapshots_on  # deferred: it loads the worker-side snapshot tools
+
         return await remove_snapshots_on(self, eval_id, [h.queue for h in hosts])
 
     def _waiting(self, eval_id: str | None, sample_id: str | None, reason: str) -> None:
@@ -468,6 +472,9 @@ class CeleryDispatcher(Dispatcher):
             return
         await self._listener.redis.set(_names.lease_key(self.client_id), 1, ex=max(1, int(self.config.lease_ttl)))
         self._lease_set = now
+
+    async def preflight(self, needs: SandboxNeeds) -> None:
+        await check_fleet(self.config.broker_url, needs.images, needs.kinds, needs.pullable, needs.pods)
 
     async def close_sandbox(self, route: SampleRoute) -> None:
         if route.sandbox is None:

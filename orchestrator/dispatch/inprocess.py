@@ -8,18 +8,38 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from orchestrator._wire import CallOutcome, SandboxSpec
-from orchestrator.util._sandbox import SandboxUnavailableError
-from workers.executor import HOST, execute_call, execute_request, lookup_sandbox
+from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableError
+from workers.executor import HOST, execute_call
 
 from ._dispatcher import Dispatch, Dispatcher, SampleRoute, attach_setup_execs
+from ._preflight import SandboxNeeds, check_local_images
+
+if TYPE_CHECKING:
+    from workers._sandbox_host import SandboxHost
 
 
 class InProcessDispatcher(Dispatcher):
+    """``host``: the sandboxes it opens and runs calls in (default: the one this process's embedded
+    dispatchers share, so docker pools outlive one eval)."""
+
     name = "inprocess"
+    sandboxes_here = True
     _default: ClassVar["InProcessDispatcher | None"] = None
+
+    def __init__(self, host: SandboxHost | None = None) -> None:
+        self._host = host
+
+    @property
+    def host(self) -> SandboxHost:
+        if self._host is None:
+            # Loaded on first use: an eval without sandboxes never loads the sandbox side.
+            from workers._sandbox_host import SandboxHost
+
+            self._host = SandboxHost.process()
+        return self._host
 
     @classmethod
     def default(cls) -> "InProcessDispatcher":
@@ -33,8 +53,7 @@ class InProcessDispatcher(Dispatcher):
     async def run_one(self, item: Dispatch) -> CallOutcome:
         return await self._run(item)  # inline: no task needed for a single call
 
-    @staticmethod
-    async def _run(item: Dispatch) -> CallOutcome:
+    async def _run(self, item: Dispatch) -> CallOutcome:
         request = item.request
         if request.sandbox is None:
             # The caller's context already carries the sample's sandbox (if any).
@@ -43,17 +62,15 @@ class InProcessDispatcher(Dispatcher):
             # A conversation tool (submit, handoff, runs_on="orchestrator") always runs here, even when
             # the sample's sandbox lives on a worker host: it then runs without the sandbox.
             try:
-                env = lookup_sandbox(request.sandbox)
+                env = self.host.lookup(request.sandbox)
             except SandboxUnavailableError:
                 env = None
             return await execute_call(request, tool=item.tool, env=env)
-        return await execute_request(request, tool=item.tool)
+        return await self.host.execute(request, tool=item.tool)
 
     async def open_sandbox(self, spec: SandboxSpec) -> SampleRoute:
-        from workers._sandbox_service import open_sandbox_recorded
-
         try:
-            handle, execs = await open_sandbox_recorded(spec)
+            handle, execs = await self.host.open(spec)
         except Exception as exc:
             recorded = getattr(exc, "sandbox_execs", None)
             if recorded is not None:
@@ -62,8 +79,25 @@ class InProcessDispatcher(Dispatcher):
         return SampleRoute(sample_id=spec.sample_id, sandbox=handle, host=HOST, setup_execs=tuple(execs.items),
                            setup_execs_dropped=execs.dropped)
 
-    async def close_sandbox(self, route: SampleRoute) -> None:
-        from workers._sandbox_service import close_sandbox
+    async def preflight(self, needs: SandboxNeeds) -> None:
+        await check_local_images(needs.images, needs.pullable)
 
+    def local_sandbox(self, route: SampleRoute) -> SandboxEnvironment | None:
+        try:
+            return self.host.lookup(str(route.sandbox)) if route.sandbox is not None else None
+        except SandboxUnavailableError:
+            return None
+
+    async def remove_snapshots(self, eval_id: str) -> list[str]:
+        from workers.snapshots import remove_eval_snapshots  # deferred: only an eval that may have taken some
+
+        return await remove_eval_snapshots(eval_id)
+
+    async def drain_spares(self) -> int:
+        if self._host is None:
+            return 0  # it opened no sandbox: no spares of its own
+        return await self._host.drain()
+
+    async def close_sandbox(self, route: SampleRoute) -> None:
         if route.sandbox is not None:
-            await close_sandbox(route.sandbox)
+            await self.host.close(route.sandbox)

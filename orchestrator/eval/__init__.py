@@ -4,7 +4,7 @@ from ._errors import BrokerUnreachableError, DockerUnreachableError, EvalSetupEr
 from ._eval import eval, eval_async, eval_retry, eval_retry_async
 from ._eval_set import eval_set, eval_set_async
 from ._harbor import harbor_task, oracle_failures
-from ._log import (
+from ._log_file import (
     LOG_FORMAT,
     LOG_VERSION,
     EvalConfig,
@@ -21,7 +21,8 @@ from ._log import (
 )
 from ._policies import UnknownModelError, scripted_policies, scripted_policy
 from ._progress import EvalProgress
-from ._task import Task, TaskError, load_task, task
+from ._load import load_task
+from ._task import Task, TaskError, task
 
 __all__ = [
     "LOG_FORMAT",

@@ -2,7 +2,7 @@
 
 A thin wrapper over the eval's dispatcher: each call of a stage waits for a slot, then goes to the
 wrapped dispatcher as a one-call stage (the calls of a stage still run concurrently, up to the bound).
-Cancelling the returned future cancels the wait or the call. Sandboxes pass straight through.
+Cancelling the returned future cancels the wait or the call. Sandboxes (and the other seam methods) pass straight through.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from orchestrator._wire import CallOutcome, SandboxSpec
 from orchestrator.dispatch import Dispatcher, SampleRoute
 from orchestrator.dispatch._dispatcher import Dispatch
+from orchestrator.dispatch._preflight import SandboxNeeds
+from orchestrator.util._sandbox import SandboxEnvironment
 
 
 class BoundedDispatcher(Dispatcher):
@@ -40,6 +42,19 @@ class BoundedDispatcher(Dispatcher):
 
     async def close_sandbox(self, route: SampleRoute) -> None:
         await self.inner.close_sandbox(route)
+
+    @property
+    def sandboxes_here(self) -> bool:  # type: ignore[override]
+        return self.inner.sandboxes_here
+
+    async def preflight(self, needs: SandboxNeeds) -> None:
+        await self.inner.preflight(needs)
+
+    def local_sandbox(self, route: SampleRoute) -> SandboxEnvironment | None:
+        return self.inner.local_sandbox(route)
+
+    async def drain_spares(self) -> int:
+        return await self.inner.drain_spares()
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -26,14 +26,14 @@ from typing import Any, Literal
 import structlog
 
 from orchestrator.dataset import Sample
-from orchestrator.dispatch import Dispatcher, InProcessDispatcher, SampleRoute
+from orchestrator.dispatch import Dispatcher, SampleRoute
 from orchestrator.model._batch import BatchScope, ResumeTable, batch_scope
 from orchestrator.model._generate_config import GenerateConfig
 from orchestrator.model._model import Model, model_context
 
 from ._harbor import is_harbor_spec, register_oracle_model
 from ._identity import recordable_args
-from ._log import (
+from ._log_file import (
     LOG_SUFFIX,
     EvalError,
     EvalLog,
@@ -47,6 +47,7 @@ from ._log import (
 from ._plan import _build_spec, _find_resumable, _generate_config, _identity, _Options, _sample_id_list, _sample_ids, _select
 from ._policies import configured_model, resolve_model
 from ._preflight import describe_sandbox_error, probe_model
+from ._sandboxes import SandboxConfigs
 from ._preflight import preflight as run_preflight
 from ._progress import EvalProgress
 from ._reducers import check_reducers
@@ -54,7 +55,8 @@ from ._results import eval_results, eval_stats
 from ._retry_events import reporting_retries
 from ._runner import SampleRunner
 from ._setup import check_docker, make_dispatcher, resolve_policies
-from ._task import Task, TaskError, import_task_file, load_task
+from ._load import load_task
+from ._task import Task, TaskError, import_task_file
 
 _logger = structlog.get_logger("toolfleet.eval")
 
@@ -192,18 +194,14 @@ async def eval_async(
     finally:
         if own_dispatcher:
             await dispatcher.aclose()
-            if isinstance(dispatcher, InProcessDispatcher):
-                await _drain_spares()
+            await _drain_spares(dispatcher)
     return logs
 
 
-async def _drain_spares() -> None:
+async def _drain_spares(dispatcher: Dispatcher) -> None:
     """Embedded mode: warm spares would outlive the eval (idle until this process exits): remove them."""
-    pool_module = sys.modules.get("workers.sandbox._docker_pool")
-    if pool_module is None:
-        return  # no docker sandbox was used
     try:
-        await asyncio.wait_for(pool_module.host_sandboxes().drain_spares(), 60.0)
+        await asyncio.wait_for(dispatcher.drain_spares(), 60.0)
     except Exception as exc:  # noqa: BLE001 - best effort: the reaper removes what a dead process left
         _logger.warning("eval.drain_spares_failed", error=str(exc))
 
@@ -253,8 +251,6 @@ def _task_dir(task: Task) -> Path | None:
 
 async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Options, display: Any,
                      preflight: bool = True) -> EvalLog:
-    from workers.sandbox._driver import sandbox_config
-
     # Eval-level settings override the task's.
     for name in ("message_limit", "token_limit", "time_limit", "working_limit"):
         if getattr(o, name) is not None:
@@ -263,11 +259,11 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
         task.config = task.config.merge(o.generate_config)
     sandbox_spec = o.sandbox if o.sandbox is not None else task.sandbox
     try:
-        sandbox = (sandbox_config(sandbox_spec, _task_dir(task)).model_dump(mode="json")
-                   if sandbox_spec is not None else None)
+        sandboxes = SandboxConfigs(sandbox_spec, _task_dir(task))  # each distinct spec parsed once, here
+        sandbox = sandboxes.wire(sandbox_spec) if sandbox_spec is not None else None
     except ValueError as exc:
         raise TaskError(f"Task: {describe_sandbox_error(sandbox_spec, exc)}") from None
-    if sandbox is not None and sandbox["type"] == "docker" and isinstance(dispatcher, InProcessDispatcher):
+    if sandbox is not None and sandbox["type"] == "docker" and dispatcher.sandboxes_here:
         await check_docker()
     approval, review = resolve_policies(o.approval if o.approval is not None else task.approval,
                                          o.review if o.review is not None else task.review)
@@ -278,9 +274,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     if task.prepare is not None:  # e.g. a Harbor task builds the images of the samples this run uses
         await asyncio.to_thread(task.prepare, samples)
     if preflight:
-        embedded = isinstance(dispatcher, InProcessDispatcher)
-        broker_url = getattr(getattr(dispatcher, "config", None), "broker_url", None) or o.broker
-        await run_preflight(sandbox_spec, samples, embedded=embedded, broker_url=broker_url, base_dir=_task_dir(task))
+        await run_preflight(sandbox_spec, samples, dispatcher=dispatcher, configs=sandboxes)
     epochs = o.epochs or task.epochs
     identity = _identity(task, model, o, sandbox)
     notice: str | None = None
@@ -320,10 +314,10 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     else:
         run_dispatcher = dispatcher
     runner = SampleRunner(
-        task=task, model=model, dispatcher=run_dispatcher, eval_id=spec.eval_id, run_id=run_id, sandbox_config=sandbox,
+        task=task, model=model, dispatcher=run_dispatcher, eval_id=spec.eval_id, run_id=run_id, sandboxes=sandboxes,
         approval=approval, review=review, retry_on_error=o.retry_on_error,
         sandbox_slots=asyncio.Semaphore(o.max_sandboxes) if o.max_sandboxes else None, progress=progress,
-        epochs=epochs, journal=None if isinstance(dispatcher, InProcessDispatcher) else writer)
+        epochs=epochs, journal=None if dispatcher.sandboxes_here else writer)
     results: dict[tuple[str, int], EvalSample] = dict(finished)
     started_at = time.time()
 

@@ -18,7 +18,7 @@ from typing import Any
 from orchestrator.model._model import Model
 
 from ._eval import eval_async
-from ._log import EvalLog
+from ._log_file import EvalLog
 from ._harbor import is_harbor_spec, register_oracle_model
 from ._task import Task, TaskError, import_task_file
 

@@ -18,7 +18,7 @@ from orchestrator.scorer._score import scorer_info
 from orchestrator.solver._solver import solver_name
 
 from ._identity import EvalIdentity, file_hash, identity_differences, recordable_args
-from ._log import LOG_SUFFIX, EvalConfig, EvalDataset, EvalSpec, LogFormatError, read_eval_log
+from ._log_file import LOG_SUFFIX, EvalConfig, EvalDataset, EvalSpec, LogFormatError, read_eval_log
 from ._setup import redact
 from ._task import Task, TaskError
 

@@ -20,16 +20,22 @@ Each problem is a ``PreflightError`` (an ``EvalSetupError``: the CLI prints one 
 from __future__ import annotations
 
 import asyncio
-import fnmatch
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
-from ._errors import EvalSetupError
+from orchestrator.dispatch import Dispatcher
+from orchestrator.dispatch._preflight import (
+    PROBE_TIMEOUT_S,
+    SandboxNeeds,
+    SandboxPreflightError,
+    check_fleet,
+    check_local_images,
+)
 
-PROBE_TIMEOUT_S = 5.0
-FRESH_IMAGE_WAIT_S = 12.0  # > the workers' image-listing period (5 s) plus a heartbeat interval
+from ._errors import EvalSetupError
+from ._sandboxes import SandboxConfigs
 
 
 class PreflightError(EvalSetupError):
@@ -49,22 +55,14 @@ def describe_sandbox_error(spec: Any, exc: Exception) -> str:
     return f"invalid sandbox {spec!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
 
 
-class SandboxNeeds:
-    """What the samples' sandboxes need, from one parse of each distinct spec (``sandbox_needs``)."""
-
-    def __init__(self) -> None:
-        self.images: dict[str, list[str]] = {}  # docker image (services' too) -> the samples that need it
-        self.kinds: set[str] = set()  # sandbox types used
-        self.pullable: set[str] = set()  # images some sandbox may pull (pull_policy not never, a registry host)
-        self.pods: dict[int, list[str]] = {}  # containers of a multi-service sandbox -> its samples
-
-
-def sandbox_needs(task_sandbox: Any, samples: Sequence[Any], base_dir: Any = None) -> SandboxNeeds:
+def sandbox_needs(task_sandbox: Any, samples: Sequence[Any], base_dir: Any = None,
+                  configs: SandboxConfigs | None = None) -> SandboxNeeds:
     """Validate every sandbox the samples will open (a spec that does not parse is one line naming the
-    sample) and say what they need. ``base_dir``: where compose files are found."""
-    from workers._policy import image_registry
-    from workers.sandbox._driver import sandbox_config
+    sample) and say what they need. ``configs``: the task's parsed specs (parsed here if not yet);
+    ``base_dir``: where compose files are found, without them."""
+    from orchestrator.util._image_names import image_registry
 
+    configs = configs or SandboxConfigs(None, base_dir)
     needs = SandboxNeeds()
     parsed: dict[str, Any] = {}
     for sample in samples:
@@ -74,126 +72,22 @@ def sandbox_needs(task_sandbox: Any, samples: Sequence[Any], base_dir: Any = Non
         key = repr(spec)
         if key not in parsed:
             try:
-                parsed[key] = config = sandbox_config(spec, base_dir)
+                parsed[key] = config = configs.parse(spec)
             except (ValidationError, ValueError, TypeError) as exc:
                 where = f"Sample {sample.id!r}: " if sample.sandbox is not None else "Task: "
                 raise PreflightError(where + describe_sandbox_error(spec, exc)) from None
             if config.type == "docker" and config.pull_policy != "never":
-                needs.pullable.update(image for image in (config.image, *(s.image for s in config.services.values()))
-                                      if image_registry(image))
+                needs.pullable.update(image for image in config.images if image_registry(image))
         config = parsed[key]
         needs.kinds.add(config.type)
-        if config.type == "docker":
-            # A snapshot's image is on the host holding it (whose heartbeat may not list it yet): the
-            # driver there checks it; only its services' images are the fleet's to have.
-            own = [] if config.snapshot is not None else [config.image]
-            for image in dict.fromkeys([*own, *(s.image for s in config.services.values())]):
+        # A snapshot's image is on the host holding it (whose heartbeat may not list it yet): the driver
+        # there checks it; only its services' images are the fleet's to have.
+        for image in config.images:
+            if getattr(config, "snapshot", None) is None or image != config.image:
                 needs.images.setdefault(image, []).append(str(sample.id))
-            if config.services:
-                needs.pods.setdefault(1 + len(config.services), []).append(str(sample.id))
+        if config.containers > 1:
+            needs.pods.setdefault(config.containers, []).append(str(sample.id))
     return needs
-
-
-def _who(samples: list[str]) -> str:
-    shown = ", ".join(samples[:3]) + (f" and {len(samples) - 3} more" if len(samples) > 3 else "")
-    return f"sample{'s' if len(samples) > 1 else ''} {shown}"
-
-
-async def check_local_images(images: dict[str, list[str]], pullable: Collection[str] = ()) -> None:
-    """Embedded mode: every image is on this machine's Docker, or ``pullable`` (from any registry)."""
-    if not images:
-        return
-
-    def missing() -> list[str]:
-        import docker
-        from docker.errors import ImageNotFound
-
-        client = docker.from_env(timeout=int(PROBE_TIMEOUT_S))
-        try:
-            gone = []
-            for image in images:
-                try:
-                    client.api.inspect_image(image)
-                except ImageNotFound:
-                    gone.append(image)
-            return gone
-        finally:
-            client.close()
-
-    try:
-        gone = await asyncio.wait_for(asyncio.to_thread(missing), PROBE_TIMEOUT_S * (len(images) + 1))
-        gone = [image for image in gone if image not in pullable]  # pulled by its driver when needed
-    except Exception as exc:  # noqa: BLE001 - docker raises many kinds; all mean "not reachable"
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise PreflightError(f"Cannot reach the Docker daemon (needed for docker sandboxes): {reason}") from None
-    if gone:
-        image = gone[0]
-        more = f" (and {len(gone) - 1} more image(s))" if len(gone) > 1 else ""
-        raise PreflightError(f"Docker image '{image}' ({_who(images[image])}) is not on this machine{more}: "
-                             f"build it or `docker pull {image}`.")
-
-
-async def check_fleet(broker_url: str, images: dict[str, list[str]], kinds: set[str],
-                      pullable: Collection[str] = (), pods: dict[int, list[str]] | None = None) -> None:
-    """Distributed mode: live workers exist, accept sandboxes if needed, and have (or can pull) every image."""
-    from redis.asyncio import Redis
-
-    from workers._policy import image_registry, pulls_from
-    from workers.placement import live_hosts
-
-    from ._setup import redact
-
-    client = Redis.from_url(broker_url, socket_connect_timeout=PROBE_TIMEOUT_S, socket_timeout=PROBE_TIMEOUT_S)
-    try:
-        hosts = await asyncio.wait_for(live_hosts(client), PROBE_TIMEOUT_S * 2)
-    finally:
-        await client.aclose()
-    if not hosts:
-        raise PreflightError(f"No live worker on the broker {redact(broker_url)}: start one with "
-                             f"`toolfleet worker --broker {redact(broker_url)}`.")
-    if not kinds:
-        return
-    takers = [h for h in hosts if not h.draining and h.slots > 0]
-    if not takers:
-        raise PreflightError(f"None of the {len(hosts)} live worker(s) accepts sandboxes (all draining or --slots 0).")
-    for kind in sorted(kinds):
-        if all(h.sandbox_types and kind not in h.sandbox_types for h in takers):
-            hint = " (start a worker with --allow-local)" if kind == "local" else ""
-            raise PreflightError(f"None of the {len(takers)} live worker(s) runs {kind!r} sandboxes{hint}.")
-    largest = max(h.slots for h in takers)
-    for containers, who in sorted((pods or {}).items(), reverse=True)[:1]:
-        if containers > largest:
-            raise PreflightError(f"The sandbox of {_who(who)} has {containers} containers and takes {containers} slots "
-                                 f"on one worker, but no live worker has that many (largest --slots: {largest}).")
-    for image, who in images.items():
-        if all(h.image_patterns and not any(fnmatch.fnmatchcase(image, p) for p in h.image_patterns) for h in takers):
-            patterns = ", ".join(sorted({p for h in takers for p in h.image_patterns}))
-            raise PreflightError(f"Docker image '{image}' ({_who(who)}) is allowed by none of the {len(takers)} live "
-                                 f"worker(s) (their --image patterns: {patterns}): start workers with "
-                                 f"--image '{image}' or a pattern matching it.")
-
-    def missing(hosts: Sequence[Any]) -> list[str]:
-        return [image for image in images
-                if not any(image in h.images or (image in pullable and pulls_from(h.registries, image)) for h in hosts)]
-
-    # Workers list their images every few seconds: one built just now (a Harbor task's, at load) may not
-    # be listed yet. Wait (bounded) for the next listings before calling it missing.
-    deadline = asyncio.get_running_loop().time() + FRESH_IMAGE_WAIT_S
-    while missing(takers) and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(1.0)
-        client = Redis.from_url(broker_url, socket_connect_timeout=PROBE_TIMEOUT_S, socket_timeout=PROBE_TIMEOUT_S)
-        try:
-            names = {h.host for h in takers}
-            takers = [h for h in await asyncio.wait_for(live_hosts(client), PROBE_TIMEOUT_S * 2) if h.host in names]
-        finally:
-            await client.aclose()
-    for image, who in images.items():
-        if image in missing(takers):
-            registry = image_registry(image)
-            hint = (f", and none pulls from its registry '{registry}' (start one with --registry {registry})"
-                    if registry and image in pullable else "")
-            raise PreflightError(f"Docker image '{image}' ({_who(who)}) is on none of the {len(takers)} live "
-                                 f"worker(s){hint}: build or pull it where the workers run.")
 
 
 def _provider_api(model: Any) -> Any | None:
@@ -249,14 +143,22 @@ async def probe_model(model: Any) -> None:
         await client.close()
 
 
-async def preflight(task_sandbox: Any, samples: Sequence[Any], *, embedded: bool, broker_url: str | None,
-                    base_dir: Any = None) -> None:
-    """Sandbox specs, images and workers for one task's samples (the model is probed once per eval)."""
-    needs = sandbox_needs(task_sandbox, samples, base_dir)
-    if embedded:
-        await check_local_images(needs.images, needs.pullable)
-    elif broker_url:
-        await check_fleet(broker_url, needs.images, needs.kinds, needs.pullable, needs.pods)
+async def preflight(task_sandbox: Any, samples: Sequence[Any], *, dispatcher: Dispatcher | None = None,
+                    embedded: bool = False, broker_url: str | None = None, base_dir: Any = None,
+                    configs: SandboxConfigs | None = None) -> None:
+    """Sandbox specs, then what the dispatcher needs for them (images, workers) for one task's samples (the
+    model is probed once per eval). Without a dispatcher: this machine's Docker (``embedded``) or the
+    fleet on ``broker_url``."""
+    needs = sandbox_needs(task_sandbox, samples, base_dir, configs)
+    try:
+        if dispatcher is not None:
+            await dispatcher.preflight(needs)
+        elif embedded:
+            await check_local_images(needs.images, needs.pullable)
+        elif broker_url:
+            await check_fleet(broker_url, needs.images, needs.kinds, needs.pullable, needs.pods)
+    except SandboxPreflightError as exc:
+        raise PreflightError(str(exc)) from None
 
 
 __all__ = ["PreflightError", "preflight", "probe_model"]

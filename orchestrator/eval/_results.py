@@ -8,7 +8,7 @@ from typing import Any
 from orchestrator.model._model_output import ModelUsage
 from orchestrator.scorer._score import Score, scorer_info
 
-from ._log import EvalMetricValue, EvalResults, EvalSample, EvalScore, EvalStats
+from ._log_file import EvalMetricValue, EvalResults, EvalSample, EvalScore, EvalStats
 from ._reducers import DEFAULT_REDUCER, reducer
 from ._task import Task
 

@@ -27,7 +27,7 @@ from orchestrator._wire import SandboxSpec
 from orchestrator.approval._policy import approval_policy_scope
 from orchestrator.dataset import Sample, sandbox_files_wire
 from orchestrator.dispatch import Dispatcher, SampleRoute, reset_active_dispatcher, set_active_dispatcher, set_route
-from orchestrator.dispatch._dispatcher import reset_route
+from orchestrator.dispatch._context import reset_route
 from orchestrator.log import ToolEvent, Transcript, bind_transcript
 from orchestrator.log._events import BaseEvent, ErrorEvent, InfoEvent, SampleLimitEvent
 from orchestrator.log._sandbox_events import exec_phase, record_sandbox_execs, reset_exec_phase, set_exec_phase
@@ -36,6 +36,7 @@ from orchestrator.model._model import Model, model_context
 from orchestrator.model._usage import usage_scope
 from orchestrator.review._policy import review_policy_scope
 from orchestrator.scorer._sandbox_proxy import DispatchedSandbox
+from orchestrator.util._fork import bind_fork_opener, reset_fork_opener
 from orchestrator.scorer._score import Score, scorer_info
 from orchestrator.scorer._target import Target
 from orchestrator.solver._solver import make_generate
@@ -45,8 +46,10 @@ from orchestrator.util._limits import apply_limits, message_limit, time_limit, t
 from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableError, bind_sandbox
 from orchestrator.util._working import bind_working_clock, reset_working_clock
 
-from ._log import EvalError, EvalSample, EvalSampleLimit, LogWriter, SandboxRecord
+from ._fork import fork
+from ._log_file import EvalError, EvalSample, EvalSampleLimit, LogWriter, SandboxRecord
 from ._progress import EvalProgress
+from ._sandboxes import SandboxConfigs
 from ._task import Task
 
 CLOSE_TIMEOUT_S = 60.0  # bound on tearing a sandbox down (a dead worker must not hang the eval)
@@ -70,7 +73,7 @@ class SampleRunner:
     dispatcher: Dispatcher
     eval_id: str
     run_id: str
-    sandbox_config: dict[str, Any] | None
+    sandboxes: SandboxConfigs  # the task's sandbox specs, parsed once
     approval: list[Any] | None
     review: list[Any] | None
     retry_on_error: int
@@ -139,14 +142,16 @@ class SampleRunner:
             stack.callback(_active_config.reset, config_token)
             token = set_active_dispatcher(self.dispatcher)
             stack.callback(reset_active_dispatcher, token)
+            fork_token = bind_fork_opener(fork)  # the sample's solvers and scorers fork through its dispatcher
+            stack.callback(reset_fork_opener, fork_token)
             try:
-                config = sample.sandbox if sample.sandbox is not None else self.sandbox_config
+                config = self.sandboxes.spec_for(sample)
                 if config is not None:
                     if self.sandbox_slots is not None:
                         await self.sandbox_slots.acquire()
                         slot_held = True
                     files, setup = await asyncio.to_thread(sandbox_files_wire, sample, self._files_base_dir())
-                    config_json = _config_json(config, self._files_base_dir())
+                    config_json = self.sandboxes.wire(config)
                     try:
                         route = await self.dispatcher.open_sandbox(SandboxSpec(
                             eval_id=self.eval_id, sample_id=self._sandbox_sample_id(sample.id, epoch),
@@ -165,7 +170,7 @@ class SampleRunner:
                     route_token = set_route(route)
                     stack.callback(reset_route, route_token)
                     # Scorers and solvers may call sandbox() themselves (Inspect style).
-                    stack.enter_context(bind_sandbox(*_sample_sandboxes(route, config_json)))
+                    stack.enter_context(bind_sandbox(*_sample_sandboxes(self.dispatcher, route, config_json)))
                 self.progress.running += 1
                 self.progress.notify("start")
                 try:
@@ -296,19 +301,18 @@ class SampleRunner:
         return result
 
 
-def _sample_sandboxes(route: SampleRoute, config: dict[str, Any]) -> tuple[SandboxEnvironment, dict[str, SandboxEnvironment] | None]:
+def _sample_sandboxes(dispatcher: Dispatcher, route: SampleRoute,
+                      config: dict[str, Any]) -> tuple[SandboxEnvironment, dict[str, SandboxEnvironment] | None]:
     """The sample's sandbox and, for a multi-service one, its containers by name (``sandbox("name")``).
 
     The real environments when they live in this process (embedded), else proxies through the
     dispatcher. Either way each exec is a ``SandboxEvent``: here recorded as it happens; through a
     proxy, the worker's records come back with each internal call.
     """
-    from workers._sandbox_recorder import RecordingSandbox, recorded_services
-    from workers.executor import HOST, lookup_sandbox
+    from orchestrator.util._sandbox_recorder import RecordingSandbox, recorded_services
 
-    try:
-        env = lookup_sandbox(str(route.sandbox))
-    except SandboxUnavailableError:
+    env = dispatcher.local_sandbox(route)
+    if env is None:
         services = config.get("services") or {}  # the sandbox config as sent (JSON)
         if not services:
             return DispatchedSandbox(), None
@@ -317,7 +321,7 @@ def _sample_sandboxes(route: SampleRoute, config: dict[str, Any]) -> tuple[Sandb
         return default, {config["default_service"]: default, **named}
 
     def sink(rec: Any) -> None:
-        record_sandbox_execs([rec], HOST, exec_phase())
+        record_sandbox_execs([rec], route.host, exec_phase())
 
     recorded = RecordingSandbox(env, sink)
     return recorded, recorded_services(env, recorded, sink)
@@ -336,12 +340,6 @@ def _sandbox_info(config: dict[str, Any], route: SampleRoute) -> dict[str, Any]:
         if config.get("services"):
             info["services"] = {name: svc.get("image") for name, svc in config["services"].items()}
     return info
-
-
-def _config_json(config: Any, base_dir: Path | None) -> dict[str, Any]:
-    from workers.sandbox._driver import sandbox_config
-
-    return sandbox_config(config, base_dir).model_dump(mode="json")
 
 
 def _worded(exc: BaseException) -> bool:

@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 from orchestrator.dispatch import Dispatcher, InProcessDispatcher
+from orchestrator.dispatch._preflight import redact  # noqa: F401 - re-exported (the CLI and the log use it)
 
 from ._errors import BrokerUnreachableError, DockerUnreachableError, PolicyFileError
 
@@ -58,16 +59,6 @@ async def check_docker() -> None:
     except Exception as exc:  # noqa: BLE001 - docker raises many kinds; all mean "not reachable"
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DockerUnreachableError(f"Cannot reach the Docker daemon (needed for --sandbox docker): {reason}") from exc
-
-
-def redact(url: str | None) -> str | None:
-    """Hide a password in a URL before it is logged or shown."""
-    if not url or "@" not in url or "://" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    creds, host = rest.rsplit("@", 1)
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in creds else url
 
 
 def resolve_policies(approval: Any, review: Any) -> tuple[list[Any] | None, list[Any] | None]:

@@ -145,13 +145,8 @@ def task_functions(module: Any) -> dict[str, Callable[..., Task]]:
     return {getattr(obj, TASK_ATTR): obj for obj in vars(module).values() if callable(obj) and hasattr(obj, TASK_ATTR)}
 
 
-def load_task(spec: str, task_args: dict[str, Any] | None = None) -> Task:
-    """``path.py`` (its only @task) or ``path.py@name``; ``task_args`` go to the task function.
-    ``harbor:DIR``: Harbor task directories (``_harbor``)."""
-    from ._harbor import is_harbor_spec, load_harbor_task
-
-    if is_harbor_spec(spec):
-        return load_harbor_task(spec, task_args)
+def load_task_file(spec: str, task_args: dict[str, Any] | None = None) -> Task:
+    """``path.py`` (its only @task) or ``path.py@name``; ``task_args`` go to the task function."""
     path, _, name = spec.partition("@")
     module = import_task_file(path)
     found = task_functions(module)

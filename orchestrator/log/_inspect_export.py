@@ -230,7 +230,7 @@ def write_inspect_log(log: Any, path: str | Path, format: ExportFormat = "eval")
 
 def export_inspect_log(jsonl: str | Path, format: ExportFormat = "eval", output: str | Path | None = None) -> Path:
     """Read a toolfleet JSONL log and write its Inspect-format copy (default: next to it, ``.eval``/``.json``)."""
-    from orchestrator.eval._log import read_eval_log
+    from orchestrator.eval._log_file import read_eval_log
 
     jsonl = Path(jsonl)
     target = Path(output) if output is not None else jsonl.with_suffix(f".{format}")

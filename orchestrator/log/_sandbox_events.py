@@ -1,6 +1,6 @@
 """Splice the sandbox execs that came back with a call (or a sandbox's setup) into the transcript.
 
-Execs are recorded where the sandbox is (``workers._sandbox_recorder``) and travel in the call's
+Execs are recorded where the sandbox is (``orchestrator.util._sandbox_recorder``) and travel in the call's
 outcome; here each becomes a ``SandboxEvent`` in the running sample's transcript, in order, in the
 current span (a tool's execs land in its tool span, just before its ``ToolEvent``).
 """

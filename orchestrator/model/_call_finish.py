@@ -106,7 +106,7 @@ def finish_unexecuted(p: Prepared) -> ChatMessageTool:
         message = ChatMessageTool(content=p.replacement, tool_call_id=p.call.id, function=p.call.function)
         _record(p, p.replacement, None, message_id=message.id)
         return message
-    from workers._classify import classify_exception
+    from orchestrator.tool._classify import classify_exception
 
     error = classify_exception(p.error, p.call.function)  # type: ignore[arg-type]
     message = ChatMessageTool(content="", tool_call_id=p.call.id, function=p.call.function, error=error)

@@ -16,7 +16,8 @@ from typing import Any, NamedTuple
 
 from orchestrator._wire import CallOutcome
 from orchestrator.approval._policy import active_approval_policy
-from orchestrator.dispatch._dispatcher import Dispatch, active_dispatcher, current_route
+from orchestrator.dispatch._context import active_dispatcher, current_route
+from orchestrator.dispatch._dispatcher import Dispatch
 from orchestrator.dispatch.inprocess import InProcessDispatcher
 from orchestrator.log._transcript import span
 from orchestrator.review._policy import active_review_policy, review_policy_scope

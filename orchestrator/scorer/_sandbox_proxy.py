@@ -2,7 +2,7 @@
 
 In distributed mode the sample's sandbox is on a worker host, so the sample runner binds this proxy as the
 sample's ``sandbox()``: each ``exec`` / ``read_file`` / ``write_file`` becomes a call to an internal tool
-(``workers/scoring.py``) through the active dispatcher, and errors come back as the exceptions the
+(``orchestrator/tool/_tools/_sandbox_access.py``) through the active dispatcher, and errors come back as the exceptions the
 ``SandboxEnvironment`` contract names. (Embedded mode binds the real environment instead.)
 """
 
@@ -32,13 +32,13 @@ async def call_sandbox_tool(name: str, arguments: dict[str, Any], route: Any = N
     """Run internal tool ``name`` next to a sandbox (``route``'s; default: the current sample's), through the
     active dispatcher."""
     from orchestrator.dispatch import Dispatch, active_dispatcher, current_route
-    from workers import scoring, snapshots
+    from orchestrator.tool._tools import _sandbox_access as scoring
 
     route = route or current_route()
     if route.sandbox is None:
         raise SandboxCallError("This sample has no sandbox: give the task a sandbox (e.g. sandbox='local').")
     factory = {scoring.SCORER_EXEC_TOOL: scoring.scorer_exec, scoring.SANDBOX_FILE_TOOL: scoring.sandbox_file,
-               snapshots.SANDBOX_SNAPSHOT_TOOL: snapshots.sandbox_snapshot}[name]
+               scoring.SANDBOX_SNAPSHOT_TOOL: scoring.sandbox_snapshot}[name]
     instance = factory()
     request = CallRequest(call_id=uuid.uuid4().hex, function=name, tool=getattr(instance, "__toolfleet_tool__").ref,
                           arguments=arguments, sample_id=route.sample_id, sandbox=route.sandbox)
@@ -87,7 +87,7 @@ class DispatchedSandbox(SandboxEnvironment):
 
     async def snapshot(self, keep: bool = False) -> Snapshot:
         from orchestrator.dispatch import current_route
-        from workers.snapshots import SANDBOX_SNAPSHOT_TOOL
+        from orchestrator.tool._tools._sandbox_access import SANDBOX_SNAPSHOT_TOOL
 
         if self.service is not None:
             raise SnapshotError(f"Only a sandbox's default container can be snapshotted, not service '{self.service}'.")

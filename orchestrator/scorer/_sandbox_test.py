@@ -1,7 +1,7 @@
 """Sandbox-executed scoring: run a command in the sample's sandbox; pass on exit 0.
 
 The command goes through the active dispatcher as a call to the registered ``_scorer_exec`` tool
-(``workers/scoring.py``), so it reaches the sandbox in embedded mode and on a worker host alike.
+(``orchestrator/tool/_tools/_sandbox_access.py``), so it reaches the sandbox in embedded mode and on a worker host alike.
 Scorers that call ``sandbox().exec(...)`` themselves (Inspect style) work too: the sample runner binds
 the real sandbox (embedded) or a ``DispatchedSandbox`` proxy (distributed) as the sample's ``sandbox()``.
 """
@@ -32,7 +32,7 @@ class ScorerExecError(RuntimeError):
 async def exec_in_sandbox(cmd: list[str], input: str | None = None, files: dict[str, str] | None = None,
                           timeout: float | None = None) -> ExecResult:
     """Run ``cmd`` in the current sample's sandbox, wherever it lives. A timeout gives returncode 124."""
-    from workers.scoring import SCORER_EXEC_TOOL
+    from orchestrator.tool._tools._sandbox_access import SCORER_EXEC_TOOL
 
     try:
         outcome = await call_sandbox_tool(SCORER_EXEC_TOOL, {"cmd": cmd, "input": input, "files": files or {},

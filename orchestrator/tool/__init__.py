@@ -1,8 +1,8 @@
 """Tool definition layer (shared by the orchestrator and the workers).
 
 Mirrors ``inspect_ai.tool``: port code by replacing ``inspect_ai`` with ``orchestrator``.
-The sandbox tools (``bash``, ``python``, ``text_editor``, ``bash_session``) live in ``workers.tools``
-and are re-exported here lazily so this layer does not import the execution side at load time.
+The sandbox tools (``bash``, ``python``, ``text_editor``, ``bash_session``) live in ``_tools`` (as
+Inspect keeps them) and are re-exported here lazily: importing the tool layer stays cheap.
 """
 
 from typing import Any
@@ -56,7 +56,7 @@ _SANDBOX_TOOLS = {"bash", "python", "text_editor", "bash_session"}
 
 def __getattr__(name: str) -> Any:
     if name in _SANDBOX_TOOLS:
-        import workers.tools
+        from . import _tools
 
-        return getattr(workers.tools, name)
+        return getattr(_tools, name)
     raise AttributeError(f"module 'orchestrator.tool' has no attribute {name!r}")

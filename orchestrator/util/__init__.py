@@ -32,7 +32,8 @@ from ._sandbox import (
     bind_sandbox,
     sandbox,
 )
-from ._snapshot import Snapshot, SnapshotError, fork
+from ._fork import fork
+from ._snapshot import Snapshot, SnapshotError
 from ._subtask import subtask
 from ._token_metering import TokenLimit
 from ._sandbox_limits import SandboxEnvironmentLimits, override_max_read_file_size

@@ -38,10 +38,3 @@ class Snapshot(BaseModel):
         config["snapshot"] = {"id": self.id, "host": self.host}
         return config
 
-
-def fork(snapshot: Snapshot, n: int = 1) -> Any:
-    """``async with fork(snapshot, n) as sandboxes:`` — ``n`` independent sandboxes opened from ``snapshot``
-    on the host holding it, closed when the block ends (see ``orchestrator.dispatch._fork``)."""
-    from orchestrator.dispatch._fork import fork as open_forks  # the dispatcher opens them (lazy: layers)
-
-    return open_forks(snapshot, n)

@@ -13,7 +13,7 @@ import pytest
 from orchestrator._wire import SandboxSpec
 from orchestrator.agent import AgentAttempts, AgentState, as_tool, handoff, react, run
 from orchestrator.dispatch import SampleRoute
-from orchestrator.dispatch._dispatcher import reset_route, set_route
+from orchestrator.dispatch._context import reset_route, set_route
 from orchestrator.log import ToolEvent
 from orchestrator.model import ChatMessageTool
 from orchestrator.tool import bash, bash_session, python, text_editor

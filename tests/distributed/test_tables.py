@@ -124,7 +124,7 @@ def test_choose_hosts_by_image_and_pull_policy(hosts, used, image, policy, expec
     ],
 )
 def test_image_registry(image: str, registry: str | None) -> None:
-    from workers._policy import image_registry
+    from workers._admission import image_registry
 
     assert image_registry(image) == registry
 
@@ -141,7 +141,7 @@ def test_image_registry(image: str, registry: str | None) -> None:
     ],
 )
 def test_worker_policy_narrows_pull_policy(worker_registries, asked, image, admitted) -> None:
-    from workers._policy import WorkerPolicy, admit_sandbox
+    from workers._admission import WorkerPolicy, admit_sandbox
 
     policy = WorkerPolicy(images=["toolfleet/*", f"{REG}/toolfleet/*"], registries=worker_registries)
     config = admit_sandbox(policy, {"type": "docker", "image": image, "pull_policy": asked})

@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.dataset import Sample
 from orchestrator.eval import Task, eval_async, read_eval_log
-from orchestrator.eval._log import EvalSample, LogWriter
+from orchestrator.eval._log_file import EvalSample, LogWriter
 from orchestrator.eval._loggable import MAX_LOG_DEPTH, loggable, safe_text
 from orchestrator.model import ChatMessageTool, ModelOutput, get_model
 from orchestrator.scorer import includes

@@ -165,7 +165,7 @@ async def test_a_chatty_tool_is_bounded_per_call(tmp_path: Path) -> None:
     from orchestrator.eval import Task
     from orchestrator.model import ModelOutput, get_model
     from orchestrator.solver import generate, use_tools
-    from workers._sandbox_recorder import MAX_SANDBOX_EXECS
+    from orchestrator.util._sandbox_recorder import MAX_SANDBOX_EXECS
 
     from tests.eval.tasks.sandbox_events import exec_n
 
@@ -185,7 +185,7 @@ async def test_a_chatty_tool_is_bounded_per_call(tmp_path: Path) -> None:
 
 def test_recorded_texts_are_cut_head_and_tail_within_a_per_call_budget() -> None:
     from orchestrator._wire import SandboxExec
-    from workers._sandbox_recorder import OUTPUT_CHARS, TEXT_BUDGET, ExecList, cut
+    from orchestrator.util._sandbox_recorder import OUTPUT_CHARS, TEXT_BUDGET, ExecList, cut
 
     text, was_cut = cut("a" * 3000 + "MIDDLE" + "z" * 3000, 1000)
     assert was_cut and text.startswith("a" * 500) and text.endswith("z" * 500) and "MIDDLE" not in text

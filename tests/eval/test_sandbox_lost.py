@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from orchestrator.dataset import Sample
-from orchestrator.dispatch import current_route
+from orchestrator.dispatch import InProcessDispatcher, current_route
 from orchestrator.eval import Task, eval_async
 from orchestrator.model import ChatMessageTool, ModelOutput, get_model
 from orchestrator.scorer import includes
@@ -26,12 +26,10 @@ model_calls: Counter[str] = Counter()
 def lose_sandbox():
     async def execute() -> str:
         """Simulate losing this sample's sandbox host (first attempt only)."""
-        from workers._sandbox_service import close_sandbox
-
         route = current_route()
         if route.sample_id not in lost_once:
             lost_once.add(str(route.sample_id))
-            await close_sandbox(str(route.sandbox))  # gone, as if its worker host died
+            await InProcessDispatcher.default().close_sandbox(route)  # gone, as if its worker host died
         return "ok"
 
     return execute

@@ -16,7 +16,7 @@ import pexpect
 import pytest
 
 from orchestrator.eval import eval_async
-from orchestrator.eval._task import load_task
+from orchestrator.eval import load_task
 from orchestrator.log import ReviewEvent, ToolEvent
 from orchestrator.review import Review, ReviewPolicy
 from tests.review import review_tools as rt

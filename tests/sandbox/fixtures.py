@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from workers.sandbox import AgentSandboxEnvironment, SandboxDriver, SandboxSpec, sandbox_config
+from workers.sandbox import build_driver, AgentSandboxEnvironment, SandboxDriver, SandboxRequest, sandbox_config
 
 from tests.support.prerequisites import BASE_IMAGE, IMAGE, sandbox_image  # noqa: F401  (re-exported fixture)
 
@@ -24,11 +24,11 @@ Factory = Callable[..., Awaitable[AgentSandboxEnvironment]]
 async def sandbox_factory(request: pytest.FixtureRequest) -> AsyncIterator[Factory]:
     drivers: list[SandboxDriver] = []
 
-    async def make(kind: str = "local", spec: SandboxSpec | None = None, **config: Any) -> AgentSandboxEnvironment:
+    async def make(kind: str = "local", spec: SandboxRequest | None = None, **config: Any) -> AgentSandboxEnvironment:
         if kind == "docker":
             request.getfixturevalue("sandbox_image")
             config.setdefault("pool_size", 0)  # tests create what they use; the pool has its own test
-        driver = sandbox_config({"type": kind, **config}).driver()
+        driver = build_driver(sandbox_config({"type": kind, **config}))
         drivers.append(driver)
         return await driver.create(spec)
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from workers.sandbox import sandbox_config
-from workers.sandbox._compose import ComposeError, config_from_compose, parse_duration
+from orchestrator.util._compose import ComposeError, config_from_compose, parse_duration
 
 IMG = "toolfleet/sandbox:latest"
 

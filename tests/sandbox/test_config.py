@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 import workers.sandbox as ws
 from workers.sandbox import DockerSandboxConfig, LocalSandboxConfig, SandboxConfig, sandbox_config
+from workers.sandbox._build import driver_class
 from workers.sandbox.docker import DockerSandboxDriver
 from workers.sandbox.local import LocalSandboxDriver
 
@@ -26,7 +27,7 @@ from workers.sandbox.local import LocalSandboxDriver
 def test_config_maps_to_driver(value, config_cls, driver_cls):
     config = sandbox_config(value)
     assert type(config) is config_cls
-    assert config.driver_class() is driver_cls
+    assert driver_class(config) is driver_cls
 
 
 def test_every_union_member_has_its_tag():
@@ -65,7 +66,7 @@ def test_exported_names():
             "DEFAULT_IMAGE", "AgentSandboxEnvironment", "ChannelClosed", "CommandOutOfMemoryError",
             "DockerSandboxConfig", "ExecAgentLostError", "LocalSandboxConfig",
             "SandboxCapacityError", "SandboxConfig", "SandboxDriver", "SandboxImageError", "SandboxOutOfMemoryError",
-            "SandboxSpec", "registry", "sandbox_config",
+            "SandboxRequest", "registry", "build_driver", "sandbox_config",
         ]
     )
     for name in ws.__all__:

@@ -10,7 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from orchestrator.util import SandboxTimeoutError, SandboxUnavailableError
-from workers.sandbox import CommandOutOfMemoryError, ExecAgentLostError, SandboxSpec, sandbox_config
+from workers.sandbox import build_driver, CommandOutOfMemoryError, ExecAgentLostError, SandboxRequest, sandbox_config
 from workers.sandbox._docker_labels import EXPIRY, MANAGED, OWNER, OWNER_PID, container_labels
 
 from .fixtures import BASE_IMAGE
@@ -78,7 +78,7 @@ async def test_memory_limit_enforced_and_reported_as_oom(sandbox_factory):
 
 
 async def test_container_config_and_labels(sandbox_factory, client):
-    env = await sandbox_factory("docker", spec=SandboxSpec(eval_id="ev-1", sample_id="sample-7"))
+    env = await sandbox_factory("docker", spec=SandboxRequest(eval_id="ev-1", sample_id="sample-7"))
     assert env.fast_path and not env._channels[None].closed  # the image has python3: the agent runs
     attrs = client.api.inspect_container(env.container_id)
     host = attrs["HostConfig"]
@@ -174,12 +174,12 @@ async def test_agent_death_fails_the_call_then_recovers(sandbox_factory):
 
 async def test_pool_hands_out_prestarted_containers(sandbox_factory):
     config = sandbox_config({"type": "docker", "pool_size": 2})
-    driver = config.driver()
+    driver = build_driver(config)
     sandbox_factory.drivers.append(driver)
     await driver.start()
     await driver.pool.wait_full(120)
     pooled = list(driver.pool._ready)
-    env = await driver.create(SandboxSpec(sample_id="s-1"))
+    env = await driver.create(SandboxRequest(sample_id="s-1"))
     assert env in pooled
     assert (await env.exec(["echo", "hi"])).stdout == "hi\n"
     await driver.pool.wait_full(120)  # refilled in the background
@@ -228,7 +228,7 @@ async def test_fallback_on_an_image_without_python3(sandbox_factory):
 async def test_missing_image_is_a_clear_error(sandbox_image):
     from workers.sandbox import SandboxImageError
 
-    driver = sandbox_config({"type": "docker", "image": "toolfleet/does-not-exist:1", "pool_size": 0}).driver()
+    driver = build_driver(sandbox_config({"type": "docker", "image": "toolfleet/does-not-exist:1", "pool_size": 0}))
     try:
         with pytest.raises(SandboxImageError, match=r"'toolfleet/does-not-exist:1' not found .*docker build -t"):
             await driver.create()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from orchestrator.util import SandboxUnavailableError
-from workers.sandbox import SandboxImageError, SandboxSpec, sandbox_config
+from workers.sandbox import build_driver, SandboxImageError, SandboxRequest, sandbox_config
 from workers.sandbox._docker_pool import host_sandboxes
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
@@ -41,7 +41,7 @@ async def drivers(sandbox_image: str) -> AsyncIterator[list[Any]]:
 
 
 def _driver(drivers: list[Any], **config: Any) -> Any:
-    d = sandbox_config({"type": "docker", **config}).driver()
+    d = build_driver(sandbox_config({"type": "docker", **config}))
     drivers.append(d)
     return d
 
@@ -49,7 +49,7 @@ def _driver(drivers: list[Any], **config: Any) -> Any:
 async def test_services_share_a_loopback_only_namespace(drivers: list[Any]) -> None:
     d = _driver(drivers, services={"web": WEB, "idle": {"image": IMAGE, "command": ["sleep", "infinity"]}})
     before = host_sandboxes().used
-    env = await d.create(SandboxSpec(eval_id="ms", sample_id="pod-1"))
+    env = await d.create(SandboxRequest(eval_id="ms", sample_id="pod-1"))
     try:
         assert host_sandboxes().used == before + 3  # one slot per container
         assert sorted(c["service"] for c in _containers()) == ["", "idle", "web"]
@@ -83,7 +83,7 @@ async def test_an_unhealthy_service_fails_the_sandbox_and_leaves_nothing(drivers
                                                           "timeout": 1, "retries": 3}}})
     before = host_sandboxes().used
     with pytest.raises(SandboxUnavailableError) as caught:
-        await d.create(SandboxSpec(eval_id="ms", sample_id="pod-2"))
+        await d.create(SandboxRequest(eval_id="ms", sample_id="pod-2"))
     message = str(caught.value)
     assert message.startswith("Service 'db' did not become healthy within") and "not-ready-yet" in message
     assert host_sandboxes().used == before and _containers() == []
@@ -92,7 +92,7 @@ async def test_an_unhealthy_service_fails_the_sandbox_and_leaves_nothing(drivers
 async def test_a_service_that_exits_fails_the_sandbox_with_its_output(drivers: list[Any]) -> None:
     d = _driver(drivers, services={"job": {"image": IMAGE, "command": ["sh", "-c", "echo cannot-bind >&2; exit 3"]}})
     with pytest.raises(SandboxUnavailableError) as caught:
-        await d.create(SandboxSpec(eval_id="ms", sample_id="pod-3"))
+        await d.create(SandboxRequest(eval_id="ms", sample_id="pod-3"))
     assert "Service 'job' exited with code 3" in str(caught.value) and "cannot-bind" in str(caught.value)
     assert _containers() == []
 
@@ -100,7 +100,7 @@ async def test_a_service_that_exits_fails_the_sandbox_with_its_output(drivers: l
 async def test_a_missing_service_image_names_the_service(drivers: list[Any]) -> None:
     d = _driver(drivers, services={"api": {"image": "toolfleet/no-such-image:never"}}, pull_policy="never")
     with pytest.raises((SandboxImageError, SandboxUnavailableError)) as caught:
-        await d.create(SandboxSpec(eval_id="ms", sample_id="pod-4"))
+        await d.create(SandboxRequest(eval_id="ms", sample_id="pod-4"))
     assert "Service 'api'" in str(caught.value) and "toolfleet/no-such-image:never" in str(caught.value)
     assert _containers() == []
 
@@ -116,13 +116,13 @@ async def test_a_pod_is_never_pooled_and_takes_its_slots_as_a_whole(drivers: lis
     assert d.pool.size == 0
     before = host_sandboxes().used
     with pytest.raises(SandboxCapacityError, match="A sandbox of 3 containers needs 3 slots; this host has 2"):
-        await d.create(SandboxSpec(eval_id="ms", sample_id="pod-5"))
+        await d.create(SandboxRequest(eval_id="ms", sample_id="pod-5"))
     assert host_sandboxes().used == before and _containers() == []
     roomy = _driver(drivers, max_sandboxes=before + 3, acquire_timeout=1.0, services=d.config.services)
     host_sandboxes().used += 1  # someone else's container
     try:
         with pytest.raises(SandboxCapacityError, match="sandboxes in use after waiting 1s"):
-            await roomy.create(SandboxSpec(eval_id="ms", sample_id="pod-6"))
+            await roomy.create(SandboxRequest(eval_id="ms", sample_id="pod-6"))
         assert _containers() == []  # nothing half-started while it waited
     finally:
         host_sandboxes().release()
@@ -132,7 +132,7 @@ async def test_a_pod_is_never_pooled_and_takes_its_slots_as_a_whole(drivers: lis
 async def test_a_service_gets_the_sandbox_disk_cap(drivers: list[Any]) -> None:
     """Writing past disk_limit in a service's scratch space is ENOSPC there, not a full host disk."""
     d = _driver(drivers, disk_limit="8m", services={"idle": {"image": IMAGE, "command": ["sleep", "infinity"]}})
-    env = await d.create(SandboxSpec(eval_id="ms", sample_id="pod-6"))
+    env = await d.create(SandboxRequest(eval_id="ms", sample_id="pod-6"))
     try:
         idle = env.named_sandboxes()["idle"]
         wrote = await idle.exec(["sh", "-c", "dd if=/dev/zero of=/tmp/fill bs=1M count=32 2>&1; echo rc=$?"])

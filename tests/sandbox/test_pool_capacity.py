@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from workers.sandbox import DEFAULT_IMAGE, SandboxCapacityError, SandboxSpec, sandbox_config
+from workers.sandbox import build_driver, DEFAULT_IMAGE, SandboxCapacityError, SandboxRequest, sandbox_config
 from workers.sandbox._docker_pool import HostSandboxes, host_sandboxes
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
@@ -43,7 +43,7 @@ async def host(sandbox_image: str) -> AsyncIterator[HostSandboxes]:
 
 
 def _driver(host: HostSandboxes, **config):  # type: ignore[no-untyped-def]
-    d = sandbox_config({"type": "docker", **config}).driver()
+    d = build_driver(sandbox_config({"type": "docker", **config}))
     host.drivers.append(d)  # type: ignore[attr-defined]
     return d
 
@@ -78,7 +78,7 @@ async def test_spares_budget_is_shared_least_recently_used_pool_first(host: Host
     assert (len(a.pool), len(b.pool)) == (0, 2)
     assert host.spares == 2 and len(_containers()) == host.used == 2
 
-    env = await a.create(SandboxSpec(sample_id="s-a"))  # a is used again: b's spares are now the older
+    env = await a.create(SandboxRequest(sample_id="s-a"))  # a is used again: b's spares are now the older
     await _until(lambda: len(a.pool) == 2 and a.pool.held == 2, "a refilled")
     assert len(b.pool) == 0
     assert host.used == 3 and len(_containers()) == 3  # one sample + two spares
@@ -106,13 +106,13 @@ async def test_every_container_counts_against_the_host_limit(host: HostSandboxes
     assert host.used == 2 and len(_containers()) == 2
 
     # A sample of another config finds the host full of spares: one spare makes way (no waiting).
-    first = await other.create(SandboxSpec(sample_id="s-1"))
+    first = await other.create(SandboxRequest(sample_id="s-1"))
     assert host.used == 2 and len(pooled.pool) == 1 and len(_containers()) == 2
-    second = await pooled.create(SandboxSpec(sample_id="s-2"))  # takes the last spare
+    second = await pooled.create(SandboxRequest(sample_id="s-2"))  # takes the last spare
     await asyncio.sleep(0.3)  # a refill would start now: there is no room for one
     assert host.used == 2 and pooled.pool.held == 0 and len(_containers()) == 2
     with pytest.raises(SandboxCapacityError):  # two samples hold the host: a third waits, then fails
-        await other.create(SandboxSpec(sample_id="s-3"))
+        await other.create(SandboxRequest(sample_id="s-3"))
     await other.destroy(first)
     await pooled.destroy(second)
     assert host.used == 0 or host.used == pooled.pool.held

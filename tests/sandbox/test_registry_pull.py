@@ -28,7 +28,7 @@ from orchestrator.util._sandbox import SandboxUnavailableError
 from tests.support.fleet import free_port
 from tests.support.prerequisites import IMAGE
 from tests.support.registry import local_registry  # noqa: F401  (fixture)
-from workers.sandbox import SandboxImageError, sandbox_config
+from workers.sandbox import build_driver, SandboxImageError, sandbox_config
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
@@ -128,7 +128,7 @@ async def test_missing_pulls_an_absent_image_and_never_refuses(images: Images) -
     await asyncio.to_thread(images.publish, ref, "one")
     assert not images.present(ref)
 
-    never = sandbox_config({"type": "docker", "image": ref, "pool_size": 0, "pull_policy": "never"}).driver()
+    never = build_driver(sandbox_config({"type": "docker", "image": ref, "pool_size": 0, "pull_policy": "never"}))
     try:
         with pytest.raises(SandboxImageError) as caught:
             await never.create()
@@ -138,7 +138,7 @@ async def test_missing_pulls_an_absent_image_and_never_refuses(images: Images) -
                                  "pull or build it there, or use pull_policy 'missing'.")
     assert not images.present(ref)
 
-    missing = sandbox_config({"type": "docker", "image": ref, "pool_size": 0}).driver()  # the default policy
+    missing = build_driver(sandbox_config({"type": "docker", "image": ref, "pool_size": 0}))  # the default policy
     try:
         assert await _marker(missing) == "one"
     finally:
@@ -157,7 +157,7 @@ async def test_a_failed_pull_is_one_sentence(images: Images) -> None:
                      "cannot be pulled (",
     }
     for image, message in expected.items():
-        driver = sandbox_config({"type": "docker", "image": image, "pool_size": 0}).driver()
+        driver = build_driver(sandbox_config({"type": "docker", "image": image, "pool_size": 0}))
         try:
             with pytest.raises(SandboxImageError) as caught:
                 await driver.create()
@@ -170,7 +170,7 @@ async def test_a_failed_pull_is_one_sentence(images: Images) -> None:
 async def test_always_picks_up_a_new_push_and_missing_keeps_the_old(images: Images) -> None:
     ref = images.ref()
     await asyncio.to_thread(images.publish, ref, "one")
-    first = sandbox_config({"type": "docker", "image": ref, "pool_size": 0}).driver()
+    first = build_driver(sandbox_config({"type": "docker", "image": ref, "pool_size": 0}))
     try:
         assert await _marker(first) == "one"
     finally:
@@ -179,14 +179,14 @@ async def test_always_picks_up_a_new_push_and_missing_keeps_the_old(images: Imag
     # The registry now has "two" under the same tag; this host still has "one".
     await asyncio.to_thread(images.publish, ref, "two", keep_local=one)
 
-    missing = sandbox_config({"type": "docker", "image": ref, "pool_size": 0, "pull_policy": "missing"}).driver()
+    missing = build_driver(sandbox_config({"type": "docker", "image": ref, "pool_size": 0, "pull_policy": "missing"}))
     try:
         assert await _marker(missing) == "one"
     finally:
         await missing.aclose()
 
     # `always`, with a warm spare: the spare made before a newer push is not handed out.
-    always = sandbox_config({"type": "docker", "image": ref, "pool_size": 1, "pull_policy": "always"}).driver()
+    always = build_driver(sandbox_config({"type": "docker", "image": ref, "pool_size": 1, "pull_policy": "always"}))
     try:
         assert await _marker(always) == "two"
         await always.pool.wait_full(60)  # a spare of "two"
@@ -286,14 +286,14 @@ async def test_a_service_image_is_pulled_by_the_sandbox_policy(images: Images) -
     ref = images.ref("pullservice")
     await asyncio.to_thread(images.publish, ref, "service-one")
     services = {"svc": {"image": ref, "command": ["sleep", "infinity"]}}
-    never = sandbox_config({"type": "docker", "pull_policy": "never", "services": services}).driver()
+    never = build_driver(sandbox_config({"type": "docker", "pull_policy": "never", "services": services}))
     try:
         with pytest.raises(SandboxImageError) as caught:
             await never.create()
     finally:
         await never.aclose()
     assert str(caught.value).startswith(f"Service 'svc': Sandbox image '{ref}' is not on this Docker host")
-    driver = sandbox_config({"type": "docker", "services": services}).driver()  # missing: pulled
+    driver = build_driver(sandbox_config({"type": "docker", "services": services}))  # missing: pulled
     try:
         env = await driver.create()
         try:

@@ -17,9 +17,9 @@ import pytest
 from orchestrator._wire import CallRequest, SandboxSpec
 from orchestrator.tool._tool_def import tool_def
 from orchestrator.util._sandbox import SandboxUnavailableError
-from workers._admission import LIMITS, parse_user, user_refusal
+from workers._bounds import LIMITS, parse_user, user_refusal
 from workers._exec_user import ExecUserGate
-from workers._policy import PolicyRefused, WorkerPolicy, admit_sandbox
+from workers._admission import PolicyRefused, WorkerPolicy, admit_sandbox
 
 from ._broker_support import broker_fleet, dispatcher, legit_call_works  # noqa: F401
 
@@ -186,12 +186,12 @@ CALL_TIMEOUTS = {0: None, -5: None, float("nan"): None, float("inf"): None, "10"
 
 @pytest.mark.parametrize("value", CALL_TIMEOUTS.keys(), ids=[repr(v) for v in CALL_TIMEOUTS])
 def test_a_calls_timeout_is_bounded_by_the_worker(value) -> None:
-    from workers._admission import call_timeout
+    from workers._bounds import call_timeout
 
     assert call_timeout(value, 3600.0) == CALL_TIMEOUTS[value]
 
 
 def test_a_calls_result_cap_can_only_narrow() -> None:
-    from workers._admission import result_bytes
+    from workers._bounds import result_bytes
 
     assert [result_bytes(v) for v in (0, -1, 10, 4096, 10**12, "big")] == [1024, 1024, 1024, 4096, 16 * 1024**2, 16 * 1024**2]

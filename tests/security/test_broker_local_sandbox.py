@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from workers._policy import broker_is_loopback
+from workers._admission import broker_is_loopback
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

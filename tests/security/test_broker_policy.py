@@ -13,7 +13,7 @@ import pytest
 from orchestrator._wire import CallRequest, SandboxSpec
 from orchestrator.tool._registry import ToolRef
 from orchestrator.util._sandbox import SandboxUnavailableError
-from workers._policy import PolicyRefused, WorkerPolicy, admit_sandbox
+from workers._admission import PolicyRefused, WorkerPolicy, admit_sandbox
 
 from ._broker_support import broker_fleet, dispatcher, legit_call_works  # noqa: F401
 

@@ -11,7 +11,7 @@ import pytest
 import workers.executor
 from tests.sandbox.fixtures import sandbox_factory  # noqa: F401  (fixture)
 from tests.tools.helpers import call
-from workers.tools import bash, text_editor
+from orchestrator.tool._tools import bash, text_editor
 
 pytestmark = pytest.mark.docker
 

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from orchestrator.util import Snapshot, SnapshotError
-from workers._policy import PolicyRefused, WorkerPolicy, admit_sandbox
+from workers._admission import PolicyRefused, WorkerPolicy, admit_sandbox
 from workers.sandbox import sandbox_config
 from workers.sandbox._docker_snapshot import _DENIED, HostSnapshots
 

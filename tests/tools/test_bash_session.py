@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.tool import ToolDef
-from workers.tools import bash_session
+from orchestrator.tool._tools import bash_session
 
 from .helpers import error, ok
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from orchestrator.tool import ToolDef
-from workers.tools import bash, python
+from orchestrator.tool._tools import bash, python
 
 from .helpers import call, ok
 

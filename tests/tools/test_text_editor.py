@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.tool import ToolDef
-from workers.tools import text_editor
+from orchestrator.tool._tools import text_editor
 
 from .helpers import error, ok
 

@@ -3,13 +3,14 @@
 ``local`` (temp dir + subprocesses, no isolation) and ``docker`` (hardened containers reached
 through an in-container exec agent, pooled). Configure with a tagged config model::
 
-    driver = sandbox_config("docker").driver()
-    env = await driver.create(SandboxSpec(eval_id="e1", sample_id="s1"))
+    driver = build_driver(sandbox_config("docker"))
+    env = await driver.create(SandboxRequest(eval_id="e1", sample_id="s1"))
     await env.exec(["bash", "-c", "echo hi"])
     await driver.destroy(env)
 """
 
 from . import _registry as registry
+from ._build import build_driver
 from ._channel import ChannelClosed
 from ._driver import (
     DEFAULT_IMAGE,
@@ -17,7 +18,7 @@ from ._driver import (
     LocalSandboxConfig,
     SandboxConfig,
     SandboxDriver,
-    SandboxSpec,
+    SandboxRequest,
     sandbox_config,
 )
 from ._environment import AgentSandboxEnvironment
@@ -42,7 +43,8 @@ __all__ = [
     "SandboxDriver",
     "SandboxImageError",
     "SandboxOutOfMemoryError",
-    "SandboxSpec",
+    "SandboxRequest",
+    "build_driver",
     "registry",
     "sandbox_config",
 ]

@@ -35,17 +35,6 @@ POOL = PREFIX + "pool"
 MACHINE = PREFIX + "machine"
 
 HOST = socket.gethostname()
-_owner = HOST  # the worker identity; ``set_owner`` at worker start
-
-
-def set_owner(identity: str) -> None:
-    """Label this process's containers with the worker's identity (``toolfleet worker`` calls it)."""
-    global _owner
-    _owner = identity
-
-
-def current_owner() -> str:
-    return _owner
 
 
 def _process_started(pid: int) -> int | None:
@@ -55,23 +44,25 @@ def _process_started(pid: int) -> int | None:
         return None
 
 
-def owner_labels() -> dict[str, str]:
+def owner_labels(owner: str = HOST) -> dict[str, str]:
+    """``owner``: the worker identity (``HostSandboxes.owner``; the machine's name in embedded mode)."""
     pid = os.getpid()
-    return {OWNER: _owner, MACHINE: HOST, OWNER_PID: str(pid), OWNER_STARTED: str(_process_started(pid) or 0)}
+    return {OWNER: owner, MACHINE: HOST, OWNER_PID: str(pid), OWNER_STARTED: str(_process_started(pid) or 0)}
 
 
-def container_labels(eval_id: str, sample_id: str, ttl: float, pool: str = "") -> dict[str, str]:
+def container_labels(eval_id: str, sample_id: str, ttl: float, pool: str = "", owner: str = HOST) -> dict[str, str]:
     return {
         MANAGED: "1",
         EVAL_ID: eval_id,
         SAMPLE_ID: sample_id,
         EXPIRY: str(int(time.time() + ttl)),
         POOL: pool,
-        **owner_labels(),
+        **owner_labels(owner),
     }
 
 
-def reap_reason(info: dict[str, Any], live: Iterable[str], now: float | None = None) -> str | None:
+def reap_reason(info: dict[str, Any], live: Iterable[str], now: float | None = None,
+                owner: str = HOST) -> str | None:
     """Why a container (an Engine ``containers/json`` entry) should go, or None to keep it. Pure."""
     now = time.time() if now is None else now
     labels = info.get("Labels") or {}
@@ -90,6 +81,6 @@ def reap_reason(info: dict[str, Any], live: Iterable[str], now: float | None = N
         return "orphaned"
     # "created": being started by this process right now (listed before the driver recorded its
     # id); removing it then made the start fail with a 409 under load.
-    if pid == os.getpid() and labels.get(OWNER) == _owner and info.get("State") not in ("running", "created"):
+    if pid == os.getpid() and labels.get(OWNER) == owner and info.get("State") not in ("running", "created"):
         return "exited"
     return None

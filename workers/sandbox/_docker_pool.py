@@ -4,7 +4,7 @@ One ``HostSandboxes`` per process (a worker, or an embedded eval) is shared by e
 (one driver per distinct sandbox config, e.g. one per image):
 
 - **capacity**: every container held — a running sample's, a warm spare, one being created —
-  counts against one limit: a worker's ``--slots`` (``configure_host``), else each driver's
+  counts against one limit: a worker's ``--slots`` (``HostSandboxes.limit``), else each driver's
   ``max_sandboxes`` (a per-host cap, not per image). A sample that finds the host full evicts an
   idle spare rather than wait.
 - **warm pools** (``ContainerPool``, one per driver): spares are pre-started only for configs that
@@ -20,11 +20,14 @@ import asyncio
 import fnmatch
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
 
+from orchestrator.util._sandbox_config import DEFAULT_IMAGE
+
+from ._docker_labels import HOST
 from ._errors import SandboxCapacityError
 
 log = structlog.get_logger("toolfleet.sandbox")
@@ -35,24 +38,29 @@ DEFAULT_SPARES = 2
 class HostSandboxes:
     """The process-wide count of containers held and the registry of warm pools."""
 
-    def __init__(self) -> None:
-        self.limit: int | None = None  # None: each driver's own max_sandboxes
-        self.max_spares = DEFAULT_SPARES
-        self.idle_ttl = 300.0
-        self.pooled_images: tuple[str, ...] = ()  # () means the default sandbox image
+    def __init__(self, limit: int | None = None, max_spares: int = DEFAULT_SPARES, idle_ttl: float = 300.0,
+                 pooled_images: tuple[str, ...] | list[str] = (), owner: str = HOST,
+                 registries: Sequence[str] | None = None) -> None:
         self.used = 0
         self.pools: list[ContainerPool] = []
+        # Containers held by any driver of this host: the reaper never touches them.
+        self.held: set[str] = set()
+        self.configure(limit, max_spares, idle_ttl, pooled_images, owner, registries)
 
     def configure(self, limit: int | None = None, max_spares: int = DEFAULT_SPARES, idle_ttl: float = 300.0,
-                  pooled_images: tuple[str, ...] | list[str] = ()) -> None:
+                  pooled_images: tuple[str, ...] | list[str] = (), owner: str = HOST,
+                  registries: Sequence[str] | None = None) -> None:
+        """``limit``: a worker's ``--slots`` (None: each driver's own max_sandboxes); ``owner``: the
+        identity its containers are labelled with; ``registries``: the ones it pulls from (None: any,
+        as embedded mode)."""
         self.limit, self.max_spares, self.idle_ttl = limit, max(0, max_spares), idle_ttl
-        self.pooled_images = tuple(pooled_images)
+        self.pooled_images = tuple(pooled_images)  # () means the default sandbox image
+        self.owner = owner
+        self.registries: tuple[str, ...] | None = None if registries is None else tuple(registries)
 
     def pool_size_for(self, image: str, asked: int | None) -> int:
         """Spares a driver for ``image`` keeps: what its config asked, else the host's choice."""
         if asked is None:
-            from ._driver import DEFAULT_IMAGE
-
             patterns = self.pooled_images or (DEFAULT_IMAGE,)
             asked = DEFAULT_SPARES if any(fnmatch.fnmatchcase(image, p) for p in patterns) else 0
         return min(asked, self.max_spares)
@@ -122,17 +130,13 @@ class HostSandboxes:
         return removed
 
 
+# The host of drivers built without one (embedded mode, benchmarks, tests); a worker builds its own
+# (``SandboxHost``) and hands it to every driver it builds.
 _HOST = HostSandboxes()
 
 
 def host_sandboxes() -> HostSandboxes:
     return _HOST
-
-
-def configure_host(limit: int | None = None, max_spares: int = DEFAULT_SPARES, idle_ttl: float = 300.0,
-                   pooled_images: tuple[str, ...] | list[str] = ()) -> None:
-    """A worker's capacity (``--slots``) and warm-pool bounds, for every docker driver in this process."""
-    _HOST.configure(limit, max_spares, idle_ttl, pooled_images)
 
 
 class ContainerPool:

@@ -4,7 +4,7 @@
   first path component has a '.' or ':' or is ``localhost``). A bare name (``toolfleet/sandbox:latest``,
   ``img:1``) is built or loaded on the host and never pulled: no implicit default registry.
 - A worker pulls only from the registries it was started with (``--registry HOST[:PORT]``, set here by
-  ``configure_registries``); an image naming another registry is treated as ``never`` there. Embedded mode
+  ``HostSandboxes.registries``, handed to each driver's ``ImagePuller``); an image naming another registry is treated as ``never`` there. Embedded mode
   (no worker: the user's own machine) pulls from whatever registry the image names.
 - ``never``: a missing image is an error. ``missing``: pulled when absent (at the driver's start).
   ``always``: pulled before each sandbox is created (the driver's start counts for its first sandbox;
@@ -20,34 +20,23 @@
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import structlog
 from docker.errors import DockerException, ImageNotFound
 
-from .._policy import image_registry, pulls_from
+from orchestrator.util._image_names import image_registry, pulls_from
+
 from ._errors import SandboxImageError, missing_image_message
 
 if TYPE_CHECKING:
     from ._docker_api import DockerAPI
-    from .docker import DockerSandboxDriver
+    from ._docker_pool import ContainerPool
 
 log = structlog.get_logger("toolfleet.sandbox")
 
 PULL_TIMEOUT_S = 600.0
-
-# None: pull from any registry an image names (embedded mode); a list: a worker's --registry values.
-_REGISTRIES: tuple[str, ...] | None = None
-
-
-def configure_registries(registries: Sequence[str] | None) -> None:
-    """The registries this process pulls from (a worker's ``--registry``; None: any, as embedded mode)."""
-    global _REGISTRIES
-    _REGISTRIES = None if registries is None else tuple(registries)
-
 
 def pull_refusal(image: str, registries: Sequence[str] | None) -> str | None:
     """Why a process pulling from ``registries`` may not pull ``image`` (None: it may)."""
@@ -104,98 +93,82 @@ class _PullFailed(Exception):
     """An error reported inside the pull's progress stream."""
 
 
-@dataclass
-class _State:
-    image_id: str | None = None
-    fresh: bool = False  # pulled by start() and not yet used by a sandbox
-    inflight: asyncio.Task[None] | None = None
-    loop: Any = field(default=None, repr=False)
+class ImagePuller:
+    """One driver's images on its Docker host, by the config's pull policy; ``registries`` are the ones
+    this process pulls from (None: any, as embedded mode). It remembers the image id the driver's
+    warm spares run, so a pull that brings a new one drops them first."""
+
+    def __init__(self, api: DockerAPI, registries: Sequence[str] | None) -> None:
+        self.api = api
+        self.registries = None if registries is None else tuple(registries)
+        self.image_id: str | None = None
+        self.fresh = False  # pulled by at_start() and not yet used by a sandbox
+        self._inflight: asyncio.Task[None] | None = None
+        self._loop: Any = None
+
+    def pullable(self, image: str, policy: str) -> bool:
+        return policy != "never" and pull_refusal(image, self.registries) is None
+
+    async def _inspect(self, image: str) -> dict[str, Any]:
+        return await self.api.call(self.api.api.inspect_image, image)
+
+    async def at_start(self, image: str, policy: str) -> dict[str, Any]:
+        """The image's inspect record once it is present per the pull policy (``DockerSandboxDriver.start``)."""
+        if policy == "always" and self.pullable(image, policy):
+            await pull(self.api, image)
+            self.fresh = True
+            info = await self._inspect(image)
+        else:
+            info = await self.present(image, policy)
+        self.image_id = info.get("Id")
+        return info
+
+    async def present(self, image: str, policy: str) -> dict[str, Any]:
+        """The image's inspect record, pulled first if it is missing and the policy and registries allow."""
+        try:
+            return await self._inspect(image)
+        except ImageNotFound:
+            refusal = pull_refusal(image, self.registries)  # a bare name, or not a registry this worker pulls from
+            if refusal is not None:
+                raise SandboxImageError(refusal) from None
+            if policy == "never":
+                raise SandboxImageError(f"Sandbox image '{image}' is not on this Docker host and its pull_policy is "
+                                        f"'never': pull or build it there, or use pull_policy 'missing'.") from None
+            await pull(self.api, image)
+            return await self._inspect(image)
+
+    async def service_image(self, image: str, policy: str) -> None:
+        """A multi-service sandbox's service image, present by the sandbox's pull policy (``always``: pulled
+        before each sandbox, as the default container's is)."""
+        if policy == "always" and pull_refusal(image, self.registries) is None:
+            await pull(self.api, image)
+            return
+        await self.present(image, policy)
+
+    async def before_create(self, image: str, policy: str, pool: ContainerPool) -> None:
+        """``always``: pull before this sandbox (the start's pull counts once); a new image id drops the
+        pool's warm spares of the old one before it hands any out (``DockerSandboxDriver.create``)."""
+        if policy != "always" or not self.pullable(image, policy):
+            return
+        if self.fresh:
+            self.fresh = False
+            return
+        loop = asyncio.get_running_loop()
+        if self._inflight is None or self._inflight.done() or self._loop is not loop:
+            self._loop = loop
+            self._inflight = loop.create_task(self._refresh(image, pool))
+        await asyncio.shield(self._inflight)
+
+    async def _refresh(self, image: str, pool: ContainerPool) -> None:
+        await pull(self.api, image)
+        try:
+            info = await self._inspect(image)
+        except DockerException as exc:
+            raise SandboxImageError(f"Sandbox image '{image}' vanished right after its pull: {exc}") from exc
+        if info.get("Id") != self.image_id:
+            dropped = await pool.drain()
+            log.info("sandbox.image_updated", image=image, image_id=str(info.get("Id"))[:19], spares_dropped=dropped)
+            self.image_id = info.get("Id")
 
 
-_STATES: weakref.WeakKeyDictionary[Any, _State] = weakref.WeakKeyDictionary()
-
-
-def _state(driver: DockerSandboxDriver) -> _State:
-    state = _STATES.get(driver)
-    if state is None:
-        state = _STATES[driver] = _State()
-    return state
-
-
-def _pullable(driver: DockerSandboxDriver) -> bool:
-    return driver.config.pull_policy != "never" and pull_refusal(driver.config.image, _REGISTRIES) is None
-
-
-async def _inspect(api: DockerAPI, image: str) -> dict[str, Any]:
-    return await api.call(api.api.inspect_image, image)
-
-
-async def image_at_start(driver: DockerSandboxDriver) -> dict[str, Any]:
-    """The image's inspect record once it is present per the driver's pull policy (``DockerSandboxDriver.start``)."""
-    api, image, policy = driver.api, driver.config.image, driver.config.pull_policy
-    state = _state(driver)
-    if policy == "always" and _pullable(driver):
-        await pull(api, image)
-        state.fresh = True
-        info = await _inspect(api, image)
-    else:
-        info = await _present(api, image, policy)
-    state.image_id = info.get("Id")
-    return info
-
-
-async def _present(api: DockerAPI, image: str, policy: str) -> dict[str, Any]:
-    """The image's inspect record, pulled first if it is missing and the policy and registries allow."""
-    try:
-        return await _inspect(api, image)
-    except ImageNotFound:
-        refusal = pull_refusal(image, _REGISTRIES)  # a bare name, or not a registry this worker pulls from
-        if refusal is not None:
-            raise SandboxImageError(refusal) from None
-        if policy == "never":
-            raise SandboxImageError(f"Sandbox image '{image}' is not on this Docker host and its pull_policy is "
-                                    f"'never': pull or build it there, or use pull_policy 'missing'.") from None
-        await pull(api, image)
-        return await _inspect(api, image)
-
-
-async def service_image(api: DockerAPI, image: str, policy: str) -> None:
-    """A multi-service sandbox's service image, present by the sandbox's pull policy (``always``: pulled
-    before each sandbox, as the default container's is)."""
-    if policy == "always" and pull_refusal(image, _REGISTRIES) is None:
-        await pull(api, image)
-        return
-    await _present(api, image, policy)
-
-
-async def before_create(driver: DockerSandboxDriver) -> None:
-    """``always``: pull before this sandbox (the start's pull counts once); a new image id drops the
-    driver's warm spares of the old one before the pool hands any out (``DockerSandboxDriver.create``)."""
-    if driver.config.pull_policy != "always" or not _pullable(driver):
-        return
-    state = _state(driver)
-    if state.fresh:
-        state.fresh = False
-        return
-    loop = asyncio.get_running_loop()
-    if state.inflight is None or state.inflight.done() or state.loop is not loop:
-        state.loop = loop
-        state.inflight = loop.create_task(_refresh(driver, state))
-    await asyncio.shield(state.inflight)
-
-
-async def _refresh(driver: DockerSandboxDriver, state: _State) -> None:
-    await pull(driver.api, driver.config.image)
-    try:
-        info = await _inspect(driver.api, driver.config.image)
-    except DockerException as exc:
-        raise SandboxImageError(f"Sandbox image '{driver.config.image}' vanished right after its pull: {exc}") from exc
-    if info.get("Id") != state.image_id:
-        dropped = await driver.pool.drain()
-        log.info("sandbox.image_updated", image=driver.config.image, image_id=str(info.get("Id"))[:19],
-                 spares_dropped=dropped)
-        state.image_id = info.get("Id")
-
-
-__all__ = ["PULL_TIMEOUT_S", "before_create", "configure_registries", "image_at_start", "pull", "pull_failure",
-           "pull_refusal", "service_image"]
+__all__ = ["PULL_TIMEOUT_S", "ImagePuller", "pull", "pull_failure", "pull_refusal"]

@@ -38,7 +38,6 @@ from docker.errors import DockerException, ImageNotFound, NotFound
 
 from orchestrator.util._snapshot import Snapshot, SnapshotError
 
-from . import _docker_pull
 from ._docker_labels import PREFIX
 
 if TYPE_CHECKING:
@@ -65,7 +64,7 @@ _DENIED = re.compile(r"^tar: (.+?): (?:Warning: )?Cannot (?:open|savedir): Permi
 
 
 def _bytes(size: str) -> int:
-    from workers._policy import parse_bytes
+    from workers._bounds import parse_bytes
 
     return parse_bytes(size)
 
@@ -186,7 +185,7 @@ async def take_snapshot(env: DockerSandboxEnvironment, keep: bool = False) -> Sn
         raise
     store.reserved -= size
     store.held[snapshot_id] = held
-    pushed = await _push(api, held)
+    pushed = await _push(api, held, driver.host.registries)
     seconds = time.monotonic() - started
     log.info("sandbox.snapshot_taken", snapshot=snapshot_id, size=size, seconds=round(seconds, 3), pushed=pushed)
     return Snapshot(id=snapshot_id, image=held.image, registry_image=pushed, eval_id=env.eval_id,
@@ -282,9 +281,8 @@ async def _added_bytes(api: DockerAPI, image_id: str, base: str) -> int:
     return max(0, int(made.get("Size") or 0) - int(under.get("Size") or 0))
 
 
-async def _push(api: DockerAPI, held: HeldSnapshot) -> str | None:
-    """Push to the first registry this process pulls from (a worker's --registry); None: not pushed."""
-    registries = _docker_pull._REGISTRIES
+async def _push(api: DockerAPI, held: HeldSnapshot, registries: tuple[str, ...] | None) -> str | None:
+    """Push to the first registry this host pulls from (a worker's --registry); None: not pushed."""
     if not registries:
         return None
     target = f"{registries[0]}/{SNAPSHOT_REPO}"

@@ -17,35 +17,32 @@
 from __future__ import annotations
 
 import asyncio
-import re
-import uuid
 from typing import Any
 
 import structlog
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from orchestrator.util._sandbox import SandboxUnavailableError
+from orchestrator.util._sandbox_config import DockerSandboxConfig
 
-from . import _registry
 from ._channel import AgentChannel, ChannelClosed, RawResult
 from ._docker_api import DockerAPI
+from ._docker_containers import KEEPALIVE, Containers, container_name
 from ._docker_direct import HostListener, engine_is_local
 from ._docker_disk import DiskPlan, layer_quota_supported, plan_disk, seed_command
 from ._docker_exec import open_agent, universal_exec
 from ._docker_labels import MANAGED, container_labels, reap_reason
-from ._docker_pool import ContainerPool, host_sandboxes
-from ._docker_pull import before_create, image_at_start
-from ._docker_services import pod_hosts, start_services, stop_services
+from ._docker_pod import Pod, pod_hosts
+from ._docker_pool import ContainerPool, HostSandboxes, host_sandboxes
+from ._docker_pull import ImagePuller
 from ._docker_snapshot import snapshot_present
-from ._driver import DockerSandboxConfig, SandboxDriver, SandboxSpec
+from ._driver import SandboxDriver, SandboxRequest
 from ._environment import AgentSandboxEnvironment
+from ._registry import SandboxRegistry, default_registry
 from ._errors import SandboxImageError, SandboxOutOfMemoryError, missing_image_message
 
 log = structlog.get_logger("toolfleet.sandbox")
 
-# Containers held by any driver in this process: the reaper never touches them.
-_HELD: set[str] = set()
-_KEEPALIVE = ["/bin/sh", "-c", "exec sleep infinity 2>/dev/null || while :; do sleep 3600; done"]
 
 
 class DockerSandboxEnvironment(AgentSandboxEnvironment):
@@ -55,7 +52,8 @@ class DockerSandboxEnvironment(AgentSandboxEnvironment):
         self.driver = driver
         self.container_id = container_id
         self._has_timeout: bool | None = None
-        self.services: dict[str, DockerSandboxEnvironment] = {}  # a multi-service sandbox's other containers
+        self.pod: Pod | None = None  # a multi-service sandbox's other containers
+        self.services: dict[str, DockerSandboxEnvironment] = {}  # the pod's containers by service name
         self.eval_id = self.sample_id = ""  # whose sandbox it is (labels snapshots)
         self.snapshot_layer_used = False  # a snapshot wrote under its tmpfs mounts (_docker_snapshot)
 
@@ -145,11 +143,15 @@ class DockerServiceEnvironment(DockerSandboxEnvironment):
 
 
 class DockerSandboxDriver(SandboxDriver):
-    def __init__(self, config: DockerSandboxConfig | None = None, eval_id: str = "") -> None:
+    def __init__(self, config: DockerSandboxConfig | None = None, eval_id: str = "",
+                 host: HostSandboxes | None = None, registry: SandboxRegistry | None = None) -> None:
+        self.registry = registry or default_registry()  # where its sandboxes are found by handle
         self.config = config or DockerSandboxConfig()
         self.eval_id = eval_id
         self.api = DockerAPI(self.config.docker_host, self.config.api_threads)
-        self.host = host_sandboxes()
+        self.host = host or host_sandboxes()  # the capacity, spares, identity and registries it shares
+        self.containers = Containers(self.api, self.host.held)
+        self.puller = ImagePuller(self.api, self.host.registries)
         # A multi-service sandbox is never pooled: its services join the default container at creation.
         pool_size = 0 if self.config.services else self.host.pool_size_for(self.config.image, self.config.pool_size)
         self.pool = ContainerPool(pool_size,
@@ -172,7 +174,7 @@ class DockerSandboxDriver(SandboxDriver):
                 return
             try:
                 await self.api.connect()
-                image = await image_at_start(self)  # present per the pull policy (_docker_pull)
+                image = await self.puller.at_start(self.config.image, self.config.pull_policy)
                 image_config = image.get("Config") or {}
                 self.exec_user = self.config.user or image_config.get("User") or ""
                 info = await self.api.call(self.api.api.info) if self.config.disk_limit else {}
@@ -206,13 +208,14 @@ class DockerSandboxDriver(SandboxDriver):
             return
         self.listener = listener
 
-    async def create(self, spec: SandboxSpec | None = None) -> DockerSandboxEnvironment:
-        spec = spec or SandboxSpec()
+    async def create(self, spec: SandboxRequest | None = None) -> DockerSandboxEnvironment:
+        spec = spec or SandboxRequest()
         await self.start()
-        await before_create(self)  # pull_policy 'always': pull first; a new image drops stale spares
+        # pull_policy 'always': pull first; a new image drops stale spares
+        await self.puller.before_create(self.config.image, self.config.pull_policy, self.pool)
         env = await self.pool.acquire()
         if env is None:
-            containers = 1 + len(self.config.services)  # a multi-service sandbox takes its slots at once
+            containers = self.config.containers  # a multi-service sandbox takes its slots at once
             await self.host.acquire(self.config.max_sandboxes, self.config.acquire_timeout, containers)
             try:
                 env = await self._new_container(spec.eval_id or self.eval_id, spec.sample_id)
@@ -220,27 +223,31 @@ class DockerSandboxDriver(SandboxDriver):
                 self.host.release(containers)
                 raise
             if self.config.services:
+                pod = Pod(self.config, self.containers, self.puller, self.host, self.disk, self._service_env)
                 try:
-                    env.services = await start_services(self, env, spec.eval_id or self.eval_id, spec.sample_id)
+                    env.services = await pod.start(  # type: ignore[assignment] - it holds what _service_env built
+                        env, spec.eval_id or self.eval_id, spec.sample_id, self.host.owner)
                 except BaseException:
                     await self._remove(env)
                     self.host.release()
                     raise
+                env.pod = pod
         else:
             self._tag_later(env, spec)
         env.default_env = dict(spec.env)
         env.eval_id, env.sample_id = spec.eval_id or self.eval_id, spec.sample_id
         self._envs[env.sandbox_id] = env
-        _registry.register(env.sandbox_id, env)
+        self.registry.register(env.sandbox_id, env)
         return env
 
     async def destroy(self, env: AgentSandboxEnvironment) -> None:
         assert isinstance(env, DockerSandboxEnvironment)
-        _registry.release(env.sandbox_id)
+        self.registry.release(env.sandbox_id)
         if self._envs.pop(env.sandbox_id, None) is None:
             return  # already destroyed
         try:
-            await stop_services(self, env.services)
+            if env.pod is not None:
+                await env.pod.stop()
             await self._remove(env)
         finally:
             self.host.release()
@@ -255,7 +262,7 @@ class DockerSandboxDriver(SandboxDriver):
             return 0
         removed = 0
         for info in listed:
-            reason = reap_reason(info, _HELD)
+            reason = reap_reason(info, self.host.held, owner=self.host.owner)
             if reason is None:
                 continue
             try:
@@ -303,7 +310,7 @@ class DockerSandboxDriver(SandboxDriver):
         )
         return {
             "image": c.image,
-            "command": _KEEPALIVE,
+            "command": KEEPALIVE,
             "entrypoint": [],
             # The keep-alive PID runs as root (without capabilities) so the sandbox user cannot kill
             # it and take the container down (`pkill sleep`); commands run as `exec_user`.
@@ -317,11 +324,11 @@ class DockerSandboxDriver(SandboxDriver):
         }
 
     async def _new_container(self, eval_id: str, sample_id: str, pool: str = "") -> DockerSandboxEnvironment:
-        labels = container_labels(eval_id, sample_id, self.config.ttl, pool)
-        name = _container_name(sample_id or "pool")
+        labels = container_labels(eval_id, sample_id, self.config.ttl, pool, owner=self.host.owner)
+        name = container_name(sample_id or "pool")
         try:
             try:
-                created = await self.api.call(self.api.api.create_container, name=name, **self._container_kwargs(labels))
+                container_id = await self.containers.create(name, **self._container_kwargs(labels))
             except APIError as exc:
                 if self.disk.mechanism != "storage_opt" or "storage" not in str(exc).lower():
                     raise
@@ -329,11 +336,9 @@ class DockerSandboxDriver(SandboxDriver):
                 log.warning("sandbox.layer_quota_refused", error=str(exc))
                 c = self.config
                 self.disk = await plan_disk(self.api, c.image, c.disk_limit, c.working_dir, c.writable_paths, False)
-                created = await self.api.call(self.api.api.create_container, name=name, **self._container_kwargs(labels))
-            container_id = created["Id"]
+                container_id = await self.containers.create(name, **self._container_kwargs(labels))
         except DockerException as exc:
             raise SandboxUnavailableError(f"could not create a sandbox container: {exc}") from exc
-        _HELD.add(container_id)
         env = DockerSandboxEnvironment(self, container_id, name)
         try:
             await self.api.call(self.api.api.start, container_id)
@@ -357,20 +362,16 @@ class DockerSandboxDriver(SandboxDriver):
         return await self._new_container(self.eval_id, "", pool=self.config.limits_key()[:60])
 
     async def _remove(self, env: DockerSandboxEnvironment) -> None:
-        await env.aclose()
-        try:
-            await self.api.call(self.api.api.remove_container, env.container_id, force=True)
-        except NotFound:
-            pass
-        except DockerException as exc:
-            log.warning("sandbox.remove_failed", container=env.container_id[:12], error=str(exc))
-        _HELD.discard(env.container_id)
+        await self.containers.remove(env)
 
-    def _tag_later(self, env: DockerSandboxEnvironment, spec: SandboxSpec) -> None:
+    def _service_env(self, container_id: str, name: str, service: str, user: str) -> DockerServiceEnvironment:
+        return DockerServiceEnvironment(self, container_id, name, service, user)
+
+    def _tag_later(self, env: DockerSandboxEnvironment, spec: SandboxRequest) -> None:
         """A pooled container learns its sample: labels are immutable, so the name carries it."""
         if not spec.sample_id:
             return
-        name = _container_name(spec.sample_id)
+        name = container_name(spec.sample_id)
 
         async def rename() -> None:
             try:
@@ -386,11 +387,6 @@ class DockerSandboxDriver(SandboxDriver):
         while True:
             await asyncio.sleep(self.config.reap_interval)
             await self.reap()
-
-
-def _container_name(sample_id: str) -> str:
-    safe = re.sub(r"[^a-zA-Z0-9_.-]", "-", sample_id)[:40].strip("-.") or "sample"
-    return f"toolfleet-{safe}-{uuid.uuid4().hex[:8]}"
 
 
 __all__ = ["DockerSandboxDriver", "DockerSandboxEnvironment", "DockerServiceEnvironment"]

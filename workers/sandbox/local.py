@@ -19,11 +19,12 @@ import uuid
 import structlog
 
 from orchestrator.util._sandbox import ExecResult, SandboxUnavailableError
+from orchestrator.util._sandbox_config import LocalSandboxConfig
 
-from . import _registry
 from ._channel import AGENT_PATH, AgentChannel, ChannelClosed
-from ._driver import LocalSandboxConfig, SandboxDriver, SandboxSpec
+from ._driver import SandboxDriver, SandboxRequest
 from ._environment import AgentSandboxEnvironment
+from ._registry import SandboxRegistry, default_registry
 
 log = structlog.get_logger("toolfleet.sandbox")
 
@@ -94,12 +95,13 @@ class LocalSandboxEnvironment(AgentSandboxEnvironment):
 
 
 class LocalSandboxDriver(SandboxDriver):
-    def __init__(self, config: LocalSandboxConfig | None = None) -> None:
+    def __init__(self, config: LocalSandboxConfig | None = None, registry: SandboxRegistry | None = None) -> None:
         self.config = config or LocalSandboxConfig()
+        self.registry = registry or default_registry()
         self._envs: dict[str, LocalSandboxEnvironment] = {}
 
-    async def create(self, spec: SandboxSpec | None = None) -> LocalSandboxEnvironment:
-        spec = spec or SandboxSpec()
+    async def create(self, spec: SandboxRequest | None = None) -> LocalSandboxEnvironment:
+        spec = spec or SandboxRequest()
         sandbox_id = f"local-{uuid.uuid4().hex[:12]}"
         root = await asyncio.to_thread(tempfile.mkdtemp, prefix="toolfleet-", dir=self.config.root_dir)
         env = LocalSandboxEnvironment(sandbox_id, root, self.config.output_cap, spec.env)
@@ -110,12 +112,12 @@ class LocalSandboxDriver(SandboxDriver):
             await env.aclose()
             raise SandboxUnavailableError(f"could not start a local sandbox: {exc}") from exc
         self._envs[sandbox_id] = env
-        _registry.register(sandbox_id, env)
+        self.registry.register(sandbox_id, env)
         return env
 
     async def destroy(self, env: AgentSandboxEnvironment) -> None:
         self._envs.pop(env.sandbox_id, None)
-        _registry.release(env.sandbox_id)
+        self.registry.release(env.sandbox_id)
         await env.aclose()
 
     async def reap(self) -> int:

@@ -1,11 +1,5 @@
-"""The sandbox tools (SPEC §7): ``bash``, ``python`` (parallel), ``text_editor``, ``bash_session`` (serial).
+"""Compatibility: the sandbox tools moved to the shared tool layer (``orchestrator.tool._tools``)."""
 
-They reach the current sample's sandbox with ``orchestrator.util.sandbox()`` and work on every
-driver. ``orchestrator.tool`` re-exports them lazily.
-"""
-
-from ._bash_session import bash_session
-from ._execute import bash, python
-from ._text_editor import text_editor
+from orchestrator.tool._tools import bash, bash_session, python, text_editor
 
 __all__ = ["bash", "bash_session", "python", "text_editor"]

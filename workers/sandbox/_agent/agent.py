@@ -168,7 +168,7 @@ class Job:
 
 # --- warm spares ------------------------------------------------------------------------------
 
-# The python tool's command (workers/tools/_execute.py). Only this exact form, with input, is warm.
+# The python tool's command (orchestrator/tool/_tools/_execute.py). Only this exact form, with input, is warm.
 PYTHON_ARGV = ["bash", "--login", "-c", "python3 -"]
 MAX_WARM_KEYS = 2  # distinct (cwd, env) combinations kept warm; the oldest is dropped
 # The bootstrap is the spare's stdin, so `python3 -` runs it as __main__ with sys.argv == ["-"]

@@ -14,10 +14,11 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from orchestrator._wire import SandboxSpec
-from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableError
+from orchestrator.util._sandbox import SandboxEnvironment
 from orchestrator.util._snapshot import Snapshot
 
-from ._dispatcher import SampleRoute, active_dispatcher, current_route
+from orchestrator.dispatch import Dispatcher, SampleRoute, active_dispatcher, current_route
+from orchestrator.scorer._sandbox_proxy import DispatchedSandbox
 
 CLOSE_TIMEOUT_S = 60.0
 MAX_FORKS = 256
@@ -41,7 +42,7 @@ async def fork(snapshot: Snapshot, n: int = 1) -> AsyncIterator[list[SandboxEnvi
         failed = next((r for r in results if isinstance(r, BaseException)), None)
         if failed is not None:
             raise failed
-        yield [_sandbox_for(route) for route in routes]
+        yield [_sandbox_for(dispatcher, route) for route in routes]
     finally:
         closing = asyncio.ensure_future(asyncio.gather(*(dispatcher.close_sandbox(r) for r in routes),
                                                        return_exceptions=True))
@@ -49,12 +50,6 @@ async def fork(snapshot: Snapshot, n: int = 1) -> AsyncIterator[list[SandboxEnvi
             await asyncio.wait_for(asyncio.shield(closing), CLOSE_TIMEOUT_S)
 
 
-def _sandbox_for(route: SampleRoute) -> SandboxEnvironment:
+def _sandbox_for(dispatcher: Dispatcher, route: SampleRoute) -> SandboxEnvironment:
     """The fork itself when it lives in this process (embedded), else a proxy through the dispatcher."""
-    from orchestrator.scorer._sandbox_proxy import DispatchedSandbox
-    from workers.executor import lookup_sandbox
-
-    try:
-        return lookup_sandbox(str(route.sandbox))
-    except SandboxUnavailableError:
-        return DispatchedSandbox(route=route)
+    return dispatcher.local_sandbox(route) or DispatchedSandbox(route=route)

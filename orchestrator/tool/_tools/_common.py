@@ -16,7 +16,7 @@ _fallback_state: weakref.WeakKeyDictionary[SandboxEnvironment, dict[str, Any]] =
 
 def tool_state(env: SandboxEnvironment, key: str) -> dict[str, Any]:
     """Scratch space for a tool in one sandbox (undo history, sessions). Lives as long as the sandbox."""
-    from workers._sandbox_recorder import unwrap
+    from orchestrator.util._sandbox_recorder import unwrap
 
     env = unwrap(env)  # the executor's per-call recorder is not the sandbox
     state = getattr(env, "state", None)

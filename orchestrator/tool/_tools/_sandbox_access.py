@@ -17,6 +17,7 @@ from orchestrator.util import sandbox
 
 SCORER_EXEC_TOOL = "_scorer_exec"
 SANDBOX_FILE_TOOL = "_sandbox_file"
+SANDBOX_SNAPSHOT_TOOL = "_sandbox_snapshot"
 
 
 @tool(name=SCORER_EXEC_TOOL)
@@ -78,5 +79,22 @@ def sandbox_file():  # type: ignore[no-untyped-def]
         data: str | bytes = contents or ""
         await box.write_file(file, data if text else base64.b64decode(data))
         return ""
+
+    return execute
+
+
+@tool(name=SANDBOX_SNAPSHOT_TOOL)
+def sandbox_snapshot():  # type: ignore[no-untyped-def]
+    async def execute(keep: bool = False) -> str:
+        """Snapshot the sample's sandbox.
+
+        Args:
+            keep: Whether the snapshot outlives its eval.
+
+        Returns:
+            The snapshot, as JSON.
+        """
+        snap = await sandbox().snapshot(keep=keep)
+        return snap.model_dump_json()
 
     return execute

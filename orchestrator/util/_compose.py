@@ -22,7 +22,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from ._driver import DockerSandboxConfig
+from ._sandbox_config import DockerSandboxConfig
 
 __all__ = ["ComposeError", "config_from_compose", "parse_duration", "read_compose"]
 

@@ -1,0 +1,148 @@
+"""What a dispatcher checks before an eval's first sample: can the sandboxes it needs open where it runs them.
+
+``InProcessDispatcher.preflight``: every docker image is on this machine's Docker, or pullable (from any
+registry). ``CeleryDispatcher.preflight``: the broker has live workers; if sandboxes are needed, one of
+them accepts them, runs their type, allows and has (or pulls) each image, and has slots for the largest
+multi-service sandbox. Each problem is one ``SandboxPreflightError`` sentence (the eval words it as a
+``PreflightError``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from orchestrator.util._image_names import image_registry, pulls_from
+
+__all__ = ["PROBE_TIMEOUT_S", "SandboxNeeds", "SandboxPreflightError", "check_fleet", "check_local_images"]
+
+PROBE_TIMEOUT_S = 5.0
+FRESH_IMAGE_WAIT_S = 12.0  # > the workers' image-listing period (5 s) plus a heartbeat interval
+
+
+class SandboxPreflightError(RuntimeError):
+    """The sandboxes an eval needs cannot open where its dispatcher runs them (one sentence)."""
+
+
+PreflightError = SandboxPreflightError  # the name the checks below raise
+
+
+def redact(url: str | None) -> str | None:
+    """Hide a password in a URL before it is shown."""
+    if not url or "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+
+
+class SandboxNeeds:
+    """What an eval's sandboxes need, from one parse of each distinct spec: what ``Dispatcher.preflight`` checks."""
+
+    def __init__(self) -> None:
+        self.images: dict[str, list[str]] = {}  # docker image (services' too) -> the samples that need it
+        self.kinds: set[str] = set()  # sandbox types used
+        self.pullable: set[str] = set()  # images some sandbox may pull (pull_policy not never, a registry host)
+        self.pods: dict[int, list[str]] = {}  # containers of a multi-service sandbox -> its samples
+
+
+def _who(samples: list[str]) -> str:
+    shown = ", ".join(samples[:3]) + (f" and {len(samples) - 3} more" if len(samples) > 3 else "")
+    return f"sample{'s' if len(samples) > 1 else ''} {shown}"
+
+
+async def check_local_images(images: dict[str, list[str]], pullable: Collection[str] = ()) -> None:
+    """Embedded mode: every image is on this machine's Docker, or ``pullable`` (from any registry)."""
+    if not images:
+        return
+
+    def missing() -> list[str]:
+        import docker
+        from docker.errors import ImageNotFound
+
+        client = docker.from_env(timeout=int(PROBE_TIMEOUT_S))
+        try:
+            gone = []
+            for image in images:
+                try:
+                    client.api.inspect_image(image)
+                except ImageNotFound:
+                    gone.append(image)
+            return gone
+        finally:
+            client.close()
+
+    try:
+        gone = await asyncio.wait_for(asyncio.to_thread(missing), PROBE_TIMEOUT_S * (len(images) + 1))
+        gone = [image for image in gone if image not in pullable]  # pulled by its driver when needed
+    except Exception as exc:  # noqa: BLE001 - docker raises many kinds; all mean "not reachable"
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise PreflightError(f"Cannot reach the Docker daemon (needed for docker sandboxes): {reason}") from None
+    if gone:
+        image = gone[0]
+        more = f" (and {len(gone) - 1} more image(s))" if len(gone) > 1 else ""
+        raise PreflightError(f"Docker image '{image}' ({_who(images[image])}) is not on this machine{more}: "
+                             f"build it or `docker pull {image}`.")
+
+
+async def check_fleet(broker_url: str, images: dict[str, list[str]], kinds: set[str],
+                      pullable: Collection[str] = (), pods: dict[int, list[str]] | None = None) -> None:
+    """Distributed mode: live workers exist, accept sandboxes if needed, and have (or can pull) every image."""
+    from redis.asyncio import Redis
+
+    from workers.placement import live_hosts
+
+    client = Redis.from_url(broker_url, socket_connect_timeout=PROBE_TIMEOUT_S, socket_timeout=PROBE_TIMEOUT_S)
+    try:
+        hosts = await asyncio.wait_for(live_hosts(client), PROBE_TIMEOUT_S * 2)
+    finally:
+        await client.aclose()
+    if not hosts:
+        raise PreflightError(f"No live worker on the broker {redact(broker_url)}: start one with "
+                             f"`toolfleet worker --broker {redact(broker_url)}`.")
+    if not kinds:
+        return
+    takers = [h for h in hosts if not h.draining and h.slots > 0]
+    if not takers:
+        raise PreflightError(f"None of the {len(hosts)} live worker(s) accepts sandboxes (all draining or --slots 0).")
+    for kind in sorted(kinds):
+        if all(h.sandbox_types and kind not in h.sandbox_types for h in takers):
+            hint = " (start a worker with --allow-local)" if kind == "local" else ""
+            raise PreflightError(f"None of the {len(takers)} live worker(s) runs {kind!r} sandboxes{hint}.")
+    largest = max(h.slots for h in takers)
+    for containers, who in sorted((pods or {}).items(), reverse=True)[:1]:
+        if containers > largest:
+            raise PreflightError(f"The sandbox of {_who(who)} has {containers} containers and takes {containers} slots "
+                                 f"on one worker, but no live worker has that many (largest --slots: {largest}).")
+    for image, who in images.items():
+        if all(h.image_patterns and not any(fnmatch.fnmatchcase(image, p) for p in h.image_patterns) for h in takers):
+            patterns = ", ".join(sorted({p for h in takers for p in h.image_patterns}))
+            raise PreflightError(f"Docker image '{image}' ({_who(who)}) is allowed by none of the {len(takers)} live "
+                                 f"worker(s) (their --image patterns: {patterns}): start workers with "
+                                 f"--image '{image}' or a pattern matching it.")
+
+    def missing(hosts: Sequence[Any]) -> list[str]:
+        return [image for image in images
+                if not any(image in h.images or (image in pullable and pulls_from(h.registries, image)) for h in hosts)]
+
+    # Workers list their images every few seconds: one built just now (a Harbor task's, at load) may not
+    # be listed yet. Wait (bounded) for the next listings before calling it missing.
+    deadline = asyncio.get_running_loop().time() + FRESH_IMAGE_WAIT_S
+    while missing(takers) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(1.0)
+        client = Redis.from_url(broker_url, socket_connect_timeout=PROBE_TIMEOUT_S, socket_timeout=PROBE_TIMEOUT_S)
+        try:
+            names = {h.host for h in takers}
+            takers = [h for h in await asyncio.wait_for(live_hosts(client), PROBE_TIMEOUT_S * 2) if h.host in names]
+        finally:
+            await client.aclose()
+    for image, who in images.items():
+        if image in missing(takers):
+            registry = image_registry(image)
+            hint = (f", and none pulls from its registry '{registry}' (start one with --registry {registry})"
+                    if registry and image in pullable else "")
+            raise PreflightError(f"Docker image '{image}' ({_who(who)}) is on none of the {len(takers)} live "
+                                 f"worker(s){hint}: build or pull it where the workers run.")

@@ -1,0 +1,165 @@
+"""The executing side's sandboxes, as one object: a ``SandboxHost`` opens, closes, looks up, executes
+in, drains and closes all of a process's sandboxes.
+
+It holds one driver per distinct sandbox config for its life (so docker pools and reapers are shared
+by every sample using that config) and which driver owns each open sandbox; sandboxes are found by
+handle in the process-local registry. The in-process dispatcher (embedded mode) and a worker's
+runtime each own one; ``toolfleet worker`` builds its host's docker settings (slots, spares,
+identity, registries) and hands them over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import structlog
+
+from orchestrator._wire import CallOutcome, CallRequest, SandboxSpec
+from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableError
+from orchestrator.util._sandbox_config import DockerSandboxConfig, LocalSandboxConfig
+from orchestrator.util._sandbox_parse import sandbox_config
+
+from . import executor
+from orchestrator.util._sandbox_recorder import ExecList, RecordingSandbox
+from .sandbox._build import build_driver
+from .sandbox._docker_pool import HostSandboxes, host_sandboxes
+from .sandbox._driver import SandboxDriver, SandboxRequest
+from .sandbox._registry import SandboxRegistry, default_registry
+
+__all__ = ["SETUP_TIMEOUT_S", "SandboxHost", "SandboxSetupError"]
+
+log = structlog.get_logger("toolfleet.sandbox")
+
+SETUP_TIMEOUT_S = 600.0
+
+
+class SandboxSetupError(RuntimeError):
+    """A sample's files or setup script could not be put in place."""
+
+
+class SandboxHost:
+    """A process's sandboxes: its drivers (one per distinct config), who owns each open sandbox, and the
+    docker host settings every docker driver it builds shares (``docker``)."""
+
+    _process: ClassVar["SandboxHost | None"] = None
+    _live: ClassVar["weakref.WeakSet[SandboxHost]"] = weakref.WeakSet()  # this process's hosts (snapshot removal)
+
+    def __init__(self, docker: HostSandboxes | None = None, registry: SandboxRegistry | None = None) -> None:
+        self.docker = docker or host_sandboxes()
+        self.registry = registry or default_registry()  # its sandboxes by handle
+        self._drivers: dict[str, SandboxDriver] = {}
+        self._owners: dict[str, SandboxDriver] = {}
+        self._lock = asyncio.Lock()
+        SandboxHost._live.add(self)
+
+    @classmethod
+    def process(cls) -> "SandboxHost":
+        """The host embedded mode shares across dispatchers of this process (as its drivers and pools are)."""
+        if cls._process is None:
+            cls._process = cls()
+        return cls._process
+
+    async def _driver_for(self, config: LocalSandboxConfig | DockerSandboxConfig) -> SandboxDriver:
+        key = config.model_dump_json()
+        async with self._lock:
+            driver = self._drivers.get(key)
+            if driver is None:
+                kwargs: dict[str, Any] = {"host": self.docker} if config.type == "docker" else {}
+                driver = self._drivers[key] = build_driver(config, registry=self.registry, **kwargs)
+            return driver
+
+    async def open(self, spec: SandboxSpec, on_created: Callable[[SandboxEnvironment], None] | None = None
+                   ) -> tuple[str, ExecList]:
+        """Create the sample's sandbox, write its files, run its setup; its handle and those steps as
+        recorded execs. On failure the execs so far ride on the raised exception as ``sandbox_execs``
+        (a failing setup's output is what the transcript most needs). ``on_created(env)`` runs before
+        anything else does (a worker installs its exec-user gates there)."""
+        driver = await self._driver_for(sandbox_config(spec.config))
+        env = await driver.create(SandboxRequest(eval_id=spec.eval_id or "", sample_id=spec.sample_id or ""))
+        handle: str = env.sandbox_id
+        self._owners[handle] = driver
+        if on_created is not None:
+            on_created(env)
+        execs = ExecList()
+        box = RecordingSandbox(env, execs)
+        try:
+            for path, contents in spec.files.items():
+                await box.write_file(path, contents)
+            if spec.setup:
+                result = await box.exec(["sh", "-c", spec.setup], timeout=SETUP_TIMEOUT_S)
+                if not result.success:
+                    raise SandboxSetupError(
+                        f"Setup for sample {spec.sample_id!r} exited with {result.returncode}: "
+                        f"{(result.stderr or result.stdout).strip()[-500:]}"
+                    )
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                exc.sandbox_execs = execs  # type: ignore[attr-defined]
+            await self.close(handle)
+            raise
+        log.debug("sandbox.opened", handle=handle, sample=spec.sample_id, driver=spec.config.get("type"))
+        return handle, execs
+
+    async def close(self, handle: str) -> None:
+        """Destroy a sandbox by handle; a sandbox that is already gone is not an error."""
+        driver = self._owners.pop(handle, None)
+        try:
+            env = self.registry.get(handle)
+        except SandboxUnavailableError:
+            return
+        if driver is None:  # opened by a driver we do not track: just forget it
+            self.registry.release(handle)
+            return
+        await driver.destroy(env)
+
+    def lookup(self, handle: str) -> SandboxEnvironment:
+        """The live sandbox for a handle in this process (``SandboxUnavailableError`` if gone)."""
+        return self.registry.get(handle)
+
+    def is_open(self, handle: str) -> bool:
+        return handle in self.registry.live_ids()
+
+    async def execute(self, request: CallRequest, tool: Callable[..., Any] | None = None) -> CallOutcome:
+        """Run a call in the sandbox its request names by handle (an outcome, never an exception, when it is gone)."""
+        return await executor.execute_request(request, tool=tool, lookup=self.lookup)
+
+    async def drain(self) -> int:
+        """Remove every idle warm spare of this loop's pools (an embedded eval's end); they refill when used."""
+        return await self.docker.drain_spares()
+
+    async def reap(self) -> int:
+        """Remove containers a dead incarnation of this host left behind (worker start)."""
+        try:
+            driver = await self._driver_for(DockerSandboxConfig())
+            return await driver.reap()
+        except Exception as exc:  # no Docker here: nothing of ours can be leaked there either
+            log.info("sandbox.reap_skipped", reason=str(exc))
+            return 0
+
+    async def close_all(self) -> None:
+        """Destroy every sandbox this host owns and release the drivers (shutdown)."""
+        for handle in list(self._owners):
+            try:
+                await self.close(handle)
+            except Exception as exc:  # keep closing the rest
+                log.warning("sandbox.close_failed", handle=handle, error=str(exc))
+        for driver in list(self._drivers.values()):
+            await driver.aclose()
+        self._drivers.clear()
+
+    @classmethod
+    def live(cls) -> list["SandboxHost"]:
+        """Every host of this process (a snapshot's removal closes the drivers any of them opened forks with)."""
+        return list(cls._live)
+
+    async def drop_snapshot_drivers(self, snapshot_ids: set[str]) -> None:
+        """Close the drivers that opened forks of these snapshots (they are being removed)."""
+        for key, driver in list(self._drivers.items()):
+            snap = getattr(getattr(driver, "config", None), "snapshot", None)
+            if snap is not None and snap.id in snapshot_ids:
+                self._drivers.pop(key, None)
+                await driver.aclose()
