@@ -81,7 +81,9 @@ async def test_a_mid_sample_snapshot_forks_into_four_independent_copies_and_is_g
     if mode == "worker":
         fleet = request.getfixturevalue("fleet")
         # Two hosts: least-loaded placement would put forks on the idle one, were they not placed by snapshot.
-        hosts = [fleet.worker(slots=8).host, fleet.worker(slots=8).host]
+        # The solver writes a root-only file as root: a worker runs commands as root only when allowed.
+        hosts = [fleet.worker(slots=8, extra_args=("--allow-root-user",)).host,
+                 fleet.worker(slots=8, extra_args=("--allow-root-user",)).host]
         broker = fleet.redis.url
     results: dict[str, Any] = {}
     task = Task(dataset=[Sample(id="prep", input="go")], solver=branch_rollouts(results), sandbox=CONFIG)

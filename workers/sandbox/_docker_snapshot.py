@@ -225,7 +225,8 @@ async def _tmpfs_contents(env: DockerSandboxEnvironment, paths: list[str]) -> li
 
 async def _tar(env: DockerSandboxEnvironment, args: list[str], names: str, user: str | None) -> tuple[bytes, list[str]]:
     argv = ["tar", "-C", "/", "-cf", "-", "--ignore-failed-read", "--warning=no-file-changed", *args]
-    raw = await env.exec_raw(argv, input=names, user=user, timeout=TAR_TIMEOUT_S, cap=SEED_LIMIT + 1)
+    # The worker's own read (root only for what the sandbox's user could not read), not a message's command.
+    raw = await env.exec_raw(argv, input=names, user=user, timeout=TAR_TIMEOUT_S, cap=SEED_LIMIT + 1, trusted=True)
     err = raw.stderr.decode("utf-8", "replace")
     if raw.timed_out or raw.returncode not in (0, 1) or raw.truncated:
         why = "timed out" if raw.timed_out else "too large" if raw.truncated else err.strip()[-300:]
