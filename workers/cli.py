@@ -176,9 +176,7 @@ def worker_main(argv: list[str]) -> int:
                                           pooled_images=args.pool_images or (), owner=config.host,
                                           registries=config.policy.registries), SandboxRegistry())
     if args.snapshot_disk:
-        from .sandbox._docker_snapshot import configure_snapshots
-
-        configure_snapshots(args.snapshot_disk)
+        sandboxes.docker.snapshots.budget = args.snapshot_disk  # bytes (--snapshot-disk, parsed)
     runtimes = Runtimes(args.broker)
     app = create_worker_app(AppConfig(broker_url=args.broker), keyring=keyring, runtimes=runtimes)
     _connect_lifecycle(app, config.host, runtimes)

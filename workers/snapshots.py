@@ -40,15 +40,17 @@ async def remove_eval_snapshots(eval_id: str) -> list[str]:
         return []  # no docker sandbox ever ran in this process: it took no snapshot
     from ._sandbox_host import SandboxHost
     from .sandbox._docker_api import DockerAPI
-    from .sandbox._docker_snapshot import host_snapshots
 
-    store = host_snapshots()
-    doomed = {s.id for s in store.held.values() if s.eval_id == eval_id and not s.keep}
-    for host in SandboxHost.live():
-        await host.drop_snapshot_drivers(doomed)
-    api = DockerAPI(None, 2)
-    try:
-        await api.connect()
-        return await store.remove(api, eval_id=eval_id)
-    finally:
-        api.close()
+    removed: list[str] = []
+    for docker in {id(h.docker): h.docker for h in SandboxHost.live()}.values():  # hosts may share one
+        store = docker.snapshots
+        doomed = {s.id for s in store.held.values() if s.eval_id == eval_id and not s.keep}
+        for host in SandboxHost.live():
+            await host.drop_snapshot_drivers(doomed)
+        api = DockerAPI(None, 2)
+        try:
+            await api.connect()
+            removed += await store.remove(api, eval_id=eval_id)
+        finally:
+            api.close()
+    return removed

@@ -158,11 +158,11 @@ async def test_a_kept_snapshot_restarts_a_later_sample_from_its_checkpoint(
     finally:
         if mode == "embedded":  # this process holds it: remove it through its host's store
             from workers.sandbox._docker_api import DockerAPI
-            from workers.sandbox._docker_snapshot import host_snapshots
+            from workers.sandbox._docker_pool import host_sandboxes
 
             api = DockerAPI(None, 2)
             await api.connect()
-            assert await host_snapshots().remove(api, ids=[kept.id]) == [kept.id]
+            assert await host_sandboxes().snapshots.remove(api, ids=[kept.id]) == [kept.id]
             api.close()
         else:  # a kept snapshot is the user's to remove: by label, as README says
             for image in _snapshot_images(log1.eval.eval_id):
@@ -185,9 +185,9 @@ def over_budget(results: dict[str, Any]):  # type: ignore[no-untyped-def]
 
 async def test_the_hosts_snapshot_disk_budget_refuses_a_snapshot_that_does_not_fit(tmp_path: Path,
                                                                                      sandbox_image: str) -> None:
-    from workers.sandbox._docker_snapshot import host_snapshots
+    from workers.sandbox._docker_pool import host_sandboxes
 
-    store = host_snapshots()
+    store = host_sandboxes().snapshots  # embedded mode's docker host (SandboxHost.process())
     budget, store.budget = store.budget, 100_000
     try:
         results: dict[str, Any] = {}

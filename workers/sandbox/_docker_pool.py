@@ -28,6 +28,7 @@ import structlog
 from orchestrator.util._sandbox_config import DEFAULT_IMAGE
 
 from ._docker_labels import HOST
+from ._docker_snapshot import HostSnapshots
 from ._errors import SandboxCapacityError
 
 log = structlog.get_logger("toolfleet.sandbox")
@@ -45,6 +46,7 @@ class HostSandboxes:
         self.pools: list[ContainerPool] = []
         # Containers held by any driver of this host: the reaper never touches them.
         self.held: set[str] = set()
+        self.snapshots = HostSnapshots()  # the snapshots on this host's Docker and their disk budget
         self.configure(limit, max_spares, idle_ttl, pooled_images, owner, registries)
 
     def configure(self, limit: int | None = None, max_spares: int = DEFAULT_SPARES, idle_ttl: float = 300.0,

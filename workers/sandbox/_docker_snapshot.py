@@ -13,7 +13,7 @@ services start fresh from their images.
 
 Each snapshot is an image tagged ``toolfleet/snapshot:<id>`` (the default ``--image`` pattern admits it),
 labelled with its eval, sample, whether it is kept, its size and the sandbox config forks start with.
-A host keeps snapshots within one disk budget (``configure_snapshots``; ``TOOLFLEET_SNAPSHOT_DISK``,
+A host keeps snapshots within one disk budget (``HostSandboxes.snapshots``: ``--snapshot-disk``, ``TOOLFLEET_SNAPSHOT_DISK``,
 default 10g): a snapshot that would exceed it is refused. When the process pulls from registries (a
 worker's ``--registry``), the snapshot is also pushed to the first one. An eval's snapshots are removed
 when it ends unless taken with ``keep=True``; ones whose eval never ended (a killed orchestrator) are
@@ -84,7 +84,7 @@ class HeldSnapshot:
 class HostSnapshots:
     """The snapshots on this process's Docker host, and the disk budget they share."""
 
-    def __init__(self) -> None:
+    def __init__(self) -> None:  # one per docker host object (``HostSandboxes.snapshots``)
         self.budget = _bytes(os.environ.get("TOOLFLEET_SNAPSHOT_DISK") or DEFAULT_BUDGET)
         self.held: dict[str, HeldSnapshot] = {}
         self.reserved = 0  # bytes of snapshots being taken
@@ -139,23 +139,11 @@ class HostSnapshots:
         return [s.id for s in chosen]
 
 
-_HOST = HostSnapshots()
-
-
-def host_snapshots() -> HostSnapshots:
-    return _HOST
-
-
-def configure_snapshots(budget: str | int) -> None:
-    """This host's snapshot disk budget (a worker's ``--snapshot-disk``)."""
-    _HOST.budget = budget if isinstance(budget, int) else _bytes(budget)
-
-
 async def take_snapshot(env: DockerSandboxEnvironment, keep: bool = False) -> Snapshot:
     """Capture ``env``'s filesystem as an image on this host (see the module docstring)."""
     driver = env.driver
     api = driver.api
-    store = host_snapshots()
+    store = driver.host.snapshots
     started = time.monotonic()
     await store.load(api)
     snapshot_id = f"s{uuid.uuid4().hex[:16]}"
@@ -329,8 +317,7 @@ def _shown(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB"
 
 
-async def snapshot_present(api: DockerAPI, snapshot_id: str, image: str) -> HeldSnapshot:
+async def snapshot_present(api: DockerAPI, store: HostSnapshots, snapshot_id: str, image: str) -> HeldSnapshot:
     """A fork's driver start: the snapshot is on this host (``SnapshotError`` otherwise)."""
-    store = host_snapshots()
     await store.load(api)
     return store.require(snapshot_id, image)

@@ -179,7 +179,7 @@ class DockerSandboxDriver(SandboxDriver):
                 self.exec_user = self.config.user or image_config.get("User") or ""
                 info = await self.api.call(self.api.api.info) if self.config.disk_limit else {}
                 if self.config.snapshot is not None:  # a fork: the snapshot must be here; seed all its paths
-                    await snapshot_present(self.api, self.config.snapshot.id, self.config.image)
+                    await snapshot_present(self.api, self.host.snapshots, self.config.snapshot.id, self.config.image)
                 self.disk = await plan_disk(
                     self.api, self.config.image, self.config.disk_limit,
                     self.config.working_dir or image_config.get("WorkingDir") or None,
