@@ -36,6 +36,7 @@ QUICK: dict[str, list[str]] = {
     "overhead": ["--reps", "5", "--rounds", "1"],
     "review": ["--calls", "20", "--reps", "5"],
     "scale": ["--workers", "2", "--sandboxes", "100", "--calls", "2"],
+    "snapshot": ["--forks", "2", "--mib", "1"],
     "swe": ["--samples", "2", "--images", "1", "--workers", "1", "--slots", "2"],
 }
 
