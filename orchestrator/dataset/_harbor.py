@@ -296,12 +296,24 @@ def pack_directory(path: Path, limit: int | None = None) -> str:
     """A directory's files as one base64 gzipped tar (executable bits kept), for ``base64 -d | tar -xz``."""
     import base64
 
-    from ._files import _archive, _tree, sample_files_limit
+    from ._files import _archive, sample_files_limit
+    from ._host_paths import Link, read_bounded, walk
 
-    members = list(_tree(path)) if path.is_dir() else []
-    total = sum(file.stat().st_size for _, file in members)
+    # Read as a sample's directory files are (``_host_paths``): links sent as links, never followed on
+    # this host; sizes counted on the bytes read.
     cap = sample_files_limit() if limit is None else limit
+    members: list[tuple[str, bytes | Link, bool]] = []
+    total = 0
+    try:
+        for rel, item in (list(walk(path)) if path.is_dir() else []):
+            data, executable = (item, False) if isinstance(item, Link) else read_bounded(item, max(0, cap - total))
+            total += len(data.target) if isinstance(data, Link) else len(data)
+            if total > cap:
+                break
+            members.append((rel, data, executable))
+    except (OSError, ValueError) as exc:
+        raise HarborTaskError(f"Cannot read '{path}': {getattr(exc, 'strerror', None) or exc}.") from None
     if total > cap:
-        raise HarborTaskError(f"'{path}' holds {total:,} bytes, more than the {cap:,} that may travel to a sandbox "
+        raise HarborTaskError(f"'{path}' holds more than the {cap:,} bytes that may travel to a sandbox "
                               "(TOOLFLEET_SAMPLE_FILES_LIMIT).")
     return base64.b64encode(_archive(members)).decode("ascii")
