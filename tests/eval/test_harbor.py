@@ -63,7 +63,8 @@ async def test_examples_oracle_embedded(tmp_path: Path, sandbox_image: str) -> N
 @pytest.mark.celery
 async def test_examples_oracle_on_two_workers(tmp_path: Path, sandbox_image: str, fleet) -> None:  # type: ignore[no-untyped-def]
     # (orphan_grace as shipped: on this shared, loaded machine a 2 s grace closes sandboxes of a busy orchestrator)
-    workers = [fleet.worker(slots=2, orphan_grace=30.0), fleet.worker(slots=2, orphan_grace=30.0)]
+    # Harbor's own set-up (/logs) and verifiers run as root: a worker allows that only with --allow-root-user.
+    workers = [fleet.worker(slots=2, orphan_grace=30.0, extra_args=("--allow-root-user",)) for _ in range(2)]
     # One task's image is new (a file only this run has in its build context): it is built at load, after the
     # workers last listed their images, and the eval still starts (preflight waits for their next listing).
     tasks = tmp_path / "tasks"
