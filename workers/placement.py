@@ -249,8 +249,10 @@ class Placer:
                 hosts = await self.hosts(fresh=True)  # full by the cached view: a host may have joined
             if only is not None:  # a sandbox from a snapshot: on the host that holds it, or nowhere
                 hosts = [h for h in hosts if h.host == only]
-            groups = [[h for h in group if not h.draining and h.slots >= weight]
-                      for group in image_tiers(hosts, image, pull_policy)]
+            tiers = image_tiers(hosts, image, pull_policy)
+            if image and len(tiers) == 1 and not fresh:
+                continue  # no cached host can get the image(s): one that can may have joined since
+            groups = [[h for h in group if not h.draining and h.slots >= weight] for group in tiers]
             for group in groups:
                 self._rng.shuffle(group)
             capacity = sum(h.slots for h in hosts if not h.draining)
