@@ -19,6 +19,7 @@ from .._chat_message import ChatMessage
 from .._generate_config import GenerateConfig
 from .._model_output import ModelOutput
 from ._openai_wire import build_request, parse_completion
+from ._sdk_api import RETRY_STATUS
 
 if TYPE_CHECKING:
     from .openai import OpenAIAPI
@@ -29,7 +30,7 @@ MAX_REQUESTS = 50_000  # OpenAI's cap on requests per batch
 
 _STATES: dict[str, BatchState] = {"completed": "completed", "failed": "failed", "expired": "expired",
                                   "cancelled": "cancelled"}  # validating, in_progress, finalizing, cancelling: pending
-_RETRY_STATUS = {408, 409, 429}
+
 _RETRY_CODES = {"batch_expired", "batch_cancelled", "rate_limit_exceeded", "server_error"}
 
 
@@ -70,7 +71,7 @@ def _line_outcome(record: dict[str, Any]) -> BatchOutcome:
     message = body.get("error", {}).get("message") if isinstance(body, dict) and isinstance(body.get("error"), dict) \
         else None
     status_code = status if isinstance(status, int) else None
-    retryable = status_code is None or status_code in _RETRY_STATUS or status_code >= 500
+    retryable = status_code is None or status_code in RETRY_STATUS or status_code >= 500
     return BatchError(f"status {status}: {message or 'no message'}", retryable=retryable, status_code=status_code)
 
 

@@ -24,20 +24,18 @@ from orchestrator.tool._tool_info import ToolInfo
 from .._chat_message import ChatMessage
 from .._generate_config import GenerateConfig
 from .._batch import BatchBackend
-from .._model import ModelAPI
 from .._model_output import ModelOutput
 from ._anthropic_wire import build_request, is_context_length_error, parse_message
 from ._client_args import build_client, sdk_client_arg_names, split_client_args
-from ._retry import parse_retry_after
+from ._sdk_api import SdkModelAPI
 
 DEFAULT_TIMEOUT = 600.0  # seconds per request when GenerateConfig.timeout is unset
-DEFAULT_MAX_CONNECTIONS = 10  # Inspect's default for API providers; --max-connections overrides it
 LOCAL_API_KEY = "EMPTY"  # placeholder for a self-hosted compatible server that checks no key
-_RETRY_STATUS = {408, 409, 429}
 _OVERLOAD_STATUS = {429, 529}
 
 
-class AnthropicAPI(ModelAPI):
+class AnthropicAPI(SdkModelAPI):
+    sdk = anthropic
     environment = ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")
 
     def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
@@ -91,25 +89,10 @@ class AnthropicAPI(ModelAPI):
             raise
         return parse_message(self.model_name, message, tools)
 
-    def should_retry(self, ex: BaseException) -> bool:
-        if isinstance(ex, anthropic.APIConnectionError):  # includes APITimeoutError
-            return True
-        if isinstance(ex, anthropic.APIStatusError):
-            return ex.status_code in _RETRY_STATUS or ex.status_code >= 500
-        return False
-
     def is_overload(self, ex: BaseException) -> bool:
         if isinstance(ex, anthropic.APIStatusError):
             return ex.status_code in _OVERLOAD_STATUS
         return False
-
-    def retry_after(self, ex: BaseException) -> float | None:
-        if isinstance(ex, anthropic.APIStatusError):
-            return parse_retry_after(ex.response.headers)
-        return None
-
-    def connection_limit(self) -> int | None:
-        return self._max_connections or DEFAULT_MAX_CONNECTIONS
 
     def batch_backend(self) -> BatchBackend:
         from ._anthropic_batch import AnthropicBatch

@@ -20,19 +20,17 @@ from orchestrator.tool._tool_info import ToolInfo
 from .._chat_message import ChatMessage
 from .._generate_config import GenerateConfig
 from .._batch import BatchBackend
-from .._model import ModelAPI
 from .._model_output import ModelOutput
 from ._client_args import build_client, sdk_client_arg_names, split_client_args
 from ._openai_wire import build_request, is_context_length_error, parse_completion
-from ._retry import parse_retry_after
+from ._sdk_api import SdkModelAPI
 
 DEFAULT_TIMEOUT = 600.0  # seconds per request when GenerateConfig.timeout is unset (the SDK's default)
-DEFAULT_MAX_CONNECTIONS = 10  # Inspect's default for API providers; --max-connections overrides it
 LOCAL_API_KEY = "EMPTY"  # placeholder for self-hosted servers that check no key (vLLM, Ollama)
-_RETRY_STATUS = {408, 409, 429}
 
 
-class OpenAIAPI(ModelAPI):
+class OpenAIAPI(SdkModelAPI):
+    sdk = openai
     environment = ("OPENAI_BASE_URL", "OPENAI_API_KEY")
 
     def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
@@ -94,21 +92,6 @@ class OpenAIAPI(ModelAPI):
     @classmethod
     def client_arg_names(cls) -> frozenset[str]:
         return sdk_client_arg_names(AsyncOpenAI)
-
-    def should_retry(self, ex: BaseException) -> bool:
-        if isinstance(ex, openai.APIConnectionError):  # includes APITimeoutError
-            return True
-        if isinstance(ex, openai.APIStatusError):
-            return ex.status_code in _RETRY_STATUS or ex.status_code >= 500
-        return False
-
-    def retry_after(self, ex: BaseException) -> float | None:
-        if isinstance(ex, openai.APIStatusError):
-            return parse_retry_after(ex.response.headers)
-        return None
-
-    def connection_limit(self) -> int | None:
-        return self._max_connections or DEFAULT_MAX_CONNECTIONS
 
     def batch_backend(self) -> BatchBackend:
         from ._openai_batch import OpenAIBatch
