@@ -292,15 +292,16 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
         notice = f"resuming {path} ({sum(1 for s in existing.samples if s.error is None)} samples already done)"
         finished = {s.key: s for s in existing.samples if s.error is None}
         recorded_batches = existing.batches
+        _active_logs.append(path)  # named by a Ctrl-C from here on
         writer = await LogWriter.resume(path)
         await _close_leftovers(existing.open_sandboxes, dispatcher, writer)
     else:
         spec = _build_spec(task, model, samples, o, sandbox, identity)
         stamp = time.strftime("%Y-%m-%dT%H-%M-%S", time.gmtime(spec.created))
         path = o.log_dir / f"{stamp}_{_slug(spec.task)}_{spec.eval_id}{LOG_SUFFIX}"
+        _active_logs.append(path)  # before the file exists: a Ctrl-C once it does names it
         writer = await LogWriter.create(path, spec)
         notice = f"{notice}; starting a new log {path}" if notice else None
-    _active_logs.append(path)
     run_id = uuid.uuid4().hex[:12]
     await writer.run(run_id, resumed=bool(finished) or o.log_file is not None)
 
