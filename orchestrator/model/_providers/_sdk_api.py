@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from types import ModuleType
 from typing import ClassVar
 
@@ -18,6 +19,19 @@ class SdkModelAPI(ModelAPI):
 
     sdk: ClassVar[ModuleType]
     _max_connections: int | None = None
+
+    @staticmethod
+    def endpoint(base_url: str | None, api_key: str | None, env_prefix: str, no_key: str,
+                 local_key: str) -> tuple[str | None, str]:
+        """``base_url`` and ``api_key`` from the arguments, else ``<PREFIX>_BASE_URL`` / ``<PREFIX>_API_KEY``; a
+        server named without a key gets ``local_key`` (self-hosted ones check none), neither is ``no_key``'s error."""
+        base_url = base_url or os.environ.get(f"{env_prefix}_BASE_URL") or None
+        api_key = api_key or os.environ.get(f"{env_prefix}_API_KEY") or None
+        if api_key is None:
+            if base_url is None:
+                raise ValueError(no_key)
+            api_key = local_key
+        return base_url, api_key
 
     def should_retry(self, ex: BaseException) -> bool:
         if isinstance(ex, self.sdk.APIConnectionError):  # includes APITimeoutError

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import os
 from typing import Any
 
 import anthropic
@@ -41,13 +40,10 @@ class AnthropicAPI(SdkModelAPI):
     def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
                  config: GenerateConfig | None = None, max_connections: int | None = None,
                  **client_args: Any) -> None:
-        base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
-        api_key = api_key or os.environ.get("ANTHROPIC_API_KEY") or None
-        if api_key is None:
-            if base_url is None:
-                raise ValueError("anthropic models need an API key: pass api_key= or set ANTHROPIC_API_KEY "
-                                 "(or point base_url/ANTHROPIC_BASE_URL at a compatible server)")
-            api_key = LOCAL_API_KEY
+        base_url, api_key = self.endpoint(base_url, api_key, "ANTHROPIC",
+                                          "anthropic models need an API key: pass api_key= or set ANTHROPIC_API_KEY "
+                                          "(or point base_url/ANTHROPIC_BASE_URL at a compatible server)",
+                                          LOCAL_API_KEY)
         super().__init__(model_name, base_url, api_key, config)
         settings, self._client_args = split_client_args(client_args)
         self.config = self.config.merge(settings)

@@ -8,7 +8,6 @@ up in the ``ModelEvent``. A context-window overflow answers a ``model_length`` o
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
 import openai
@@ -36,13 +35,10 @@ class OpenAIAPI(SdkModelAPI):
     def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
                  config: GenerateConfig | None = None, max_connections: int | None = None,
                  extra_body: dict[str, Any] | None = None, **client_args: Any) -> None:
-        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
-        api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
-        if api_key is None:
-            if base_url is None:
-                raise ValueError("openai models need an API key: pass api_key= or set OPENAI_API_KEY "
-                                 "(or point base_url/OPENAI_BASE_URL at a self-hosted server)")
-            api_key = LOCAL_API_KEY
+        base_url, api_key = self.endpoint(base_url, api_key, "OPENAI",
+                                          "openai models need an API key: pass api_key= or set OPENAI_API_KEY "
+                                          "(or point base_url/OPENAI_BASE_URL at a self-hosted server)",
+                                          LOCAL_API_KEY)
         super().__init__(model_name, base_url, api_key, config)
         settings, self._client_args = split_client_args(client_args)
         self.config = self.config.merge(settings)
