@@ -4,8 +4,10 @@ Two layers, checked in order:
 
 1. this process: calls running now (a duplicate awaits the same asyncio task) and recent outcomes
    (an LRU bounded by count and age) — answers a duplicate with the stored outcome, ``replayed=True``;
-2. Redis: ``SET toolfleet:call:<id> running:<host>/<boot> NX`` claims a call before it runs. A duplicate
-   that loses the claim either finds the stored Celery result (replayed), or learns the call is
+2. Redis: ``SET toolfleet:call:<id> <host>/<boot> NX`` claims a call before it runs (the claims asked
+   for in one loop iteration — a stage's calls — in one script, one round trip). A duplicate that
+   loses the claim either finds the stored answer (a stage call's ``toolfleet:outcome:<id>``, or a
+   single call's Celery result: replayed), or learns the call is
    running on another live process (the task is ignored: the first execution stores the result), or
    learns the claiming process is gone — then the call is *not* run again (it may have had effects)
    and the answer is a ``sandbox_unavailable`` error saying so.
@@ -26,12 +28,28 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 from orchestrator._wire import CallOutcome
 from orchestrator.tool._tool_call import ToolCallError
 
 from . import _auth, _names
+from ._replies import read_stored
+
+# SET NX per call id; a key this process holds already counts as claimed (an earlier attempt that
+# lost only its reply, or reassert_claims after a Redis restart). KEYS: claim keys; ARGV: owner, TTLs.
+_CLAIM = """
+local held = {}
+for i = 1, #KEYS do
+    if redis.call('SET', KEYS[i], ARGV[1], 'NX', 'EX', ARGV[i + 1]) or redis.call('GET', KEYS[i]) == ARGV[1] then
+        held[i] = 1
+    else
+        held[i] = 0
+    end
+end
+return held
+"""
 
 T = TypeVar("T")
 
@@ -58,6 +76,8 @@ class CallMemory:
         self._sizes: dict[str, int] = {}
         self.bytes = 0
         self._keyring = keyring
+        self._claims: list[tuple[str, int, asyncio.Future[bool]]] = []  # claims asked for this loop iteration
+        self._claim_script: AsyncScript | None = None
 
     # --- local state ---------------------------------------------------------------------------
 
@@ -159,24 +179,43 @@ class CallMemory:
                 delay = min(delay * 2, 1.0)
 
     async def _claim(self, call_id: str, ttl: float) -> bool:
-        redis, key = self._redis, _names.call_key(call_id)
+        """Claimed (or already held by this process). Every claim asked for in one loop iteration — a
+        stage's calls — goes to Redis in one script: one round trip per stage, not per call."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        self._claims.append((call_id, max(1, int(ttl)), fut))
+        if len(self._claims) == 1:
+            loop.call_soon(lambda: asyncio.ensure_future(self._claim_batch()))
+        return await fut
+
+    async def _claim_batch(self) -> None:
+        batch, self._claims = self._claims, []
+        redis = self._redis
         assert redis is not None
-
-        async def claim() -> bool:
-            if await redis.set(key, self._owner, nx=True, ex=max(1, int(ttl))):
-                return True
-            # Held by this process already: an earlier attempt that lost only its reply, or
-            # reassert_claims after a Redis restart. (One run per call id per process: _running.)
-            owner = await redis.get(key)
-            return (owner.decode() if isinstance(owner, bytes) else owner) == self._owner
-
-        return await self._patiently(claim)
+        if self._claim_script is None:
+            self._claim_script = redis.register_script(_CLAIM)
+        script = self._claim_script
+        keys = [_names.call_key(call_id) for call_id, _, _ in batch]
+        try:
+            held = await self._patiently(lambda: script(keys=keys, args=[self._owner, *(ttl for _, ttl, _ in batch)]))
+        except (RedisError, OSError) as exc:
+            for _, _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        for (_, _, fut), claimed in zip(batch, held):
+            if not fut.done():
+                fut.set_result(bool(claimed))
 
     async def _answer_duplicate(self, call_id: str) -> CallOutcome:
         assert self._redis is not None
         redis = self._redis
-        stored, owner = await self._patiently(lambda: redis.mget(_names.result_key(call_id), _names.call_key(call_id)))
-        if stored is not None:
+        answer, stored, owner = await self._patiently(
+            lambda: redis.mget(_names.outcome_key(call_id), _names.result_key(call_id), _names.call_key(call_id)))
+        outcome = read_stored(self._keyring, call_id, answer) if answer is not None else None
+        if outcome is not None:  # a stage call's answer (workers._replies)
+            return CallOutcome.model_validate_json(outcome).model_copy(update={"replayed": True})
+        if stored is not None:  # a single call's Celery result (toolfleet.call)
             try:
                 meta = json.loads(stored)
             except ValueError:

@@ -125,7 +125,7 @@ async def test_celery_inspect_sees_the_fleet_and_its_running_calls(celery_dispat
                                      "--timeout", "10")
     assert active.returncode == 0, active.stderr
     running = json.loads(active.stdout)[node]
-    assert any(t.get("name") == _names.TASK_CALL for t in running), active.stdout
+    assert any(t.get("name") == _names.TASK_STAGE for t in running), active.stdout
     fut.cancel()  # the worker stops it (toolfleet_cancel control command)
 
 
@@ -185,7 +185,7 @@ async def test_task_events_for_flower_are_off_until_switched_on_as_flower_does(c
             if "task-succeeded" in events and "task-received" in events:
                 break
         assert {"task-received", "task-succeeded"} <= set(events), events
-        assert events["task-received"]["name"] == _names.TASK_CALL
+        assert events["task-received"]["name"] == _names.TASK_STAGE
         assert json.loads(events["task-received"]["args"]) == [
             {"function": "noop", "call_id": seen.call_id, "sample_id": seen.sample_id, "sandbox": None}]
     finally:
