@@ -297,7 +297,10 @@ def create_worker_app(config: AppConfig | str | None = None, keyring: Keyring | 
     without one rejects every task; ``toolfleet worker`` refuses to start without one). Its tasks run
     on ``runtimes`` (a ``workers._loop.Runtimes``; default: one started lazily from the app's broker)."""
     from ._loop import Runtimes
+    from ._profile import ThreadProfiles
     from .tasks import register_tasks
+
+    ThreadProfiles.from_env()  # TOOLFLEET_PROFILE=<path>: a CPU profile of this worker, written at exit
 
     if keyring is None:
         try:

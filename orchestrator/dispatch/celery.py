@@ -1,18 +1,24 @@
 """Celery dispatcher: the same seam as the in-process one, with Redis and a worker fleet in between.
 
-* A parallel stage is published as one Celery ``group``; a one-call stage as a single task. The
-  call id is the task id. Publishing runs in one dedicated thread (``_publisher``: kombu's producer
-  blocks), so the event loop never waits on the broker.
-* Results come back through one ``ResultListener`` (pubsub on the result backend's channels); each
-  call's future resolves when its message arrives — no ``GroupResult.get()`` polling.
+* A stage is published as one signed ``toolfleet.stage`` Celery task per destination queue, carrying
+  that queue's calls (a sample's stage goes to the one host holding its sandbox, so usually one task);
+  a stage spanning several queues is a Celery ``group`` of those tasks (SPEC §8's "one Celery group",
+  with one member per host instead of per call). They stay real Celery tasks — ``celery inspect``
+  and Flower see them — and the task id is the first call's id. Publishing runs in one dedicated
+  thread (``_publisher``: kombu's producer blocks), so the event loop never waits on the broker.
+* Outcomes come back on this dispatcher's own reply channel, subscribed once by the
+  ``ResultListener`` (``workers._replies``): a worker publishes each call's signed outcome as soon as it
+  completes; it is verified, then resolves the call's future. Nothing is polled, and nothing is
+  subscribed, unsubscribed or deleted per call (stored copies expire). The declared-order splice stays
+  in the orchestrator. Sandbox opens/closes still use Celery's result store (pubsub on its channels).
 * Sandbox affinity: ``open_sandbox`` reserves a slot on a live host (``workers.placement``) and sends
   the open task to that host's queue; every call of the sample goes to the same queue.
 * Failure bounds, enforced here whatever the worker does: a per-call deadline (the tool's timeout,
   or ``max_call_seconds``, plus ``call_grace``) → ``timeout``; a host whose heartbeat expired (or that
   restarted: new boot id) → its pending calls resolve to ``sandbox_unavailable`` within
   ``heartbeat TTL + lost_grace + watch_interval`` (≈16 s by default); after a Redis restart, stored
-  results are re-read, and calls whose task message was lost (no result, no claim) are republished —
-  safe, because the worker never runs a call id twice.
+  outcomes are re-read, and calls whose task message was lost (no outcome, no claim) are republished
+  (as stage messages) — safe, because the worker never runs a call id twice.
 * Cancelling a call's future sends the ``toolfleet_cancel`` control command to the host running it,
   which cancels the call there (the sandbox kills its process group).
 """
