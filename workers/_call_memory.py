@@ -5,7 +5,7 @@ Two layers, checked in order:
 1. this process: calls running now (a duplicate awaits the same asyncio task) and recent outcomes
    (an LRU bounded by count and age) — answers a duplicate with the stored outcome, ``replayed=True``;
 2. Redis: ``SET toolfleet:call:<id> <host>/<boot> NX`` claims a call before it runs (the claims asked
-   for in one loop iteration — a stage's calls — in one script, one round trip). A duplicate that
+   for in one loop iteration — a stage's calls — in one pipeline, one round trip). A duplicate that
    loses the claim either finds the stored answer (a stage call's ``toolfleet:outcome:<id>``, or a
    single call's Celery result: replayed), or learns the call is
    running on another live process (the task is ignored: the first execution stores the result), or
@@ -28,7 +28,6 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from redis.asyncio import Redis
-from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 from orchestrator._wire import CallOutcome
@@ -37,19 +36,6 @@ from orchestrator.tool._tool_call import ToolCallError
 from . import _auth, _names
 from ._replies import read_stored
 
-# SET NX per call id; a key this process holds already counts as claimed (an earlier attempt that
-# lost only its reply, or reassert_claims after a Redis restart). KEYS: claim keys; ARGV: owner, TTLs.
-_CLAIM = """
-local held = {}
-for i = 1, #KEYS do
-    if redis.call('SET', KEYS[i], ARGV[1], 'NX', 'EX', ARGV[i + 1]) or redis.call('GET', KEYS[i]) == ARGV[1] then
-        held[i] = 1
-    else
-        held[i] = 0
-    end
-end
-return held
-"""
 
 T = TypeVar("T")
 
@@ -77,7 +63,6 @@ class CallMemory:
         self.bytes = 0
         self._keyring = keyring
         self._claims: list[tuple[str, int, asyncio.Future[bool]]] = []  # claims asked for this loop iteration
-        self._claim_script: AsyncScript | None = None
 
     # --- local state ---------------------------------------------------------------------------
 
@@ -180,7 +165,7 @@ class CallMemory:
 
     async def _claim(self, call_id: str, ttl: float) -> bool:
         """Claimed (or already held by this process). Every claim asked for in one loop iteration — a
-        stage's calls — goes to Redis in one script: one round trip per stage, not per call."""
+        stage's calls — goes to Redis in one pipeline: one round trip per stage, not per call."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
         self._claims.append((call_id, max(1, int(ttl)), fut))
@@ -190,14 +175,8 @@ class CallMemory:
 
     async def _claim_batch(self) -> None:
         batch, self._claims = self._claims, []
-        redis = self._redis
-        assert redis is not None
-        if self._claim_script is None:
-            self._claim_script = redis.register_script(_CLAIM)
-        script = self._claim_script
-        keys = [_names.call_key(call_id) for call_id, _, _ in batch]
         try:
-            held = await self._patiently(lambda: script(keys=keys, args=[self._owner, *(ttl for _, ttl, _ in batch)]))
+            held = await self._patiently(lambda: self._claim_all([(call_id, ttl) for call_id, ttl, _ in batch]))
         except (RedisError, OSError) as exc:
             for _, _, fut in batch:
                 if not fut.done():
@@ -205,7 +184,25 @@ class CallMemory:
             return
         for (_, _, fut), claimed in zip(batch, held):
             if not fut.done():
-                fut.set_result(bool(claimed))
+                fut.set_result(claimed)
+
+    async def _claim_all(self, claims: list[tuple[str, int]]) -> list[bool]:
+        """SET NX per call id in one pipeline; a key not set is still ours when this process holds it
+        already (an earlier attempt that lost only its reply, or reassert_claims after a Redis restart):
+        one more round trip, only then."""
+        redis = self._redis
+        assert redis is not None
+        keys = [_names.call_key(call_id) for call_id, _ in claims]
+        async with redis.pipeline(transaction=False) as pipe:
+            for key, (_, ttl) in zip(keys, claims):
+                pipe.set(key, self._owner, nx=True, ex=ttl)
+            held = [bool(ok) for ok in await pipe.execute()]
+        taken = [i for i, ok in enumerate(held) if not ok]
+        if taken:
+            owners = await redis.mget([keys[i] for i in taken])
+            for i, owner in zip(taken, owners):
+                held[i] = (owner.decode() if isinstance(owner, bytes) else owner) == self._owner
+        return held
 
     async def _answer_duplicate(self, call_id: str) -> CallOutcome:
         assert self._redis is not None

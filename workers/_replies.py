@@ -10,7 +10,7 @@ names it in every stage message it sends. The worker answers each call as soon a
   iteration for that channel, and stored under ``_names.outcome_key(call_id)`` (``SET NX EX``:
   the first answer stays) for ``OUTCOME_TTL`` seconds — for the orchestrator's re-check after a
   reconnect and for a redelivered copy of the call (``_call_memory``);
-* everything completed in one loop iteration goes out in one script (PUBLISH first: Redis at
+* everything completed in one loop iteration goes out in one pipeline (PUBLISH first: Redis at
   ``maxmemory`` still publishes, refusing only the SETs — those are then kept and stored later by
   ``_result_store.UnstoredResults``, and a ``store_failed`` fleet event names the calls).
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import structlog
 from redis.asyncio import Redis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
 
 from . import _auth, _names
 from ._fleet_events import FleetEvents
@@ -38,14 +38,6 @@ log = structlog.get_logger("toolfleet.worker.replies")
 OUTCOME_TTL = 1800  # seconds a stage outcome stays readable (well past a reconnect's re-check)
 MAX_ITEMS = 10_000  # items one reply message may carry (untrusted input on the orchestrator side)
 
-# KEYS: outcome keys. ARGV: ttl, number of channels, (channel, message) pairs, then one value per key.
-_SEND = """
-local nchan = tonumber(ARGV[2])
-for i = 1, nchan do redis.call('PUBLISH', ARGV[1 + 2 * i], ARGV[2 + 2 * i]) end
-local base = 2 + 2 * nchan
-for i = 1, #KEYS do redis.call('SET', KEYS[i], ARGV[base + i], 'NX', 'EX', ARGV[1]) end
-return 1
-"""
 
 
 def parse_items(data: Any) -> list[tuple[str, str, str]]:
@@ -70,7 +62,7 @@ def read_stored(keyring: _auth.Keyring | None, call_id: str, value: Any) -> str 
 
 
 class ReplySender:
-    """Sends outcomes from the worker's loop: everything completed in one loop iteration in one script."""
+    """Sends outcomes from the worker's loop: everything completed in one loop iteration in one pipeline."""
 
     def __init__(self, redis: Redis, keyring: _auth.Keyring | None, broker_url: str, patience: float = 30.0) -> None:
         self._redis = redis
@@ -79,7 +71,6 @@ class ReplySender:
         self._kept: UnstoredResults | None = None  # outcomes Redis refused to store (maxmemory); built on first need
         self._patience = patience
         self._pending: list[tuple[str, str, str]] = []  # (channel, call_id, item json)
-        self._script = redis.register_script(_SEND)
         self._flushing = False
         self.sent = 0
 
@@ -98,31 +89,34 @@ class ReplySender:
         by_channel: dict[str, list[str]] = {}
         for channel, _, item in batch:
             by_channel.setdefault(channel, []).append(item)
-        messages = [part for channel, items in by_channel.items() for part in (channel, f"[{','.join(items)}]")]
-        keys = [_names.outcome_key(call_id) for _, call_id, _ in batch]
-        args = [OUTCOME_TTL, len(by_channel), *messages, *(item for _, _, item in batch)]
         loop = asyncio.get_running_loop()
         deadline, delay = loop.time() + self._patience, 0.05
         while True:
             try:
-                await self._script(keys=keys, args=args)
-                self.sent += len(batch)
-                return
-            except ResponseError as exc:
-                if not is_out_of_memory(exc):
-                    log.error("worker.outcome_send_failed", calls=len(batch), error=str(exc)[:200])
-                    return
-                # Published (PUBLISH runs at maxmemory); the copies are kept and stored once Redis takes writes.
-                for (_, call_id, item), key in zip(batch, keys):
-                    self._unstored().keep(key, item, OUTCOME_TTL, call_id, str(exc))
-                log.warning("worker.outcomes_not_stored", calls=len(batch), error=str(exc)[:200])
-                return
-            except (RedisError, OSError) as exc:  # Redis restarting: retry, bounded
+                # One pipeline, no transaction (nothing here needs atomicity). PUBLISH first: at maxmemory
+                # Redis still publishes and refuses only the SETs, whose errors come back per command.
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for channel, items in by_channel.items():
+                        pipe.publish(channel, f"[{','.join(items)}]")
+                    for _, call_id, item in batch:
+                        pipe.set(_names.outcome_key(call_id), item, nx=True, ex=OUTCOME_TTL)
+                    results = await pipe.execute(raise_on_error=False)
+                break
+            except (RedisError, OSError) as exc:  # Redis restarting: retry, bounded (a copy published twice is ignored)
                 if loop.time() + delay > deadline:
                     log.error("worker.outcome_send_failed", calls=len(batch), error=str(exc)[:200])
                     return
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
+        self.sent += len(batch)
+        refused = [(entry, res) for entry, res in zip(batch, results[len(by_channel):]) if isinstance(res, Exception)]
+        for (_, call_id, item), exc in refused:
+            if is_out_of_memory(exc):  # published already; kept and stored once Redis takes writes
+                self._unstored().keep(_names.outcome_key(call_id), item, OUTCOME_TTL, call_id, str(exc))
+            else:
+                log.error("worker.outcome_not_stored", call_id=call_id[:64], error=str(exc)[:200])
+        if any(isinstance(res, Exception) for res in results[:len(by_channel)]):
+            log.error("worker.outcome_publish_failed", error=str(next(r for r in results if isinstance(r, Exception)))[:200])
 
     def _unstored(self) -> UnstoredResults:
         if self._kept is None:
@@ -132,6 +126,6 @@ class ReplySender:
             events = FleetEvents(self._url)
             self._kept = UnstoredResults(
                 store=lambda key, value, ttl: client.set(key, value, nx=True, ex=ttl),
-                publish=lambda key, value: None,  # already published by the script
+                publish=lambda key, value: None,  # already published (the SET's pipeline)
                 announce=lambda call_id, error: events.publish("store_failed", task_id=call_id, error=error))
         return self._kept
