@@ -121,13 +121,16 @@ async def run_stage(rt: WorkerRuntime, reply: str, payloads: list[Any], task_id:
     assert replies is not None
 
     async def one(payload: Any) -> None:
-        call_id = str(payload.get("call_id") or task_id) if isinstance(payload, dict) else task_id
+        if not isinstance(payload, dict) or not isinstance(payload.get("call_id"), str):
+            rejects.reject("malformed stage call", None, f"stage {task_id[:64]}")
+            return  # no call id to answer under
+        call_id = payload["call_id"]
         try:
             if len(json.dumps(payload, separators=(",", ":"))) > cap:
-                call_id, text = call_id, _error_json(call_id, rt.config.host, "limit",
-                                                     f"The tool call's arguments exceeded the payload limit of {cap} bytes.")
+                text = _error_json(call_id, rt.config.host, "limit",
+                                   f"The tool call's arguments exceeded the payload limit of {cap} bytes.")
             else:
-                call_id, text = await answer_call(rt, payload, task_id)
+                _, text = await answer_call(rt, payload, call_id)
         except CallRunningElsewhere:
             return  # the process running it answers on the same reply channel
         except Exception as exc:  # noqa: BLE001 - never leave the orchestrator waiting for its deadline
