@@ -6,8 +6,8 @@ orchestrator's ``CeleryDispatcher``). Both register the same task names from ``w
 
 Pool decision: **threads**. A tool call is I/O-bound (it waits on a sandbox channel), and every call of
 a worker process must share one persistent asyncio loop, because sandboxes, their exec channels and
-``bash_session`` PTYs live across calls. Each pool thread submits its call to that loop and waits, so a
-parallel stage of 4 calls into one sandbox runs concurrently. prefork would give each child its own
+``bash_session`` PTYs live across calls. Each pool thread submits its task (a stage's calls for this
+host, or one call) to that loop and waits; a stage's calls run concurrently there. prefork would give each child its own
 sandboxes (calls for one sandbox could land in a process that does not hold it); solo would serialise.
 """
 
