@@ -212,3 +212,24 @@ async def _send_again(d: CeleryDispatcher, payload: dict, call_id: str) -> dict:
     await asyncio.to_thread(d.app.send_task, _names.TASK_CALL, args=[payload], task_id=task_id, queue=_names.SHARED_QUEUE)
     meta = await asyncio.wait_for(raw, 30)
     return meta["result"]
+
+
+async def test_every_consumed_message_is_acked(celery_dispatcher, redis_server, tmp_path) -> None:
+    """Acks are batched on the worker (one ZREM + HDEL per loop tick): all of them reach Redis, so no
+    finished message waits in the unacked set to be redelivered after the visibility timeout."""
+    client = redis_server.client()
+    log = str(tmp_path / "log")
+    [slow] = dispatch(celery_dispatcher, [request("record", {"path": log, "label": "slow", "delay": 1.0})])
+    for _ in range(200):  # bounded: until it runs
+        if starts(log, "slow"):
+            break
+        await asyncio.sleep(0.02)
+    assert client.hlen("unacked") >= 1  # a running call's message is reserved, not acked (late ack)
+    await asyncio.wait_for(slow, 30)
+    await asyncio.wait_for(asyncio.gather(*dispatch(celery_dispatcher, [request("noop") for _ in range(12)])), 30)
+    await one(celery_dispatcher, request("noop"))
+    for _ in range(100):  # bounded: the last ack goes out at the worker's next loop tick
+        if client.hlen("unacked") == 0 and client.zcard("unacked_index") == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert client.hlen("unacked") == 0 and client.zcard("unacked_index") == 0
