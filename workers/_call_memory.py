@@ -40,6 +40,9 @@ from ._replies import read_stored
 T = TypeVar("T")
 
 
+CLAIMS_MARKER_TTL = 24 * 3600  # a marker that expires merely costs one needless re-assertion
+
+
 class CallRunningElsewhere(Exception):
     """Another live worker process holds the claim on this call id; its execution will answer."""
 
@@ -142,9 +145,13 @@ class CallMemory:
         return await execute()
 
     async def reassert_claims(self, ttl: float) -> None:
-        """Re-write the claims of running calls (after a Redis restart wiped them)."""
+        """Re-write the claims of running calls when Redis lost them (it restarted): called every
+        heartbeat, it costs one command while Redis still holds this process's marker key (set with the
+        claims), instead of one SET per running call."""
         if self._redis is None or not self._running:
             return
+        if not await self._redis.set(_names.claims_marker_key(self._owner), 1, nx=True, ex=CLAIMS_MARKER_TTL):
+            return  # the marker survived: so did the claims
         async with self._redis.pipeline(transaction=False) as pipe:
             for call_id in self._running:
                 pipe.set(_names.call_key(call_id), self._owner, ex=max(1, int(ttl)))

@@ -82,6 +82,11 @@ def call_key(call_id: str) -> str:
     return f"{PREFIX}:call:{call_id}"
 
 
+def claims_marker_key(owner: str) -> str:
+    """Set by a worker process (``<host>/<boot>``) alongside its claims: gone means Redis lost them."""
+    return f"{PREFIX}:claims-marker:{owner}"
+
+
 def consumed_key(task_id: str) -> str:
     """A consumed sandbox-open message's id, kept for the replay window (``_replay``): a copy opens nothing."""
     return f"{PREFIX}:consumed:{task_id}"

@@ -39,7 +39,6 @@ OUTCOME_TTL = 1800  # seconds a stage outcome stays readable (well past a reconn
 MAX_ITEMS = 10_000  # items one reply message may carry (untrusted input on the orchestrator side)
 
 
-
 def parse_items(data: Any) -> list[tuple[str, str, str]]:
     """``(call_id, mac, outcome_json)`` items from a reply message (untrusted: malformed items dropped)."""
     try:

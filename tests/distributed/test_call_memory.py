@@ -130,3 +130,23 @@ async def test_a_stages_claims_cost_one_set_each_and_run_each_call_once(redis) -
     assert isinstance(results[4], CallRunningElsewhere) and executes["s-taken"].runs == 0
     held = await redis.mget([_names.call_key(cid) for cid in ["s1", "s2", "s3", "s4"]])
     assert [h.decode() for h in held] == [OWNER] * 4
+
+
+async def test_claims_are_reasserted_only_when_redis_lost_them(redis) -> None:
+    """Every heartbeat asks; while this process's marker is in Redis that is one command, and once Redis
+    lost its data (a restart: marker and claims gone) the running calls' claims are written again."""
+    memory = CallMemory(redis, OWNER)
+    execute = Counting("r1", delay=2.0)
+    running = asyncio.ensure_future(memory.run_once("r1", execute, claim_ttl=60))
+    for _ in range(100):  # bounded: until it runs
+        if execute.runs:
+            break
+        await asyncio.sleep(0.02)
+    await memory.reassert_claims(60)  # first beat: the marker goes in with the claims
+    await redis.delete(_names.call_key("r1"))
+    await memory.reassert_claims(60)
+    assert await redis.get(_names.call_key("r1")) is None  # marker present: nothing rewritten
+    await redis.flushdb()  # what a restarted Redis without persistence holds
+    await memory.reassert_claims(60)
+    assert (await redis.get(_names.call_key("r1"))).decode() == OWNER
+    assert (await running).result == "ran 1"
