@@ -14,7 +14,8 @@ secret on each side, and rotates through a window where both are listed (deploy/
   ``TOOLFLEET_SECRET_FILE`` (one secret a line; ``#`` comments). ``MissingSecretError`` if neither.
 * ``message_mac`` binds a task message's name and id to its body (the exact bytes on the wire), its
   issue time and its destination queue (replay protection, ``workers._replay``);
-  ``result_mac`` binds a stored result to its task id, status and content (canonical JSON).
+  ``result_mac`` binds a stored result to its task id, status and content (canonical JSON);
+  ``outcome_mac`` binds a stage call's outcome (the JSON text as sent) to its call id.
 
 The secrets are never logged, never in ``repr`` (``celery inspect conf`` shows ``Keyring(1 key, signs
 with <key id>)``).
@@ -146,3 +147,12 @@ def cancel_mac(keyring: Keyring, call_ids: list[str]) -> str:
 
 def verify_cancel(keyring: Keyring, mac: Any, call_ids: list[str]) -> bool:
     return keyring.verify(mac, b"toolfleet-cancel-v1", "\n".join(call_ids).encode())
+
+
+def outcome_mac(keyring: Keyring, call_id: Any, outcome_json: Any) -> str:
+    """Binds a stage call's outcome (its JSON text, exactly as sent) to the call id (``workers._replies``)."""
+    return keyring.sign(b"toolfleet-outcome-v1", _bytes(call_id), _bytes(outcome_json))
+
+
+def verify_outcome(keyring: Keyring, mac: Any, call_id: Any, outcome_json: Any) -> bool:
+    return keyring.verify(mac, b"toolfleet-outcome-v1", _bytes(call_id), _bytes(outcome_json))

@@ -4,8 +4,10 @@ Two layers, checked in order:
 
 1. this process: calls running now (a duplicate awaits the same asyncio task) and recent outcomes
    (an LRU bounded by count and age) — answers a duplicate with the stored outcome, ``replayed=True``;
-2. Redis: ``SET toolfleet:call:<id> running:<host>/<boot> NX`` claims a call before it runs. A duplicate
-   that loses the claim either finds the stored Celery result (replayed), or learns the call is
+2. Redis: ``SET toolfleet:call:<id> <host>/<boot> NX`` claims a call before it runs (the claims asked
+   for in one loop iteration — a stage's calls — in one pipeline, one round trip). A duplicate that
+   loses the claim either finds the stored answer (a stage call's ``toolfleet:outcome:<id>``, or a
+   single call's Celery result: replayed), or learns the call is
    running on another live process (the task is ignored: the first execution stores the result), or
    learns the claiming process is gone — then the call is *not* run again (it may have had effects)
    and the answer is a ``sandbox_unavailable`` error saying so.
@@ -32,8 +34,13 @@ from orchestrator._wire import CallOutcome
 from orchestrator.tool._tool_call import ToolCallError
 
 from . import _auth, _names
+from ._replies import read_stored
+
 
 T = TypeVar("T")
+
+
+CLAIMS_MARKER_TTL = 24 * 3600  # a marker that expires merely costs one needless re-assertion
 
 
 class CallRunningElsewhere(Exception):
@@ -58,6 +65,7 @@ class CallMemory:
         self._sizes: dict[str, int] = {}
         self.bytes = 0
         self._keyring = keyring
+        self._claims: list[tuple[str, int, asyncio.Future[bool]]] = []  # claims asked for this loop iteration
 
     # --- local state ---------------------------------------------------------------------------
 
@@ -137,9 +145,13 @@ class CallMemory:
         return await execute()
 
     async def reassert_claims(self, ttl: float) -> None:
-        """Re-write the claims of running calls (after a Redis restart wiped them)."""
+        """Re-write the claims of running calls when Redis lost them (it restarted): called every
+        heartbeat, it costs one command while Redis still holds this process's marker key (set with the
+        claims), instead of one SET per running call."""
         if self._redis is None or not self._running:
             return
+        if not await self._redis.set(_names.claims_marker_key(self._owner), 1, nx=True, ex=CLAIMS_MARKER_TTL):
+            return  # the marker survived: so did the claims
         async with self._redis.pipeline(transaction=False) as pipe:
             for call_id in self._running:
                 pipe.set(_names.call_key(call_id), self._owner, ex=max(1, int(ttl)))
@@ -159,24 +171,55 @@ class CallMemory:
                 delay = min(delay * 2, 1.0)
 
     async def _claim(self, call_id: str, ttl: float) -> bool:
-        redis, key = self._redis, _names.call_key(call_id)
+        """Claimed (or already held by this process). Every claim asked for in one loop iteration — a
+        stage's calls — goes to Redis in one pipeline: one round trip per stage, not per call."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        self._claims.append((call_id, max(1, int(ttl)), fut))
+        if len(self._claims) == 1:
+            loop.call_soon(lambda: asyncio.ensure_future(self._claim_batch()))
+        return await fut
+
+    async def _claim_batch(self) -> None:
+        batch, self._claims = self._claims, []
+        try:
+            held = await self._patiently(lambda: self._claim_all([(call_id, ttl) for call_id, ttl, _ in batch]))
+        except (RedisError, OSError) as exc:
+            for _, _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        for (_, _, fut), claimed in zip(batch, held):
+            if not fut.done():
+                fut.set_result(claimed)
+
+    async def _claim_all(self, claims: list[tuple[str, int]]) -> list[bool]:
+        """SET NX per call id in one pipeline; a key not set is still ours when this process holds it
+        already (an earlier attempt that lost only its reply, or reassert_claims after a Redis restart):
+        one more round trip, only then."""
+        redis = self._redis
         assert redis is not None
-
-        async def claim() -> bool:
-            if await redis.set(key, self._owner, nx=True, ex=max(1, int(ttl))):
-                return True
-            # Held by this process already: an earlier attempt that lost only its reply, or
-            # reassert_claims after a Redis restart. (One run per call id per process: _running.)
-            owner = await redis.get(key)
-            return (owner.decode() if isinstance(owner, bytes) else owner) == self._owner
-
-        return await self._patiently(claim)
+        keys = [_names.call_key(call_id) for call_id, _ in claims]
+        async with redis.pipeline(transaction=False) as pipe:
+            for key, (_, ttl) in zip(keys, claims):
+                pipe.set(key, self._owner, nx=True, ex=ttl)
+            held = [bool(ok) for ok in await pipe.execute()]
+        taken = [i for i, ok in enumerate(held) if not ok]
+        if taken:
+            owners = await redis.mget([keys[i] for i in taken])
+            for i, owner in zip(taken, owners):
+                held[i] = (owner.decode() if isinstance(owner, bytes) else owner) == self._owner
+        return held
 
     async def _answer_duplicate(self, call_id: str) -> CallOutcome:
         assert self._redis is not None
         redis = self._redis
-        stored, owner = await self._patiently(lambda: redis.mget(_names.result_key(call_id), _names.call_key(call_id)))
-        if stored is not None:
+        answer, stored, owner = await self._patiently(
+            lambda: redis.mget(_names.outcome_key(call_id), _names.result_key(call_id), _names.call_key(call_id)))
+        outcome = read_stored(self._keyring, call_id, answer) if answer is not None else None
+        if outcome is not None:  # a stage call's answer (workers._replies)
+            return CallOutcome.model_validate_json(outcome).model_copy(update={"replayed": True})
+        if stored is not None:  # a single call's Celery result (toolfleet.call)
             try:
                 meta = json.loads(stored)
             except ValueError:

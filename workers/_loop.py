@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 
 from . import _auth, _names, placement
 from ._call_memory import CallMemory
+from ._replies import ReplySender
 from ._admission import WorkerPolicy
 from ._sandbox_host import SandboxHost
 from .heartbeat import Heartbeat, HostRecord
@@ -62,6 +63,7 @@ class WorkerRuntime:
         self._thread = threading.Thread(target=self._run_loop, name="toolfleet-loop", daemon=True)
         self.redis: Redis | None = None
         self.memory: CallMemory | None = None
+        self.replies: ReplySender | None = None  # stage outcomes back to their dispatchers (``_replies``)
         self.heartbeat: Heartbeat | None = None
         self.draining = False
         self.owners: dict[str, str] = {}  # sandbox handle -> the orchestrator lease that owns it
@@ -80,6 +82,7 @@ class WorkerRuntime:
     async def _astart(self) -> None:
         self.redis = Redis.from_url(self.config.broker_url, socket_connect_timeout=5, health_check_interval=10)
         self.memory = CallMemory(self.redis, self.owner, max_bytes=self.config.call_memory_bytes, keyring=self.keyring)
+        self.replies = ReplySender(self.redis, self.keyring, self.config.broker_url)
         record = HostRecord(
             host=self.config.host,
             queue=_names.host_queue(self.config.host),

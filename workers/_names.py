@@ -5,6 +5,8 @@ Everything both sides must agree on lives here, so a rename cannot leave one sid
 
 from __future__ import annotations
 
+import re
+
 PREFIX = "toolfleet"
 
 # --- queues -------------------------------------------------------------------------------------
@@ -30,12 +32,16 @@ def worker_nodename(host: str) -> str:
 
 
 # --- task names ---------------------------------------------------------------------------------
-TASK_CALL = f"{PREFIX}.call"
+TASK_CALL = f"{PREFIX}.call"  # one call, its outcome in Celery's result store (plain Celery clients, `bench dispatch`)
+# A stage's calls for one host queue in one message; outcomes come back on the sender's reply channel
+# (what the Celery dispatcher sends: ``workers._replies``).
+TASK_STAGE = f"{PREFIX}.stage"
+MAX_STAGE_CALLS = 256  # calls one stage message may carry (a larger stage is split into several)
 TASK_OPEN_SANDBOX = f"{PREFIX}.open_sandbox"
 TASK_CLOSE_SANDBOX = f"{PREFIX}.close_sandbox"
 CONTROL_CANCEL = "toolfleet_cancel"  # remote-control command: cancel a running call by id
 # The only task names a worker accepts (Celery's built-ins such as ``celery.accumulate`` are refused).
-TASK_NAMES = frozenset({TASK_CALL, TASK_OPEN_SANDBOX, TASK_CLOSE_SANDBOX})
+TASK_NAMES = frozenset({TASK_CALL, TASK_STAGE, TASK_OPEN_SANDBOX, TASK_CLOSE_SANDBOX})
 
 
 def is_task_queue(queue: str | None) -> bool:
@@ -76,6 +82,11 @@ def call_key(call_id: str) -> str:
     return f"{PREFIX}:call:{call_id}"
 
 
+def claims_marker_key(owner: str) -> str:
+    """Set by a worker process (``<host>/<boot>``) alongside its claims: gone means Redis lost them."""
+    return f"{PREFIX}:claims-marker:{owner}"
+
+
 def consumed_key(task_id: str) -> str:
     """A consumed sandbox-open message's id, kept for the replay window (``_replay``): a copy opens nothing."""
     return f"{PREFIX}:consumed:{task_id}"
@@ -93,6 +104,28 @@ def result_key(task_id: str) -> str:
 
 
 RESULT_PREFIX = "celery-task-meta-"
+
+# Stage outcomes (``workers._replies``): each dispatcher SUBSCRIBEs one reply channel of its own; a
+# worker PUBLISHes every signed outcome there as soon as the call completes and keeps a copy under
+# the call's outcome key (TTL) for a re-check after a reconnect and for redelivered copies.
+REPLY_PREFIX = f"{PREFIX}:reply:"
+_REPLY_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def reply_channel(client_id: str) -> str:
+    return f"{REPLY_PREFIX}{client_id}"
+
+
+def is_reply_channel(channel: object) -> bool:
+    """A message names its reply channel; only this fixed prefix + 32 hex digits is accepted (a message
+    never picks an arbitrary Redis channel)."""
+    return (isinstance(channel, str) and channel.startswith(REPLY_PREFIX)
+            and _REPLY_ID.fullmatch(channel[len(REPLY_PREFIX):]) is not None)
+
+
+def outcome_key(call_id: str) -> str:
+    """A stage call's signed outcome, kept ``OUTCOME_TTL`` seconds."""
+    return f"{PREFIX}:outcome:{call_id}"
 
 # Fair sharing of one fleet between evals (workers/placement.py): slots each eval holds (a hash),
 # evals whose orchestrator is alive (a sorted set scored by expiry) and evals with a sample waiting

@@ -6,14 +6,15 @@ orchestrator's ``CeleryDispatcher``). Both register the same task names from ``w
 
 Pool decision: **threads**. A tool call is I/O-bound (it waits on a sandbox channel), and every call of
 a worker process must share one persistent asyncio loop, because sandboxes, their exec channels and
-``bash_session`` PTYs live across calls. Each pool thread submits its call to that loop and waits, so a
-parallel stage of 4 calls into one sandbox runs concurrently. prefork would give each child its own
+``bash_session`` PTYs live across calls. Each pool thread submits its task (a stage's calls for this
+host, or one call) to that loop and waits; a stage's calls run concurrently there. prefork would give each child its own
 sandboxes (calls for one sandbox could land in a process that does not hold it); solo would serialise.
 """
 
 from __future__ import annotations
 
 import functools
+from contextlib import contextmanager
 import os
 import threading
 import time
@@ -27,6 +28,8 @@ from celery.backends.redis import RedisBackend
 from celery.worker.consumer import Consumer
 from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import Empty
+from kombu.transport.virtual import QoS as virtual_QoS
+from kombu.utils.json import dumps as kombu_dumps
 from kombu.utils.encoding import bytes_to_str
 from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import ResponseError
@@ -43,6 +46,8 @@ BROKER_ENV = "TOOLFLEET_BROKER"
 KEYRING_OPTION = "toolfleet_keyring"  # broker transport option: the fleet Keyring (signs what this app publishes)
 VERIFY_OPTION = "toolfleet_verify"  # broker transport option: check every task message consumed (workers)
 REPLAY_OPTION = "toolfleet_replay"  # broker transport option: the ReplayWindow a worker enforces (default below)
+
+log = structlog.get_logger("toolfleet.worker")
 
 def _message_verdict(message: Any, queue: str | None, keyring: Keyring | None, now: float | None = None,
                      window: ReplayWindow = DEFAULT_WINDOW) -> str | None:
@@ -142,6 +147,61 @@ return 1
         self._store_script(keys=[key], args=[value, expires])
 
 
+class FleetQoS(kombu_redis.QoS):
+    """kombu's Redis ack emulation, with fewer round trips and commands per message.
+
+    * No MULTI/EXEC around a message's reserve (ZADD + HSET) and ack (ZREM + HDEL): atomicity buys
+      nothing there — the commands run in order on one connection, and the only other reader of those
+      entries (``restore_visible``) takes only entries older than the visibility timeout (an hour),
+      never one being written or acked now. Restores keep their own transaction.
+    * Under the worker's event loop, acks are batched: an ack is recorded at once (kombu's own
+      bookkeeping) and its Redis entries are removed with the next reserve's pipeline, or at the next
+      loop tick — one ZREM and one HDEL for all of them, and no round trip of its own on the consumer
+      thread. An ack not yet flushed when the worker dies leaves its entry: the message is redelivered
+      after the visibility timeout and answered from the call memory, never run twice.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._acks: list[str] = []
+
+    @contextmanager
+    def pipe_or_acquire(self, pipe=None, client=None):  # type: ignore[no-untyped-def]
+        if pipe:
+            yield pipe
+        else:
+            with self.channel.conn_or_acquire(client) as client:
+                yield client.pipeline(transaction=False)
+
+    def append(self, message, delivery_tag):  # type: ignore[no-untyped-def]
+        delivery = message.delivery_info
+        with self.pipe_or_acquire() as pipe:
+            self._add_acks(pipe)
+            pipe.zadd(self.unacked_index_key, {delivery_tag: time.time()})
+            pipe.hset(self.unacked_key, delivery_tag, kombu_dumps([message._raw, delivery["exchange"], delivery["routing_key"]]))
+            pipe.execute()
+            virtual_QoS.append(self, message, delivery_tag)
+
+    def ack(self, delivery_tag):  # type: ignore[no-untyped-def]
+        if not getattr(self.channel.connection, "batch_acks", False):
+            return super().ack(delivery_tag)  # no event loop to flush them: ack now
+        self._acks.append(delivery_tag)
+        virtual_QoS.ack(self, delivery_tag)
+
+    def flush_acks(self) -> None:
+        if not self._acks:
+            return
+        with self.pipe_or_acquire() as pipe:
+            self._add_acks(pipe)
+            pipe.execute()
+
+    def _add_acks(self, pipe: Any) -> None:
+        tags, self._acks = self._acks, []
+        if tags:
+            pipe.zrem(self.unacked_index_key, *tags)
+            pipe.hdel(self.unacked_key, *tags)
+
+
 class FleetRedisChannel(kombu_redis.Channel):
     """kombu's Redis channel, reusing one client per connection pool, signing what it publishes and
     surviving whatever it pops.
@@ -158,7 +218,17 @@ class FleetRedisChannel(kombu_redis.Channel):
     so keep one per pool and rebuild it only when kombu replaces the pool (reconnect).
     """
 
+    QoS = FleetQoS
     _cached_client: tuple[object, object] | None = None
+
+    def close(self):  # type: ignore[no-untyped-def]
+        qos = self._qos
+        if isinstance(qos, FleetQoS) and not self._closing:
+            try:
+                qos.flush_acks()  # batched acks go out before the channel does
+            except Exception as exc:  # noqa: BLE001 - as above: redelivered later, answered from memory
+                log.warning("worker.ack_flush_failed", error=str(exc)[:200])
+        return super().close()
 
     def _put(self, queue, message, **kwargs):  # type: ignore[no-untyped-def]
         keyring = self.connection.client.transport_options.get(KEYRING_OPTION)
@@ -189,9 +259,26 @@ class FleetRedisChannel(kombu_redis.Channel):
 
 class FleetRedisTransport(kombu_redis.Transport):
     """Delivers to Celery only what passes ``_message_verdict`` (on workers: authenticated toolfleet
-    tasks); everything else is dropped — never acked, never requeued — and logged."""
+    tasks); everything else is dropped — never acked, never requeued — and logged. Under an event loop
+    (the worker's consumer) its channels batch their acks, flushed at every loop tick (``FleetQoS``)."""
 
     Channel = FleetRedisChannel
+    batch_acks = False
+
+    def register_with_event_loop(self, connection, loop):  # type: ignore[no-untyped-def]
+        super().register_with_event_loop(connection, loop)
+        self.batch_acks = True
+        loop.on_tick.add(self._flush_acks)
+
+    def _flush_acks(self) -> None:
+        for channel in list(self.channels):
+            qos = getattr(channel, "_qos", None)
+            if qos is None or not getattr(qos, "_acks", None):
+                continue
+            try:
+                qos.flush_acks()
+            except Exception as exc:  # noqa: BLE001 - the entries stay: redelivered after the visibility timeout
+                log.warning("worker.ack_flush_failed", error=str(exc)[:200])
 
     def _deliver(self, message, queue):  # type: ignore[no-untyped-def]
         options = self.client.transport_options
@@ -297,7 +384,10 @@ def create_worker_app(config: AppConfig | str | None = None, keyring: Keyring | 
     without one rejects every task; ``toolfleet worker`` refuses to start without one). Its tasks run
     on ``runtimes`` (a ``workers._loop.Runtimes``; default: one started lazily from the app's broker)."""
     from ._loop import Runtimes
+    from ._profile import ThreadProfiles
     from .tasks import register_tasks
+
+    ThreadProfiles.from_env()  # TOOLFLEET_PROFILE=<path>: a CPU profile of this worker, written at exit
 
     if keyring is None:
         try:

@@ -1,6 +1,11 @@
 """Celery task bodies: a thin transport around ``workers.executor`` and ``workers._sandbox_host``.
 
-* ``toolfleet.call(payload)``: ``execute_request(CallRequest.model_validate(payload))`` → the
+* ``toolfleet.stage(reply, payloads)``: what the Celery dispatcher sends — a stage's calls for this
+  host in one message; they run concurrently on the worker's loop and each outcome is PUBLISHed on
+  the sender's ``reply`` channel (and kept under its outcome key) as soon as it completes
+  (``workers._replies``); Celery stores no result. Each call is claimed and remembered exactly as
+  below (the claims of one stage in one round trip).
+* ``toolfleet.call(payload)``: one call, for plain Celery clients: ``execute_request(CallRequest.model_validate(payload))`` → the
   ``CallOutcome`` as JSON. Only registered tools run (the executor rebuilds them from the registry by
   ``ToolRef``); the call id is the task id, and ``_call_memory`` answers a redelivered copy with the
   stored outcome instead of running the call again.
@@ -43,19 +48,34 @@ from ._replay import DEFAULT_WINDOW, first_consumption
 log = structlog.get_logger("toolfleet.worker")
 
 
+def _payload_cap(app: Celery) -> int:
+    return int(getattr(app.conf, "toolfleet_max_payload_bytes", 8 * 1024 * 1024))
+
+
 def _payload_too_large(app: Celery, payload: Any) -> int | None:
-    cap = int(getattr(app.conf, "toolfleet_max_payload_bytes", 8 * 1024 * 1024))
+    cap = _payload_cap(app)
     size = len(json.dumps(payload, separators=(",", ":")))
     return cap if size > cap else None
 
 
 def _error_outcome(call_id: str, host: str, type_: str, message: str) -> dict[str, Any]:
+    return json.loads(_error_json(call_id, host, type_, message))
+
+
+def _error_json(call_id: str, host: str, type_: str, message: str) -> str:
     now = time.time()
     error = ToolCallError(type=type_, message=message)  # type: ignore[arg-type]
-    return CallOutcome(call_id=call_id, error=error, started=now, completed=now, host=host).model_dump(mode="json")
+    return CallOutcome(call_id=call_id, error=error, started=now, completed=now, host=host).model_dump_json()
 
 
 async def run_call(rt: WorkerRuntime, payload: dict[str, Any], task_id: str) -> dict[str, Any]:
+    """One call's outcome as JSON data (the ``toolfleet.call`` task's result)."""
+    return json.loads((await answer_call(rt, payload, task_id))[1])
+
+
+async def answer_call(rt: WorkerRuntime, payload: Any, task_id: str) -> tuple[str, str]:
+    """``(call_id, outcome JSON text)``; raises ``CallRunningElsewhere`` when another live process
+    holds the call (its execution answers)."""
     host = rt.config.host
     call_id = str(payload.get("call_id") or task_id) if isinstance(payload, dict) else task_id
     try:
@@ -63,7 +83,7 @@ async def run_call(rt: WorkerRuntime, payload: dict[str, Any], task_id: str) -> 
     except ValidationError as exc:
         now = time.time()
         fatal = FatalError(type="InvalidCallRequest", message=f"The worker refused a malformed call request: {exc}")
-        return CallOutcome(call_id=call_id, fatal=fatal, started=now, completed=now, host=host).model_dump(mode="json")
+        return call_id, CallOutcome(call_id=call_id, fatal=fatal, started=now, completed=now, host=host).model_dump_json()
     assert rt.memory is not None
     # A message's own numbers, bounded (workers._bounds): a call never outlives the worker's deadline.
     request = request.model_copy(update={"timeout": call_timeout(request.timeout, rt.config.max_call_seconds),
@@ -72,26 +92,53 @@ async def run_call(rt: WorkerRuntime, payload: dict[str, Any], task_id: str) -> 
         # Only the registry built at start-up (built-ins + --import): a message never causes an import.
         now = time.time()
         fatal = FatalError(type="ToolNotRegisteredError", message=not_registered_message(request.tool.name, request.tool.module))
-        return CallOutcome(call_id=call_id, fatal=fatal, started=now, completed=now, host=host).model_dump(mode="json")
+        return call_id, CallOutcome(call_id=call_id, fatal=fatal, started=now, completed=now, host=host).model_dump_json()
     if rt.memory.was_cancelled(call_id):
-        return _error_outcome(call_id, host, "cancelled", "The call was cancelled before it started.")
+        return call_id, _error_json(call_id, host, "cancelled", "The call was cancelled before it started.")
     deadline = (request.timeout or rt.config.max_call_seconds) + rt.config.call_grace
     try:
         # The claim is also the call's replay memory: kept at least as long as a copy could be accepted.
         outcome = await rt.memory.run_once(call_id, lambda: _capped(rt.sandboxes.execute(request), rt.policy.max_outcome_bytes),
                                            claim_ttl=max(deadline, DEFAULT_WINDOW.ttl))
     except asyncio.CancelledError:
-        return _error_outcome(call_id, host, "cancelled", "The call was cancelled.")
+        return call_id, _error_json(call_id, host, "cancelled", "The call was cancelled.")
     except (RedisError, OSError) as exc:  # Redis stayed down past the claim's patience
-        return _error_outcome(call_id, host, "sandbox_unavailable",
-                              f"The worker could not claim the call in Redis ({exc}); it was not run.")
+        return call_id, _error_json(call_id, host, "sandbox_unavailable",
+                                    f"The worker could not claim the call in Redis ({exc}); it was not run.")
     outcome.host = host
-    data = outcome.model_dump(mode="json")
-    if len(json.dumps(data, separators=(",", ":"))) > request.max_result_bytes:
+    text = outcome.model_dump_json()
+    if len(text) > request.max_result_bytes:
         limit = f"{request.max_result_bytes // (1024 * 1024)} MiB" if request.max_result_bytes >= 1 << 20 else f"{request.max_result_bytes} bytes"
-        data["result"] = None
-        data["error"] = {"type": "limit", "message": f"The tool exceeded its output limit of {limit}."}
-    return data
+        text = outcome.model_copy(update={"result": None, "error": ToolCallError(type="limit",  # type: ignore[arg-type]
+                                  message=f"The tool exceeded its output limit of {limit}.")}).model_dump_json()
+    return call_id, text
+
+
+async def run_stage(rt: WorkerRuntime, reply: str, payloads: list[Any], task_id: str, cap: int) -> None:
+    """A stage's calls, concurrently on this loop; each answered on ``reply`` as soon as it completes
+    (``workers._replies``). The declared-order splice is the orchestrator's: order does not matter here."""
+    replies = rt.replies
+    assert replies is not None
+
+    async def one(payload: Any) -> None:
+        if not isinstance(payload, dict) or not isinstance(payload.get("call_id"), str):
+            rejects.reject("malformed stage call", None, f"stage {task_id[:64]}")
+            return  # no call id to answer under
+        call_id = payload["call_id"]
+        try:
+            if len(json.dumps(payload, separators=(",", ":"))) > cap:
+                text = _error_json(call_id, rt.config.host, "limit",
+                                   f"The tool call's arguments exceeded the payload limit of {cap} bytes.")
+            else:
+                _, text = await answer_call(rt, payload, call_id)
+        except CallRunningElsewhere:
+            return  # the process running it answers on the same reply channel
+        except Exception as exc:  # noqa: BLE001 - never leave the orchestrator waiting for its deadline
+            log.exception("worker.stage_call_failed", call_id=call_id[:64])
+            text = _error_json(call_id, rt.config.host, "sandbox_unavailable", f"The worker failed to run the call: {exc}")
+        replies.send(reply, call_id, text)
+
+    await asyncio.gather(*(one(p) for p in payloads))
 
 
 async def _capped(run: Any, cap: int) -> CallOutcome:
@@ -181,6 +228,21 @@ def register_tasks(app: Celery, runtimes: Runtimes) -> None:
             raise Ignore() from None  # the first execution stores the result under this task id
         except TimeoutError:
             return _error_outcome(task_id, rt.config.host, "timeout", "Command timed out before completing.")
+
+    @app.task(name=_names.TASK_STAGE, bind=True, acks_late=True, ignore_result=True, Request=_REQUEST)
+    def stage(self: Any, reply: Any, payloads: Any) -> None:
+        """A stage's calls for this host: outcomes go to ``reply`` (no Celery result is stored)."""
+        rt = runtimes.get()
+        if not _names.is_reply_channel(reply) or not isinstance(payloads, list) or not 0 < len(payloads) <= _names.MAX_STAGE_CALLS:
+            rejects.reject("malformed stage", self.request.delivery_info.get("routing_key"), f"stage {self.request.id}")
+            return None
+        timeouts = [call_timeout(p.get("timeout") if isinstance(p, dict) else None, rt.config.max_call_seconds) for p in payloads]
+        bound = max(t or rt.config.max_call_seconds for t in timeouts) + 2 * rt.config.call_grace
+        try:
+            rt.submit(run_stage(rt, reply, payloads, self.request.id, _payload_cap(app)), timeout=bound)
+        except TimeoutError:  # the orchestrator's own deadline (the call's timeout + call_grace) came first
+            log.warning("worker.stage_timeout", task_id=self.request.id, calls=len(payloads))
+        return None
 
     @app.task(name=_names.TASK_OPEN_SANDBOX, bind=True, acks_late=True, Request=_REQUEST)
     def open_sandbox(self: Any, payload: dict[str, Any], owner: str | None = None) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """The Celery dispatcher's publisher: every broker write from one dedicated thread.
 
 kombu's producer blocks, so publishing runs in a single worker thread and the event loop only
-awaits it. A parallel stage goes out as one Celery ``group`` (one task if it has one call); a
-broker outage is retried up to ``timeout`` seconds, re-declaring the queue bindings a restarted
+awaits it. A stage goes out as one task per destination queue (a Celery ``group`` of them when it
+spans several queues); a broker outage is retried up to ``timeout`` seconds, re-declaring the queue bindings a restarted
 Redis lost.
 """
 
@@ -44,7 +44,7 @@ class Publisher:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     async def stage(self, messages: list[TaskMessage]) -> None:
-        """One task, or one group for a parallel stage."""
+        """One task, or one group when the stage spans several queues."""
         await self._run(self._with_retry, lambda: self._publish_stage(messages))
 
     async def broadcast(self, command: str, arguments: dict[str, Any], destination: list[str] | None) -> None:

@@ -1,4 +1,9 @@
-"""One asyncio listener per dispatcher for Celery results on Redis.
+"""One asyncio listener per dispatcher for call outcomes and Celery results on Redis.
+
+Stage calls (``toolfleet.stage``, the hot path) are answered on the dispatcher's own reply channel,
+subscribed once when the listener connects (``workers._replies``): every message goes to
+``on_reply``; nothing is subscribed, unsubscribed or deleted per call (the stored copies expire).
+The rest of this docstring is about sandbox opens/closes (and plain ``toolfleet.call`` tasks).
 
 Celery's Redis result backend stores each task's result at ``celery-task-meta-<id>`` *and*
 PUBLISHes it on a channel of the same name. The listener holds one dedicated connection in
@@ -38,7 +43,8 @@ DELETE_BATCH_S = 0.2  # results read are deleted from Redis this often (one UNLI
 
 class ResultListener:
     def __init__(self, url: str, health_interval: float = 5.0, on_reconnect: Callable[[], Awaitable[None]] | None = None,
-                 keyring: _auth.Keyring | None = None, on_event: Callable[[bytes], None] | None = None) -> None:
+                 keyring: _auth.Keyring | None = None, on_event: Callable[[bytes], None] | None = None,
+                 reply_channel: str | None = None, on_reply: Callable[[bytes], None] | None = None) -> None:
         self._conn_kwargs = dict(parse_url(url))
         # rediss:// gives SSLConnection (TLS to the broker); keep it for the subscribed connection too.
         self._conn_class = self._conn_kwargs.pop("connection_class", None) or Connection
@@ -58,6 +64,8 @@ class ResultListener:
         self._health_interval = health_interval
         self._on_reconnect = on_reconnect
         self._on_event = on_event  # fleet events (workers._fleet_events): rejected messages, unstored results
+        self._reply_channel = reply_channel  # stage outcomes for this dispatcher (workers._replies)
+        self._on_reply = on_reply
         self._closed = False
         self.reconnects = 0
 
@@ -132,7 +140,8 @@ class ResultListener:
                 await conn.connect()
                 # The fleet-events channel first: it also puts the connection in subscribed mode at once,
                 # so PINGs and replies have one shape.
-                channels = [_names.FLEET_EVENTS_CHANNEL, *(_names.result_key(t) for t in self._futures)]
+                replies = [self._reply_channel] if self._reply_channel else []
+                channels = [_names.FLEET_EVENTS_CHANNEL, *replies, *(_names.result_key(t) for t in self._futures)]
                 await conn.send_command("SUBSCRIBE", *channels, check_health=False)
                 self._conn = conn
                 self._last_seen = time.monotonic()
@@ -167,6 +176,10 @@ class ResultListener:
         if kind != b"message" or len(response) < 3:
             return  # subscribe/unsubscribe confirmations, pongs
         channel = response[1].decode() if isinstance(response[1], bytes) else response[1]
+        if channel == self._reply_channel:
+            if self._on_reply is not None:
+                self._on_reply(response[2])
+            return
         if channel == _names.FLEET_EVENTS_CHANNEL:
             if self._on_event is not None:
                 self._on_event(response[2])
@@ -198,6 +211,10 @@ class ResultListener:
             return 0
         values = await self.redis.mget([_names.result_key(t) for t in task_ids])
         return sum(1 for task_id, value in zip(task_ids, values) if value is not None and self._resolve(task_id, value))
+
+    async def stored_outcomes(self, call_ids: list[str]) -> list[Any]:
+        """The stage outcomes stored for these calls (``workers._replies``; None where there is none yet)."""
+        return list(await self.redis.mget([_names.outcome_key(c) for c in call_ids])) if call_ids else []
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:

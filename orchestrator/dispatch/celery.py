@@ -1,18 +1,24 @@
 """Celery dispatcher: the same seam as the in-process one, with Redis and a worker fleet in between.
 
-* A parallel stage is published as one Celery ``group``; a one-call stage as a single task. The
-  call id is the task id. Publishing runs in one dedicated thread (``_publisher``: kombu's producer
-  blocks), so the event loop never waits on the broker.
-* Results come back through one ``ResultListener`` (pubsub on the result backend's channels); each
-  call's future resolves when its message arrives — no ``GroupResult.get()`` polling.
+* A stage is published as one signed ``toolfleet.stage`` Celery task per destination queue, carrying
+  that queue's calls (a sample's stage goes to the one host holding its sandbox, so usually one task);
+  a stage spanning several queues is a Celery ``group`` of those tasks (SPEC §8's "one Celery group",
+  with one member per host instead of per call). They stay real Celery tasks — ``celery inspect``
+  and Flower see them — and the task id is the first call's id. Publishing runs in one dedicated
+  thread (``_publisher``: kombu's producer blocks), so the event loop never waits on the broker.
+* Outcomes come back on this dispatcher's own reply channel, subscribed once by the
+  ``ResultListener`` (``workers._replies``): a worker publishes each call's signed outcome as soon as it
+  completes; it is verified, then resolves the call's future. Nothing is polled, and nothing is
+  subscribed, unsubscribed or deleted per call (stored copies expire). The declared-order splice stays
+  in the orchestrator. Sandbox opens/closes still use Celery's result store (pubsub on its channels).
 * Sandbox affinity: ``open_sandbox`` reserves a slot on a live host (``workers.placement``) and sends
   the open task to that host's queue; every call of the sample goes to the same queue.
 * Failure bounds, enforced here whatever the worker does: a per-call deadline (the tool's timeout,
   or ``max_call_seconds``, plus ``call_grace``) → ``timeout``; a host whose heartbeat expired (or that
   restarted: new boot id) → its pending calls resolve to ``sandbox_unavailable`` within
   ``heartbeat TTL + lost_grace + watch_interval`` (≈16 s by default); after a Redis restart, stored
-  results are re-read, and calls whose task message was lost (no result, no claim) are republished —
-  safe, because the worker never runs a call id twice.
+  outcomes are re-read, and calls whose task message was lost (no outcome, no claim) are republished
+  (as stage messages) — safe, because the worker never runs a call id twice.
 * Cancelling a call's future sends the ``toolfleet_cancel`` control command to the host running it,
   which cancels the call there (the sandbox kills its process group).
 """
@@ -38,6 +44,7 @@ from orchestrator.tool._registry import GENERATED_TASK_MODULE, not_registered_me
 from orchestrator.tool._tool_call import ToolCallError
 from orchestrator.util._sandbox import SandboxUnavailableError
 from workers import _auth, _names, placement
+from workers._replies import parse_items
 from workers.app import AppConfig, create_app
 
 from ._context import current_route
@@ -98,17 +105,30 @@ def _error_outcome(call_id: str, type_: str, message: str, host: str | None = No
     return CallOutcome(call_id=call_id, error=ToolCallError(type=type_, message=message), started=now, completed=now, host=host)  # type: ignore[arg-type]
 
 
-def _call_messages(records: list[_Pending]) -> list[TaskMessage]:
-    return [TaskMessage(rec.task_id, _names.TASK_CALL, [rec.payload], rec.queue, _argsrepr(rec)) for rec in records]
+def _stage_messages(records: list[_Pending], reply: str) -> list[TaskMessage]:
+    """One ``toolfleet.stage`` message per destination queue (a sample's stage goes to its one host),
+    carrying that queue's calls (at most ``MAX_STAGE_CALLS`` a message). Its task id is its first
+    call's id: what a worker's rejection event names, and what Flower shows for a one-call stage."""
+    by_queue: dict[str, list[_Pending]] = {}
+    for rec in records:
+        by_queue.setdefault(rec.queue, []).append(rec)
+    messages = []
+    for queue, recs in by_queue.items():
+        for start in range(0, len(recs), _names.MAX_STAGE_CALLS):
+            chunk = recs[start:start + _names.MAX_STAGE_CALLS]
+            messages.append(TaskMessage(chunk[0].task_id, _names.TASK_STAGE, [reply, [r.payload for r in chunk]], queue,
+                                        _argsrepr(chunk)))
+    return messages
 
 
-def _argsrepr(rec: _Pending) -> str:
-    """What Flower and ``celery inspect`` show as the task's args: which call of which sample. Given
+def _argsrepr(records: list[_Pending]) -> str:
+    """What Flower and ``celery inspect`` show as the task's args: which calls of which samples. Given
     explicitly, because Celery's default (``saferepr`` of the whole payload) is a large share of the
     publisher's CPU per call."""
-    payload = rec.payload if isinstance(rec.payload, dict) else {}
-    return json.dumps([{"function": rec.function, "call_id": rec.task_id, "sample_id": payload.get("sample_id"),
-                        "sandbox": payload.get("sandbox")}])
+    return json.dumps([{"function": rec.function, "call_id": rec.task_id,
+                        "sample_id": rec.payload.get("sample_id") if isinstance(rec.payload, dict) else None,
+                        "sandbox": rec.payload.get("sandbox") if isinstance(rec.payload, dict) else None}
+                       for rec in records])
 
 
 def _shown(seconds: float) -> str:
@@ -152,8 +172,11 @@ class CeleryDispatcher(Dispatcher):
         self.app = create_app(AppConfig(broker_url=self.config.broker_url, max_payload_bytes=self.config.max_payload_bytes),
                               keyring=self._keyring)
         self.app.conf.task_send_sent_event = self.config.send_sent_events
+        self.client_id = uuid.uuid4().hex  # owner of the sandboxes this dispatcher opens (lease); names its reply channel
+        self._reply = _names.reply_channel(self.client_id)
         self._listener = ResultListener(self.config.broker_url, on_reconnect=self._after_reconnect, keyring=self._keyring,
-                                        on_event=self._on_fleet_event)
+                                        on_event=self._on_fleet_event, reply_channel=self._reply, on_reply=self._on_reply)
+        self.unauthenticated = 0  # replies dropped because their MAC did not verify
         self._publisher = Publisher(self.app, self.config.publish_timeout)
         self._pending: dict[str, _Pending] = {}
         self._sandboxes: dict[str, tuple[str, str]] = {}  # sandbox handle -> (host, boot at open)
@@ -163,7 +186,6 @@ class CeleryDispatcher(Dispatcher):
         self._start_lock: asyncio.Lock | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._closed = False
-        self.client_id = uuid.uuid4().hex  # owner of the sandboxes this dispatcher opens (lease)
         # Seconds each of the latest sandbox placements took (asking for a slot until holding one,
         # waiting for capacity included): what `toolfleet bench scale` reports.
         self.placement_seconds: deque[float] = deque(maxlen=PLACEMENT_SAMPLES)
@@ -242,14 +264,16 @@ class CeleryDispatcher(Dispatcher):
         try:
             await self.start()
             await self._track(sendable)
-            await self._publisher.stage(_call_messages(sendable))
+            await self._publisher.stage(_stage_messages(sendable, self._reply))
         except Exception as exc:  # noqa: BLE001 - the broker is unreachable: the calls fail clearly
             log.error("dispatch.publish_failed", error=str(exc), calls=len(sendable))
             for rec in sendable:
                 self._resolve(rec, _error_outcome(rec.task_id, "sandbox_unavailable",
                     f"The call could not be sent to the worker fleet (broker unreachable: {exc})."))
 
-    async def _track(self, records: list[_Pending]) -> list[asyncio.Future[dict[str, Any]]]:
+    async def _track(self, records: list[_Pending]) -> None:
+        """Deadlines for every record; sandbox opens/closes also wait for their Celery result (calls are
+        answered on this dispatcher's reply channel, subscribed once)."""
         loop = asyncio.get_running_loop()
         for rec in records:
             self._pending[rec.task_id] = rec
@@ -259,33 +283,47 @@ class CeleryDispatcher(Dispatcher):
             elif rec.kind == "close":
                 bound = self.config.close_timeout
             rec.deadline = loop.call_later(bound, self._expire, rec.task_id, bound)
-        raws = await self._listener.expect([rec.task_id for rec in records])
-        for rec, raw in zip(records, raws):
-            rec.raw = raw
-            raw.add_done_callback(lambda r, rec=rec: self._on_meta(rec, r))
-        return raws
+        lifecycle = [rec for rec in records if rec.kind != "call"]
+        if lifecycle:
+            raws = await self._listener.expect([rec.task_id for rec in lifecycle])
+            for rec, raw in zip(lifecycle, raws):
+                rec.raw = raw
+                raw.add_done_callback(lambda r, rec=rec: self._on_meta(rec, r))
 
     # --- resolution ----------------------------------------------------------------------------
 
     def _on_meta(self, rec: _Pending, raw: asyncio.Future[dict[str, Any]]) -> None:
-        if raw.cancelled() or rec.future.done():
-            return
-        meta = raw.result()
-        status, result = meta.get("status"), meta.get("result")
-        if rec.kind != "call":
-            self._resolve(rec, meta)
-        elif status == "SUCCESS" and isinstance(result, dict):
-            try:
-                self._resolve(rec, _named_task_file(CallOutcome.model_validate(result), rec.payload))
-            except ValueError as exc:
-                self._resolve(rec, CallOutcome(call_id=rec.task_id, fatal=FatalError(
-                    type="InvalidCallOutcome", message=f"The worker answered with a malformed outcome: {exc}")))
-        elif status == "REVOKED":
-            self._resolve(rec, _error_outcome(rec.task_id, "cancelled", "The call was revoked."))
-        else:
-            exc = result if isinstance(result, dict) else {}
-            self._resolve(rec, CallOutcome(call_id=rec.task_id, fatal=FatalError(
-                type=str(exc.get("exc_type", "WorkerError")), message=str(exc.get("exc_message", result)))))
+        if not raw.cancelled() and not rec.future.done():
+            self._resolve(rec, raw.result())
+
+    def _on_reply(self, data: bytes) -> None:
+        """Outcomes a worker published on this dispatcher's reply channel (untrusted until verified)."""
+        for call_id, mac, text in parse_items(data):
+            self._answer(call_id, mac, text)
+
+    def _answer(self, call_id: str, mac: str, text: str) -> bool:
+        rec = self._pending.get(call_id)
+        if rec is None or rec.kind != "call" or rec.future.done():
+            return False  # not ours, already answered (a redelivered copy's replay), or given up on
+        if not _auth.verify_outcome(self._keyring, mac, call_id, text):
+            self.unauthenticated += 1
+            log.warning("dispatch.result_unauthenticated", task_id=call_id[:64], seen=self.unauthenticated)
+            return False  # keep waiting: the worker's own (signed) answer may still come
+        try:
+            outcome = CallOutcome.model_validate_json(text)
+        except ValueError as exc:
+            outcome = CallOutcome(call_id=call_id, fatal=FatalError(
+                type="InvalidCallOutcome", message=f"The worker answered with a malformed outcome: {exc}"))
+        self._resolve(rec, _named_task_file(outcome, rec.payload))
+        return True
+
+    async def _recheck_outcomes(self, records: list[_Pending]) -> None:
+        """Resolve calls whose outcome was stored while this dispatcher was not listening."""
+        values = await self._listener.stored_outcomes([r.task_id for r in records])
+        for rec, value in zip(records, values):
+            for call_id, mac, text in parse_items(value) if value is not None else []:
+                if call_id == rec.task_id:
+                    self._answer(call_id, mac, text)
 
     def _resolve(self, rec: _Pending, value: Any) -> None:
         if not rec.future.done():
@@ -585,12 +623,16 @@ class CeleryDispatcher(Dispatcher):
     async def _after_reconnect(self) -> None:
         """Redis came back: give workers time to re-assert their claims, then republish lost calls."""
         self._publisher.broker_restarted()
+        try:  # answers published while the listener was away are stored: resolve those at once
+            await self._recheck_outcomes([r for r in self._pending.values() if r.kind == "call" and not r.future.done()])
+        except (RedisError, OSError) as exc:
+            log.debug("dispatch.recheck_failed", error=str(exc))
         await asyncio.sleep(self.config.lost_grace)
         pending = [r for r in self._pending.values() if r.kind == "call" and not r.future.done()]
         if not pending:
             return
         try:
-            await self._listener.recheck([r.task_id for r in pending])
+            await self._recheck_outcomes(pending)
             pending = [r for r in pending if not r.future.done()]
             claims = await self._listener.redis.mget([_names.call_key(r.task_id) for r in pending]) if pending else []
         except (RedisError, OSError) as exc:
@@ -600,7 +642,7 @@ class CeleryDispatcher(Dispatcher):
         if lost:
             log.warning("dispatch.republish", calls=len(lost))
             try:
-                await self._publisher.stage(_call_messages(lost))
+                await self._publisher.stage(_stage_messages(lost, self._reply))
             except Exception as exc:  # noqa: BLE001
                 for rec in lost:
                     self._resolve(rec, _error_outcome(rec.task_id, "sandbox_unavailable",

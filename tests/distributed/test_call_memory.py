@@ -106,3 +106,47 @@ async def test_a_parallel_stage_claims_each_call_once(redis) -> None:
     assert [o.replayed for o in outcomes] == [False] * 8 + [True]
     held = await redis.mget([_names.call_key(cid) for cid in executes])
     assert [h.decode() for h in held] == [OWNER] * 8
+
+
+async def test_a_stages_claims_cost_one_set_each_and_run_each_call_once(redis) -> None:
+    """Claims asked for in one loop iteration (a stage's calls) go out together: one SET NX per call,
+    one MGET for those already taken; each call runs once, and one claimed by another live process is
+    not run here."""
+    memory = CallMemory(redis, OWNER)
+    await redis.set(_names.call_key("s-taken"), "host-b/boot-2")
+    await redis.hset(_names.heartbeat_key("host-b"), "boot", "boot-2")  # alive: the call runs over there
+
+    async def calls(command: str) -> int:
+        return int((await redis.info("commandstats")).get(f"cmdstat_{command}", {}).get("calls", 0))
+
+    before = {c: await calls(c) for c in ("set", "mget", "get")}
+    executes = {cid: Counting(cid) for cid in ["s1", "s2", "s3", "s4", "s-taken"]}
+    results = await asyncio.gather(*(memory.run_once(cid, ex, claim_ttl=60) for cid, ex in executes.items()),
+                                   return_exceptions=True)
+    after = {c: await calls(c) for c in ("set", "mget", "get")}
+    assert after["set"] - before["set"] == 5 and after["get"] == before["get"]
+    assert after["mget"] - before["mget"] == 2  # the taken claim's owner, then its stored answer (none: running)
+    assert [r.result for r in results[:4]] == ["ran 1"] * 4  # type: ignore[union-attr]
+    assert isinstance(results[4], CallRunningElsewhere) and executes["s-taken"].runs == 0
+    held = await redis.mget([_names.call_key(cid) for cid in ["s1", "s2", "s3", "s4"]])
+    assert [h.decode() for h in held] == [OWNER] * 4
+
+
+async def test_claims_are_reasserted_only_when_redis_lost_them(redis) -> None:
+    """Every heartbeat asks; while this process's marker is in Redis that is one command, and once Redis
+    lost its data (a restart: marker and claims gone) the running calls' claims are written again."""
+    memory = CallMemory(redis, OWNER)
+    execute = Counting("r1", delay=2.0)
+    running = asyncio.ensure_future(memory.run_once("r1", execute, claim_ttl=60))
+    for _ in range(100):  # bounded: until it runs
+        if execute.runs:
+            break
+        await asyncio.sleep(0.02)
+    await memory.reassert_claims(60)  # first beat: the marker goes in with the claims
+    await redis.delete(_names.call_key("r1"))
+    await memory.reassert_claims(60)
+    assert await redis.get(_names.call_key("r1")) is None  # marker present: nothing rewritten
+    await redis.flushdb()  # what a restarted Redis without persistence holds
+    await memory.reassert_claims(60)
+    assert (await redis.get(_names.call_key("r1"))).decode() == OWNER
+    assert (await running).result == "ran 1"

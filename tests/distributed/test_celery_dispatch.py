@@ -125,7 +125,7 @@ async def test_celery_inspect_sees_the_fleet_and_its_running_calls(celery_dispat
                                      "--timeout", "10")
     assert active.returncode == 0, active.stderr
     running = json.loads(active.stdout)[node]
-    assert any(t.get("name") == _names.TASK_CALL for t in running), active.stdout
+    assert any(t.get("name") == _names.TASK_STAGE for t in running), active.stdout
     fut.cancel()  # the worker stops it (toolfleet_cancel control command)
 
 
@@ -185,7 +185,7 @@ async def test_task_events_for_flower_are_off_until_switched_on_as_flower_does(c
             if "task-succeeded" in events and "task-received" in events:
                 break
         assert {"task-received", "task-succeeded"} <= set(events), events
-        assert events["task-received"]["name"] == _names.TASK_CALL
+        assert events["task-received"]["name"] == _names.TASK_STAGE
         assert json.loads(events["task-received"]["args"]) == [
             {"function": "noop", "call_id": seen.call_id, "sample_id": seen.sample_id, "sandbox": None}]
     finally:
@@ -212,3 +212,24 @@ async def _send_again(d: CeleryDispatcher, payload: dict, call_id: str) -> dict:
     await asyncio.to_thread(d.app.send_task, _names.TASK_CALL, args=[payload], task_id=task_id, queue=_names.SHARED_QUEUE)
     meta = await asyncio.wait_for(raw, 30)
     return meta["result"]
+
+
+async def test_every_consumed_message_is_acked(celery_dispatcher, redis_server, tmp_path) -> None:
+    """Acks are batched on the worker (one ZREM + HDEL per loop tick): all of them reach Redis, so no
+    finished message waits in the unacked set to be redelivered after the visibility timeout."""
+    client = redis_server.client()
+    log = str(tmp_path / "log")
+    [slow] = dispatch(celery_dispatcher, [request("record", {"path": log, "label": "slow", "delay": 1.0})])
+    for _ in range(200):  # bounded: until it runs
+        if starts(log, "slow"):
+            break
+        await asyncio.sleep(0.02)
+    assert client.hlen("unacked") >= 1  # a running call's message is reserved, not acked (late ack)
+    await asyncio.wait_for(slow, 30)
+    await asyncio.wait_for(asyncio.gather(*dispatch(celery_dispatcher, [request("noop") for _ in range(12)])), 30)
+    await one(celery_dispatcher, request("noop"))
+    for _ in range(100):  # bounded: the last ack goes out at the worker's next loop tick
+        if client.hlen("unacked") == 0 and client.zcard("unacked_index") == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert client.hlen("unacked") == 0 and client.zcard("unacked_index") == 0

@@ -109,12 +109,15 @@ async def test_forged_result_is_not_believed(broker_fleet, dispatcher, tmp_path)
     req = request("sleeper", {"seconds": 1.5, "marker": str(marker)})
     [fut] = dispatch(dispatcher, [req], SampleRoute(queue=broker_fleet.queue))
     await asyncio.sleep(0.3)  # the call is subscribed and running
-    fake = {"status": "SUCCESS", "task_id": req.call_id,
-            "result": {"v": 1, "call_id": req.call_id, "result": "FORGED", "started": 0, "completed": 0}}
+    forged = json.dumps({"v": 1, "call_id": req.call_id, "result": "FORGED", "started": 0, "completed": 0})
     client = broker_fleet.redis.client()
-    client.publish(_names.result_key(req.call_id), json.dumps(fake))
-    fake[_auth.RESULT_MAC_FIELD] = _auth.result_mac(WRONG_KEYRING, req.call_id, "SUCCESS", fake["result"])
-    client.publish(_names.result_key(req.call_id), json.dumps(fake))
+    # Unsigned, then signed with another secret, on the dispatcher's reply channel and stored where a
+    # re-check after a reconnect would read it.
+    client.publish(dispatcher._reply, json.dumps([[req.call_id, "", forged]]))
+    wrong = _auth.outcome_mac(WRONG_KEYRING, req.call_id, forged)
+    client.publish(dispatcher._reply, json.dumps([[req.call_id, wrong, forged]]))
+    client.set(_names.outcome_key(req.call_id), json.dumps([req.call_id, wrong, forged]))
+    await dispatcher._recheck_outcomes([dispatcher._pending[req.call_id]])
     outcome = await asyncio.wait_for(fut, 60)
     assert outcome.result == "done" and marker.exists()
 

@@ -18,6 +18,7 @@ from orchestrator.dispatch import SampleRoute
 from tests.distributed._helpers import dispatch, request
 from tests.support.fleet import RedisServer, WorkerProcess, _wait, ensure_fleet_secret
 from workers import _auth, _names
+from workers._replies import read_stored
 from workers._result_store import UnstoredResults, is_out_of_memory
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(180)]
@@ -54,7 +55,7 @@ async def test_a_result_finished_while_redis_is_full_is_delivered_and_kept(tmp_p
             client.set("probe", "x")
         outcome = await asyncio.wait_for(fut, 60)
         assert outcome.error is None and outcome.result == "done", outcome  # delivered by PUBLISH
-        assert client.get(_names.result_key(req.call_id)) is None  # not stored: Redis is full
+        assert client.get(_names.outcome_key(req.call_id)) is None  # not stored: Redis is full
 
         def store_failed() -> bool:
             message = events.get_message(timeout=0.2)
@@ -63,9 +64,9 @@ async def test_a_result_finished_while_redis_is_full_is_delivered_and_kept(tmp_p
 
         await _until(store_failed, 30, "the worker to announce the unstored result")
         client.config_set("maxmemory", 0)  # the limit lifted: the worker's copy is stored
-        await _until(lambda: client.get(_names.result_key(req.call_id)) is not None, 60, "the kept result to be stored")
-        meta = json.loads(client.get(_names.result_key(req.call_id)))
-        assert meta["result"]["result"] == "done" and _auth.verify_result(_auth.load_keyring(), meta, req.call_id)
+        await _until(lambda: client.get(_names.outcome_key(req.call_id)) is not None, 60, "the kept outcome to be stored")
+        stored = read_stored(_auth.load_keyring(), req.call_id, client.get(_names.outcome_key(req.call_id)))
+        assert stored is not None and json.loads(stored)["result"] == "done"  # signed by the worker
         assert worker.alive()
     finally:
         client.config_set("maxmemory", 0)

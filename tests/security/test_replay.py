@@ -77,6 +77,53 @@ async def test_a_replayed_call_runs_once(broker_fleet, dispatcher, tmp_path) -> 
     assert starts(path, "once") == 1
 
 
+async def test_a_replayed_stage_runs_each_call_once(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
+    """A captured ``toolfleet.stage`` message (what the dispatcher sends) pushed five times: each of its
+    calls runs once; every copy is answered on the reply channel it names, the copies as replays."""
+    path = str(tmp_path / "starts")
+    client = broker_fleet.redis.client()
+    reply = _names.reply_channel(uuid.uuid4().hex)
+    listener = client.pubsub()
+    listener.subscribe(reply)
+    payloads = [_record(path, "a"), _record(path, "b")]
+    envelope = captured(client, broker_fleet.redis.url, _names.TASK_STAGE, [reply, payloads], broker_fleet.queue,
+                        task_id=payloads[0]["call_id"])
+    try:
+        for _ in range(5):
+            client.lpush(broker_fleet.queue, json.dumps(envelope))
+        await legit_call_works(dispatcher, broker_fleet)
+        answers: list[dict] = []
+
+        def collect() -> bool:
+            message = listener.get_message(timeout=0.2)
+            if message and message["type"] == "message":
+                for call_id, mac, text in json.loads(message["data"]):
+                    assert _auth.verify_outcome(_auth.load_keyring(), mac, call_id, text)
+                    answers.append(json.loads(text))
+            return len(answers) >= 10
+
+        _wait(collect, 60, "every copy's answers")
+        assert starts(path, "a") == 1 and starts(path, "b") == 1
+        assert {a["result"] for a in answers} == {"a", "b"}
+        assert sum(1 for a in answers if not a.get("replayed")) == 2  # the first copy ran them, the rest replayed
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize("reply", ["celery-task-meta-x", "toolfleet:reply:../x", "toolfleet:fleet-events", 42],
+                         ids=["result-key", "path-like", "fleet-events", "not-a-string"])
+async def test_a_stage_naming_another_channel_runs_nothing(broker_fleet, dispatcher, tmp_path, reply) -> None:  # noqa: F811
+    """A stage message may only name a reply channel (fixed prefix + 32 hex digits), even when signed."""
+    path = str(tmp_path / "starts")
+    client = broker_fleet.redis.client()
+    envelope = captured(client, broker_fleet.redis.url, _names.TASK_STAGE, [reply, [_record(path, "x")]],
+                        broker_fleet.queue)
+    client.lpush(broker_fleet.queue, json.dumps(envelope))
+    await legit_call_works(dispatcher, broker_fleet)
+    wait_for_log(broker_fleet.worker, "malformed stage")
+    assert starts(path) == 0
+
+
 def _signed_at(client, url: str, payload: dict, queue: str, issued: float) -> dict:  # type: ignore[no-untyped-def]
     """A message as it would have been signed at ``issued`` (the test holds the secret to make one)."""
     envelope = captured(client, url, _names.TASK_CALL, [payload], queue, task_id=payload["call_id"])
