@@ -6,8 +6,9 @@ Every worker process has its own identity in the fleet (``--hostname``; default
 ``<machine>-<pid>-<random>``, so several workers on one machine just work). A worker refuses to start
 under an identity another live worker is heartbeating with.
 
-Consumes the shared call queue and this host's own queue (sandbox affinity), imports user tool
-modules so the registry holds them, reaps orphaned sandboxes and heartbeats capacity at start, and
+Consumes the shared call queue and this host's own queue (sandbox affinity), loads user tool code
+(``--import``, ``--path``, ``--install``, ``$TOOLFLEET_IMPORT``: ``_tool_modules``) so the registry holds
+it, publishes what it registered (``_tool_manifest``, read by the eval's preflight), reaps orphaned sandboxes and heartbeats capacity at start, and
 drains on SIGTERM: the host is marked draining at once (no new placements), running calls finish,
 then its sandboxes are closed and its heartbeat removed.
 """
