@@ -22,7 +22,9 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from . import _names
-from ._tool_manifest import ToolManifest
+from ._tool_manifest import ToolManifest, read_tool_manifests
+
+__all__ = ["HostRecord", "Heartbeat", "ToolManifest", "claim_identity", "read_tool_manifests"]
 
 log = structlog.get_logger("toolfleet.heartbeat")
 

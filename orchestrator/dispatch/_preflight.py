@@ -134,7 +134,7 @@ async def check_worker_tools(client: Any, hosts: Sequence[Any], tools: dict[str,
     if not known:
         return
     lacking = {name: sorted(h for h, m in known.items() if m.has(name) is False) for name in sorted(tools)}
-    nowhere = [n for n, without in lacking.items() if len(without) == len(known)]
+    nowhere = [n for n, without in lacking.items() if len(without) == len(serving)]  # every worker said so
     if nowhere:
         several = len(nowhere) > 1
         raise PreflightError(f"Tool{'s' if several else ''} {_tool_names(nowhere, tools)} "
