@@ -168,8 +168,16 @@ async def test_a_task_files_own_tools_run_on_a_worker_started_with_import_of_the
     bare = fleet.worker()
     with pytest.raises(PreflightError) as refused:
         await eval_async(str(task_file), model, broker=fleet.redis.url, log_dir=tmp_path / "logs", display="none")
-    assert str(refused.value) == (f"Tool 'shout' (task file {task_file.resolve()}) is registered on no live worker: "
-                                  f"start workers with --import {task_file.resolve()}.")
+    expected = (f"Tool 'shout' (task file {task_file.resolve()}) is registered on no live worker: "
+                f"start workers with --import {task_file.resolve()}.")
+    assert str(refused.value) == expected
+    # The same from the command line: one line, exit 1, nothing started.
+    cli = subprocess.run([sys.executable, "-m", "orchestrator.cli", "eval", str(task_file), "--model", "scripted",
+                          "--broker", fleet.redis.url, "--log-dir", str(tmp_path / "cli-logs"), "--display", "none"],
+                         capture_output=True, text=True, timeout=90, cwd=REPO_ROOT,
+                         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert cli.returncode == 1 and cli.stderr.strip() == f"toolfleet: error: {expected}", cli.stderr
+    assert not (tmp_path / "cli-logs").exists() or not list((tmp_path / "cli-logs").iterdir())
     bare.terminate()
 
     worker = fleet.worker(imports=(str(task_file),))
