@@ -66,6 +66,11 @@ def heartbeat_key(host: str) -> str:
     return f"{PREFIX}:host:{host}"
 
 
+def tools_key(host: str) -> str:
+    """The tools the host registered at start (JSON, ``workers._tool_manifest``); expires with its heartbeat."""
+    return f"{PREFIX}:host:{host}:tools"
+
+
 def slots_used_key(host: str) -> str:
     """Counter of sandboxes placed on the host (placement INCRs, close DECRs; the host resets it at start)."""
     return f"{PREFIX}:host:{host}:used"

@@ -6,8 +6,9 @@ Every worker process has its own identity in the fleet (``--hostname``; default
 ``<machine>-<pid>-<random>``, so several workers on one machine just work). A worker refuses to start
 under an identity another live worker is heartbeating with.
 
-Consumes the shared call queue and this host's own queue (sandbox affinity), imports user tool
-modules so the registry holds them, reaps orphaned sandboxes and heartbeats capacity at start, and
+Consumes the shared call queue and this host's own queue (sandbox affinity), loads user tool code
+(``--import``, ``--path``, ``--install``, ``$TOOLFLEET_IMPORT``: ``_tool_modules``) so the registry holds
+it, publishes what it registered (``_tool_manifest``, read by the eval's preflight), reaps orphaned sandboxes and heartbeats capacity at start, and
 drains on SIGTERM: the host is marked draining at once (no new placements), running calls finish,
 then its sandboxes are closed and its heartbeat removed.
 """
@@ -28,6 +29,7 @@ from ._loop import HOST_ENV, Runtimes, WorkerConfig
 from ._admission import WorkerPolicy, broker_is_loopback
 from .app import BROKER_ENV, DEFAULT_BROKER, AppConfig, create_worker_app
 from .heartbeat import claim_identity
+from ._tool_modules import IMPORT_ENV, ToolModuleError, ToolModules, imports_from_env
 from ._sandbox_host import SandboxHost
 from .sandbox._docker_pool import HostSandboxes
 from .sandbox._registry import SandboxRegistry
@@ -46,8 +48,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="toolfleet worker", description="Run a toolfleet worker (a Celery worker).")
     p.add_argument("--broker", default=os.environ.get(BROKER_ENV, DEFAULT_BROKER), help="Redis URL (broker and result store)")
     p.add_argument("--concurrency", "-c", type=int, default=64, help="calls executed at once (pool threads)")
-    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                   help="tool module to import so its tools are registered (repeatable)")
+    tools = p.add_argument_group("tool code (loaded at start only: a message never imports anything)")
+    tools.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                       help="tool module to import so its tools are registered, or a task file (path/to/task.py) "
+                            f"(repeatable; ${IMPORT_ENV}, comma-separated, adds more)")
+    tools.add_argument("--path", dest="paths", action="append", default=[], metavar="DIR",
+                       help="directory put on the import path before importing (repeatable)")
+    tools.add_argument("--install", dest="installs", action="append", default=[], metavar="WHEEL",
+                       help="wheel (or directory of wheels) installed offline (pip --no-deps --no-index) into "
+                            "a directory of this worker's own before importing (repeatable)")
     p.add_argument("--hostname", default=os.environ.get(HOST_ENV),
                    help="this worker's identity in the fleet, unique per worker process "
                         "(default: <machine>-<pid>-<random>; a name a live worker already uses is refused)")
@@ -158,8 +167,22 @@ def worker_main(argv: list[str]) -> int:
         return 2
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # `--import tests.support.sample_tools` from the repo root
-    for module in (*BUILTIN_TOOL_MODULES, *args.imports):
-        importlib.import_module(module)  # the registry is complete now: a message never imports anything
+    for module in BUILTIN_TOOL_MODULES:
+        importlib.import_module(module)
+    tool_code = ToolModules([*args.imports, *imports_from_env()], args.paths, args.installs)
+    try:
+        tool_code.load()  # the registry is complete now: a message never imports anything
+    except ToolModuleError as exc:
+        tool_code.close()
+        print(f"toolfleet worker: {exc}", file=sys.stderr, flush=True)
+        return 2
+    try:
+        return _run(args, keyring)
+    finally:
+        tool_code.close()
+
+
+def _run(args: argparse.Namespace, keyring: _auth.Keyring) -> int:
     if not args.unsafe_remote_control:
         _restrict_remote_control()
     config = WorkerConfig(broker_url=args.broker, slots=args.slots, host=args.hostname or default_identity(),

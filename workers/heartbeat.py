@@ -6,7 +6,8 @@ restarted host (whose sandboxes are gone) from a live one. ``draining`` is set o
 finishes its running calls but takes no new sandboxes. ``images`` lists the Docker image tags the
 host has (refreshed every few seconds) and ``registries`` those it pulls from (``--registry``), so
 placement prefers hosts that have a sample's image (else can pull it) and ``toolfleet eval``'s preflight
-can tell a missing image before the first sample starts.
+can tell a missing image before the first sample starts. The tools the host registered at start go in a
+key of their own beside the hash (``_tool_manifest``): written once, re-written only if Redis lost it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from . import _names
+from ._tool_manifest import ToolManifest, read_tool_manifests
+
+__all__ = ["HostRecord", "Heartbeat", "ToolManifest", "claim_identity", "read_tool_manifests"]
 
 log = structlog.get_logger("toolfleet.heartbeat")
 
@@ -115,9 +119,12 @@ def claim_identity(broker_url: str, host: str, token: str, hold: float = 30.0, p
 class Heartbeat:
     """Publishes the host record every ``interval`` seconds until stopped."""
 
-    def __init__(self, redis: Redis, record: HostRecord, interval: float, ttl: float) -> None:
+    def __init__(self, redis: Redis, record: HostRecord, interval: float, ttl: float,
+                 tools: ToolManifest | None = None) -> None:
         self._redis = redis
         self.record = record
+        # The registry is complete before the worker starts beating (start-up flags import, messages never do).
+        self.tools = tools if tools is not None else ToolManifest.from_registry()
         self.interval = interval
         self.ttl = ttl
         self._task: asyncio.Task[None] | None = None
@@ -139,15 +146,19 @@ class Heartbeat:
     async def beat(self) -> None:
         await self._refresh_images()
         self.record.ts = time.time()
-        key = _names.heartbeat_key(self.record.host)
+        key, ttl = _names.heartbeat_key(self.record.host), max(1, int(round(self.ttl)))
+        tools_key = _names.tools_key(self.record.host)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(key, mapping=self.record.to_hash())
-            pipe.expire(key, max(1, int(round(self.ttl))))
+            pipe.expire(key, ttl)
             pipe.sadd(_names.HOSTS_SET, self.record.host)
-            pipe.set(_names.identity_key(self.record.host), self.record.boot, ex=max(1, int(round(self.ttl))))
+            pipe.set(_names.identity_key(self.record.host), self.record.boot, ex=ttl)
             # After a Redis restart the placement counter is gone: start it from what we hold.
             pipe.set(_names.slots_used_key(self.record.host), self.record.sandboxes, nx=True)
-            await pipe.execute()
+            pipe.expire(tools_key, ttl)  # 0: the manifest is not there (first beat, or Redis lost it)
+            *_, tools_kept = await pipe.execute()
+        if not tools_kept:
+            await self._redis.set(tools_key, self.tools.to_json(), ex=ttl)
         for hook in self._hooks:
             await hook()
 
@@ -176,6 +187,7 @@ class Heartbeat:
         if remove:
             try:
                 await asyncio.wait_for(self._redis.delete(_names.heartbeat_key(self.record.host),
-                                                          _names.identity_key(self.record.host)), 5.0)
+                                                          _names.identity_key(self.record.host),
+                                                          _names.tools_key(self.record.host)), 5.0)
             except (RedisError, OSError, TimeoutError):
                 pass

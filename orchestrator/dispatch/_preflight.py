@@ -1,10 +1,11 @@
 """What a dispatcher checks before an eval's first sample: can the sandboxes it needs open where it runs them.
 
 ``InProcessDispatcher.preflight``: every docker image is on this machine's Docker, or pullable (from any
-registry). ``CeleryDispatcher.preflight``: the broker has live workers; if sandboxes are needed, one of
-them accepts them, runs their type, allows and has (or pulls) each image, and has slots for the largest
-multi-service sandbox. Each problem is one ``SandboxPreflightError`` sentence (the eval words it as a
-``PreflightError``).
+registry); tools run in this process, so there is nothing to check about them. ``CeleryDispatcher.preflight``:
+the broker has live workers; every tool the samples run on workers is registered on every live worker
+that takes calls (see ``check_worker_tools``); if sandboxes are needed, one of them accepts them, runs
+their type, allows and has (or pulls) each image, and has slots for the largest multi-service sandbox.
+Each problem is one ``SandboxPreflightError`` sentence (the eval words it as a ``PreflightError``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any
 
 from orchestrator.util._image_names import image_registry, pulls_from
 
-__all__ = ["PROBE_TIMEOUT_S", "SandboxNeeds", "SandboxPreflightError", "check_fleet", "check_local_images"]
+__all__ = ["PROBE_TIMEOUT_S", "SandboxNeeds", "SandboxPreflightError", "check_fleet", "check_local_images",
+           "check_worker_tools"]
 
 PROBE_TIMEOUT_S = 5.0
 FRESH_IMAGE_WAIT_S = 12.0  # > the workers' image-listing period (5 s) plus a heartbeat interval
@@ -47,6 +49,9 @@ class SandboxNeeds:
         self.kinds: set[str] = set()  # sandbox types used
         self.pullable: set[str] = set()  # images some sandbox may pull (pull_policy not never, a registry host)
         self.pods: dict[int, list[str]] = {}  # containers of a multi-service sandbox -> its samples
+        # Tools the samples run on workers (registry name) -> what `toolfleet worker --import` takes to
+        # register it: its module, or the task file defining it ('' if unknown).
+        self.tools: dict[str, str] = {}
 
 
 def _who(samples: list[str]) -> str:
@@ -88,9 +93,67 @@ async def check_local_images(images: dict[str, list[str]], pullable: Collection[
                              f"build it or `docker pull {image}`.")
 
 
+def _listed(items: list[str], limit: int = 5) -> str:
+    """``a``, ``a and b``, ``a, b and c``; beyond ``limit``: ``a, b, ... and N more``."""
+    shown = items[:limit] + ([f"{len(items) - limit} more"] if len(items) > limit else [])
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+
+
+def _tool_names(names: list[str], tools: dict[str, str]) -> str:
+    def one(name: str) -> str:
+        where = tools.get(name) or ""
+        kind = "task file" if where.endswith(".py") else "module"
+        return f"'{name}' ({kind} {where})" if where else f"'{name}'"
+
+    return _listed([one(n) for n in names])
+
+
+def _imports(names: list[str], tools: dict[str, str], who: str) -> str:
+    wanted = list(dict.fromkeys(tools[n] for n in names if tools.get(n)))
+    if not wanted:
+        return f"start {who} with --import naming the module that defines {'them' if len(names) > 1 else 'it'}"
+    return f"start {who} with " + " ".join(f"--import {w}" for w in wanted)
+
+
+async def check_worker_tools(client: Any, hosts: Sequence[Any], tools: dict[str, str]) -> None:
+    """Every tool ``tools`` names is registered on every live worker that takes calls (one sentence if not).
+
+    Workers publish the tools they registered at start (``workers._tool_manifest``). A tool on no worker
+    would fail every sample at its first call. A tool on only some workers is refused too: a sample's
+    calls go to whichever worker holds its sandbox (or any worker, without one), and placement does not
+    look at tools, so such an eval would fail some samples and not others. A worker that publishes no
+    list (an older version) or a cut one is not held against a tool it may have.
+    """
+    from workers.heartbeat import read_tool_manifests
+
+    serving = [h for h in hosts if not h.draining]
+    if not tools or not serving:
+        return
+    manifests = await asyncio.wait_for(read_tool_manifests(client, [h.host for h in serving]), PROBE_TIMEOUT_S * 2)
+    known = {host: m for host, m in manifests.items() if m is not None}
+    if not known:
+        return
+    lacking = {name: sorted(h for h, m in known.items() if m.has(name) is False) for name in sorted(tools)}
+    nowhere = [n for n, without in lacking.items() if len(without) == len(serving)]  # every worker said so
+    if nowhere:
+        several = len(nowhere) > 1
+        raise PreflightError(f"Tool{'s' if several else ''} {_tool_names(nowhere, tools)} "
+                             f"{'are' if several else 'is'} registered on no live worker: {_imports(nowhere, tools, 'workers')}.")
+    partial = [n for n, without in lacking.items() if without]
+    if partial:
+        hosts_without = sorted({h for n in partial for h in lacking[n]})
+        several = len(partial) > 1
+        raise PreflightError(
+            f"Tool{'s' if several else ''} {_tool_names(partial, tools)} {'are' if several else 'is'} not registered "
+            f"on {len(hosts_without)} of the {len(serving)} live worker(s) ({_listed(hosts_without, 3)}), and a "
+            f"sample's calls may go to any of them: {_imports(partial, tools, 'every worker')}.")
+
+
 async def check_fleet(broker_url: str, images: dict[str, list[str]], kinds: set[str],
-                      pullable: Collection[str] = (), pods: dict[int, list[str]] | None = None) -> None:
-    """Distributed mode: live workers exist, accept sandboxes if needed, and have (or can pull) every image."""
+                      pullable: Collection[str] = (), pods: dict[int, list[str]] | None = None,
+                      tools: dict[str, str] | None = None) -> None:
+    """Distributed mode: live workers exist, have every tool the samples run on them, accept sandboxes if
+    needed, and have (or can pull) every image."""
     from redis.asyncio import Redis
 
     from workers.placement import live_hosts
@@ -98,11 +161,12 @@ async def check_fleet(broker_url: str, images: dict[str, list[str]], kinds: set[
     client = Redis.from_url(broker_url, socket_connect_timeout=PROBE_TIMEOUT_S, socket_timeout=PROBE_TIMEOUT_S)
     try:
         hosts = await asyncio.wait_for(live_hosts(client), PROBE_TIMEOUT_S * 2)
+        if not hosts:
+            raise PreflightError(f"No live worker on the broker {redact(broker_url)}: start one with "
+                                 f"`toolfleet worker --broker {redact(broker_url)}`.")
+        await check_worker_tools(client, hosts, tools or {})
     finally:
         await client.aclose()
-    if not hosts:
-        raise PreflightError(f"No live worker on the broker {redact(broker_url)}: start one with "
-                             f"`toolfleet worker --broker {redact(broker_url)}`.")
     if not kinds:
         return
     takers = [h for h in hosts if not h.draining and h.slots > 0]

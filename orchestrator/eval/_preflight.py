@@ -8,6 +8,9 @@
   (distributed mode; workers list their images in their heartbeat) — or can be pulled: the sandbox's
   ``pull_policy`` is not ``never`` and the image names a registry host that a live worker pulls from
   (``--registry``; embedded mode: any);
+- distributed mode: every tool the task's solver runs on workers (``runs_on="worker"``, found by
+  ``_task_tools.worker_tools``) is registered on every live worker (workers publish their registry at
+  start); a tool on none, or on only some, is one line naming it and the ``--import`` that provides it;
 - distributed mode: the broker has live workers; if sandboxes are needed, one of them accepts them,
   runs their type (``local`` needs ``--allow-local``), allows each image (``--image`` patterns) and
   has slots for the largest multi-service sandbox (one per container);
@@ -36,6 +39,7 @@ from orchestrator.dispatch._preflight import (
 
 from ._errors import EvalSetupError
 from ._sandboxes import SandboxConfigs
+from ._task_tools import import_hint, worker_tools
 
 
 class PreflightError(EvalSetupError):
@@ -145,18 +149,20 @@ async def probe_model(model: Any) -> None:
 
 async def preflight(task_sandbox: Any, samples: Sequence[Any], *, dispatcher: Dispatcher | None = None,
                     embedded: bool = False, broker_url: str | None = None, base_dir: Any = None,
-                    configs: SandboxConfigs | None = None) -> None:
-    """Sandbox specs, then what the dispatcher needs for them (images, workers) for one task's samples (the
-    model is probed once per eval). Without a dispatcher: this machine's Docker (``embedded``) or the
-    fleet on ``broker_url``."""
+                    configs: SandboxConfigs | None = None, solver: Any = None) -> None:
+    """Sandbox specs, then what the dispatcher needs for them (images, workers, the ``solver``'s worker
+    tools) for one task's samples (the model is probed once per eval). Without a dispatcher: this
+    machine's Docker (``embedded``) or the fleet on ``broker_url``."""
     needs = sandbox_needs(task_sandbox, samples, base_dir, configs)
+    if solver is not None:
+        needs.tools = {name: import_hint(module) for name, module in worker_tools(solver).items()}
     try:
         if dispatcher is not None:
             await dispatcher.preflight(needs)
         elif embedded:
             await check_local_images(needs.images, needs.pullable)
         elif broker_url:
-            await check_fleet(broker_url, needs.images, needs.kinds, needs.pullable, needs.pods)
+            await check_fleet(broker_url, needs.images, needs.kinds, needs.pullable, needs.pods, needs.tools)
     except SandboxPreflightError as exc:
         raise PreflightError(str(exc)) from None
 

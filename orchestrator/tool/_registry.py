@@ -53,14 +53,27 @@ class ToolMeta:
 
 
 _REGISTRY: dict[str, Callable[..., Any]] = {}
+_RUNS_ON: dict[str, RunsOn] = {}  # registry name -> where its factory's tools run (as @tool declared it)
 
 
-def register_tool_factory(name: str, factory: Callable[..., Any]) -> None:
+def register_tool_factory(name: str, factory: Callable[..., Any], runs_on: RunsOn = "worker") -> None:
     _REGISTRY[name] = factory
+    _RUNS_ON[name] = runs_on
 
 
 def registered_tool_names() -> list[str]:
     return sorted(_REGISTRY)
+
+
+def registered_tool_modules() -> dict[str, str]:
+    """Registry name -> the module defining its factory (what a worker publishes for preflight)."""
+    return {name: getattr(factory, "__module__", None) or "" for name, factory in sorted(_REGISTRY.items())}
+
+
+def worker_tool_factories() -> dict[int, str]:
+    """``id(factory)`` -> registry name of every factory whose tools run on a worker (``runs_on="worker"``):
+    how preflight recognises a tool a solver builds when it runs (``state.tools = [grade()]``)."""
+    return {id(factory): name for name, factory in _REGISTRY.items() if _RUNS_ON.get(name, "worker") == "worker"}
 
 
 def tool_meta(obj: Any) -> ToolMeta | None:
@@ -98,11 +111,10 @@ def not_registered_message(name: str, module: str | None) -> str:
     if not module.startswith(GENERATED_TASK_MODULE):
         return f"{base} (defined in module '{module}'; start the worker with --import {module})."
     file = getattr(sys.modules.get(module), "__file__", None)
-    advice = ("Tools defined in a task file must be importable on the worker: start the worker with "
-              "--import {mod} (with {where} on its PYTHONPATH or as its working directory), or move the tool "
-              "into a module the worker imports with --import.")
+    advice = ("Tools defined in a task file must be registered on the worker at its start: start the worker "
+              "with --import {file} (the task file itself, or its module name with --path to its directory), "
+              "or move the tool into a module the worker imports with --import.")
     if file:
-        path = Path(file)
-        return f"{base}: it is defined in the task file '{path}'. " + advice.format(mod=path.stem, where=f"'{path.parent}'")
-    return (f"{base}: it is defined in the eval's task file. "
-            + advice.format(mod="<the task file's module name>", where="the task file's directory"))
+        path = Path(file).resolve()
+        return f"{base}: it is defined in the task file '{path}'. " + advice.format(file=path)
+    return f"{base}: it is defined in the eval's task file. " + advice.format(file="path/to/the/task_file.py")

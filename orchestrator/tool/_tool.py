@@ -113,7 +113,7 @@ def tool(
             setattr(instance, TOOL_META_ATTR, meta)
             return instance
 
-        register_tool_factory(tool_name, wrapper)
+        register_tool_factory(tool_name, wrapper, runs_on=runs_on)
         return wrapper
 
     if func is not None:
