@@ -142,6 +142,9 @@ async def _measure(samples: int, turns: int, calls: int, latency: float = 0.0, r
             await asyncio.sleep(LAG_INTERVAL)
             lags.append(max(0.0, loop.time() - t0 - LAG_INTERVAL))
 
+    from orchestrator.util._loop_watchdog import watchdog_from_env
+
+    watchdog = watchdog_from_env()  # TOOLFLEET_LOOP_WATCHDOG=<ms>: stacks of the stalls, on stderr
     prober = asyncio.create_task(probe())
     start = time.perf_counter()
     cpu_start = time.process_time()
@@ -150,6 +153,9 @@ async def _measure(samples: int, turns: int, calls: int, latency: float = 0.0, r
     cpu = time.process_time() - cpu_start
     stop.set()
     await prober
+    if watchdog is not None:
+        watchdog.stop()
+        watchdog.report()
     generations = model.api.calls
     lags.sort()
     return {

@@ -195,6 +195,7 @@ class CeleryDispatcher(Dispatcher):
             if not rec.future.done():
                 rec.future.cancel()
         await self._flush_cancels()
+        await self.placer.aclose()
         await self._listener.aclose()
         await self._publisher.aclose()
 
