@@ -37,7 +37,7 @@ class LoopWatchdog:
         self.interval = interval
         self.stacks: Counter[tuple[str, ...]] = Counter()
         self.stalls: list[float] = []  # how long each stall lasted (seconds beyond the threshold counted whole)
-        self.gc_pauses: dict[int, list[tuple[float, float]]] = {0: [], 1: [], 2: []}  # (wall, CPU) seconds
+        self.gc_pauses: dict[int, list[tuple[float, float, int]]] = {0: [], 1: [], 2: []}  # (wall s, CPU s, collected)
         self._beat = time.perf_counter()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
@@ -77,7 +77,7 @@ class LoopWatchdog:
             self._gc_start = (time.perf_counter(), time.thread_time())
         else:
             wall, cpu = time.perf_counter() - self._gc_start[0], time.thread_time() - self._gc_start[1]
-            self.gc_pauses.setdefault(int(info.get("generation", 0)), []).append((wall, cpu))
+            self.gc_pauses.setdefault(int(info.get("generation", 0)), []).append((wall, cpu, int(info.get("collected", 0))))
 
     def _watch(self) -> None:
         stalled_since: float | None = None
@@ -103,9 +103,11 @@ class LoopWatchdog:
         for gen, pauses in sorted(self.gc_pauses.items()):
             if pauses:  # CPU time too: on a loaded machine the wall time includes waiting for a core
                 walls, cpus = [p[0] for p in pauses], [p[1] for p in pauses]
-                print(f"  gc gen{gen}: {len(pauses)} collections, max {max(walls) * 1000:.1f} ms "
-                      f"(CPU {max(cpus) * 1000:.1f} ms), total {sum(walls) * 1000:.0f} ms (CPU {sum(cpus) * 1000:.0f} ms)",
-                      file=out)
+                worst = sorted(pauses, reverse=True)[:3]
+                print(f"  gc gen{gen}: {len(pauses)} collections, median {sorted(walls)[len(walls) // 2] * 1000:.1f} ms, "
+                      f"max {max(walls) * 1000:.1f} ms (CPU {max(cpus) * 1000:.1f} ms), total {sum(walls) * 1000:.0f} ms "
+                      f"(CPU {sum(cpus) * 1000:.0f} ms); worst (ms, collected): "
+                      + ", ".join(f"({w * 1000:.0f}, {n})" for w, _, n in worst), file=out)
         total = sum(self.stacks.values())
         for stack, count in self.stacks.most_common(TOP_STACKS):
             print(f"  {count}/{total} samples ({count * self.interval * 1000:.0f} ms):", file=out)
