@@ -166,6 +166,7 @@ class Answer:
     host: str | None = None
     boot: str | None = None
     fair_share: tuple[int, int] | None = None
+    at: float = 0.0  # when the orchestrator read it (its loop's clock): the slot is held from then
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,7 @@ def encode(asks: Sequence[Ask], alive_ttl: float, waiting_ttl: float) -> Call:
     return Call(hosts, keys, args)
 
 
-def decode(call: Call, asks: int, reply: Any) -> list[Answer]:
+def decode(call: Call, asks: int, reply: Any, at: float = 0.0) -> list[Answer]:
     """The script's flat reply as one ``Answer`` per ask; a malformed reply raises ValueError."""
     if not isinstance(reply, list) or len(reply) != 3 * asks:
         raise ValueError(f"reservation script answered {reply!r:.200} for {asks} reservation(s)")
@@ -204,11 +205,11 @@ def decode(call: Call, asks: int, reply: Any) -> list[Answer]:
         code, first, second = reply[3 * q: 3 * q + 3]
         code = int(code)
         if code < 0:
-            out.append(Answer(fair_share=(int(first), int(second))))
+            out.append(Answer(fair_share=(int(first), int(second)), at=at))
         elif code == 0:
-            out.append(Answer())
+            out.append(Answer(at=at))
         elif code <= m:
-            out.append(Answer(host=hosts[code - 1], boot=first.decode() if isinstance(first, bytes) else str(first)))
+            out.append(Answer(host=hosts[code - 1], boot=first.decode() if isinstance(first, bytes) else str(first), at=at))
         else:
             raise ValueError(f"reservation script named host {code} of {m}")
     return out

@@ -178,6 +178,13 @@ class Placer:
         ``NoCapacityError`` (``SandboxTooLargeError`` when no host could ever take it,
         ``FairShareError`` when ``eval_id`` holds its fair share and another eval waits;
         ``SnapshotHostLostError`` when ``only``, the one host allowed, is not alive)."""
+        return (await self.reserve_timed(image, pull_policy, weight, eval_id, only))[0]
+
+    async def reserve_timed(self, image: str | Sequence[str] | None = None, pull_policy: str = "missing",
+                            weight: int = 1, eval_id: str | None = None,
+                            only: str | None = None) -> tuple[HostRecord, float]:
+        """``reserve``, and when (loop clock) the slot was held: Redis's answer read, before the
+        caller's coroutine runs again (which, in a busy loop, can be later)."""
         hosts = await self.hosts()
         for fresh in (False, True):
             if fresh:
@@ -191,11 +198,11 @@ class Placer:
             for group in groups:
                 self._rng.shuffle(group)
             capacity = sum(h.slots for h in hosts if not h.draining)
-            host = await self._take([group[: self._sample] for group in groups], weight, eval_id, capacity)
-            if host is None and any(len(g) > self._sample for g in groups):
-                host = await self._take(groups, weight, eval_id, capacity)
-            if host is not None:
-                return host
+            held = await self._take([group[: self._sample] for group in groups], weight, eval_id, capacity)
+            if held is None and any(len(g) > self._sample for g in groups):
+                held = await self._take(groups, weight, eval_id, capacity)
+            if held is not None:
+                return held
         if only is not None and not hosts:
             raise SnapshotHostLostError(f"Worker host '{only}', which holds the snapshot, is not alive.")
         alive = len(hosts)
@@ -208,7 +215,7 @@ class Placer:
         raise NoCapacityError(f"No worker host can take a sandbox ({alive} live host(s), all full or draining).")
 
     async def _take(self, groups: list[list[HostRecord]], weight: int, eval_id: str | None,
-                    capacity: int) -> HostRecord | None:
+                    capacity: int) -> tuple[HostRecord, float] | None:
         by_name = {h.host: h for group in groups for h in group}
         if not by_name:
             return None
@@ -226,7 +233,9 @@ class Placer:
         if answer.host is None:
             return None
         chosen = by_name[answer.host]
-        return chosen if chosen.boot == answer.boot else chosen.model_copy(update={"boot": answer.boot})  # restarted since cached
+        if chosen.boot != answer.boot:
+            chosen = chosen.model_copy(update={"boot": answer.boot})  # restarted since cached
+        return chosen, answer.at
 
     async def _send(self) -> None:
         """Every reservation asked meanwhile goes out together: one script call per ``MAX_BATCH``, all
@@ -290,7 +299,7 @@ class Placer:
                 out.append(reply)
                 continue
             try:
-                out.append(_reserve.decode(call, len(chunk), reply))
+                out.append(_reserve.decode(call, len(chunk), reply, at=asyncio.get_running_loop().time()))
             except ValueError as exc:
                 out.append(exc)
         return out
