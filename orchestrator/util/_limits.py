@@ -229,8 +229,10 @@ class TurnLimit(Limit):
         return self.turns
 
 
-class TimeLimit(Limit):
-    type: LimitType = "time"
+class _CancellingLimit(Limit):
+    """A limit a timer enforces: it cancels the task that entered the block once the limit could be
+    passed, and the cancellation becomes the breach on exit. Checkpoints (``check_limits``) check it
+    too. Subclasses say when to check (``_arm``) and what counts as usage (``_elapsed``)."""
 
     def __init__(self, limit: float | None) -> None:
         super().__init__(limit)
@@ -243,76 +245,7 @@ class TimeLimit(Limit):
 
     def _start(self) -> None:
         self._started = time.monotonic()
-        if self.limit is None:
-            return
-        try:
-            task = asyncio.current_task()
-        except RuntimeError:  # no running loop: checkpoints still enforce it
-            task = None
-        if task is not None:
-            self._task = task
-            self._cancelling = task.cancelling()
-            self._handle = asyncio.get_running_loop().call_later(self.limit, self._fire)
-
-    def _fire(self) -> None:
-        if self._task is not None and not self._task.done():
-            self._fired = True
-            self._task.cancel(f"time limit of {self.limit} seconds")
-
-    def _stop(self, exc: BaseException | None) -> bool | None:
-        self._ended = time.monotonic()  # usage is frozen from here on
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-        fired, task = self._fired, self._task
-        self._task, self._fired = None, False
-        if fired and task is not None:
-            # Withdraw our cancel request whatever happened (as asyncio.timeout does); if it is what
-            # ended the block (and no outer cancel is pending), it becomes the breach.
-            remaining = task.uncancel()
-            if isinstance(exc, asyncio.CancelledError) and remaining <= self._cancelling:
-                raise self.error(self.usage) from exc
-        return None
-
-    def error(self, value: float | int) -> LimitExceededError:
-        return LimitExceededError("time", value=value, limit=self.limit, source=self,
-                                  message=f"Time limit exceeded. limit: {self.limit} seconds")
-
-    @property
-    def usage(self) -> float:
-        if self._started is None:
-            return 0.0
-        return (self._ended if self._ended is not None else time.monotonic()) - self._started
-
-
-WORKING_CHECK_GRACE_S = 1.0
-
-
-class WorkingLimit(Limit):
-    """Wall-clock seconds minus the sample's waits (``_working``), enforced as ``time_limit`` is: a timer
-    cancels the task that entered the limit once working time has passed it (checked up to
-    ``WORKING_CHECK_GRACE_S`` late, re-armed while waits stretch it), and the cancellation becomes the
-    breach on exit. Checkpoints (``check_limits``) check it too."""
-
-    type: LimitType = "working"
-
-    def __init__(self, limit: float | None) -> None:
-        super().__init__(limit)
-        self._started: float | None = None
-        self._ended: float | None = None
-        self._clock: WorkingClock | None = None
-        self._clock_token: Token[WorkingClock | None] | None = None
-        self._task: asyncio.Task[Any] | None = None
-        self._handle: asyncio.TimerHandle | None = None
-        self._fired = False
-        self._cancelling = 0
-
-    def _start(self) -> None:
-        self._started = time.monotonic()
-        self._clock = working_clock()
-        if self._clock is None:  # outside a sample: this limit keeps the clock its block's waits go to
-            self._clock_token = bind_working_clock()
-            self._clock = working_clock()
+        self._bind()
         if self.limit is None:
             return
         try:
@@ -323,6 +256,88 @@ class WorkingLimit(Limit):
             self._task = task
             self._cancelling = task.cancelling()
             self._arm()
+
+    def _bind(self) -> None:
+        """What the block needs bound while it runs (released in ``_unbind``)."""
+
+    def _unbind(self) -> None:
+        """Release what ``_bind`` bound."""
+
+    def _arm(self) -> None:
+        raise NotImplementedError
+
+    def _breach(self) -> None:
+        self._fired = True
+        assert self._task is not None
+        self._task.cancel(f"{self.type} limit of {self.limit} seconds")
+
+    def _stop(self, exc: BaseException | None) -> bool | None:
+        self._ended = time.monotonic()  # usage is frozen from here on
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._unbind()
+        fired, task = self._fired, self._task
+        self._task, self._fired = None, False
+        if fired and task is not None:
+            # Withdraw our cancel request whatever happened (as asyncio.timeout does); if it is what
+            # ended the block (and no outer cancel is pending), it becomes the breach.
+            remaining = task.uncancel()
+            if isinstance(exc, asyncio.CancelledError) and remaining <= self._cancelling:
+                raise self.error(self.usage) from exc
+        return None
+
+    @property
+    def usage(self) -> float:
+        if self._started is None:
+            return 0.0
+        end = self._ended if self._ended is not None else time.monotonic()
+        return self._elapsed(self._started, end)
+
+    def _elapsed(self, start: float, end: float) -> float:
+        return end - start
+
+
+class TimeLimit(_CancellingLimit):
+    type: LimitType = "time"
+
+    def _arm(self) -> None:
+        assert self.limit is not None
+        self._handle = asyncio.get_running_loop().call_later(self.limit, self._fire)
+
+    def _fire(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._breach()
+
+    def error(self, value: float | int) -> LimitExceededError:
+        return LimitExceededError("time", value=value, limit=self.limit, source=self,
+                                  message=f"Time limit exceeded. limit: {self.limit} seconds")
+
+
+WORKING_CHECK_GRACE_S = 1.0
+
+
+class WorkingLimit(_CancellingLimit):
+    """Wall-clock seconds minus the sample's waits (``_working``), enforced as ``time_limit`` is, but
+    checked up to ``WORKING_CHECK_GRACE_S`` late and re-armed while waits stretch it."""
+
+    type: LimitType = "working"
+
+    def __init__(self, limit: float | None) -> None:
+        super().__init__(limit)
+        self._clock: WorkingClock | None = None
+        self._clock_token: Token[WorkingClock | None] | None = None
+
+    def _bind(self) -> None:
+        self._clock = working_clock()
+        if self._clock is None:  # outside a sample: this limit keeps the clock its block's waits go to
+            self._clock_token = bind_working_clock()
+            self._clock = working_clock()
+
+    def _unbind(self) -> None:
+        if self._clock_token is not None:
+            reset_working_clock(self._clock_token)
+            self._clock_token = None
 
     def _arm(self) -> None:
         assert self.limit is not None
@@ -336,38 +351,17 @@ class WorkingLimit(Limit):
         if self._task is None or self._task.done() or self.limit is None:
             return
         if self.usage > self.limit:
-            self._fired = True
-            self._task.cancel(f"working limit of {self.limit} seconds")
+            self._breach()
         else:
             self._arm()  # waits stretched it: check again when it could next be passed
-
-    def _stop(self, exc: BaseException | None) -> bool | None:
-        self._ended = time.monotonic()
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-        if self._clock_token is not None:
-            reset_working_clock(self._clock_token)
-            self._clock_token = None
-        fired, task = self._fired, self._task
-        self._task, self._fired = None, False
-        if fired and task is not None:
-            remaining = task.uncancel()
-            if isinstance(exc, asyncio.CancelledError) and remaining <= self._cancelling:
-                raise self.error(self.usage) from exc
-        return None
 
     def error(self, value: float | int) -> LimitExceededError:
         return LimitExceededError("working", value=value, limit=self.limit, source=self,
                                   message=f"Working time limit exceeded. limit: {self.limit} seconds")
 
-    @property
-    def usage(self) -> float:
-        if self._started is None:
-            return 0.0
-        end = self._ended if self._ended is not None else time.monotonic()
-        waited = self._clock.waiting(self._started, end) if self._clock is not None else 0.0
-        return max(0.0, end - self._started - waited)
+    def _elapsed(self, start: float, end: float) -> float:
+        waited = self._clock.waiting(start, end) if self._clock is not None else 0.0
+        return max(0.0, end - start - waited)
 
 
 def message_limit(limit: int | None) -> MessageLimit:

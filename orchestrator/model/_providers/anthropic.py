@@ -9,7 +9,6 @@ window answers a ``model_length`` output, not an error.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 from typing import Any
@@ -25,16 +24,14 @@ from .._generate_config import GenerateConfig
 from .._batch import BatchBackend
 from .._model_output import ModelOutput
 from ._anthropic_wire import build_request, is_context_length_error, parse_message
-from ._client_args import build_client, sdk_client_arg_names, split_client_args
-from ._sdk_api import SdkModelAPI
+from ._sdk_api import DEFAULT_TIMEOUT, LOCAL_API_KEY, SdkModelAPI
 
-DEFAULT_TIMEOUT = 600.0  # seconds per request when GenerateConfig.timeout is unset
-LOCAL_API_KEY = "EMPTY"  # placeholder for a self-hosted compatible server that checks no key
 _OVERLOAD_STATUS = {429, 529}
 
 
 class AnthropicAPI(SdkModelAPI):
     sdk = anthropic
+    client_class = AsyncAnthropic
     environment = ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")
 
     def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
@@ -45,34 +42,7 @@ class AnthropicAPI(SdkModelAPI):
                                           "(or point base_url/ANTHROPIC_BASE_URL at a compatible server)",
                                           LOCAL_API_KEY)
         super().__init__(model_name, base_url, api_key, config)
-        settings, self._client_args = split_client_args(client_args)
-        self.config = self.config.merge(settings)
-        self._max_connections = max_connections
-        # Built now (a bad client argument fails before the eval starts); the first loop to use it adopts it.
-        self._client: AsyncAnthropic | None = self._new_client()
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-
-    @classmethod
-    def client_arg_names(cls) -> frozenset[str]:
-        return sdk_client_arg_names(AsyncAnthropic)
-
-    def client(self) -> AsyncAnthropic:
-        """The SDK client for the running event loop."""
-        return self._client_for_loop()
-
-    def _new_client(self) -> AsyncAnthropic:
-        args = {"timeout": self.config.timeout or DEFAULT_TIMEOUT, **self._client_args}
-        return build_client(AsyncAnthropic, api_key=self.api_key, base_url=self.base_url, max_retries=0, **args)
-
-    def _client_for_loop(self) -> AsyncAnthropic:
-        # httpx pools are bound to the loop that opened them: a new loop needs a new client.
-        loop = asyncio.get_running_loop()
-        if self._client is not None and self._client_loop is None:
-            self._client_loop = loop
-        if self._client is None or self._client_loop is not loop:
-            self._client = self._new_client()
-            self._client_loop = loop
-        return self._client
+        self._setup_client(client_args, max_connections)
 
     async def generate(self, input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice | None,
                        config: GenerateConfig) -> ModelOutput:
@@ -94,11 +64,6 @@ class AnthropicAPI(SdkModelAPI):
         from ._anthropic_batch import AnthropicBatch
 
         return AnthropicBatch(self)
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client, self._client_loop = None, None
 
 
 @functools.cache
