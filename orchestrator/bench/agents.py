@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import resource
 import statistics
@@ -30,6 +31,7 @@ DEFAULT_LATENCY = 10.0
 DEFAULT_RAMP = 2.0
 CHILD_TIMEOUT = 1800.0  # bound on one N's subprocess
 ANSWER = "done"  # what every sample submits
+WATCHDOG_ENV = "TOOLFLEET_LOOP_WATCHDOG"  # orchestrator.util._loop_watchdog.ENV_VAR (kept import-free here)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +66,8 @@ async def _run_child(samples: int, turns: int, calls: int, latency: float, ramp:
         raise RuntimeError(f"agents bench: N={samples} did not finish within {CHILD_TIMEOUT:.0f} s") from None
     if proc.returncode != 0:
         raise RuntimeError(f"agents bench: N={samples} failed:\n{err.decode(errors='replace')[-4000:]}")
+    if os.environ.get(WATCHDOG_ENV):  # the child's loop watchdog report
+        print(err.decode(errors="replace"), file=sys.stderr, end="")
     return json.loads(out.decode().strip().splitlines()[-1])
 
 
