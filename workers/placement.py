@@ -2,10 +2,10 @@
 
 ``image_tiers`` and ``choose_hosts`` are pure (table-tested): candidates grouped best first (hosts
 that have the sample's image, then hosts that can pull it), least loaded first. ``Placer.reserve``
-(one per orchestrator) takes the slots with one Lua script that picks the least loaded live,
-non-draining candidate and INCRBYs its counter in the same step, so concurrent orchestrators never
-overfill a host and need no lock between them; ``release`` gives slots back when the sandbox is closed
-(or failed to open).
+(one per orchestrator) takes the slots with a Lua script (``_reserve``) that picks the least loaded
+live, non-draining candidate and INCRBYs its counter in the same step, so concurrent orchestrators
+never overfill a host and need no lock between them; the reservations asked in the same loop tick go
+in one script call. ``release`` gives slots back when the sandbox is closed (or failed to open).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
-from . import _names
+from . import _names, _reserve
 from ._admission import pulls_from
 from .heartbeat import HostRecord
 
@@ -111,103 +111,20 @@ async def used_slots(redis: Redis, hosts: Sequence[str]) -> dict[str, int]:
     return {h: int(v or 0) for h, v in zip(hosts, values)}
 
 
-# Takes ``weight`` slots on the least loaded live candidate, atomically (one round trip, no lock):
-# concurrent reservations, from one orchestrator or many, see each other's counts, so they never
-# overfill a host and never all pick the same "least loaded" one.
-# KEYS: the n candidates' slot counters, their n heartbeat hashes, then EVAL_SLOTS, EVALS_ALIVE,
-# EVALS_WAITING. ARGV: weight, the n tiers, the n slot counts, eval id ('' = no fair share), the
-# fleet's capacity, alive ttl, waiting ttl.
-# Fair share first: with E evals active (holding slots with a live orchestrator, or waiting), an eval
-# holding more than capacity / E may take no more while another eval under its share waits.
-# Then, within the best tier that has room: the smallest share in use, then the most free, then the
-# earlier (the list comes shuffled). A host whose heartbeat expired or that is draining is skipped,
-# whatever the orchestrator's cached view said.
-# Returns {index, boot} (1-based); {0} when no candidate has room, {-1, held, fair} when over the fair
-# share (both mark the eval as waiting).
-_RESERVE_SCRIPT = """
-local weight = tonumber(ARGV[1])
-local n = (#KEYS - 3) / 2
-local eval = ARGV[2 + 2 * n]
-local capacity = tonumber(ARGV[3 + 2 * n])
-local alive_ttl = tonumber(ARGV[4 + 2 * n])
-local waiting_ttl = tonumber(ARGV[5 + 2 * n])
-local slots_key, alive_key, waiting_key = KEYS[2 * n + 1], KEYS[2 * n + 2], KEYS[2 * n + 3]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-if eval ~= '' then
-  redis.call('ZREMRANGEBYSCORE', alive_key, '-inf', now)
-  redis.call('ZREMRANGEBYSCORE', waiting_key, '-inf', now)
-  local held, active, count = {}, {}, 0
-  local flat = redis.call('HGETALL', slots_key)
-  for j = 1, #flat, 2 do
-    local e, c = flat[j], tonumber(flat[j + 1]) or 0
-    if c > 0 and redis.call('ZSCORE', alive_key, e) then
-      held[e] = c
-      active[e] = true
-      count = count + 1
-    elseif e ~= eval then
-      redis.call('HDEL', slots_key, e)  -- nothing held, or its orchestrator is gone
-    end
-  end
-  local waiters = redis.call('ZRANGE', waiting_key, 0, -1)
-  for _, w in ipairs(waiters) do
-    if not active[w] then active[w] = true; count = count + 1 end
-  end
-  if not active[eval] then count = count + 1 end
-  local fair = math.max(1, math.floor(capacity / count))
-  local mine = held[eval] or 0
-  if mine + weight > fair then
-    for _, w in ipairs(waiters) do
-      if w ~= eval and (held[w] or 0) < fair then
-        redis.call('ZADD', waiting_key, now + waiting_ttl, eval)
-        return {-1, mine, fair}
-      end
-    end
-  end
-end
-local best, best_tier, best_share, best_free, best_boot = 0, 0, 0, 0, ''
-for i = 1, n do
-  local tier = tonumber(ARGV[1 + i])
-  local cap = tonumber(ARGV[1 + n + i])
-  if best == 0 or tier <= best_tier then
-    local used = tonumber(redis.call('GET', KEYS[i]) or '0') or 0
-    if used < 0 then used = 0 end
-    local free = cap - used
-    if free >= weight then
-      local beat = redis.call('HMGET', KEYS[n + i], 'boot', 'draining')
-      local draining = beat[2] == '1' or beat[2] == 'True' or beat[2] == 'true'
-      if beat[1] and not draining then
-        local share = used / cap
-        if best == 0 or tier < best_tier or share < best_share or (share == best_share and free > best_free) then
-          best, best_tier, best_share, best_free, best_boot = i, tier, share, free, beat[1]
-        end
-      end
-    end
-  end
-end
-if best == 0 then
-  if eval ~= '' then redis.call('ZADD', waiting_key, now + waiting_ttl, eval) end
-  return {0}
-end
-redis.call('INCRBY', KEYS[best], weight)
-if eval ~= '' then
-  redis.call('HINCRBY', slots_key, eval, weight)
-  redis.call('ZADD', alive_key, now + alive_ttl, eval)
-end
-return {best, best_boot}
-"""
 EVAL_ALIVE_TTL_S = 30.0  # an eval's holdings count while its orchestrator renewed them this recently
 EVAL_WAITING_TTL_S = 5.0  # an eval counts as waiting this long after its last refused reservation
 HOSTS_TTL_S = 1.0  # how stale one orchestrator's list of live hosts may be (the script checks liveness itself)
+STALE_HOSTS_S = 10.0  # a list older than this is re-read before use, not in the background
 SAMPLE = 32  # candidates per tier offered to the script: the least loaded of a random 32 (a full scan if none fits)
 
 
 class Placer:
     """One orchestrator's sandbox placement on one Redis: the live hosts' records cached for
     ``HOSTS_TTL_S`` (reading every heartbeat per sandbox would cost O(hosts) round-trip work per
-    open), the slot taken by ``_RESERVE_SCRIPT`` over at most ``SAMPLE`` random candidates per tier
-    (O(1) per open however large the fleet; "the least loaded of d random choices" balances nearly
-    as well as a full scan)."""
+    open; a stale list is used while it is re-read in the background), the slot taken by the
+    reservation script (``_reserve``) over at most ``SAMPLE`` random candidates per tier (O(1) per
+    open however large the fleet; "the least loaded of d random choices" balances nearly as well as
+    a full scan). Reservations asked while one script call is in flight go together in the next."""
 
     def __init__(self, redis: Redis, hosts_ttl: float = HOSTS_TTL_S, sample: int = SAMPLE,
                  rng: random.Random | None = None) -> None:
@@ -218,24 +135,42 @@ class Placer:
         self._hosts: list[HostRecord] = []
         self._fetched = -1e9
         self._refresh: asyncio.Lock | None = None
-        self._sha = hashlib.sha1(_RESERVE_SCRIPT.encode()).hexdigest()
+        self._refresher: asyncio.Task[Any] | None = None
+        self._sha = hashlib.sha1(_reserve.RESERVE_BATCH_SCRIPT.encode()).hexdigest()
         self._loaded = False
-        self._queue: list[tuple[list[str], list[Any], asyncio.Future[Any]]] = []
+        self._queue: list[tuple[_reserve.Ask, asyncio.Future[_reserve.Answer]]] = []
         self._sender: asyncio.Task[None] | None = None
-        # (seconds, reservations) of the latest pipelines: Redis's share of a placement's latency.
+        self._releases: set[asyncio.Task[None]] = set()  # slots given back for callers that gave up
+        # (seconds, reservations) of the latest script calls: Redis's share of a placement's latency.
         self.batches: deque[tuple[float, int]] = deque(maxlen=10_000)
 
     async def hosts(self, fresh: bool = False) -> list[HostRecord]:
         loop = asyncio.get_running_loop()
         if self._refresh is None:
             self._refresh = asyncio.Lock()
-        if fresh or loop.time() - self._fetched > self._ttl:
-            asked = loop.time()
-            async with self._refresh:  # one read for everyone who found the list stale at once
-                if self._fetched < asked:
-                    self._hosts = await live_hosts(self.redis)
-                    self._fetched = loop.time()
+        age = loop.time() - self._fetched
+        if not fresh and age > self._ttl and self._hosts and self._ttl > 0 and age < STALE_HOSTS_S:
+            # Stale but recent: use it now and read it again in the background (the script checks
+            # each host's liveness itself); a burst of opens never waits on the re-read.
+            if self._refresher is None or self._refresher.done():
+                self._refresher = asyncio.ensure_future(self._read_hosts(loop.time()))
+            return self._hosts
+        if fresh or age > self._ttl:
+            await self._read_hosts(loop.time())
         return self._hosts
+
+    async def _read_hosts(self, asked: float) -> None:
+        assert self._refresh is not None
+        async with self._refresh:  # one read for everyone who found the list stale at once
+            if self._fetched < asked:
+                self._hosts = await live_hosts(self.redis)
+                self._fetched = asyncio.get_running_loop().time()
+
+    async def aclose(self) -> None:
+        """Stop a background re-read of the hosts, if one is running."""
+        if self._refresher is not None and not self._refresher.done():
+            self._refresher.cancel()
+            await asyncio.gather(self._refresher, return_exceptions=True)
 
     async def reserve(self, image: str | Sequence[str] | None = None, pull_policy: str = "missing",
                       weight: int = 1, eval_id: str | None = None, only: str | None = None) -> HostRecord:
@@ -243,6 +178,13 @@ class Placer:
         ``NoCapacityError`` (``SandboxTooLargeError`` when no host could ever take it,
         ``FairShareError`` when ``eval_id`` holds its fair share and another eval waits;
         ``SnapshotHostLostError`` when ``only``, the one host allowed, is not alive)."""
+        return (await self.reserve_timed(image, pull_policy, weight, eval_id, only))[0]
+
+    async def reserve_timed(self, image: str | Sequence[str] | None = None, pull_policy: str = "missing",
+                            weight: int = 1, eval_id: str | None = None,
+                            only: str | None = None) -> tuple[HostRecord, float]:
+        """``reserve``, and when (loop clock) the slot was held: Redis's answer read, before the
+        caller's coroutine runs again (which, in a busy loop, can be later)."""
         hosts = await self.hosts()
         for fresh in (False, True):
             if fresh:
@@ -256,11 +198,11 @@ class Placer:
             for group in groups:
                 self._rng.shuffle(group)
             capacity = sum(h.slots for h in hosts if not h.draining)
-            host = await self._take([group[: self._sample] for group in groups], weight, eval_id, capacity)
-            if host is None and any(len(g) > self._sample for g in groups):
-                host = await self._take(groups, weight, eval_id, capacity)
-            if host is not None:
-                return host
+            held = await self._take([group[: self._sample] for group in groups], weight, eval_id, capacity)
+            if held is None and any(len(g) > self._sample for g in groups):
+                held = await self._take(groups, weight, eval_id, capacity)
+            if held is not None:
+                return held
         if only is not None and not hosts:
             raise SnapshotHostLostError(f"Worker host '{only}', which holds the snapshot, is not alive.")
         alive = len(hosts)
@@ -273,65 +215,94 @@ class Placer:
         raise NoCapacityError(f"No worker host can take a sandbox ({alive} live host(s), all full or draining).")
 
     async def _take(self, groups: list[list[HostRecord]], weight: int, eval_id: str | None,
-                    capacity: int) -> HostRecord | None:
-        candidates = [(h, tier) for tier, group in enumerate(groups) for h in group]
-        if not candidates:
+                    capacity: int) -> tuple[HostRecord, float] | None:
+        by_name = {h.host: h for group in groups for h in group}
+        if not by_name:
             return None
-        keys = [_names.slots_used_key(h.host) for h, _ in candidates] + [_names.heartbeat_key(h.host) for h, _ in candidates]
-        keys += [_names.EVAL_SLOTS, _names.EVALS_ALIVE, _names.EVALS_WAITING]
-        args = [weight, *(tier for _, tier in candidates), *(h.slots for h, _ in candidates),
-                eval_id or "", capacity, EVAL_ALIVE_TTL_S, EVAL_WAITING_TTL_S]
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append((keys, args, future))
+        ask = _reserve.Ask([(h.host, tier, h.slots) for tier, group in enumerate(groups) for h in group],
+                           weight, eval_id or "", capacity)
+        future: asyncio.Future[_reserve.Answer] = asyncio.get_running_loop().create_future()
+        self._queue.append((ask, future))
         if self._sender is None or self._sender.done():
             self._sender = asyncio.ensure_future(self._send())
         answer = await future
-        index = int(answer[0])
-        if index < 0:
-            raise FairShareError(f"Waiting for a fair share of the fleet: eval '{eval_id}' holds {int(answer[1])} of "
-                                 f"its {int(answer[2])} slots while another eval waits.")
-        if index == 0:
+        if answer.fair_share is not None:
+            held, fair = answer.fair_share
+            raise FairShareError(f"Waiting for a fair share of the fleet: eval '{eval_id}' holds {held} of "
+                                 f"its {fair} slots while another eval waits.")
+        if answer.host is None:
             return None
-        boot = answer[1].decode() if isinstance(answer[1], bytes) else str(answer[1])
-        chosen = candidates[index - 1][0]
-        return chosen if chosen.boot == boot else chosen.model_copy(update={"boot": boot})  # restarted since cached
+        chosen = by_name[answer.host]
+        if chosen.boot != answer.boot:
+            chosen = chosen.model_copy(update={"boot": answer.boot})  # restarted since cached
+        return chosen, answer.at
 
     async def _send(self) -> None:
-        """Every reservation asked meanwhile goes out in one pipeline: one connection and one round trip
-        for a burst of opens (an eval starting a thousand samples), where one command each would open
-        a connection each. Redis runs the scripts one after another, each seeing the ones before."""
+        """Every reservation asked meanwhile goes out together: one script call per ``MAX_BATCH``, all
+        in one pipeline — one round trip for a burst of opens (an eval starting a thousand samples).
+        Redis takes them in the order asked, each seeing the ones before."""
         while self._queue:
             batch, self._queue = self._queue, []
+            chunks = [batch[i: i + _reserve.MAX_BATCH] for i in range(0, len(batch), _reserve.MAX_BATCH)]
             try:
                 try:
-                    answers = await self._run_scripts(batch)
+                    answers = await self._run_scripts(chunks)
                 except NoScriptError:
                     answers = [NoScriptError()]
                 if any(isinstance(a, NoScriptError) for a in answers):
                     self._loaded = False  # Redis restarted (or flushed its scripts) since: load it again, once
-                    answers = await self._run_scripts(batch)
+                    answers = await self._run_scripts(chunks)
             except Exception as exc:  # noqa: BLE001 - every waiter gets the Redis error, none hangs
                 self._loaded = False
-                answers = [exc] * len(batch)
-            for (_, _, future), answer in zip(batch, answers):
-                if future.done():
-                    continue
-                if isinstance(answer, BaseException):
-                    future.set_exception(answer)
-                else:
-                    future.set_result(answer)
+                answers = [exc] * len(chunks)
+            for chunk, answer in zip(chunks, answers):
+                self._settle(chunk, answer)
 
-    async def _run_scripts(self, batch: list[tuple[list[str], list[Any], asyncio.Future[Any]]]) -> list[Any]:
+    def _settle(self, chunk: list[tuple[_reserve.Ask, asyncio.Future[_reserve.Answer]]], answer: Any) -> None:
+        results = [answer] * len(chunk) if isinstance(answer, BaseException) else answer
+        for (ask, future), result in zip(chunk, results):
+            if future.done():  # the caller gave up (cancelled) meanwhile: give back what it was given
+                if isinstance(result, _reserve.Answer) and result.host is not None:
+                    self._give_back(result.host, ask)
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+    def _give_back(self, host: str, ask: _reserve.Ask) -> None:
+        async def give_back() -> None:
+            try:
+                if ask.eval_id:
+                    await release_eval(self.redis, ask.eval_id, ask.weight)
+                await release(self.redis, host, ask.weight)
+            except Exception:  # noqa: BLE001 - best effort: the host resets its counter at restart
+                pass
+
+        self._releases.add(task := asyncio.ensure_future(give_back()))
+        task.add_done_callback(self._releases.discard)
+
+    async def _run_scripts(self, chunks: list[list[tuple[_reserve.Ask, asyncio.Future[_reserve.Answer]]]]) -> list[Any]:
         if not self._loaded:
-            await self.redis.script_load(_RESERVE_SCRIPT)
+            await self.redis.script_load(_reserve.RESERVE_BATCH_SCRIPT)
             self._loaded = True
+        calls = [_reserve.encode([ask for ask, _ in chunk], EVAL_ALIVE_TTL_S, EVAL_WAITING_TTL_S) for chunk in chunks]
         sent = time.perf_counter()
         async with self.redis.pipeline(transaction=False) as pipe:
-            for keys, args, _ in batch:
-                pipe.evalsha(self._sha, len(keys), *keys, *args)
-            answers = await pipe.execute(raise_on_error=False)
-        self.batches.append((time.perf_counter() - sent, len(batch)))
-        return answers
+            for call in calls:
+                pipe.evalsha(self._sha, len(call.keys), *call.keys, *call.args)
+            replies = await pipe.execute(raise_on_error=False)
+        self.batches.append((time.perf_counter() - sent, sum(len(c) for c in chunks)))
+        out: list[Any] = []
+        for call, chunk, reply in zip(calls, chunks, replies):
+            if isinstance(reply, BaseException):
+                out.append(reply)
+                continue
+            try:
+                out.append(_reserve.decode(call, len(chunk), reply, at=asyncio.get_running_loop().time()))
+            except ValueError as exc:
+                out.append(exc)
+        return out
 
 
 async def reserve(redis: Redis, image: str | Sequence[str] | None = None, pull_policy: str = "missing",

@@ -11,10 +11,12 @@ processes on this machine, then through one ``CeleryDispatcher``:
 
 Reports ``workers``, ``sandboxes_open`` (open at once, counted from the fleet's slot counters in
 Redis), ``placement_p50_ms``/``placement_p99_ms`` (the dispatcher's slot reservation per open, asked
-until held, ``workers/placement.py``) and where that time goes (``placement_redis_*``: the pipelined
-script round trip; ``placement_script_us``: Redis's own time per script; ``open_loop_lag_p99_ms``:
-this process's event loop meanwhile; ``placement_steady_*``: one placement at a time with every
-sandbox open), ``open_per_s``, ``open_p99_ms``, ``calls_per_s``, ``errors``, ``redis_commands_per_call``
+until held — Redis's answer read —, ``workers/placement.py``; the reservations asked together go in
+one script call) and where that time goes (``placement_redis_*``: the script call's round trip;
+``placement_batch_mean``: reservations per script call; ``placement_script_us``: Redis's own time per
+script call; ``placement_resumed_*``: until the opening coroutine ran again, this process's loop lag
+added; ``open_loop_lag_p99_ms``: that loop meanwhile; ``placement_steady_*``: one placement at a
+time with every sandbox open), ``open_per_s``, ``open_p99_ms``, ``calls_per_s``, ``errors``, ``redis_commands_per_call``
 (INFO commandstats delta over the call phase; a script's inner commands count), ``redis_commands_per_open``
 (and by type), Redis CPU per call and per open, an idle worker's Redis cost (``idle_redis_*``, watched
 for ``IDLE_S`` before the opens), ``worker_peak_rss_mb`` (largest VmHWM of a worker process; sandbox
@@ -96,6 +98,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.gather(*(dispatcher.close_sandbox(r) for r in routes))
         left_open = await _slots_in_use(fleet, _names)
         placement_s = list(dispatcher.placement_seconds)
+        resumed_s = list(dispatcher.placement_resumed_seconds)
         batches = list(dispatcher.placer.batches)
         await dispatcher.aclose()
     calls = call_figures.pop("calls")
@@ -109,6 +112,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "open_concurrency": args.open_concurrency,
         "placement_p50_ms": percentile_ms(placement_s, 0.5) if placement_s else None,
         "placement_p99_ms": percentile_ms(placement_s, 0.99) if placement_s else None,
+        # The same until the opening coroutine ran again: what this process's busy loop adds.
+        "placement_resumed_p50_ms": percentile_ms(resumed_s, 0.5) if resumed_s else None,
+        "placement_resumed_p99_ms": percentile_ms(resumed_s, 0.99) if resumed_s else None,
         # Where a placement's time goes: Redis (one pipelined script per burst of reservations) vs
         # this process's event loop (how late a 10 ms timer fires while the opens run).
         "placement_redis_p50_ms": percentile_ms([b[0] for b in batches], 0.5) if batches else None,

@@ -186,10 +186,13 @@ class CeleryDispatcher(Dispatcher):
         self._start_lock: asyncio.Lock | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._closed = False
-        # Seconds each of the latest sandbox placements took (asking for a slot until holding one,
-        # waiting for capacity included): what `toolfleet bench scale` reports.
+        # Seconds each of the latest sandbox placements took (asking for a slot until holding one —
+        # Redis's answer read —, waiting for capacity included), and until the opening coroutine ran
+        # again (the loop's lag added): what `toolfleet bench scale` reports.
         self.placement_seconds: deque[float] = deque(maxlen=PLACEMENT_SAMPLES)
+        self.placement_resumed_seconds: deque[float] = deque(maxlen=PLACEMENT_SAMPLES)
         self._lease_set = -1e9  # monotonic time of the last lease SET
+        self._lease_setting: asyncio.Future[None] | None = None  # the SET in flight, awaited by every open meanwhile
         self._sandbox_evals: dict[str, tuple[str, int]] = {}  # sandbox handle -> (eval id, slots) for fair share
         self._waiters: dict[str, int] = {}  # eval id -> this dispatcher's placements waiting for a slot
         self.placer = placement.Placer(self._listener.redis)  # live hosts cached briefly; slots taken by one script
@@ -217,6 +220,7 @@ class CeleryDispatcher(Dispatcher):
             if not rec.future.done():
                 rec.future.cancel()
         await self._flush_cancels()
+        await self.placer.aclose()
         await self._listener.aclose()
         await self._publisher.aclose()
 
@@ -450,8 +454,9 @@ class CeleryDispatcher(Dispatcher):
         try:
             while True:
                 try:
-                    host = await self.placer.reserve(image, pull_policy, weight, eval_id, only)  # have the image, else can pull it
-                    self.placement_seconds.append(loop.time() - asked)
+                    host, held = await self.placer.reserve_timed(image, pull_policy, weight, eval_id, only)  # have the image, else can pull it
+                    self.placement_seconds.append(held - asked)
+                    self.placement_resumed_seconds.append(loop.time() - asked)
                     if token is not None:
                         self._waited(eval_id, sample_id, loop.time() - asked, placed=True)
                     return host
@@ -504,10 +509,16 @@ class CeleryDispatcher(Dispatcher):
 
     async def _hold_lease(self) -> None:
         """The lease must be alive before a worker sees the open; one SET covers every open of the next
-        third of its TTL (a burst of opens would otherwise send one each)."""
+        third of its TTL, and the opens asking while it is in flight wait for that one (a burst of
+        opens would otherwise send one each)."""
         now = time.monotonic()
         if now - self._lease_set < self.config.lease_ttl / 3:
             return
+        if self._lease_setting is None or self._lease_setting.done():
+            self._lease_setting = asyncio.ensure_future(self._set_lease(now))
+        await asyncio.shield(self._lease_setting)  # one caller cancelled must not cancel the others' SET
+
+    async def _set_lease(self, now: float) -> None:
         await self._listener.redis.set(_names.lease_key(self.client_id), 1, ex=max(1, int(self.config.lease_ttl)))
         self._lease_set = now
 

@@ -45,6 +45,11 @@ class Transcript:
                 best, best_n = uuid, n
         if best is not None:
             event.input, event.input_ref, event.input_ref_count = whole[best_n:], best, best_n
+            # The head equals the earlier snapshot's: keep that one's message dicts, not fresh copies
+            # (each turn re-dumps the whole conversation; without this every remembered input held
+            # its own copy of it — a quarter of a long-running sample's memory).
+            earlier = next(whole_ for uuid, whole_ in self._inputs if uuid == best)
+            whole = earlier[:best_n] + whole[best_n:]
         self._inputs.append((event.uuid, whole))
         del self._inputs[:-_RECENT_INPUTS]
 

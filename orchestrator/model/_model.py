@@ -214,7 +214,7 @@ class Model:
                 record_token_usage(output.usage)
             # A snapshot: callers edit the returned message in place (react appends the submitted
             # answer), and the log must show what the model actually said.
-            event.output = ModelOutput.model_validate(output.model_dump())
+            event.output = _snapshot(output)
             event.usage, event.time = output.usage, output.time
             transcript().record(event)
         # After the event is recorded, so the log shows the call that crossed a limit.
@@ -403,3 +403,19 @@ def _with_config(model: Model, config: GenerateConfig | None) -> Model:
     configured = Model(model.api, model.config.merge(config), model.retry, model.prices)
     configured._slots = model._slots  # same backend, same connection budget
     return configured
+
+
+def _snapshot(output: ModelOutput) -> ModelOutput:
+    """A copy of ``output`` whose containers (the output, its choices, messages and their lists) are
+    its own, so edits through them — a message's text or content, a list appended to — leave it as
+    it was; the leaves nobody edits in place (tool calls, content parts, usage: the event holds the
+    same usage object already) are shared. A full dump-and-validate copy of every turn's output was
+    a sixth of a long-running sample's memory."""
+    choices = []
+    for choice in output.choices:
+        message = choice.message
+        own = {name: list(value) if isinstance(value, list) else dict(value)  # only the containers: fields set stay as they were
+               for name, value in (("content", message.content), ("tool_calls", message.tool_calls), ("metadata", message.metadata))
+               if isinstance(value, (list, dict))}
+        choices.append(choice.model_copy(update={"message": message.model_copy(update=own)}))
+    return output.model_copy(update={"choices": choices, **({"metadata": dict(output.metadata)} if output.metadata else {})})

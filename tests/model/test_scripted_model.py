@@ -282,6 +282,29 @@ async def test_model_event_keeps_what_the_model_said_when_the_caller_edits_the_o
     assert t.find(ModelEvent)[0].output.message.id == output.message.id
 
 
+async def test_model_event_keeps_the_output_when_the_caller_edits_its_lists_and_content_parts() -> None:
+    from orchestrator.tool import ToolCall
+    from orchestrator.tool._content import ContentText
+
+    said = ModelOutput.for_tool_calls("scripted", [ToolCall(id="c1", function="f", arguments={"x": 1})], "calling f")
+    said.message.content = [ContentText(text="calling f")]
+    said.message.metadata = {"k": "v"}
+    said.usage = ModelUsage(input_tokens=3, output_tokens=2, total_tokens=5)
+    t = Transcript()
+    with bind_transcript(t):
+        output = await get_model("scripted", outputs=[said]).generate("x")
+    output.message.tool_calls.append(ToolCall(id="c2", function="g", arguments={}))
+    output.message.content.append(ContentText(text="appended"))
+    output.message.metadata["k"] = "edited"
+    output.choices.append(output.choices[0])
+    output.completion = "replaced"
+    [event] = t.find(ModelEvent)
+    assert [c.id for c in event.output.message.tool_calls] == ["c1"]
+    assert event.output.completion == "calling f" and len(event.output.message.content) == 1
+    assert event.output.message.metadata == {"k": "v"} and len(event.output.choices) == 1
+    assert event.output.usage is event.usage and event.usage.total_tokens == 5  # one usage object per call, not two
+
+
 async def test_model_span_is_a_child_of_the_enclosing_span() -> None:
     from orchestrator.log import span
 
