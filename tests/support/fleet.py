@@ -154,8 +154,11 @@ class WorkerProcess:
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(f"worker {self.host} exited with {self.proc.returncode}:\n{self.output()}")
         try:
-            # Heartbeating, and its Celery consumer is listening on its queue.
-            return bool(client.exists(f"toolfleet:host:{self.host}")) and b"ready" in Path(self.log.name).read_bytes()
+            # Heartbeating, and its Celery consumer is listening on its queue: the line Celery's worker_ready
+            # prints, not the runtime's earlier "worker.ready" log line (before it, Celery has not installed its
+            # SIGTERM handler yet, and a SIGTERM kills the process instead of draining it).
+            ready = f"toolfleet worker {self.host} ready".encode()
+            return bool(client.exists(f"toolfleet:host:{self.host}")) and ready in Path(self.log.name).read_bytes()
         except redis_sync.RedisError:
             return False
 
