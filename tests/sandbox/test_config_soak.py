@@ -183,3 +183,30 @@ async def test_drivers_of_two_configs_share_the_engine_and_the_last_closes_it(sa
         await b.aclose()
     assert len(host.engines) == 0 and not b.api.connected
     assert not os.path.exists(listener.directory)
+
+
+@pytest.mark.docker
+def test_a_driver_used_again_on_a_new_event_loop_takes_that_loops_host_socket(sandbox_image) -> None:
+    """Embedded mode runs one event loop per ``asyncio.run``: a cached driver's next sandboxes reach
+    their agent over the new loop's socket (the old loop's accepts nothing; it used to cost a 10 s timeout
+    per sandbox and the slower exec stream)."""
+    from orchestrator._wire import SandboxSpec
+
+    host = SandboxHost(HostSandboxes(owner=f"test-loops-{os.getpid()}-{time.monotonic_ns()}"))
+    spec = SandboxSpec(eval_id="loops", sample_id="s", config={"type": "docker", "pool_size": 0})
+
+    async def open_exec_close() -> tuple[str, str]:
+        handle, _ = await host.open(spec)
+        env = host.lookup(handle)
+        try:
+            assert (await env.exec(["echo", "hi"], timeout=30)).stdout == "hi\n"
+            return env._channels[None].transport, env.driver.listener.directory  # type: ignore[attr-defined]
+        finally:
+            await host.close(handle)
+
+    first = asyncio.run(asyncio.wait_for(open_exec_close(), 120))
+    second = asyncio.run(asyncio.wait_for(open_exec_close(), 120))
+    assert first[0] == second[0] == "unix"
+    assert first[1] != second[1] and not os.path.exists(first[1])  # the dead loop's socket went
+    asyncio.run(host.close_all())
+    assert not os.path.exists(second[1])

@@ -161,6 +161,7 @@ class DockerSandboxDriver(SandboxDriver):
         self._envs: dict[str, DockerSandboxEnvironment] = {}
         self._started = False
         self._start_lock = asyncio.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop its listener and reaper run on
         self._background: set[asyncio.Task[Any]] = set()
         self.exec_user = self.config.user or ""  # who commands run as; the image's USER unless configured
         self.listener: HostListener | None = None  # the Engine's direct-channel socket (None: exec stream)
@@ -170,6 +171,9 @@ class DockerSandboxDriver(SandboxDriver):
 
     async def start(self) -> None:
         """Connect, check the image, reap leftovers, start the periodic reaper and fill the pool."""
+        loop = asyncio.get_running_loop()
+        if self._started and self._loop is not loop:
+            await self._move_to(loop)
         async with self._start_lock:
             if self._started:
                 return
@@ -196,7 +200,17 @@ class DockerSandboxDriver(SandboxDriver):
             await self.engine.reap_at_start()
             self.engine.keep_reaping(self.config.reap_interval)
             self._started = True
+            self._loop = loop
             self.pool.refill()
+
+    async def _move_to(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Started on another event loop (embedded mode runs one per ``asyncio.run``): take this loop's
+        host socket and reaper from the Engine; the old loop's socket no longer accepts anything."""
+        self._loop, self._start_lock = loop, asyncio.Lock()
+        self.listener = None  # meanwhile: containers made now use the exec stream, not a dead socket
+        if self.config.direct_channel:
+            self.listener = await self.engine.listener()
+        self.engine.keep_reaping(self.config.reap_interval)
 
     async def create(self, spec: SandboxRequest | None = None) -> DockerSandboxEnvironment:
         spec = spec or SandboxRequest()
