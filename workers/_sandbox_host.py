@@ -5,9 +5,10 @@ It holds one driver per distinct sandbox config while sandboxes of that config a
 pool is shared by every sample using the config), keeps a few idle ones (``DriverCache``: bounded, least
 recently used first, closed after the host's idle time), and knows which driver owns each open sandbox;
 sandboxes are found by handle in the process-local registry. The Docker Engine's client, threads, host
-socket and reaper are one per Engine (``HostSandboxes.engines``), whatever the number of configs. The in-process dispatcher (embedded mode) and a worker's
-runtime each own one; ``toolfleet worker`` builds its host's docker settings (slots, spares,
-identity, registries) and hands them over.
+socket and reaper are one per Engine (``HostSandboxes.engines``), whatever the number of configs.
+
+The in-process dispatcher (embedded mode) and a worker's runtime each own one; ``toolfleet worker``
+builds its host's docker settings (slots, spares, identity, registries) and hands them over.
 """
 
 from __future__ import annotations

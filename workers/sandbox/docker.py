@@ -7,8 +7,10 @@
   enforces it, else capped tmpfs mounts on the writable paths (``_docker_disk``).
 - Hardening by default (``DockerSandboxConfig``): network none, cap-drop ALL, no-new-privileges,
   pids/memory(+swap)/CPU limits, init, the image's non-root USER; the Docker socket is never mounted.
-- Labels and a reaper (``_docker_labels``; one reaper per Docker Engine, ``_docker_engine``); a stopped OOM-killed container is ``SandboxOutOfMemoryError``,
+- Labels and a reaper (``_docker_labels``); a stopped OOM-killed container is ``SandboxOutOfMemoryError``,
   an OOM-killed command in a running one ``CommandOutOfMemoryError`` (model-visible, the sample goes on).
+- One driver per distinct config, but what talks to the Engine is shared by all of them: its client,
+  thread pool, host socket and reaper (``_docker_engine``, one per Engine of a ``HostSandboxes``).
 - A pool of pre-started containers (agent already running) per (image, limits), refilled in the
   background, so ``create()`` usually takes milliseconds; every container counts against one per-host
   capacity shared by all drivers of the process, and pools are bounded together (``_docker_pool``).
