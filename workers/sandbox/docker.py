@@ -343,7 +343,10 @@ class DockerSandboxDriver(SandboxDriver):
     async def _seed(self, env: DockerSandboxEnvironment) -> None:
         """Copy the image's files into the capped tmpfs that now hides them (see ``_docker_disk``)."""
         for path, tar in self.disk.seeds.items():
-            raw = await env.exec_raw(seed_command(path), input=tar, timeout=60)
+            # A configured user that is not the image's (e.g. root, without capabilities) may not write in
+            # a directory the image's user owns: the directory's owner unpacks it.
+            user = self.disk.owners.get(path) if self.config.user else None
+            raw = await env.exec_raw(seed_command(path), input=tar, user=user, timeout=60)
             if raw.returncode != 0:
                 log.warning("sandbox.disk_seed_failed", path=path, error=raw.stderr[-500:].decode("utf-8", "replace"))
 
