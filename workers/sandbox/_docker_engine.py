@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +72,11 @@ class DockerEngine:
                 self._close_dead_part(self._loops.pop(old))
             part = self._loops[loop] = _LoopPart()
         return part
+
+    @property
+    def listeners(self) -> list[HostListener]:
+        """Its host sockets (one per event loop that started a driver)."""
+        return [part.listener for part in self._loops.values() if part.listener is not None]
 
     async def connect(self) -> None:
         await self.api.connect()
@@ -182,6 +188,9 @@ class DockerEngines:
 
     def __len__(self) -> int:
         return len(self._by_url)
+
+    def __iter__(self) -> Iterator[DockerEngine]:
+        return iter(list(self._by_url.values()))
 
     def acquire(self, url: str | None, threads: int) -> DockerEngine:
         engine = self._by_url.get(url)
