@@ -1,16 +1,18 @@
 """The executing side's sandboxes, as one object: a ``SandboxHost`` opens, closes, looks up, executes
 in, drains and closes all of a process's sandboxes.
 
-It holds one driver per distinct sandbox config for its life (so docker pools and reapers are shared
-by every sample using that config) and which driver owns each open sandbox; sandboxes are found by
-handle in the process-local registry. The in-process dispatcher (embedded mode) and a worker's
-runtime each own one; ``toolfleet worker`` builds its host's docker settings (slots, spares,
-identity, registries) and hands them over.
+It holds one driver per distinct sandbox config while sandboxes of that config are open (so a docker
+pool is shared by every sample using the config), keeps a few idle ones (``DriverCache``: bounded, least
+recently used first, closed after the host's idle time), and knows which driver owns each open sandbox;
+sandboxes are found by handle in the process-local registry. The Docker Engine's client, threads, host
+socket and reaper are one per Engine (``HostSandboxes.engines``), whatever the number of configs.
+
+The in-process dispatcher (embedded mode) and a worker's runtime each own one; ``toolfleet worker``
+builds its host's docker settings (slots, spares, identity, registries) and hands them over.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import weakref
 from collections.abc import Callable
@@ -27,6 +29,7 @@ from . import executor
 from orchestrator.util._sandbox_recorder import ExecList, RecordingSandbox
 from .sandbox._build import build_driver
 from .sandbox._docker_pool import HostSandboxes, host_sandboxes
+from .sandbox._driver_cache import MAX_IDLE_DRIVERS, DriverCache
 from .sandbox._driver import SandboxDriver, SandboxRequest
 from .sandbox._registry import SandboxRegistry, default_registry
 
@@ -42,18 +45,19 @@ class SandboxSetupError(RuntimeError):
 
 
 class SandboxHost:
-    """A process's sandboxes: its drivers (one per distinct config), who owns each open sandbox, and the
-    docker host settings every docker driver it builds shares (``docker``)."""
+    """A process's sandboxes: its drivers (one per distinct config in use, a few idle ones: ``drivers``),
+    who owns each open sandbox, and the docker host settings every docker driver it builds shares
+    (``docker``)."""
 
     _process: ClassVar["SandboxHost | None"] = None
     _live: ClassVar["weakref.WeakSet[SandboxHost]"] = weakref.WeakSet()  # this process's hosts (snapshot removal)
 
-    def __init__(self, docker: HostSandboxes | None = None, registry: SandboxRegistry | None = None) -> None:
+    def __init__(self, docker: HostSandboxes | None = None, registry: SandboxRegistry | None = None,
+                 max_idle_drivers: int = MAX_IDLE_DRIVERS) -> None:
         self.docker = docker or host_sandboxes()
         self.registry = registry or default_registry()  # its sandboxes by handle
-        self._drivers: dict[str, SandboxDriver] = {}
+        self.drivers = DriverCache(self._build, max_idle_drivers, idle_ttl=lambda: self.docker.idle_ttl)
         self._owners: dict[str, SandboxDriver] = {}
-        self._lock = asyncio.Lock()
         SandboxHost._live.add(self)
 
     @classmethod
@@ -63,14 +67,9 @@ class SandboxHost:
             cls._process = cls()
         return cls._process
 
-    async def _driver_for(self, config: LocalSandboxConfig | DockerSandboxConfig) -> SandboxDriver:
-        key = config.model_dump_json()
-        async with self._lock:
-            driver = self._drivers.get(key)
-            if driver is None:
-                kwargs: dict[str, Any] = {"host": self.docker} if config.type == "docker" else {}
-                driver = self._drivers[key] = build_driver(config, registry=self.registry, **kwargs)
-            return driver
+    def _build(self, config: LocalSandboxConfig | DockerSandboxConfig) -> SandboxDriver:
+        kwargs: dict[str, Any] = {"host": self.docker} if config.type == "docker" else {}
+        return build_driver(config, registry=self.registry, **kwargs)
 
     async def open(self, spec: SandboxSpec, on_created: Callable[[SandboxEnvironment], None] | None = None
                    ) -> tuple[str, ExecList]:
@@ -78,8 +77,12 @@ class SandboxHost:
         recorded execs. On failure the execs so far ride on the raised exception as ``sandbox_execs``
         (a failing setup's output is what the transcript most needs). ``on_created(env)`` runs before
         anything else does (a worker installs its exec-user gates there)."""
-        driver = await self._driver_for(sandbox_config(spec.config))
-        env = await driver.create(SandboxRequest(eval_id=spec.eval_id or "", sample_id=spec.sample_id or ""))
+        driver = await self.drivers.take(sandbox_config(spec.config))
+        try:
+            env = await driver.create(SandboxRequest(eval_id=spec.eval_id or "", sample_id=spec.sample_id or ""))
+        except BaseException:
+            await self.drivers.give_back(driver)
+            raise
         handle: str = env.sandbox_id
         self._owners[handle] = driver
         if on_created is not None:
@@ -114,7 +117,10 @@ class SandboxHost:
         if driver is None:  # opened by a driver we do not track: just forget it
             self.registry.release(handle)
             return
-        await driver.destroy(env)
+        try:
+            await driver.destroy(env)
+        finally:
+            await self.drivers.give_back(driver)  # its last sandbox gone: the driver may be closed
 
     def lookup(self, handle: str) -> SandboxEnvironment:
         """The live sandbox for a handle in this process (``SandboxUnavailableError`` if gone)."""
@@ -134,11 +140,17 @@ class SandboxHost:
     async def reap(self) -> int:
         """Remove containers a dead incarnation of this host left behind (worker start)."""
         try:
-            driver = await self._driver_for(DockerSandboxConfig())
-            return await driver.reap()
-        except Exception as exc:  # no Docker here: nothing of ours can be leaked there either
+            driver = await self.drivers.take(DockerSandboxConfig())
+        except Exception as exc:  # noqa: BLE001 - no Docker here: nothing of ours can be leaked there either
             log.info("sandbox.reap_skipped", reason=str(exc))
             return 0
+        try:
+            return await driver.reap()
+        except Exception as exc:  # noqa: BLE001
+            log.info("sandbox.reap_skipped", reason=str(exc))
+            return 0
+        finally:
+            await self.drivers.give_back(driver)
 
     async def close_all(self) -> None:
         """Destroy every sandbox this host owns and release the drivers (shutdown)."""
@@ -147,9 +159,7 @@ class SandboxHost:
                 await self.close(handle)
             except Exception as exc:  # keep closing the rest
                 log.warning("sandbox.close_failed", handle=handle, error=str(exc))
-        for driver in list(self._drivers.values()):
-            await driver.aclose()
-        self._drivers.clear()
+        await self.drivers.close_all()
 
     @classmethod
     def live(cls) -> list["SandboxHost"]:
@@ -158,8 +168,8 @@ class SandboxHost:
 
     async def drop_snapshot_drivers(self, snapshot_ids: set[str]) -> None:
         """Close the drivers that opened forks of these snapshots (they are being removed)."""
-        for key, driver in list(self._drivers.items()):
+        def unaffected(driver: SandboxDriver) -> bool:
             snap = getattr(getattr(driver, "config", None), "snapshot", None)
-            if snap is not None and snap.id in snapshot_ids:
-                self._drivers.pop(key, None)
-                await driver.aclose()
+            return snap is None or snap.id not in snapshot_ids
+
+        await self.drivers.drop(unaffected)

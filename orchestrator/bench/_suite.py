@@ -28,6 +28,7 @@ DEFAULT_TIMEOUT_S = 600.0
 # Each workload's arguments at a small size: enough to run every code path the figures come from.
 QUICK: dict[str, list[str]] = {
     "agents": ["--samples", "300", "--turns", "3", "--latency", "0.2", "--ramp", "0.5"],
+    "configs": ["--sandboxes", "42", "--warmup", "14", "--concurrency", "4"],
     "dispatch": ["--sandbox", "local", "--calls", "60", "--baseline-calls", "5"],
     "exec": ["--calls", "30", "--concurrency", "8"],
     "fanout": ["--sandbox", "docker", "--samples", "8", "--stages", "3", "--baseline-stages", "1"],

@@ -37,6 +37,13 @@ async def test_the_capped_home_keeps_the_images_files(sandbox_factory):
     assert ".profile" in listing and "writable" in listing
 
 
+async def test_the_capped_home_keeps_the_images_files_for_another_configured_user(sandbox_factory):
+    # Root without capabilities may not write in the image user's home: its owner unpacks the files.
+    env = await sandbox_factory("docker", user="root")
+    listing = (await env.exec(["ls", "-A", "/home/sandbox"])).stdout
+    assert ".profile" in listing and (await env.exec(["id", "-u"])).stdout == "0\n"
+
+
 @pytest.mark.parametrize("path", ["/dev/zero", "/dev/urandom", "/tmp/zero-link", "/tmp/fifo"])
 async def test_the_editor_refuses_non_regular_files(sandbox_factory, path):
     env = await sandbox_factory("docker")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
@@ -24,6 +25,7 @@ class DockerAPI:
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="toolfleet-docker")
         self._threads = threads
         self._client: docker.DockerClient | None = None
+        self._connecting = threading.Lock()  # drivers of several configs (and loops) share one client
 
     @property
     def api(self) -> docker.APIClient:
@@ -31,18 +33,38 @@ class DockerAPI:
         return self._client.api
 
     @property
+    def threads(self) -> int:
+        return self._threads
+
+    @property
     def connected(self) -> bool:
         return self._client is not None
 
     async def connect(self) -> None:
-        def _connect() -> docker.DockerClient:
-            # Pool one HTTP connection per worker thread (hijacked exec sockets take their own).
-            kwargs: dict[str, Any] = {"max_pool_size": self._threads + 2, "timeout": 120}
-            client = docker.DockerClient(base_url=self._base_url, **kwargs) if self._base_url else docker.from_env(**kwargs)
-            client.ping()
-            return client
+        """Connect once (later calls return at once)."""
+        if self._client is not None:
+            return
 
-        self._client = await self.call(_connect)
+        def _connect() -> None:
+            with self._connecting:
+                if self._client is not None:
+                    return
+                # Pool one HTTP connection per worker thread (hijacked exec sockets take their own).
+                kwargs: dict[str, Any] = {"max_pool_size": self._threads + 2, "timeout": 120}
+                client = (docker.DockerClient(base_url=self._base_url, **kwargs) if self._base_url
+                          else docker.from_env(**kwargs))
+                client.ping()
+                self._client = client
+
+        await self.call(_connect)
+
+    def widen(self, threads: int) -> None:
+        """At least ``threads`` threads from now on: calls in flight finish on the old pool, which then ends."""
+        if threads <= self._threads:
+            return
+        old, self._threads = self._pool, threads
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="toolfleet-docker")
+        old.shutdown(wait=False)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -57,9 +79,10 @@ class DockerAPI:
         return reader, writer, sock
 
     def close(self) -> None:
-        if self._client is not None:
+        client, self._client = self._client, None
+        if client is not None:
             try:
-                self._client.close()
+                client.close()
             except DockerException:
                 pass
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -49,7 +49,8 @@ def engine_is_local(docker_host: str | None) -> bool:
 
 
 class HostListener:
-    """One listening socket per driver; ``expect(pid)`` hands over that agent's connection."""
+    """One listening socket per Docker Engine and event loop (``_docker_engine``), shared by every driver
+    there; ``expect(pid)`` hands over that agent's connection."""
 
     def __init__(self) -> None:
         self.directory = ""
@@ -96,6 +97,18 @@ class HostListener:
             writer.close()
             return
         fut.set_result((reader, writer))
+
+    def close_now(self) -> None:
+        """Close without awaiting (the listener's loop is gone): its socket and directory go."""
+        if self._server is not None:
+            try:
+                self._server.close()  # on a closed loop this just closes the listening socket
+            except (OSError, RuntimeError) as exc:
+                log.debug("sandbox.listener_close_failed", error=str(exc))
+            self._server = None
+        self._waiting.clear()
+        if self.directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
 
     async def aclose(self) -> None:
         for fut in self._waiting.values():

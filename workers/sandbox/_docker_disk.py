@@ -57,6 +57,7 @@ class DiskPlan:
     storage_opt: dict[str, str] | None = None
     tmpfs: dict[str, str] = field(default_factory=dict)
     seeds: dict[str, bytes] = field(default_factory=dict)  # path -> tar of the image's contents there
+    owners: dict[str, str] = field(default_factory=dict)  # path -> "uid:gid" its tmpfs is mounted for
 
 
 async def plan_disk(
@@ -82,6 +83,7 @@ async def plan_disk(
             if owner is not None and path not in DEFAULT_WRITABLE:
                 uid, gid, mode = owner
                 options = f"exec,size={limit},uid={uid},gid={gid},mode={mode:o}"
+                plan.owners[path] = f"{uid}:{gid}"
             if tar:
                 plan.seeds[path] = tar
         plan.tmpfs[path] = options

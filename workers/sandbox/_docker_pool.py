@@ -7,6 +7,8 @@ One ``HostSandboxes`` per process (a worker, or an embedded eval) is shared by e
   counts against one limit: a worker's ``--slots`` (``HostSandboxes.limit``), else each driver's
   ``max_sandboxes`` (a per-host cap, not per image). A sample that finds the host full evicts an
   idle spare rather than wait.
+- **Docker Engines** (``engines``, ``_docker_engine``): one client, thread pool, host socket and reaper
+  per Engine, shared by every driver and closed with the last of them.
 - **warm pools** (``ContainerPool``, one per driver): spares are pre-started only for configs that
   ask (``pool_size`` > 0) or, when ``pool_size`` is unset, for the images the host pools (the
   default sandbox image unless configured); all pools together keep at most ``max_spares``, the
@@ -27,6 +29,7 @@ import structlog
 
 from orchestrator.util._sandbox_config import DEFAULT_IMAGE
 
+from ._docker_engine import DockerEngines
 from ._docker_labels import HOST
 from ._docker_snapshot import HostSnapshots
 from ._errors import SandboxCapacityError
@@ -47,6 +50,7 @@ class HostSandboxes:
         # Containers held by any driver of this host: the reaper never touches them.
         self.held: set[str] = set()
         self.snapshots = HostSnapshots()  # the snapshots on this host's Docker and their disk budget
+        self.engines = DockerEngines(self)  # the Engines its drivers talk to, one client each
         self.configure(limit, max_spares, idle_ttl, pooled_images, owner, registries)
 
     def configure(self, limit: int | None = None, max_spares: int = DEFAULT_SPARES, idle_ttl: float = 300.0,

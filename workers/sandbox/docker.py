@@ -9,6 +9,8 @@
   pids/memory(+swap)/CPU limits, init, the image's non-root USER; the Docker socket is never mounted.
 - Labels and a reaper (``_docker_labels``); a stopped OOM-killed container is ``SandboxOutOfMemoryError``,
   an OOM-killed command in a running one ``CommandOutOfMemoryError`` (model-visible, the sample goes on).
+- One driver per distinct config, but what talks to the Engine is shared by all of them: its client,
+  thread pool, host socket and reaper (``_docker_engine``, one per Engine of a ``HostSandboxes``).
 - A pool of pre-started containers (agent already running) per (image, limits), refilled in the
   background, so ``create()`` usually takes milliseconds; every container counts against one per-host
   capacity shared by all drivers of the process, and pools are bounded together (``_docker_pool``).
@@ -26,12 +28,11 @@ from orchestrator.util._sandbox import SandboxUnavailableError
 from orchestrator.util._sandbox_config import DockerSandboxConfig
 
 from ._channel import AgentChannel, ChannelClosed, RawResult
-from ._docker_api import DockerAPI
 from ._docker_containers import KEEPALIVE, Containers, container_name
-from ._docker_direct import HostListener, engine_is_local
+from ._docker_direct import HostListener
 from ._docker_disk import DiskPlan, layer_quota_supported, plan_disk, seed_command
 from ._docker_exec import open_agent, universal_exec
-from ._docker_labels import MANAGED, container_labels, reap_reason
+from ._docker_labels import container_labels
 from ._docker_pod import Pod, pod_hosts
 from ._docker_pool import ContainerPool, HostSandboxes, host_sandboxes
 from ._docker_pull import ImagePuller
@@ -148,8 +149,11 @@ class DockerSandboxDriver(SandboxDriver):
         self.registry = registry or default_registry()  # where its sandboxes are found by handle
         self.config = config or DockerSandboxConfig()
         self.eval_id = eval_id
-        self.api = DockerAPI(self.config.docker_host, self.config.api_threads)
         self.host = host or host_sandboxes()  # the capacity, spares, identity and registries it shares
+        # The Engine's client, threads, host socket and reaper are the host's, shared by every config.
+        self.engine = self.host.engines.acquire(self.config.docker_host, self.config.api_threads)
+        self.api = self.engine.api
+        self._closed = False
         self.containers = Containers(self.api, self.host.held)
         self.puller = ImagePuller(self.api, self.host.registries)
         # A multi-service sandbox is never pooled: its services join the default container at creation.
@@ -159,25 +163,28 @@ class DockerSandboxDriver(SandboxDriver):
         self._envs: dict[str, DockerSandboxEnvironment] = {}
         self._started = False
         self._start_lock = asyncio.Lock()
-        self._reaper: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop its listener and reaper run on
         self._background: set[asyncio.Task[Any]] = set()
         self.exec_user = self.config.user or ""  # who commands run as; the image's USER unless configured
-        self.listener: HostListener | None = None  # the direct channel's host socket (None: exec stream)
+        self.listener: HostListener | None = None  # the Engine's direct-channel socket (None: exec stream)
         self.disk = DiskPlan("none", None)
 
     # --- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Connect, check the image, reap leftovers, start the periodic reaper and fill the pool."""
+        loop = asyncio.get_running_loop()
+        if self._started and self._loop is not loop:
+            await self._move_to(loop)
         async with self._start_lock:
             if self._started:
                 return
             try:
-                await self.api.connect()
+                await self.engine.connect()
                 image = await self.puller.at_start(self.config.image, self.config.pull_policy)
                 image_config = image.get("Config") or {}
                 self.exec_user = self.config.user or image_config.get("User") or ""
-                info = await self.api.call(self.api.api.info) if self.config.disk_limit else {}
+                info = await self.engine.docker_info() if self.config.disk_limit else {}
                 if self.config.snapshot is not None:  # a fork: the snapshot must be here; seed all its paths
                     await snapshot_present(self.api, self.host.snapshots, self.config.snapshot.id, self.config.image)
                 self.disk = await plan_disk(
@@ -190,23 +197,22 @@ class DockerSandboxDriver(SandboxDriver):
                 raise SandboxImageError(missing_image_message(self.config.image)) from exc
             except DockerException as exc:
                 raise SandboxUnavailableError(f"Docker is not reachable: {exc}") from exc
-            await self._start_listener()
-            await self.reap()
-            self._reaper = asyncio.get_running_loop().create_task(self._reap_periodically())
+            if self.config.direct_channel:
+                self.listener = await self.engine.listener()
+            await self.engine.reap_at_start()
+            self.engine.keep_reaping(self.config.reap_interval)
             self._started = True
+            self._loop = loop
             self.pool.refill()
 
-    async def _start_listener(self) -> None:
-        if not self.config.direct_channel or not engine_is_local(self.config.docker_host):
-            return
-        listener = HostListener()
-        try:
-            await listener.start()
-        except OSError as exc:
-            log.info("sandbox.direct_channel_unavailable", error=str(exc))
-            await listener.aclose()
-            return
-        self.listener = listener
+    async def _move_to(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Started on another event loop (embedded mode runs one per ``asyncio.run``): take this loop's
+        host socket and reaper from the Engine; the old loop's socket no longer accepts anything."""
+        self._loop, self._start_lock = loop, asyncio.Lock()
+        self.listener = None  # meanwhile: containers made now use the exec stream, not a dead socket
+        if self.config.direct_channel:
+            self.listener = await self.engine.listener()
+        self.engine.keep_reaping(self.config.reap_interval)
 
     async def create(self, spec: SandboxRequest | None = None) -> DockerSandboxEnvironment:
         spec = spec or SandboxRequest()
@@ -253,39 +259,22 @@ class DockerSandboxDriver(SandboxDriver):
             self.host.release()
 
     async def reap(self) -> int:
-        try:
-            if not self.api.connected:
-                await self.api.connect()
-            listed = await self.api.call(self.api.api.containers, all=True, filters={"label": f"{MANAGED}=1"})
-        except DockerException as exc:
-            log.warning("sandbox.reap_failed", error=str(exc))
-            return 0
-        removed = 0
-        for info in listed:
-            reason = reap_reason(info, self.host.held, owner=self.host.owner)
-            if reason is None:
-                continue
-            try:
-                await self.api.call(self.api.api.remove_container, info["Id"], force=True)
-                removed += 1
-                log.info("sandbox.reaped", container=info["Id"][:12], reason=reason)
-            except NotFound:
-                pass
-            except DockerException as exc:
-                log.warning("sandbox.reap_failed", container=info["Id"][:12], error=str(exc))
-        return removed
+        """Sweep the Engine for expired or orphaned containers (the Engine's, shared by every config)."""
+        return await self.engine.reap()
 
     async def aclose(self) -> None:
-        if self._reaper is not None:
-            self._reaper.cancel()
-        await self.pool.aclose()
-        for env in list(self._envs.values()):
-            await self.destroy(env)
-        for task in list(self._background):
-            task.cancel()
-        if self.listener is not None:
-            await self.listener.aclose()
-        self.api.close()
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self.pool.aclose()
+            for env in list(self._envs.values()):
+                await self.destroy(env)
+            for task in list(self._background):
+                task.cancel()
+        finally:
+            self.listener = None
+            await self.host.engines.release(self.engine)  # the last driver on the Engine closes it
 
     # --- containers -----------------------------------------------------------------------------
 
@@ -354,7 +343,10 @@ class DockerSandboxDriver(SandboxDriver):
     async def _seed(self, env: DockerSandboxEnvironment) -> None:
         """Copy the image's files into the capped tmpfs that now hides them (see ``_docker_disk``)."""
         for path, tar in self.disk.seeds.items():
-            raw = await env.exec_raw(seed_command(path), input=tar, timeout=60)
+            # A configured user that is not the image's (e.g. root, without capabilities) may not write in
+            # a directory the image's user owns: the directory's owner unpacks it.
+            user = self.disk.owners.get(path) if self.config.user else None
+            raw = await env.exec_raw(seed_command(path), input=tar, user=user, timeout=60)
             if raw.returncode != 0:
                 log.warning("sandbox.disk_seed_failed", path=path, error=raw.stderr[-500:].decode("utf-8", "replace"))
 
@@ -382,11 +374,6 @@ class DockerSandboxDriver(SandboxDriver):
         task = asyncio.get_running_loop().create_task(rename())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-
-    async def _reap_periodically(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.reap_interval)
-            await self.reap()
 
 
 __all__ = ["DockerSandboxDriver", "DockerSandboxEnvironment", "DockerServiceEnvironment"]
