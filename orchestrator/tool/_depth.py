@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pydantic import BaseModel
 
 MAX_ARGUMENT_DEPTH = 100
+_SCALARS = (str, int, float, bool, type(None))
 
 
 def exceeds_max_depth(value: object, max_depth: int = MAX_ARGUMENT_DEPTH) -> bool:
@@ -20,6 +21,8 @@ def exceeds_max_depth(value: object, max_depth: int = MAX_ARGUMENT_DEPTH) -> boo
     reached at a greater depth than before: YAML aliases make shared sub-trees (a tiny document can
     alias its way to billions of paths), and cycles must terminate.
     """
+    if max_depth >= 1 and isinstance(value, dict) and all(type(v) in _SCALARS for v in value.values()):
+        return False  # the common case (flat arguments), on every call's path: no walk needed
     deepest_seen: dict[int, int] = {}
     stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
