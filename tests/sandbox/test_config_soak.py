@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from typing import Any
 
 import pytest
 
@@ -181,6 +182,13 @@ async def test_drivers_of_two_configs_share_the_engine_and_the_last_closes_it(sa
     assert not os.path.exists(listener.directory)
 
 
+async def _cancel_the_rest() -> None:
+    left = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in left:
+        task.cancel()
+    await asyncio.gather(*left, return_exceptions=True)
+
+
 @pytest.mark.docker
 def test_a_driver_used_again_on_a_new_event_loop_takes_that_loops_host_socket(sandbox_image) -> None:
     """Embedded mode runs one event loop per ``asyncio.run``: a cached driver's next sandboxes reach
@@ -200,9 +208,19 @@ def test_a_driver_used_again_on_a_new_event_loop_takes_that_loops_host_socket(sa
         finally:
             await host.close(handle)
 
-    first = asyncio.run(asyncio.wait_for(open_exec_close(), 120))
-    second = asyncio.run(asyncio.wait_for(open_exec_close(), 120))
+    def on_a_new_loop(make: Any) -> Any:
+        # An explicit new loop each time, not asyncio.run: an earlier test in the session may have had
+        # nest_asyncio patch asyncio.run to reuse the running loop (inspect_ai applies it).
+        loop = asyncio.new_event_loop()
+        try:
+            return loop.run_until_complete(asyncio.wait_for(make(), 120))
+        finally:  # as asyncio.run ends: what is left on the loop (the Engine's reaper) is cancelled first
+            loop.run_until_complete(_cancel_the_rest())
+            loop.close()
+
+    first = on_a_new_loop(open_exec_close)
+    second = on_a_new_loop(open_exec_close)
     assert first[0] == second[0] == "unix"
     assert first[1] != second[1] and not os.path.exists(first[1])  # the dead loop's socket went
-    asyncio.run(host.close_all())
+    on_a_new_loop(host.close_all)
     assert not os.path.exists(second[1])
