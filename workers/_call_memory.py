@@ -34,6 +34,7 @@ from orchestrator._wire import CallOutcome
 from orchestrator.tool._tool_call import ToolCallError
 
 from . import _auth, _names
+from ._patience import patiently
 from ._replies import read_stored
 
 
@@ -159,16 +160,7 @@ class CallMemory:
 
     async def _patiently(self, op: Callable[[], Awaitable[T]]) -> T:
         """Run a Redis operation, retrying through a restart (bounded by ``redis_patience``)."""
-        loop = asyncio.get_running_loop()
-        deadline, delay = loop.time() + self._redis_patience, 0.05
-        while True:
-            try:
-                return await op()
-            except (RedisError, OSError):
-                if loop.time() + delay > deadline:
-                    raise
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+        return await patiently(op, self._redis_patience)
 
     async def _claim(self, call_id: str, ttl: float) -> bool:
         """Claimed (or already held by this process). Every claim asked for in one loop iteration — a

@@ -29,6 +29,7 @@ from redis.exceptions import RedisError
 
 from . import _auth, _names
 from ._fleet_events import FleetEvents
+from ._patience import patiently
 from ._result_store import UnstoredResults, is_out_of_memory
 
 __all__ = ["OUTCOME_TTL", "ReplySender", "parse_items", "read_stored"]
@@ -88,25 +89,22 @@ class ReplySender:
         by_channel: dict[str, list[str]] = {}
         for channel, _, item in batch:
             by_channel.setdefault(channel, []).append(item)
-        loop = asyncio.get_running_loop()
-        deadline, delay = loop.time() + self._patience, 0.05
-        while True:
-            try:
-                # One pipeline, no transaction (nothing here needs atomicity). PUBLISH first: at maxmemory
-                # Redis still publishes and refuses only the SETs, whose errors come back per command.
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    for channel, items in by_channel.items():
-                        pipe.publish(channel, f"[{','.join(items)}]")
-                    for _, call_id, item in batch:
-                        pipe.set(_names.outcome_key(call_id), item, nx=True, ex=OUTCOME_TTL)
-                    results = await pipe.execute(raise_on_error=False)
-                break
-            except (RedisError, OSError) as exc:  # Redis restarting: retry, bounded (a copy published twice is ignored)
-                if loop.time() + delay > deadline:
-                    log.error("worker.outcome_send_failed", calls=len(batch), error=str(exc)[:200])
-                    return
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+
+        async def send_all() -> list[Any]:
+            # One pipeline, no transaction (nothing here needs atomicity). PUBLISH first: at maxmemory
+            # Redis still publishes and refuses only the SETs, whose errors come back per command.
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for channel, items in by_channel.items():
+                    pipe.publish(channel, f"[{','.join(items)}]")
+                for _, call_id, item in batch:
+                    pipe.set(_names.outcome_key(call_id), item, nx=True, ex=OUTCOME_TTL)
+                return await pipe.execute(raise_on_error=False)
+
+        try:  # Redis restarting: retried, bounded (a copy published twice is ignored)
+            results = await patiently(send_all, self._patience)
+        except (RedisError, OSError) as exc:
+            log.error("worker.outcome_send_failed", calls=len(batch), error=str(exc)[:200])
+            return
         self.sent += len(batch)
         refused = [(entry, res) for entry, res in zip(batch, results[len(by_channel):]) if isinstance(res, Exception)]
         for (_, call_id, item), exc in refused:
