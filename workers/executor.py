@@ -18,7 +18,8 @@ from orchestrator._wire import CallOutcome, CallRequest, FatalError
 from orchestrator.tool._content import ContentImage, ContentText
 from orchestrator.tool._registry import ToolNotRegisteredError, rebuild_tool
 from orchestrator.tool._tool_call import ToolCallError
-from orchestrator.tool._tool_def import tool_def
+from orchestrator.tool._tool_def import ToolDef, deserialize_arguments, tool_def
+from orchestrator.tool._tool_info import parse_function
 from orchestrator.util._sandbox import (
     OutputLimitExceededError,
     SandboxEnvironment,
@@ -93,20 +94,26 @@ async def execute_call(
         if tool is None:
             if request.tool is None:
                 raise ToolNotRegisteredError(f"Tool '{request.function}' can only run in the orchestrator process.")
-            tool = rebuild_tool(request.tool)
-        definition = tool_def(tool)
-        kwargs = definition.deserialize(request.arguments)
+            # A fresh instance per call (instances never share state across calls or samples); its
+            # signature's reflection is cached per code object, so no ToolDef (a deep copy) is built.
+            rebuilt = rebuild_tool(request.tool)
+            runnable = rebuilt.tool if isinstance(rebuilt, ToolDef) else rebuilt
+            kwargs = deserialize_arguments(parse_function(runnable), request.arguments)
+        else:
+            definition = tool_def(tool)
+            runnable = definition.tool
+            kwargs = definition.deserialize(request.arguments)
         box = env if bind else _current.get()
         if box is not None and not getattr(box, "records_execs_remotely", False):
             execs = ExecList()
             recorded = RecordingSandbox(box, execs)
             with bind_sandbox(recorded, recorded_services(box, recorded, execs) if bind else _named.get()):
-                value = await _call_with_timeout(definition.tool, kwargs, request)
+                value = await _call_with_timeout(runnable, kwargs, request)
         elif bind:  # no sandbox, or one whose execs are recorded where it runs (it has no services here)
             with bind_sandbox(box):
-                value = await _call_with_timeout(definition.tool, kwargs, request)
+                value = await _call_with_timeout(runnable, kwargs, request)
         else:
-            value = await _call_with_timeout(definition.tool, kwargs, request)
+            value = await _call_with_timeout(runnable, kwargs, request)
         result = _wire_result(value)
         _enforce_result_cap(result, request.max_result_bytes)
     except ToolNotRegisteredError as exc:

@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from orchestrator._wire import CallOutcome, CallRequest, FatalError, SandboxSpec
-from orchestrator.tool._registry import not_registered_message, registered_tool_names
+from orchestrator.tool._registry import is_registered, not_registered_message
 from orchestrator.tool._tool_call import ToolCallError
 
 from . import _auth, _names, placement
@@ -88,7 +88,7 @@ async def answer_call(rt: WorkerRuntime, payload: Any, task_id: str) -> tuple[st
     # A message's own numbers, bounded (workers._bounds): a call never outlives the worker's deadline.
     request = request.model_copy(update={"timeout": call_timeout(request.timeout, rt.config.max_call_seconds),
                                          "max_result_bytes": result_bytes(request.max_result_bytes)})
-    if request.tool is not None and request.tool.name not in registered_tool_names():
+    if request.tool is not None and not is_registered(request.tool.name):
         # Only the registry built at start-up (built-ins + --import): a message never causes an import.
         now = time.time()
         fatal = FatalError(type="ToolNotRegisteredError", message=not_registered_message(request.tool.name, request.tool.module))

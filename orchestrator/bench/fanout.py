@@ -12,6 +12,8 @@ splice — the whole orchestrator path), all samples at once.
   worker processes per call during the run (steadier than calls/s on a shared machine);
 - ``redis_commands_per_call`` / ``redis_bytes_in_per_call`` / ``redis_bytes_out_per_call``: what Redis
   ran and moved per call meanwhile (INFO commandstats and stats deltas, heartbeats included);
+- ``calls_per_message``: calls per ``toolfleet.stage`` message (stages of several samples dispatched
+  together share one message per worker queue);
 - ``embedded``: the same samples x stages through the in-process dispatcher (embedded mode) over
   sandboxes of the same kind, in the same run; ``vs_embedded`` = Celery calls/s / embedded calls/s;
 - ``baseline``: the same calls as ``docker exec`` through the Engine API (exec_create + start +
@@ -112,7 +114,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for i in range(args.samples))))
         open_s = time.perf_counter() - opening
         workers_before, redis_before = fleet.worker_cpu_seconds(), fleet.redis_counters()
+        published = len(dispatcher.published)
         celery = await _phase(routes, dispatcher, args)
+        batches = list(dispatcher.published)[published:]
         cpu_workers = fleet.worker_cpu_seconds() - workers_before
         redis = fleet.redis_counters().minus(redis_before)
         baseline = None
@@ -140,6 +144,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "redis_bytes_out_per_call": round(redis.bytes_out / calls),
         "redis_cpu_ms_per_call": round(redis.cpu_s / calls * 1000, 4),
         "redis_commands_by_type_per_call": redis.per(calls),
+        # Stages dispatched in one loop tick (or while a publish was in flight) share a message per queue.
+        "calls_per_message": round(sum(c for _, c in batches) / max(1, sum(m for m, _ in batches)), 2),
         "open_sandboxes_s": round(open_s, 2),
         "embedded": embedded,
         "baseline": baseline,

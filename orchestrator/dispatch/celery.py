@@ -78,6 +78,10 @@ class CeleryDispatcherConfig(BaseModel):
                                    "events already show every task): each costs ~12% more publisher CPU per call")
     lease_ttl: float = Field(3.0, gt=0, description="seconds this orchestrator's sandbox lease outlives its last renewal")
     close_timeout: float = Field(60.0, gt=0)
+    stage_linger: float = Field(0.002, ge=0, le=0.05, description="while this many calls are in flight already "
+                                "(busy_calls), a stage waits up to this many seconds for others to share its "
+                                "message; 0: never (an idle orchestrator never waits)")
+    busy_calls: int = Field(64, ge=0, description="calls in flight from which stages linger to share messages")
     publish_timeout: float = Field(30.0, gt=0, description="how long publishing retries through a broker outage")
     secret: SecretStr | None = Field(None, description="the fleet secret (comma-separated for rotation); None: "
                                      "TOOLFLEET_SECRET or TOOLFLEET_SECRET_FILE")
@@ -183,6 +187,10 @@ class CeleryDispatcher(Dispatcher):
         self._lost: dict[str, set[str]] = {}  # host -> boot ids (process incarnations) known to be lost
         self._missing_since: dict[str, float] = {}
         self._cancels: list[tuple[str, str | None]] = []
+        self._outbox: list[_Pending] = []  # calls dispatched and not yet handed to the publisher
+        self._sender: asyncio.Task[None] | None = None
+        # (messages, calls) per publish of calls: how well stages coalesce (``bench fanout``).
+        self.published: deque[tuple[int, int]] = deque(maxlen=PLACEMENT_SAMPLES)
         self._start_lock: asyncio.Lock | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._closed = False
@@ -216,9 +224,10 @@ class CeleryDispatcher(Dispatcher):
         if self._watchdog is not None:
             self._watchdog.cancel()
             await asyncio.gather(self._watchdog, return_exceptions=True)
-        for rec in list(self._pending.values()):
+        for rec in [*self._pending.values(), *self._outbox]:
             if not rec.future.done():
                 rec.future.cancel()
+        self._outbox.clear()
         await self._flush_cancels()
         await self.placer.aclose()
         await self._listener.aclose()
@@ -243,8 +252,20 @@ class CeleryDispatcher(Dispatcher):
                 payload=request.model_dump(mode="json"), queue=queue or _names.SHARED_QUEUE,
                 host=host, boot=boot, timeout=request.timeout,
             ))
-        asyncio.ensure_future(self._send(records))
+        # Every stage dispatched this loop tick (any sample) — and while a publish is in flight —
+        # goes out together: one message per destination queue carries them all, so the per-message
+        # costs (publish, the worker's consume, ack and hand-off) are paid per batch, not per stage.
+        self._outbox.extend(records)
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.ensure_future(self._drain_outbox())
         return [rec.future for rec in records]
+
+    async def _drain_outbox(self) -> None:
+        if self.config.stage_linger and len(self._pending) >= self.config.busy_calls:
+            await asyncio.sleep(self.config.stage_linger)  # busy: many stages complete within a few ms
+        while self._outbox:
+            records, self._outbox = self._outbox, []
+            await self._send(records)
 
     async def _send(self, records: list[_Pending]) -> None:
         sendable: list[_Pending] = []
@@ -268,7 +289,9 @@ class CeleryDispatcher(Dispatcher):
         try:
             await self.start()
             await self._track(sendable)
-            await self._publisher.stage(_stage_messages(sendable, self._reply))
+            messages = _stage_messages(sendable, self._reply)
+            await self._publisher.stage(messages)
+            self.published.append((len(messages), len(sendable)))
         except Exception as exc:  # noqa: BLE001 - the broker is unreachable: the calls fail clearly
             log.error("dispatch.publish_failed", error=str(exc), calls=len(sendable))
             for rec in sendable:

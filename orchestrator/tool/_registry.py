@@ -61,6 +61,10 @@ def register_tool_factory(name: str, factory: Callable[..., Any], runs_on: RunsO
     _RUNS_ON[name] = runs_on
 
 
+def is_registered(name: str) -> bool:
+    return name in _REGISTRY
+
+
 def registered_tool_names() -> list[str]:
     return sorted(_REGISTRY)
 

@@ -233,3 +233,30 @@ async def test_every_consumed_message_is_acked(celery_dispatcher, redis_server, 
             break
         await asyncio.sleep(0.05)
     assert client.hlen("unacked") == 0 and client.zcard("unacked_index") == 0
+
+
+async def test_stages_dispatched_together_share_one_message_and_each_splices_in_order(celery_dispatcher) -> None:
+    """Stages of several samples dispatched in one loop tick go out as one message per queue; the
+    worker answers each call on the reply channel and every stage still gets its own outcomes."""
+    before = len(celery_dispatcher.published)
+    stages = [dispatch(celery_dispatcher, [request("add", {"x": 10 * s + i, "y": 1}) for i in range(3)]) for s in range(4)]
+    outcomes = [await asyncio.wait_for(asyncio.gather(*futures), 30) for futures in stages]
+    assert [[o.result for o in stage] for stage in outcomes] == [[10 * s + i + 1 for i in range(3)] for s in range(4)]
+    assert list(celery_dispatcher.published)[before:] == [(1, 12)]
+
+
+@pytest.mark.parametrize("linger, publishes", [(0.0, [(1, 2), (1, 2)]), (0.05, [(1, 4)])])
+async def test_a_busy_dispatcher_lingers_so_later_stages_share_the_message(session_worker, linger, publishes) -> None:
+    """From ``busy_calls`` calls in flight (0 here: always), a stage waits up to ``stage_linger`` for
+    others; with no linger, a stage dispatched a tick later goes in a message of its own."""
+    d = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=session_worker.broker_url, stage_linger=linger, busy_calls=0))
+    try:
+        await d.start()
+        first = dispatch(d, [request("add", {"x": i, "y": 1}) for i in range(2)])
+        await asyncio.sleep(0.01)  # a later tick (its timer fires before the linger's, however late the loop is)
+        second = dispatch(d, [request("add", {"x": i, "y": 2}) for i in range(2)])
+        results = [o.result for o in await asyncio.wait_for(asyncio.gather(*first, *second), 30)]
+        assert results == [1, 2, 2, 3]
+        assert list(d.published) == publishes
+    finally:
+        await d.aclose()
