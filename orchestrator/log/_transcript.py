@@ -27,7 +27,10 @@ class Transcript:
 
     def record(self, event: BaseEvent) -> BaseEvent:
         if event.span_id is None:
-            event.span_id = _current_span.get()
+            # Not through pydantic's __setattr__ (a few µs per event, several events per tool call):
+            # a plain optional str field of a model without validate_assignment, marked set as it would.
+            event.__dict__["span_id"] = _current_span.get()
+            event.__pydantic_fields_set__.add("span_id")
         if isinstance(event, ModelEvent) and event.input and event.input_ref is None:
             self._share_input(event)
         self.events.append(event)
