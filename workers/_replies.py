@@ -61,31 +61,47 @@ def read_stored(keyring: _auth.Keyring | None, call_id: str, value: Any) -> str 
     return None
 
 
+STREAMING_S = 0.01  # a flush this recent means outcomes are streaming in
+REPLY_LINGER_S = 0.002  # how long a streaming outcome waits for others to share its pipeline
+
+
 class ReplySender:
     """Sends outcomes from the worker's loop: everything completed in one loop iteration in one pipeline."""
 
-    def __init__(self, redis: Redis, keyring: _auth.Keyring | None, broker_url: str, patience: float = 30.0) -> None:
+    def __init__(self, redis: Redis, keyring: _auth.Keyring | None, broker_url: str, patience: float = 30.0,
+                 streaming_s: float = STREAMING_S, linger_s: float = REPLY_LINGER_S) -> None:
         self._redis = redis
+        self._streaming_s, self._linger_s = streaming_s, linger_s
         self._keyring = keyring
         self._url = broker_url
         self._kept: UnstoredResults | None = None  # outcomes Redis refused to store (maxmemory); built on first need
         self._patience = patience
         self._pending: list[tuple[str, str, str]] = []  # (channel, call_id, item json)
         self._flushing = False
+        self._flushed_at = -1e9  # loop time of the latest flush
         self.sent = 0
+        self.flushes = 0
 
     def send(self, channel: str, call_id: str, outcome_json: str) -> None:
         mac = _auth.outcome_mac(self._keyring, call_id, outcome_json) if self._keyring is not None else ""
         self._pending.append((channel, call_id, json.dumps([call_id, mac, outcome_json])))
         if not self._flushing:
             self._flushing = True
-            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._flush()))
+            loop = asyncio.get_running_loop()
+            if loop.time() - self._flushed_at < self._streaming_s:
+                # Outcomes are streaming (the last flush was moments ago): wait a little so the next
+                # ones share this pipeline; an occasional outcome goes at once.
+                loop.call_later(self._linger_s, lambda: asyncio.ensure_future(self._flush()))
+            else:
+                loop.call_soon(lambda: asyncio.ensure_future(self._flush()))
 
     async def _flush(self) -> None:
         self._flushing = False
         batch, self._pending = self._pending, []
         if not batch:
             return
+        self._flushed_at = asyncio.get_running_loop().time()
+        self.flushes += 1
         by_channel: dict[str, list[str]] = {}
         for channel, _, item in batch:
             by_channel.setdefault(channel, []).append(item)

@@ -70,3 +70,48 @@ def test_a_stored_outcome_counts_only_when_signed_for_that_call() -> None:
     assert read_stored(KEYRING, "b", good) is None  # another call's answer
     assert read_stored(KEYRING, "a", json.dumps(["a", _auth.outcome_mac(KEYRING, "a", text + " "), text])) is None
     assert read_stored(KEYRING, "a", json.dumps(["a", "", text])) is None
+
+
+async def test_streaming_outcomes_share_a_pipeline_and_an_occasional_one_goes_at_once(redis_server) -> None:
+    """A worker's first outcome after a quiet spell is flushed on the next loop tick; outcomes that
+    follow within moments of a flush wait ``REPLY_LINGER_S`` so they go out together. Every one reaches
+    the reply channel and the outcome store."""
+    import redis.asyncio as aredis
+
+    from workers._replies import ReplySender
+
+    client = aredis.Redis.from_url(redis_server.url)
+    pubsub = client.pubsub()
+    await pubsub.subscribe(REPLY)
+    await pubsub.get_message(timeout=1.0)  # the subscribe confirmation
+    # Windows wide enough that a loaded machine's scheduling cannot change what happens.
+    sender = ReplySender(client, KEYRING, redis_server.url, streaming_s=60.0, linger_s=0.5)
+    try:
+        sender.send(REPLY, "c0", '{"call_id":"c0"}')
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert sender.flushes == 1  # at once: nothing was streaming
+        for _ in range(100):  # bounded: until Redis took it
+            if sender.sent == 1:
+                break
+            await asyncio.sleep(0.01)
+        for i in range(1, 4):  # three more, each on a later tick, while "streaming"
+            sender.send(REPLY, f"c{i}", json.dumps({"call_id": f"c{i}"}))
+            await asyncio.sleep(0)
+        for _ in range(100):
+            if sender.sent == 4:
+                break
+            await asyncio.sleep(0.01)
+        assert (sender.flushes, sender.sent) == (2, 4)
+        items = []
+        for _ in range(20):
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            if message is not None:
+                items += parse_items(message["data"])
+            if len(items) == 4:
+                break
+        assert sorted(item[0] for item in items) == ["c0", "c1", "c2", "c3"]
+        assert await client.exists(*[_names.outcome_key(f"c{i}") for i in range(4)]) == 4
+    finally:
+        await pubsub.aclose()
+        await client.aclose()
