@@ -18,13 +18,19 @@ and an agent step makes no reference cycles that live long enough to reach the o
 Measured at 1,500 samples (load average ~80): generation-0 pauses median 11.7 ms with (5,000, 20)
 against 49.9 ms with (10,000, 10), the same GC CPU in all; at 5,000 samples the base's
 (100,000, 50) made one generation-1 collection of 3.5 s CPU (14.7 s wall on that machine).
+
+Generation 1 is collected every 10 generation-0 collections, not 20: CPython counts *net*
+allocations (every old object freed — a finished sample's state — takes one off the count), so while
+samples finish as others run the young generations hold more than the thresholds say. At 5,000
+samples a generation-1 collection found 150,000–240,000 objects with (5,000, 20) and typically
+85,000–130,000 with (5,000, 10) — the longest pauses, halved; the total GC CPU is the same.
 """
 
 from __future__ import annotations
 
 import gc
 
-MANY_SAMPLES_THRESHOLDS = (5_000, 20, 100_000)
+MANY_SAMPLES_THRESHOLDS = (5_000, 10, 100_000)
 
 
 def tune_gc_for_many_samples() -> tuple[int, int, int]:
