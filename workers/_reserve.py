@@ -22,14 +22,18 @@ MAX_BATCH = 256  # reservations per script call: bounds how long one call keeps 
 
 # KEYS: the m hosts' slot counters, their m heartbeat hashes, then EVAL_SLOTS, EVALS_ALIVE, EVALS_WAITING.
 # ARGV: m, alive ttl, waiting ttl, r, then per reservation: weight, eval id ('' = no fair share), the
-# fleet's capacity, k, then k (host index 1..m, tier, slots) triples, best tier first.
+# fleet's capacity, lease (1: a slot reserved ahead for the orchestrator's lease pool, 0: a caller's),
+# k, then k (host index 1..m, tier, slots) triples, best tier first.
 # Fair share first: with E evals active (holding slots with a live orchestrator, or waiting), an eval
-# holding more than capacity / E may take no more while another eval under its share waits.
+# holding more than capacity / E may take no more while another eval under its share waits. A lease
+# ask is stricter, since nobody is waiting for it: refused whenever another eval waits, or when it
+# would take the eval beyond its share; and it never marks the eval as waiting (a refused or unfilled
+# lease ask leaves the fair-share state as it found it).
 # Then, within the best tier that has room: the smallest share in use, then the most free, then the
 # earlier (the list comes shuffled). A host whose heartbeat expired or that is draining is skipped,
 # whatever the orchestrator's cached view said.
 # Returns 3 values per reservation: {host index, boot, 0}; {0, 0, 0} when no candidate has room;
-# {-1, held, fair} when over the fair share (both mark the eval as waiting).
+# {-1, held, fair} when refused for the fair share (both mark a caller's eval as waiting).
 RESERVE_BATCH_SCRIPT = """
 local m = tonumber(ARGV[1])
 local alive_ttl, waiting_ttl = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -86,22 +90,32 @@ local batch_evals, pos = {}, 5
 for q = 1, r do
   local e = ARGV[pos + 1]
   if e ~= '' then batch_evals[e] = true end
-  pos = pos + 4 + 3 * tonumber(ARGV[pos + 3])
+  pos = pos + 5 + 3 * tonumber(ARGV[pos + 4])
 end
 local out = {}
 pos = 5
 for q = 1, r do
-  local weight, eval, capacity, k = tonumber(ARGV[pos]), ARGV[pos + 1], tonumber(ARGV[pos + 2]), tonumber(ARGV[pos + 3])
-  local first = pos + 4
+  local weight, eval, capacity = tonumber(ARGV[pos]), ARGV[pos + 1], tonumber(ARGV[pos + 2])
+  local lease, k = ARGV[pos + 3] == '1', tonumber(ARGV[pos + 4])
+  local first = pos + 5
   pos = first + 3 * k
   local refused = false
-  if eval ~= '' then
+  if eval ~= '' or lease then
     if not shared then load_shares(batch_evals); shared = true end
     local n = count
-    if not active[eval] then n = n + 1 end
+    if eval ~= '' and not active[eval] then n = n + 1 end
     local fair = math.max(1, math.floor(capacity / n))
-    local mine = held[eval] or 0
-    if mine + weight > fair then
+    local mine = eval ~= '' and (held[eval] or 0) or 0
+    if lease then
+      local other = false
+      for _, w in ipairs(waiters) do
+        if w ~= eval then other = true; break end
+      end
+      if other or (eval ~= '' and mine + weight > fair) then
+        out[#out + 1] = -1; out[#out + 1] = mine; out[#out + 1] = fair
+        refused = true
+      end
+    elseif mine + weight > fair then
       for _, w in ipairs(waiters) do
         if w ~= eval and (held[w] or 0) < fair then
           mark_waiting(eval)
@@ -128,7 +142,7 @@ for q = 1, r do
       end
     end
     if best == 0 then
-      if eval ~= '' then mark_waiting(eval) end
+      if eval ~= '' and not lease then mark_waiting(eval) end
       out[#out + 1] = 0; out[#out + 1] = 0; out[#out + 1] = 0
     else
       redis.call('INCRBY', KEYS[best], weight)
@@ -150,12 +164,14 @@ return out
 @dataclass(frozen=True)
 class Ask:
     """One reservation: ``weight`` slots on one of ``candidates`` ((host, tier, slots), best tier
-    first), for ``eval_id`` ('' = no fair share) in a fleet of ``capacity`` slots."""
+    first), for ``eval_id`` ('' = no fair share) in a fleet of ``capacity`` slots. ``lease``: reserved
+    ahead for the orchestrator's pool (``_leases``), not for a caller: the script's stricter rule."""
 
     candidates: Sequence[tuple[str, int, int]]
     weight: int = 1
     eval_id: str = ""
     capacity: int = 0
+    lease: bool = False
 
 
 @dataclass(frozen=True)
@@ -189,7 +205,7 @@ def encode(asks: Sequence[Ask], alive_ttl: float, waiting_ttl: float) -> Call:
     keys += [_names.EVAL_SLOTS, _names.EVALS_ALIVE, _names.EVALS_WAITING]
     args: list[Any] = [len(hosts), alive_ttl, waiting_ttl, len(asks)]
     for ask in asks:
-        args += [ask.weight, ask.eval_id, ask.capacity, len(ask.candidates)]
+        args += [ask.weight, ask.eval_id, ask.capacity, int(ask.lease), len(ask.candidates)]
         for host, tier, slots in ask.candidates:
             args += [index[host], tier, slots]
     return Call(hosts, keys, args)
