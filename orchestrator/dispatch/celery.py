@@ -11,8 +11,9 @@
   completes; it is verified, then resolves the call's future. Nothing is polled, and nothing is
   subscribed, unsubscribed or deleted per call (stored copies expire). The declared-order splice stays
   in the orchestrator. Sandbox opens/closes still use Celery's result store (pubsub on its channels).
-* Sandbox affinity: ``open_sandbox`` reserves a slot on a live host (``workers.placement``) and sends
-  the open task to that host's queue; every call of the sample goes to the same queue.
+* Sandbox affinity: ``open_sandbox`` reserves a slot on a live host (``workers.placement``; a burst of
+  opens is mostly served from slots reserved ahead, ``placement_leases``) and sends the open task to
+  that host's queue; every call of the sample goes to the same queue.
 * Failure bounds, enforced here whatever the worker does: a per-call deadline (the tool's timeout,
   or ``max_call_seconds``, plus ``call_grace``) → ``timeout``; a host whose heartbeat expired (or that
   restarted: new boot id) → its pending calls resolve to ``sandbox_unavailable`` within
@@ -74,6 +75,9 @@ class CeleryDispatcherConfig(BaseModel):
                                   "fleet is busy (full, or this eval holds its fair share and another eval waits)")
     no_host_wait: float = Field(60.0, ge=0, description="how long open_sandbox waits while no worker host is alive "
                                 "(autoscaling from zero); at most placement_wait")
+    placement_leases: int = Field(64, ge=0, description="sandbox slots per kind of sandbox (image, pull policy, "
+                                  "eval) this orchestrator reserves ahead and hands out without a Redis round trip "
+                                  "(sized by recent demand, given back after 2 s unused); 0: every placement asks Redis")
     send_sent_events: bool = Field(False, description="Celery task-sent events (Flower's SENT state; workers' own task "
                                    "events already show every task): each costs ~12% more publisher CPU per call")
     lease_ttl: float = Field(3.0, gt=0, description="seconds this orchestrator's sandbox lease outlives its last renewal")
@@ -195,7 +199,8 @@ class CeleryDispatcher(Dispatcher):
         self._lease_setting: asyncio.Future[None] | None = None  # the SET in flight, awaited by every open meanwhile
         self._sandbox_evals: dict[str, tuple[str, int]] = {}  # sandbox handle -> (eval id, slots) for fair share
         self._waiters: dict[str, int] = {}  # eval id -> this dispatcher's placements waiting for a slot
-        self.placer = placement.Placer(self._listener.redis)  # live hosts cached briefly; slots taken by one script
+        # Live hosts cached briefly; slots taken by one script, and reserved ahead (leases) for a burst.
+        self.placer = placement.Placer(self._listener.redis, leases=self.config.placement_leases)
 
     # --- lifecycle -----------------------------------------------------------------------------
 

@@ -1,0 +1,317 @@
+"""Slot leases (workers/_leases.py, ``Placer(leases=N)``): slots reserved ahead, handed out without a
+Redis round trip, with a real Redis (and, for the dispatcher's knob, real workers).
+
+* After a burst, the next reservations are served from leases (no script call), and the slot
+  counters always equal the reservations plus the leases held; a stream of reservations keeps
+  finding leases while the pool refills in the background.
+* Fair share stays honest: a lease ask never marks its eval as waiting, is refused while another
+  eval waits, and a caller's reservation is refused for the fair share exactly as without leases.
+* Leases are given back: when idle, at ``aclose`` / ``release_leases``, when their host drains or
+  is gone (slot and eval count), when their host restarted (eval count only: its counter was reset).
+* Leasing off (0) is the placement of before: a script call per reservation tick, nothing held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+import pytest
+from redis.asyncio import Redis
+
+from workers import _names, placement
+from workers.heartbeat import HostRecord
+
+from ._helpers import local_spec
+
+pytestmark = [pytest.mark.celery, pytest.mark.timeout(120)]
+
+POLL_S = 30.0  # bound on waiting for a background give-back to show in Redis
+
+
+async def _host(redis: Redis, name: str, slots: int, draining: bool = False, boot: str | None = None) -> None:
+    record = HostRecord(host=name, queue=_names.host_queue(name), node=_names.worker_nodename(name),
+                        boot=boot or f"boot-{name}", slots=slots, ts=time.time(), draining=draining)
+    await redis.hset(_names.heartbeat_key(name), mapping=record.to_hash())
+    await redis.sadd(_names.HOSTS_SET, name)
+
+
+async def _used(redis: Redis, hosts: list[str]) -> dict[str, int]:
+    return {h: int(await redis.get(_names.slots_used_key(h)) or 0) for h in hosts}
+
+
+async def _eval_slots(redis: Redis, eval_id: str) -> int:
+    return int(await redis.hget(_names.EVAL_SLOTS, eval_id) or 0)
+
+
+async def _settled(placer: placement.Placer) -> None:
+    """Every script call in flight answered and every give-back done (bounded)."""
+    for _ in range(1000):
+        sender = placer._sender
+        if (sender is None or sender.done()) and not placer._releases:
+            return
+        if sender is not None and not sender.done():
+            await asyncio.wait_for(asyncio.shield(sender), POLL_S)
+        await asyncio.wait_for(asyncio.gather(*list(placer._releases), return_exceptions=True), POLL_S)
+    raise AssertionError("the placer never settled")
+
+
+def _leasing(redis: Redis, **kw) -> placement.Placer:  # type: ignore[no-untyped-def]
+    """A leasing Placer whose timing cannot change what a test sees: its host list and its demand
+    window last the whole test (the defaults are 1 s and 0.5 s)."""
+    kw.setdefault("hosts_ttl", 600.0)
+    kw.setdefault("lease_window_s", 600.0)
+    kw.setdefault("rng", random.Random(3))
+    return placement.Placer(redis, leases=kw.pop("leases", 64), **kw)
+
+
+async def test_after_a_burst_the_next_reservations_are_served_from_leases(own_redis) -> None:  # type: ignore[no-untyped-def]
+    redis = Redis.from_url(own_redis.url)
+    hosts = ["h1", "h2", "h3"]
+    try:
+        for name in hosts:
+            await _host(redis, name, 100)
+        placer = _leasing(redis)
+        await placer.hosts()
+        await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(20)))
+        await _settled(placer)
+        # One script call: the 20 callers' reservations, then 20 lease asks (the demand seen) after them.
+        assert [n for _, n in placer.batches] == [40]
+        assert placer.leased == 20 and placer.lease_hits == 0
+        used = await _used(redis, hosts)
+        assert sum(used.values()) == 40 and await _eval_slots(redis, "a") == 40
+        assert max(used.values()) - min(used.values()) <= 1  # leases spread like reservations
+
+        later = [await placer.reserve(eval_id="a") for _ in range(5)]
+        await _settled(placer)
+        assert len(placer.batches) == 1  # no round trip: still above the low-water mark (half of 25)
+        assert placer.lease_hits == 5 and placer.leased == 15
+        assert {h.host for h in later} <= set(hosts) and all(h.boot == f"boot-{h.host}" for h in later)
+        assert sum((await _used(redis, hosts)).values()) == 25 + 15  # reservations + leases held
+
+        # A stream, one at a time with the loop free between them: the pool refills in the background
+        # (whole blocks, each below the low-water mark) and every reservation finds a lease.
+        calls = len(placer.batches)
+        for _ in range(60):
+            await placer.reserve(eval_id="a")
+            await _settled(placer)
+        assert placer.lease_hits == 65
+        assert 1 <= len(placer.batches) - calls < 60  # refills in blocks, not one per reservation
+        assert all(n > 1 for _, n in list(placer.batches)[calls:])
+        assert sum((await _used(redis, hosts)).values()) == 85 + placer.leased
+
+        await placer.release_leases()
+        assert placer.leased == 0
+        assert sum((await _used(redis, hosts)).values()) == 85 and await _eval_slots(redis, "a") == 85
+        await placer.aclose()
+    finally:
+        await redis.aclose()
+
+
+async def test_a_lease_ask_never_marks_its_eval_waiting(own_redis) -> None:  # type: ignore[no-untyped-def]
+    redis = Redis.from_url(own_redis.url)
+    try:
+        await _host(redis, "h1", 2)
+        placer = _leasing(redis)
+        await placer.reserve(eval_id="a")  # a caller's slot and one leased
+        await _settled(placer)
+        assert placer.leased == 1 and await _used(redis, ["h1"]) == {"h1": 2}
+        await placer.reserve(eval_id="a")  # from the lease; the refill it starts finds the fleet full
+        await _settled(placer)
+        assert placer.lease_hits == 1 and placer.leased == 0 and len(placer.batches) == 2
+        assert await redis.zscore(_names.EVALS_WAITING, "a") is None  # full, but nobody waits for a lease
+        with pytest.raises(placement.NoCapacityError, match="all full"):
+            await placer.reserve(eval_id="a")
+        assert await redis.zscore(_names.EVALS_WAITING, "a") is not None  # a caller's reservation waits
+        assert await _used(redis, ["h1"]) == {"h1": 2} and await _eval_slots(redis, "a") == 2
+        await placer.aclose()
+    finally:
+        await redis.aclose()
+
+
+async def test_no_lease_while_another_eval_waits_and_none_beyond_the_fair_share(own_redis) -> None:  # type: ignore[no-untyped-def]
+    redis = Redis.from_url(own_redis.url)
+    try:
+        await _host(redis, "h1", 10)
+        await redis.zadd(_names.EVALS_WAITING, {"b": time.time() + 60})  # eval b waits for a slot
+        placer = _leasing(redis)
+        await placer.reserve(eval_id="a")  # a is under its share (5): its caller gets the slot
+        await _settled(placer)
+        assert placer.leased == 0  # ... but no slot is reserved ahead while b waits
+        assert await _used(redis, ["h1"]) == {"h1": 1} and await _eval_slots(redis, "a") == 1
+        assert await redis.zscore(_names.EVALS_WAITING, "a") is None
+        await placer.aclose()
+
+        # Nobody waits, but c holds half the fleet: a's leases stop at its share (10 / 2 = 5).
+        await redis.flushdb()
+        await _host(redis, "h1", 10)
+        await redis.set(_names.slots_used_key("h1"), 5)
+        await redis.hset(_names.EVAL_SLOTS, "c", 5)
+        await placement.keep_evals_alive(redis, ["c"])
+        placer = _leasing(redis)
+        await placer.hosts()  # cached: the three go in one script call
+        await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(3)))  # 3 callers, then 3 lease asks
+        await _settled(placer)
+        # Two lease asks fitted within a's share, the third did not: the key gave its pool back.
+        assert placer.leased == 0 and await _eval_slots(redis, "a") == 3
+        assert await _used(redis, ["h1"]) == {"h1": 8}
+        await placer.aclose()
+    finally:
+        await redis.aclose()
+
+
+async def _plan(redis: Redis, plan: list[tuple[str, int]], leases: int) -> tuple[list[str], int]:
+    """``plan`` ((eval, weight) in order) one at a time on a fresh fleet where eval b waits throughout:
+    what each got, and the leases held at the end."""
+    await redis.flushdb()
+    for name, slots in {"h1": 4, "h2": 6}.items():
+        await _host(redis, name, slots)
+    await redis.zadd(_names.EVALS_WAITING, {"b": time.time() + 60})
+    placer = placement.Placer(redis, rng=random.Random(7), leases=leases)
+    out = []
+    for eval_id, weight in plan:
+        try:
+            out.append((await placer.reserve(eval_id=eval_id, weight=weight)).host)
+        except placement.FairShareError as exc:
+            out.append(f"fair-share: {exc}")
+        except placement.NoCapacityError:
+            out.append("full")
+        await _settled(placer)
+    held = placer.leased
+    await placer.aclose()
+    return out, held
+
+
+async def test_a_callers_fair_share_refusal_is_the_same_with_leases(own_redis) -> None:  # type: ignore[no-untyped-def]
+    redis = Redis.from_url(own_redis.url)
+    try:
+        plan = [("a", 1), ("a", 1), ("c", 2), ("a", 1), ("a", 1), ("b", 1), ("c", 1), ("c", 1), ("b", 2), ("a", 1)]
+        without, _ = await _plan(redis, plan, leases=0)
+        with_leases, held = await _plan(redis, plan, leases=64)
+        assert with_leases == without and held == 0  # b waits throughout: nothing is ever leased
+        assert [i for i, got in enumerate(with_leases) if got.startswith("fair-share")] == [4, 7]
+        assert "eval 'a' holds 3 of its 3 slots" in with_leases[4]
+    finally:
+        await redis.aclose()
+
+
+async def test_idle_leases_go_back_and_aclose_gives_back_every_lease(own_redis) -> None:  # type: ignore[no-untyped-def]
+    redis = Redis.from_url(own_redis.url)
+    try:
+        await _host(redis, "h1", 40)
+        placer = _leasing(redis, lease_idle_s=0.3)
+        await placer.hosts()  # cached: the reservations below go in one script call
+        await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(4)))
+        await _settled(placer)
+        assert placer.leased == 4 and await _used(redis, ["h1"]) == {"h1": 8}
+        deadline = time.monotonic() + POLL_S  # given back by the sweeper: poll, bounded
+        while (placer.leased or await _used(redis, ["h1"]) != {"h1": 4}) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert placer.leased == 0 and await _used(redis, ["h1"]) == {"h1": 4} and await _eval_slots(redis, "a") == 4
+
+        other = _leasing(redis)  # the default idle time: only aclose gives these back in time
+        await other.hosts()
+        await asyncio.gather(*(other.reserve(eval_id="a") for _ in range(6)))
+        await _settled(other)
+        assert other.leased == 6 and await _used(redis, ["h1"]) == {"h1": 4 + 12}
+        await other.aclose()
+        assert other.leased == 0 and await _used(redis, ["h1"]) == {"h1": 10} and await _eval_slots(redis, "a") == 10
+        await placer.aclose()
+    finally:
+        await redis.aclose()
+
+
+async def test_a_caller_that_gives_up_in_flight_leaks_no_slot_with_leases(own_redis) -> None:  # type: ignore[no-untyped-def]
+    redis = Redis.from_url(own_redis.url)
+    try:
+        await _host(redis, "h1", 4)
+        placer = _leasing(redis)
+        await placer.hosts()
+        task = asyncio.ensure_future(placer.reserve(eval_id="a"))
+        await asyncio.sleep(0)  # asked (with a lease ask after it): the script call is on its way
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await _settled(placer)
+        assert placer.leased == 1 and await _used(redis, ["h1"]) == {"h1": 1}  # only the lease is held
+        await placer.aclose()
+        assert await _used(redis, ["h1"]) == {"h1": 0} and await _eval_slots(redis, "a") == 0
+    finally:
+        await redis.aclose()
+
+
+async def test_leases_on_a_draining_gone_or_restarted_host_are_not_handed_out(own_redis) -> None:  # type: ignore[no-untyped-def]
+    redis = Redis.from_url(own_redis.url)
+    hosts = ["h1", "h2", "h3"]
+    try:
+        for name in hosts:
+            await _host(redis, name, 20)
+        placer = _leasing(redis)
+        await placer.hosts()
+        got = await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(6)))
+        await _settled(placer)
+        mine = {h: sum(1 for g in got if g.host == h) for h in hosts}
+        assert await _used(redis, hosts) == {"h1": 4, "h2": 4, "h3": 4}  # 6 reservations, 6 leases, spread
+        leased = {h: 4 - mine[h] for h in hosts}
+        assert all(leased.values())
+
+        await _host(redis, "h2", 20, draining=True)
+        await redis.delete(_names.heartbeat_key("h3"))  # h3's heartbeat expired: gone
+        await redis.srem(_names.HOSTS_SET, "h3")
+        await placer.hosts(fresh=True)  # the list says so: those leases go back, slot and eval count
+        await _settled(placer)
+        assert placer.leased == leased["h1"]
+        assert await _used(redis, hosts) == {"h1": 4, "h2": mine["h2"], "h3": mine["h3"]}
+        assert await _eval_slots(redis, "a") == 6 + leased["h1"]
+        served = [await placer.reserve(eval_id="a") for _ in range(leased["h1"])]
+        assert {h.host for h in served} == {"h1"} and placer.lease_hits == leased["h1"]
+        await _settled(placer)
+
+        # h1 restarts (new boot; its counter reset, then another orchestrator takes 3 slots there).
+        assert placer.leased > 0  # the refill the hits started (on h1, the only host left)
+        await _host(redis, "h1", 20, boot="boot-h1-again")
+        await redis.set(_names.slots_used_key("h1"), 3)
+        await placer.hosts(fresh=True)
+        await _settled(placer)
+        assert placer.leased == 0
+        assert await _used(redis, ["h1"]) == {"h1": 3}  # its reset counter is not decremented
+        assert await _eval_slots(redis, "a") == 6 + leased["h1"]  # the eval's count is
+        await placer.aclose()
+    finally:
+        await redis.aclose()
+
+
+async def test_leasing_off_is_one_script_call_per_tick_and_holds_nothing(own_redis) -> None:  # type: ignore[no-untyped-def]
+    redis = Redis.from_url(own_redis.url)
+    try:
+        await _host(redis, "h1", 40)
+        placer = placement.Placer(redis, hosts_ttl=600.0, leases=0)
+        await placer.hosts()
+        await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(12)))
+        for _ in range(5):
+            await placer.reserve(eval_id="a")
+        assert [n for _, n in placer.batches] == [12, 1, 1, 1, 1, 1]
+        assert placer.leased == 0 and placer.lease_hits == 0
+        assert await _used(redis, ["h1"]) == {"h1": 17} and await _eval_slots(redis, "a") == 17
+        await placer.aclose()
+    finally:
+        await redis.aclose()
+
+
+@pytest.mark.parametrize("leases", [0, 64])
+async def test_the_dispatchers_knob(fleet, leases: int) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.dispatch import CeleryDispatcher, CeleryDispatcherConfig
+
+    worker = fleet.worker(slots=8)
+    d = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=fleet.redis.url, placement_leases=leases))
+    client = fleet.redis.client()
+    try:
+        routes = await asyncio.gather(*(d.open_sandbox(local_spec(f"s{i}")) for i in range(3)))
+        assert int(client.get(_names.slots_used_key(worker.host))) == 3 + d.placer.leased
+        assert (d.placer.leased + d.placer.lease_hits > 0) == (leases > 0)
+        for route in routes:
+            await d.close_sandbox(route)
+    finally:
+        await d.aclose()
+    assert int(client.get(_names.slots_used_key(worker.host)) or 0) == 0  # aclose gave the leases back
+
