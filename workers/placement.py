@@ -198,6 +198,17 @@ class Placer:
                 self._by_name = {h.host: h for h in self._hosts}
                 self._give_back_leases(*self._leases.on_hosts(self._by_name, self._fetched))
 
+    def host_draining(self, host: str) -> None:
+        """``host`` refused a sandbox as draining: the cached list says so until its next read, and the
+        leases on it go back."""
+        record = self._by_name.get(host)
+        if record is None or record.draining:
+            return
+        record = record.model_copy(update={"draining": True})
+        self._hosts = [record if h.host == host else h for h in self._hosts]
+        self._by_name[host] = record
+        self._give_back_leases(*self._leases.on_hosts(self._by_name, self._fetched))
+
     async def aclose(self) -> None:
         """Stop a background re-read of the hosts, if one is running; stop leasing and give every
         leased slot back (those of lease asks still in flight too)."""

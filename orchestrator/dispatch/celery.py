@@ -59,6 +59,7 @@ log = structlog.get_logger("toolfleet.dispatch")
 SANDBOX_WAIT_SOURCE = "sandbox_wait"  # info events: a sample waits for a sandbox slot / stopped waiting
 MAX_SETUP_EXECS = 100  # what a worker's open answer may carry (the worker keeps the same bound)
 PLACEMENT_SAMPLES = 100_000  # placement latencies kept (a float each)
+DRAINING_RETRIES = 3  # an open refused by a host that began draining since it was chosen: placed again this often
 
 
 class CeleryDispatcherConfig(BaseModel):
@@ -418,19 +419,27 @@ class CeleryDispatcher(Dispatcher):
         redis = self._listener.redis
         weight = placement.slot_weight(spec.config)  # one slot per container of the sandbox
         only = ((spec.config or {}).get("snapshot") or {}).get("host")  # a fork goes where its snapshot is
-        try:
-            host = await self._place(redis, _images(spec.config), (spec.config or {}).get("pull_policy", "missing"), weight,
-                                     spec.eval_id, spec.sample_id, only)
-        except (RedisError, OSError) as exc:
-            raise SandboxUnavailableError(f"Sandbox placement failed: the broker is unreachable ({exc}).") from exc
-        try:
-            await self._hold_lease()
-            meta = await self._lifecycle_task("open", _names.TASK_OPEN_SANDBOX, [spec.model_dump(mode="json"), self.client_id],
-                                              host.queue, host.host, host.boot)
-        except BaseException:
-            await self._release(host.host, weight, spec.eval_id)
-            raise
-        answer = meta.get("result") if meta.get("status") == "SUCCESS" else None
+        for attempt in range(DRAINING_RETRIES + 1):
+            try:
+                host = await self._place(redis, _images(spec.config), (spec.config or {}).get("pull_policy", "missing"),
+                                         weight, spec.eval_id, spec.sample_id, only)
+            except (RedisError, OSError) as exc:
+                raise SandboxUnavailableError(f"Sandbox placement failed: the broker is unreachable ({exc}).") from exc
+            try:
+                await self._hold_lease()
+                meta = await self._lifecycle_task("open", _names.TASK_OPEN_SANDBOX,
+                                                  [spec.model_dump(mode="json"), self.client_id], host.queue, host.host, host.boot)
+            except BaseException:
+                await self._release(host.host, weight, spec.eval_id)
+                raise
+            answer = meta.get("result") if meta.get("status") == "SUCCESS" else None
+            if only is None and attempt < DRAINING_RETRIES and _refused_draining(answer):
+                # The host began draining after placement last saw it (a cached host list, a leased
+                # slot): give the slot back, let placement know, and place the sandbox again.
+                await self._release(host.host, weight, spec.eval_id)
+                self.placer.host_draining(host.host)
+                continue
+            break
         execs, dropped = _setup_execs(answer)
         if not isinstance(answer, dict) or "handle" not in answer:
             await self._release(host.host, weight, spec.eval_id)
@@ -663,6 +672,11 @@ class CeleryDispatcher(Dispatcher):
                 for rec in lost:
                     self._resolve(rec, _error_outcome(rec.task_id, "sandbox_unavailable",
                         f"The call was lost when the broker restarted and could not be sent again ({exc})."))
+
+
+def _refused_draining(answer: Any) -> bool:
+    """Whether a worker's open answer is its refusal as a draining host (``workers.tasks.run_open``)."""
+    return isinstance(answer, dict) and isinstance(answer.get("error"), dict) and answer["error"].get("type") == "draining"
 
 
 def _images(config: dict[str, Any] | None) -> list[str] | None:

@@ -315,3 +315,44 @@ async def test_the_dispatchers_knob(fleet, leases: int) -> None:  # type: ignore
         await d.aclose()
     assert int(client.get(_names.slots_used_key(worker.host)) or 0) == 0  # aclose gave the leases back
 
+
+async def test_an_open_refused_by_a_host_that_began_draining_is_placed_again(fleet, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A leased slot (or a cached host list) can name a host that began draining since: the worker
+    refuses the open, and the dispatcher gives the slot back and places the sandbox elsewhere."""
+    import signal
+
+    from orchestrator.dispatch import CeleryDispatcher, CeleryDispatcherConfig
+
+    from ._helpers import BOUND, dispatch, request, starts
+
+    leaving = fleet.worker(slots=4)
+    d = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=fleet.redis.url, placement_wait=0.0))
+    d.placer._ttl = 600.0  # the cached list never re-read: it will still say `leaving` takes sandboxes
+    client = fleet.redis.client()
+    try:
+        route = await d.open_sandbox(local_spec("first"))  # and a slot leased on `leaving`
+        assert d.placer.leased == 1
+        staying = fleet.worker(slots=4)
+        log = str(tmp_path / "log")
+        [fut] = dispatch(d, [request("record", {"path": log, "label": "busy", "delay": 2.0}, sandbox=route.sandbox)], route)
+        for _ in range(1500):  # bounded (30 s): a running call keeps the draining worker alive
+            if starts(log, "busy"):
+                break
+            await asyncio.sleep(0.02)
+        leaving.proc.send_signal(signal.SIGTERM)
+        for _ in range(1500):
+            if client.hget(_names.heartbeat_key(leaving.host), "draining") == b"1":
+                break
+            await asyncio.sleep(0.01)
+        placed = await d.open_sandbox(local_spec("second"))  # the lease on `leaving`: refused, placed again
+        assert _names.host_of_queue(placed.queue) == staying.host
+        assert d.placer.lease_hits == 1
+        await _settled(d.placer)
+        # `leaving` holds the first sandbox only (its lease given back); `staying` the second and any
+        # slots leased since (the refill of the second placement, depending on timing).
+        assert int(client.get(_names.slots_used_key(leaving.host))) == 1
+        assert int(client.get(_names.slots_used_key(staying.host))) == 1 + d.placer.leased
+        assert (await asyncio.wait_for(fut, BOUND)).result == "busy"
+        await d.close_sandbox(placed)
+    finally:
+        await d.aclose()
