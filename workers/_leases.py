@@ -8,11 +8,17 @@ those slots without a round trip.
 
 What keeps it honest:
 
-* Sized by demand: a key's pool aims at the reservations it saw in the last ``WINDOW_S`` (capped per
-  key and in total), and is refilled in the background once what it holds and has asked for falls
-  below half of that, so a steady stream of opens keeps finding a slot.
-* Fair share: a lease ask never marks its eval as waiting and is refused whenever another eval waits
-  or the eval would pass its share (the script's ``lease`` flag); a refused key gives its pool back.
+* Sized by demand: a key's pool aims at the reservations it saw in the last ``WINDOW_S`` — or, after
+  reservations found it empty, at 2 to the power of those misses (slow start: one stray reservation
+  leases 2, a burst reaches the cap within a few) — capped per key and in total, and is refilled in
+  the background once what it holds and has asked for falls below three quarters of that, so a
+  steady stream of opens keeps finding a slot, and so does the next wave of a bursty one (an eval's
+  opens come in waves: a hundred samples admitted at once finish opening at about the same time,
+  and their next samples ask together; the window spans the lull between two waves). A reservation that finds the pool empty while lease asks of its
+  key are in flight waits for one of their answers rather than asking after them.
+* Fair share: a lease ask never marks its eval as waiting, gets nothing beyond the eval's share, and
+  is refused whenever another eval waits (the script's ``lease`` flag): then the key gives its pool
+  back, so the slots go to the eval that waits.
 * Bounded in time: a slot held ``IDLE_S`` without being handed out goes back.
 
 This module is the state only (no I/O): ``Placer`` sends the asks and gives slots back in Redis.
@@ -23,11 +29,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .heartbeat import HostRecord
 
-IDLE_S = 2.0  # a leased slot not handed out within this long goes back to the fleet
-WINDOW_S = 0.5  # a key's pool aims at the reservations it saw this recently
+IDLE_S = 3.0  # a leased slot not handed out within this long goes back to the fleet
+WINDOW_S = 3.0  # a key's pool aims at the reservations it saw this recently (and counts its misses this long)
 BACKOFF_S = 0.5  # after a lease ask was refused (fair share) or found no room, no more for this long
 TOTAL_KEYS = 4  # leases held in total: at most this many keys' worth (per-key cap times this)
 
@@ -39,15 +46,16 @@ def lease_key(image: str | Sequence[str] | None, pull_policy: str, eval_id: str 
     return (images or None, pull_policy, eval_id or "")
 
 
-def refill_size(recent: int, held: int, asked: int, cap: int, room: int) -> int:
+def refill_size(recent: int, misses: int, held: int, asked: int, cap: int, room: int) -> int:
     """Slots to ask for ahead now for one key. Pure; table-tested.
 
-    ``recent``: its reservations in the last window (the demand); ``held``: leases in its pool;
-    ``asked``: lease asks in flight; ``cap``: its bound; ``room``: what the total bound still allows.
-    The target is the recent demand (capped); nothing is asked while held + asked is at least half of
+    ``recent``: its reservations in the last window (the demand); ``misses``: those that found the
+    pool empty; ``held``: leases in its pool; ``asked``: lease asks in flight; ``cap``: its bound;
+    ``room``: what the total bound still allows. The target is the recent demand, or 2 ** misses if
+    more (slow start), capped; nothing is asked while held + asked is at least three quarters of
     it (the low-water mark), so refills go out in blocks, not one per reservation."""
-    target = min(cap, recent)
-    if target <= 0 or held + asked >= (target + 1) // 2:
+    target = min(cap, max(recent, 2 ** min(misses, 16) if misses else 0))
+    if target <= 0 or held + asked >= (3 * target + 3) // 4:
         return 0
     return max(0, min(target - held - asked, room))
 
@@ -66,6 +74,8 @@ class Lease:
 class _Pool:
     leases: deque[Lease] = field(default_factory=deque)
     asks: deque[float] = field(default_factory=deque)  # when its recent reservations were asked
+    misses: deque[float] = field(default_factory=deque)  # ... and those that found the pool empty
+    waiters: deque[Any] = field(default_factory=deque)  # reservations waiting for a lease ask's answer
     in_flight: int = 0  # lease asks sent, not answered yet
     quiet_until: float = -1e9  # no lease asks before this (after a refusal)
     due: bool = False  # a reservation since the last refill check
@@ -81,7 +91,8 @@ class Leases:
         self.idle_s, self.window_s, self.backoff_s = idle_s, window_s, backoff_s
         self._pools: dict[LeaseKey, _Pool] = {}
         self.closed = False
-        self.hits = 0  # reservations served from a lease
+        self.hits = 0  # reservations served from a lease at once
+        self.waited = 0  # reservations served by a lease ask's answer they waited for
 
     @property
     def enabled(self) -> bool:
@@ -101,6 +112,52 @@ class Leases:
         while pool.asks and pool.asks[0] < now - self.window_s:
             pool.asks.popleft()
         pool.due = True
+
+    def missed(self, key: LeaseKey, now: float) -> None:
+        """A reservation of ``key`` found no usable lease (the slow start counts these)."""
+        pool = self._pools.setdefault(key, _Pool())
+        pool.misses.append(now)
+        while pool.misses and pool.misses[0] < now - self.window_s:
+            pool.misses.popleft()
+
+    def wait(self, key: LeaseKey, waiter: Any) -> bool:
+        """Queue ``waiter`` (a future) for the answer of a lease ask of ``key`` in flight, if one is not
+        already promised to another waiter; False: none to wait for (ask Redis yourself)."""
+        pool = self._pools.get(key)
+        if pool is None or not self.enabled:
+            return False
+        pool.waiters = deque(w for w in pool.waiters if not w.done())
+        if pool.in_flight <= len(pool.waiters):
+            return False
+        pool.waiters.append(waiter)
+        return True
+
+    def waiter(self, key: LeaseKey) -> Any | None:
+        """The next reservation waiting for a lease of ``key`` (still waiting), taken off; None: none."""
+        pool = self._pools.get(key)
+        while pool is not None and pool.waiters:
+            waiter = pool.waiters.popleft()
+            if not waiter.done():
+                return waiter
+        return None
+
+    def handed(self, key: LeaseKey) -> None:
+        """A lease ask's answer went straight to a waiting reservation (``waiter``)."""
+        pool = self._pools.get(key)
+        if pool is not None:
+            pool.in_flight = max(0, pool.in_flight - 1)
+        self.waited += 1
+
+    def stranded(self, key: LeaseKey) -> list[Any]:
+        """Waiters left with no lease ask in flight to answer them (they must ask Redis themselves)."""
+        pool = self._pools.get(key)
+        if pool is None or pool.in_flight >= len(pool.waiters):
+            return []
+        out = [w for w in pool.waiters if not w.done()]
+        keep = max(0, pool.in_flight)
+        out, kept = out[keep:], out[:keep]
+        pool.waiters = deque(kept)
+        return out
 
     def take(self, key: LeaseKey, alive: Mapping[str, HostRecord],
              fetched: float) -> tuple[Lease | None, list[Lease], list[Lease]]:
@@ -129,8 +186,9 @@ class Leases:
         if not self.enabled or now < pool.quiet_until:
             return 0
         recent = sum(1 for t in pool.asks if t >= now - self.window_s)
+        misses = sum(1 for t in pool.misses if t >= now - self.window_s)
         room = self.total - self.held - self._in_flight()
-        return refill_size(recent, len(pool.leases), pool.in_flight, self.per_key, room)
+        return refill_size(recent, misses, len(pool.leases), pool.in_flight, self.per_key, room)
 
     def refills(self, now: float) -> list[tuple[LeaseKey, int]]:
         """The lease asks to send now, per key asked for since the last check (counted as in flight)."""
@@ -178,7 +236,9 @@ class Leases:
                 out.append(pool.leases.popleft())
             while pool.asks and pool.asks[0] < now - self.window_s:
                 pool.asks.popleft()
-            if not pool.leases and not pool.in_flight and not pool.asks and now >= pool.quiet_until:
+            while pool.misses and pool.misses[0] < now - self.window_s:
+                pool.misses.popleft()
+            if not pool.leases and not pool.in_flight and not pool.asks and not pool.waiters and now >= pool.quiet_until:
                 del self._pools[key]
         return out
 

@@ -26,14 +26,15 @@ MAX_BATCH = 256  # reservations per script call: bounds how long one call keeps 
 # k, then k (host index 1..m, tier, slots) triples, best tier first.
 # Fair share first: with E evals active (holding slots with a live orchestrator, or waiting), an eval
 # holding more than capacity / E may take no more while another eval under its share waits. A lease
-# ask is stricter, since nobody is waiting for it: refused whenever another eval waits, or when it
-# would take the eval beyond its share; and it never marks the eval as waiting (a refused or unfilled
-# lease ask leaves the fair-share state as it found it).
+# ask is stricter, since nobody is waiting for it: refused whenever another eval waits, and given
+# nothing (as if no host had room) when it would take the eval beyond its share; it never marks the
+# eval as waiting (a refused or unfilled lease ask leaves the fair-share state as it found it).
 # Then, within the best tier that has room: the smallest share in use, then the most free, then the
 # earlier (the list comes shuffled). A host whose heartbeat expired or that is draining is skipped,
 # whatever the orchestrator's cached view said.
 # Returns 3 values per reservation: {host index, boot, 0}; {0, 0, 0} when no candidate has room;
-# {-1, held, fair} when refused for the fair share (both mark a caller's eval as waiting).
+# {-1, held, fair} when refused for the fair share (both mark a caller's eval as waiting; for a
+# lease ask, -1 means another eval waits: the orchestrator gives that eval's leases back).
 RESERVE_BATCH_SCRIPT = """
 local m = tonumber(ARGV[1])
 local alive_ttl, waiting_ttl = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -111,8 +112,11 @@ for q = 1, r do
       for _, w in ipairs(waiters) do
         if w ~= eval then other = true; break end
       end
-      if other or (eval ~= '' and mine + weight > fair) then
+      if other then
         out[#out + 1] = -1; out[#out + 1] = mine; out[#out + 1] = fair
+        refused = true
+      elseif eval ~= '' and mine + weight > fair then
+        out[#out + 1] = 0; out[#out + 1] = 0; out[#out + 1] = 0
         refused = true
       end
     elseif mine + weight > fair then

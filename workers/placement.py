@@ -122,6 +122,10 @@ HOSTS_TTL_S = 1.0  # how stale one orchestrator's list of live hosts may be (the
 STALE_HOSTS_S = 10.0  # a list older than this is re-read before use, not in the background
 SAMPLE = 32  # candidates per tier offered to the script: the least loaded of a random 32 (a full scan if none fits)
 SETTLE_S = 5.0  # how long giving the leases back waits for lease asks still in flight
+# A lease is handed out only by a host list read this recently (or within the list's TTL, if longer):
+# the script is not asked whether its host still lives. A dead host's heartbeat lingers for its TTL
+# (10 s by default) anyway, and a host that began draining refuses the open, which is placed again.
+LEASE_HOSTS_S = 3.0
 
 
 class Placer:
@@ -168,16 +172,21 @@ class Placer:
 
     @property
     def lease_hits(self) -> int:
-        """Reservations served from a lease so far (no round trip)."""
+        """Reservations served from a lease so far, at once (no round trip)."""
         return self._leases.hits
+
+    @property
+    def lease_waits(self) -> int:
+        """Reservations served by the answer of a lease ask in flight they waited for."""
+        return self._leases.waited
 
     async def hosts(self, fresh: bool = False) -> list[HostRecord]:
         loop = asyncio.get_running_loop()
         if self._refresh is None:
             self._refresh = asyncio.Lock()
         age = loop.time() - self._fetched
-        # With leases, re-read at half the TTL: a lease is handed out only by a list younger than the
-        # TTL (the script is not asked whether its host still lives), so a burst keeps one fresh.
+        # With leases, re-read at half the TTL: a lease is handed out only by a recent list (the script
+        # is not asked whether its host still lives), so a burst keeps one fresh.
         due = self._ttl / 2 if self._leases.enabled else self._ttl
         if not fresh and age > due and self._hosts and self._ttl > 0 and age < STALE_HOSTS_S:
             # Stale but recent: use it now and read it again in the background (the script checks
@@ -250,14 +259,20 @@ class Placer:
         if weight == 1 and only is None and self._leases.enabled:
             key = lease_key(image, pull_policy, eval_id)
             self._leases.asked(key, start)
-            # Only by a list read within the TTL (or for this very reservation): it is all that says
-            # the lease's host still lives and is not draining.
-            if self._fetched >= start or loop.time() - self._fetched <= self._ttl:
+            # Only by a recent list (or one read for this very reservation): it is all that says the
+            # lease's host still lives and is not draining.
+            if self._fetched >= start or loop.time() - self._fetched <= max(self._ttl, LEASE_HOSTS_S):
                 held = self._from_lease(key)
                 if held is not None:
                     if self._leases.wants(key, loop.time()):
                         self._wake_sender()  # refill in the background: later reservations hit too
                     return held
+            self._leases.missed(key, loop.time())
+            waiter: asyncio.Future[tuple[HostRecord, float] | None] = loop.create_future()
+            if self._leases.wait(key, waiter):  # a lease ask in flight comes sooner than an ask sent after it
+                got = await waiter
+                if got is not None:
+                    return got
         for fresh in (False, True):
             if fresh:
                 hosts = await self.hosts(fresh=True)  # full by the cached view: a host may have joined
@@ -314,6 +329,8 @@ class Placer:
             candidates = [(h.host, tier, h.slots) for tier, group in enumerate(groups) for h in group[: self._sample]]
             if not candidates or (images and len(tiers) == 1):
                 self._leases.unsent(key, n)  # no cached host can get the image(s): callers ask themselves
+                for stranded in self._leases.stranded(key):
+                    stranded.set_result(None)
                 continue
             ask = _reserve.Ask(candidates, 1, eval_id, capacity, lease=True)
             out += [(ask, key)] * n
@@ -387,23 +404,40 @@ class Placer:
                 future.set_result(result)
 
     def _leased_answer(self, key: LeaseKey, ask: _reserve.Ask, result: Any) -> None:
-        """A lease ask's answer: the slot goes to its key's pool (or back, when not kept)."""
+        """A lease ask's answer: the slot goes to a reservation of its key waiting for it, else to the
+        key's pool (or back, when not kept). Waiters no lease ask in flight can answer any more are
+        told to ask Redis themselves."""
         answer = result if isinstance(result, _reserve.Answer) else _reserve.Answer()
         lease = Lease(answer.host, answer.boot or "", ask.eval_id, answer.at) if answer.host is not None else None
-        kept, dropped = self._leases.answered(key, lease, answer.fair_share is not None,
-                                              asyncio.get_running_loop().time())
-        if lease is not None and not kept:
-            dropped.append(lease)
-        self._give_back_leases(dropped, [])
-        if kept and (self._sweeper is None or self._sweeper.done()):
-            self._sweeper = asyncio.ensure_future(self._sweep())
+        record = self._by_name.get(lease.host) if lease is not None else None
+        waiter = self._leases.waiter(key) if record is not None else None
+        if lease is not None and record is not None and waiter is not None:
+            self._leases.handed(key)
+            if record.boot != lease.boot:
+                record = record.model_copy(update={"boot": lease.boot})
+            waiter.set_result((record, answer.at))
+        else:
+            kept, dropped = self._leases.answered(key, lease, answer.fair_share is not None,
+                                                  asyncio.get_running_loop().time())
+            if lease is not None and not kept:
+                dropped.append(lease)
+            self._give_back_leases(dropped, [])
+            if kept and (self._sweeper is None or self._sweeper.done()):
+                self._sweeper = asyncio.ensure_future(self._sweep())
+        for stranded in self._leases.stranded(key):
+            stranded.set_result(None)
 
     async def _sweep(self) -> None:
-        """While leases are held: give back those held ``IDLE_S`` without being handed out."""
+        """While leases are held: give back those held ``IDLE_S`` without being handed out, and keep
+        the host list fresh (after a lull, the next reservation still finds its lease usable)."""
         loop = asyncio.get_running_loop()
         while self._leases.held:
             await asyncio.sleep(self._leases.idle_s / 4)
             await self._release_now(self._leases.expired(loop.time()), [])
+            try:
+                await self.hosts()  # re-read in the background once half its TTL old
+            except Exception:  # noqa: BLE001 - best effort: a reservation re-reads it too
+                pass
 
     def _give_back_leases(self, gone: list[Lease], restarted: list[Lease]) -> None:
         if gone or restarted:

@@ -58,10 +58,11 @@ async def _settled(placer: placement.Placer) -> None:
 
 
 def _leasing(redis: Redis, **kw) -> placement.Placer:  # type: ignore[no-untyped-def]
-    """A leasing Placer whose timing cannot change what a test sees: its host list and its demand
-    window last the whole test (the defaults are 1 s and 0.5 s)."""
+    """A leasing Placer whose timing cannot change what a test sees, however loaded the machine: its
+    host list, its demand window and its leases last the whole test (by default 1 s, 3 s and 3 s)."""
     kw.setdefault("hosts_ttl", 600.0)
     kw.setdefault("lease_window_s", 600.0)
+    kw.setdefault("lease_idle_s", 600.0)
     kw.setdefault("rng", random.Random(3))
     return placement.Placer(redis, leases=kw.pop("leases", 64), **kw)
 
@@ -76,19 +77,20 @@ async def test_after_a_burst_the_next_reservations_are_served_from_leases(own_re
         await placer.hosts()
         await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(20)))
         await _settled(placer)
-        # One script call: the 20 callers' reservations, then 20 lease asks (the demand seen) after them.
-        assert [n for _, n in placer.batches] == [40]
-        assert placer.leased == 20 and placer.lease_hits == 0
+        # One script call: the 20 callers' reservations, then the lease asks after them (20 found the
+        # pool empty: slow start reaches the cap of 64 at once).
+        assert [n for _, n in placer.batches] == [20 + 64]
+        assert placer.leased == 64 and placer.lease_hits == 0
         used = await _used(redis, hosts)
-        assert sum(used.values()) == 40 and await _eval_slots(redis, "a") == 40
+        assert sum(used.values()) == 84 and await _eval_slots(redis, "a") == 84
         assert max(used.values()) - min(used.values()) <= 1  # leases spread like reservations
 
         later = [await placer.reserve(eval_id="a") for _ in range(5)]
         await _settled(placer)
-        assert len(placer.batches) == 1  # no round trip: still above the low-water mark (half of 25)
-        assert placer.lease_hits == 5 and placer.leased == 15
+        assert len(placer.batches) == 1  # no round trip: still above the low-water mark (3/4 of 64)
+        assert placer.lease_hits == 5 and placer.leased == 59
         assert {h.host for h in later} <= set(hosts) and all(h.boot == f"boot-{h.host}" for h in later)
-        assert sum((await _used(redis, hosts)).values()) == 25 + 15  # reservations + leases held
+        assert sum((await _used(redis, hosts)).values()) == 25 + 59  # reservations + leases held
 
         # A stream, one at a time with the loop free between them: the pool refills in the background
         # (whole blocks, each below the low-water mark) and every reservation finds a lease.
@@ -109,18 +111,44 @@ async def test_after_a_burst_the_next_reservations_are_served_from_leases(own_re
         await redis.aclose()
 
 
+async def test_a_reservation_finding_the_pool_empty_waits_for_the_lease_asks_in_flight(own_redis) -> None:  # type: ignore[no-untyped-def]
+    redis = Redis.from_url(own_redis.url)
+    try:
+        await _host(redis, "h1", 2)
+        placer = _leasing(redis)
+        await placer.hosts()
+        first = asyncio.ensure_future(placer.reserve(eval_id="a"))
+        await asyncio.sleep(0)  # first asked (a miss): the sender is scheduled
+        await asyncio.sleep(0)  # the sender sent first's reservation and two lease asks (slow start)
+        later = [asyncio.ensure_future(placer.reserve(eval_id="a")) for _ in range(4)]
+        got = await asyncio.gather(first, *later, return_exceptions=True)
+        await _settled(placer)
+        # later[0] and later[1] waited for the two lease asks' answers: one fitted (later[0] took it),
+        # the other found no room, so later[1] asked Redis itself, as later[2] and later[3] did at
+        # once (no lease ask was left for them to wait for): the fleet was full.
+        assert [g.host if isinstance(g, HostRecord) else type(g).__name__ for g in got] == [
+            "h1", "h1", "NoCapacityError", "NoCapacityError", "NoCapacityError"]
+        assert placer.lease_waits == 1 and placer.lease_hits == 0
+        assert await _used(redis, ["h1"]) == {"h1": 2} and placer.leased == 0
+        assert await redis.zscore(_names.EVALS_WAITING, "a") is not None  # the callers' asks found it full
+    finally:
+        await redis.aclose()
+
+
 async def test_a_lease_ask_never_marks_its_eval_waiting(own_redis) -> None:  # type: ignore[no-untyped-def]
     redis = Redis.from_url(own_redis.url)
     try:
         await _host(redis, "h1", 2)
         placer = _leasing(redis)
-        await placer.reserve(eval_id="a")  # a caller's slot and one leased
+        await placer.reserve(eval_id="a")  # a caller's slot, then two lease asks: one fits
         await _settled(placer)
+        assert [n for _, n in placer.batches] == [3]
         assert placer.leased == 1 and await _used(redis, ["h1"]) == {"h1": 2}
-        await placer.reserve(eval_id="a")  # from the lease; the refill it starts finds the fleet full
+        assert await redis.zscore(_names.EVALS_WAITING, "a") is None  # the other found no room: no wait
+        await placer.reserve(eval_id="a")  # from the lease
         await _settled(placer)
-        assert placer.lease_hits == 1 and placer.leased == 0 and len(placer.batches) == 2
-        assert await redis.zscore(_names.EVALS_WAITING, "a") is None  # full, but nobody waits for a lease
+        assert placer.lease_hits == 1 and placer.leased == 0
+        assert await redis.zscore(_names.EVALS_WAITING, "a") is None
         with pytest.raises(placement.NoCapacityError, match="all full"):
             await placer.reserve(eval_id="a")
         assert await redis.zscore(_names.EVALS_WAITING, "a") is not None  # a caller's reservation waits
@@ -143,19 +171,19 @@ async def test_no_lease_while_another_eval_waits_and_none_beyond_the_fair_share(
         assert await redis.zscore(_names.EVALS_WAITING, "a") is None
         await placer.aclose()
 
-        # Nobody waits, but c holds half the fleet: a's leases stop at its share (10 / 2 = 5).
+        # Nobody waits, but c is active too: a's leases stop at its share (20 / 2 = 10), with room left.
         await redis.flushdb()
-        await _host(redis, "h1", 10)
-        await redis.set(_names.slots_used_key("h1"), 5)
-        await redis.hset(_names.EVAL_SLOTS, "c", 5)
+        await _host(redis, "h1", 20)
+        await redis.set(_names.slots_used_key("h1"), 6)
+        await redis.hset(_names.EVAL_SLOTS, "c", 6)
         await placement.keep_evals_alive(redis, ["c"])
         placer = _leasing(redis)
         await placer.hosts()  # cached: the three go in one script call
-        await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(3)))  # 3 callers, then 3 lease asks
+        await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(3)))  # 3 callers, then 8 lease asks
         await _settled(placer)
-        # Two lease asks fitted within a's share, the third did not: the key gave its pool back.
-        assert placer.leased == 0 and await _eval_slots(redis, "a") == 3
-        assert await _used(redis, ["h1"]) == {"h1": 8}
+        assert placer.leased == 7 and await _eval_slots(redis, "a") == 10
+        assert await _used(redis, ["h1"]) == {"h1": 16}  # 4 slots free: the share, not room, stopped it
+        assert await redis.zscore(_names.EVALS_WAITING, "a") is None
         await placer.aclose()
     finally:
         await redis.aclose()
@@ -199,22 +227,22 @@ async def test_a_callers_fair_share_refusal_is_the_same_with_leases(own_redis) -
 async def test_idle_leases_go_back_and_aclose_gives_back_every_lease(own_redis) -> None:  # type: ignore[no-untyped-def]
     redis = Redis.from_url(own_redis.url)
     try:
-        await _host(redis, "h1", 40)
+        await _host(redis, "h1", 200)
         placer = _leasing(redis, lease_idle_s=0.3)
         await placer.hosts()  # cached: the reservations below go in one script call
         await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(4)))
         await _settled(placer)
-        assert placer.leased == 4 and await _used(redis, ["h1"]) == {"h1": 8}
+        assert [n for _, n in placer.batches] == [4 + 16]  # 4 misses: 2 ** 4 leased (some may be back already)
         deadline = time.monotonic() + POLL_S  # given back by the sweeper: poll, bounded
         while (placer.leased or await _used(redis, ["h1"]) != {"h1": 4}) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         assert placer.leased == 0 and await _used(redis, ["h1"]) == {"h1": 4} and await _eval_slots(redis, "a") == 4
 
-        other = _leasing(redis)  # the default idle time: only aclose gives these back in time
+        other = _leasing(redis)  # kept until aclose gives them back
         await other.hosts()
         await asyncio.gather(*(other.reserve(eval_id="a") for _ in range(6)))
         await _settled(other)
-        assert other.leased == 6 and await _used(redis, ["h1"]) == {"h1": 4 + 12}
+        assert other.leased == 64 and await _used(redis, ["h1"]) == {"h1": 4 + 6 + 64}
         await other.aclose()
         assert other.leased == 0 and await _used(redis, ["h1"]) == {"h1": 10} and await _eval_slots(redis, "a") == 10
         await placer.aclose()
@@ -233,7 +261,7 @@ async def test_a_caller_that_gives_up_in_flight_leaks_no_slot_with_leases(own_re
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await _settled(placer)
-        assert placer.leased == 1 and await _used(redis, ["h1"]) == {"h1": 1}  # only the lease is held
+        assert placer.leased == 2 and await _used(redis, ["h1"]) == {"h1": 2}  # only the leases are held
         await placer.aclose()
         assert await _used(redis, ["h1"]) == {"h1": 0} and await _eval_slots(redis, "a") == 0
     finally:
@@ -246,7 +274,7 @@ async def test_leases_on_a_draining_gone_or_restarted_host_are_not_handed_out(ow
     try:
         for name in hosts:
             await _host(redis, name, 20)
-        placer = _leasing(redis)
+        placer = _leasing(redis, leases=6)
         await placer.hosts()
         got = await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(6)))
         await _settled(placer)
@@ -304,9 +332,11 @@ async def test_the_dispatchers_knob(fleet, leases: int) -> None:  # type: ignore
 
     worker = fleet.worker(slots=8)
     d = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=fleet.redis.url, placement_leases=leases))
+    d.placer._leases.idle_s = 600.0  # none given back while the counters are compared, however slow the opens
     client = fleet.redis.client()
     try:
         routes = await asyncio.gather(*(d.open_sandbox(local_spec(f"s{i}")) for i in range(3)))
+        await _settled(d.placer)
         assert int(client.get(_names.slots_used_key(worker.host))) == 3 + d.placer.leased
         assert (d.placer.leased + d.placer.lease_hits > 0) == (leases > 0)
         for route in routes:
@@ -328,10 +358,11 @@ async def test_an_open_refused_by_a_host_that_began_draining_is_placed_again(fle
     leaving = fleet.worker(slots=4)
     d = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=fleet.redis.url, placement_wait=0.0))
     d.placer._ttl = 600.0  # the cached list never re-read: it will still say `leaving` takes sandboxes
+    d.placer._leases.idle_s = 600.0  # and the leases kept however slowly the workers start
     client = fleet.redis.client()
     try:
-        route = await d.open_sandbox(local_spec("first"))  # and a slot leased on `leaving`
-        assert d.placer.leased == 1
+        route = await d.open_sandbox(local_spec("first"))  # and two slots leased on `leaving`
+        assert d.placer.leased == 2
         staying = fleet.worker(slots=4)
         log = str(tmp_path / "log")
         [fut] = dispatch(d, [request("record", {"path": log, "label": "busy", "delay": 2.0}, sandbox=route.sandbox)], route)

@@ -209,25 +209,28 @@ def test_a_multi_service_sandbox_prefers_hosts_with_all_its_images() -> None:
 
 
 @pytest.mark.parametrize(
-    ("recent", "held", "asked", "cap", "room", "expected"),
+    ("recent", "misses", "held", "asked", "cap", "room", "expected"),
     [
-        (0, 0, 0, 64, 256, 0),  # no demand: nothing reserved ahead
-        (1, 0, 0, 64, 256, 1),  # one reservation: one slot ahead (slow start)
-        (20, 0, 0, 64, 256, 20),  # the target is the recent demand
-        (100, 0, 0, 64, 256, 64),  # capped per key
-        (100, 0, 0, 64, 10, 10),  # and by what the total bound leaves
-        (40, 20, 0, 64, 256, 0),  # at the low-water mark (half the target): not yet
-        (40, 19, 0, 64, 256, 21),  # below it: refilled to the target in one block
-        (40, 5, 15, 64, 256, 0),  # asks in flight count as held
-        (40, 5, 10, 64, 256, 25),
-        (100, 0, 0, 0, 256, 0),  # leasing off
-        (5, 10, 0, 64, 256, 0),  # more held than demand: nothing
+        (0, 0, 0, 0, 64, 256, 0),  # no demand: nothing reserved ahead
+        (1, 0, 0, 0, 64, 256, 1),  # the target is the recent demand
+        (20, 0, 0, 0, 64, 256, 20),
+        (1, 1, 0, 0, 64, 256, 2),  # slow start: one reservation found the pool empty, 2 ahead
+        (3, 3, 0, 0, 64, 256, 8),  # three did: 8
+        (9, 6, 0, 0, 64, 256, 64),  # a burst reaches the cap within a few
+        (100, 0, 0, 0, 64, 256, 64),  # capped per key
+        (100, 0, 0, 0, 64, 10, 10),  # and by what the total bound leaves
+        (40, 0, 30, 0, 64, 256, 0),  # at the low-water mark (three quarters of the target): not yet
+        (40, 0, 29, 0, 64, 256, 11),  # below it: refilled to the target in one block
+        (40, 0, 5, 25, 64, 256, 0),  # asks in flight count as held
+        (40, 0, 5, 20, 64, 256, 15),
+        (100, 9, 0, 0, 0, 256, 0),  # leasing off
+        (5, 0, 10, 0, 64, 256, 0),  # more held than demand: nothing
     ],
 )
-def test_refill_size(recent: int, held: int, asked: int, cap: int, room: int, expected: int) -> None:
+def test_refill_size(recent: int, misses: int, held: int, asked: int, cap: int, room: int, expected: int) -> None:
     from workers._leases import refill_size
 
-    assert refill_size(recent, held, asked, cap, room) == expected
+    assert refill_size(recent, misses, held, asked, cap, room) == expected
 
 
 def test_lease_key() -> None:
