@@ -213,6 +213,10 @@ class CeleryDispatcher(Dispatcher):
         async with self._start_lock:
             if self._watchdog is None:
                 await self._listener.start()
+                try:  # the fleet's hosts read once now, so the first burst of placements need not wait for it
+                    await self.placer.hosts()
+                except (RedisError, OSError) as exc:
+                    log.debug("dispatch.hosts_read_failed", error=str(exc))  # placement reads it again
                 self._watchdog = asyncio.ensure_future(self._watch())
 
     async def aclose(self) -> None:
