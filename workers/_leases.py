@@ -9,8 +9,8 @@ those slots without a round trip.
 What keeps it honest:
 
 * Sized by demand: a key's pool aims at the reservations it saw in the last ``WINDOW_S`` — or, after
-  reservations found it empty, at 2 to the power of those misses (slow start: one stray reservation
-  leases 2, a burst reaches the cap within a few) — capped per key and in total, and is refilled in
+  reservations found it empty, at 4 to the power of those misses (slow start: one stray reservation
+  leases 4, a burst reaches the cap within a few) — capped per key and in total, and is refilled in
   the background once what it holds and has asked for falls below three quarters of that, so a
   steady stream of opens keeps finding a slot, and so does the next wave of a bursty one (an eval's
   opens come in waves: a hundred samples admitted at once finish opening at about the same time,
@@ -19,7 +19,9 @@ What keeps it honest:
 * Fair share: a lease ask never marks its eval as waiting, gets nothing beyond the eval's share, and
   is refused whenever another eval waits (the script's ``lease`` flag): then the key gives its pool
   back, so the slots go to the eval that waits.
-* Bounded in time: a slot held ``IDLE_S`` without being handed out goes back.
+* Bounded in time: a slot held ``IDLE_S`` without being handed out goes back. In Redis a leased slot
+  is a token in its host's leased set (``_names.leased_key``), which counts as a slot in use until it
+  expires: an orchestrator that dies holding leases leaks nothing for long.
 
 This module is the state only (no I/O): ``Placer`` sends the asks and gives slots back in Redis.
 """
@@ -33,8 +35,12 @@ from typing import Any
 
 from .heartbeat import HostRecord
 
-IDLE_S = 3.0  # a leased slot not handed out within this long goes back to the fleet
-WINDOW_S = 3.0  # a key's pool aims at the reservations it saw this recently (and counts its misses this long)
+# A leased slot not handed out within this long goes back to the fleet. It must outlast the lull
+# between two waves of opens, which is about an open's latency: bench scale (100 opens in flight on
+# a busy 2-core machine) measured lulls of 2.4-3.2 s and open p99 5.3 s; at 2 or 3 s the next wave
+# found the pool just given back.
+IDLE_S = 5.0
+WINDOW_S = 5.0  # a key's pool aims at the reservations it saw this recently (and counts its misses this long)
 BACKOFF_S = 0.5  # after a lease ask was refused (fair share) or found no room, no more for this long
 TOTAL_KEYS = 4  # leases held in total: at most this many keys' worth (per-key cap times this)
 
@@ -51,10 +57,10 @@ def refill_size(recent: int, misses: int, held: int, asked: int, cap: int, room:
 
     ``recent``: its reservations in the last window (the demand); ``misses``: those that found the
     pool empty; ``held``: leases in its pool; ``asked``: lease asks in flight; ``cap``: its bound;
-    ``room``: what the total bound still allows. The target is the recent demand, or 2 ** misses if
+    ``room``: what the total bound still allows. The target is the recent demand, or 4 ** misses if
     more (slow start), capped; nothing is asked while held + asked is at least three quarters of
     it (the low-water mark), so refills go out in blocks, not one per reservation."""
-    target = min(cap, max(recent, 2 ** min(misses, 16) if misses else 0))
+    target = min(cap, max(recent, 4 ** min(misses, 8) if misses else 0))
     if target <= 0 or held + asked >= (3 * target + 3) // 4:
         return 0
     return max(0, min(target - held - asked, room))
@@ -62,12 +68,14 @@ def refill_size(recent: int, misses: int, held: int, asked: int, cap: int, room:
 
 @dataclass(frozen=True)
 class Lease:
-    """A slot the script reserved for the pool: on ``host`` (as ``boot``), counted for ``eval_id``."""
+    """A slot the script reserved for the pool: on ``host`` (as ``boot``), counted for ``eval_id``,
+    held in Redis under ``token``."""
 
     host: str
     boot: str
     eval_id: str
     taken: float  # loop clock when the script's answer was read
+    token: str = ""
 
 
 @dataclass
@@ -159,23 +167,18 @@ class Leases:
         pool.waiters = deque(kept)
         return out
 
-    def take(self, key: LeaseKey, alive: Mapping[str, HostRecord],
-             fetched: float) -> tuple[Lease | None, list[Lease], list[Lease]]:
-        """The oldest usable lease of ``key`` (None: none), by ``alive`` (the cached live hosts, read at
-        loop time ``fetched``); and the leases dropped on the way: those whose host is gone or
-        draining (their slot and eval count go back), and those whose host restarted since they were
-        taken (its counter was reset: only the eval count goes back)."""
+    def take(self, key: LeaseKey, alive: Mapping[str, HostRecord]) -> tuple[Lease | None, list[Lease]]:
+        """The oldest usable lease of ``key`` (None: none), by ``alive`` (the cached live hosts); and
+        the leases dropped on the way, whose host is gone or draining (give them back)."""
         pool = self._pools.get(key)
         gone: list[Lease] = []
-        restarted: list[Lease] = []
         while pool is not None and pool.leases:
             lease = pool.leases.popleft()
-            verdict = _verdict(lease, alive, fetched)
-            if verdict is None:
+            if _usable(lease, alive):
                 self.hits += 1
-                return lease, gone, restarted
-            (gone if verdict == "gone" else restarted).append(lease)
-        return None, gone, restarted
+                return lease, gone
+            gone.append(lease)
+        return None, gone
 
     def wants(self, key: LeaseKey, now: float) -> bool:
         """Whether a refill of ``key`` would ask for anything now (no state changed)."""
@@ -242,17 +245,15 @@ class Leases:
                 del self._pools[key]
         return out
 
-    def on_hosts(self, alive: Mapping[str, HostRecord], fetched: float) -> tuple[list[Lease], list[Lease]]:
-        """A fresh list of live hosts: the leases dropped as ``take`` would (gone, restarted)."""
+    def on_hosts(self, alive: Mapping[str, HostRecord]) -> list[Lease]:
+        """A fresh list of live hosts: the leases ``take`` would drop (taken out: give them back)."""
         gone: list[Lease] = []
-        restarted: list[Lease] = []
         for pool in self._pools.values():
             keep: deque[Lease] = deque()
             for lease in pool.leases:
-                verdict = _verdict(lease, alive, fetched)
-                (keep if verdict is None else gone if verdict == "gone" else restarted).append(lease)
+                (keep if _usable(lease, alive) else gone).append(lease)
             pool.leases = keep
-        return gone, restarted
+        return gone
 
     def drain(self) -> list[Lease]:
         """Every lease held (taken out: give them all back)."""
@@ -262,12 +263,9 @@ class Leases:
         return out
 
 
-def _verdict(lease: Lease, alive: Mapping[str, HostRecord], fetched: float) -> str | None:
-    """None: usable; "gone": its host is not alive or draining; "restarted": the host list, read after
-    the lease was taken, names another boot (the restarted host reset its counter)."""
+
+def _usable(lease: Lease, alive: Mapping[str, HostRecord]) -> bool:
+    """Whether the cached list says the lease's host is alive and not draining. (A host that restarted
+    since keeps the slot: its leased set outlives the process, unlike its counter.)"""
     record = alive.get(lease.host)
-    if record is None or record.draining:
-        return "gone"
-    if record.boot != lease.boot and fetched > lease.taken:
-        return "restarted"
-    return None
+    return record is not None and not record.draining

@@ -20,10 +20,15 @@ from . import _names
 
 MAX_BATCH = 256  # reservations per script call: bounds how long one call keeps Redis busy
 
-# KEYS: the m hosts' slot counters, their m heartbeat hashes, then EVAL_SLOTS, EVALS_ALIVE, EVALS_WAITING.
-# ARGV: m, alive ttl, waiting ttl, r, then per reservation: weight, eval id ('' = no fair share), the
-# fleet's capacity, lease (1: a slot reserved ahead for the orchestrator's lease pool, 0: a caller's),
-# k, then k (host index 1..m, tier, slots) triples, best tier first.
+# KEYS: the m hosts' slot counters, their m heartbeat hashes, their m leased sets, then EVAL_SLOTS,
+# EVALS_ALIVE, EVALS_WAITING.
+# ARGV: m, alive ttl, waiting ttl, r, lease ttl, then per reservation: weight, eval id ('' = no fair
+# share), the fleet's capacity, lease token ('' = a caller's reservation; else a slot reserved ahead
+# for the orchestrator's lease pool), k, then k (host index 1..m, tier, slots) triples, best tier first.
+# A host's slots in use: its counter plus its leased set's unexpired tokens. A caller's slot is added
+# to the counter; a leased slot to the leased set under its token, until lease ttl from now (the
+# orchestrator moves it to the counter when it hands it out, or removes it when it gives it back; if
+# it died, the token expires).
 # Fair share first: with E evals active (holding slots with a live orchestrator, or waiting), an eval
 # holding more than capacity / E may take no more while another eval under its share waits. A lease
 # ask is stricter, since nobody is waiting for it: refused whenever another eval waits, and given
@@ -38,8 +43,8 @@ MAX_BATCH = 256  # reservations per script call: bounds how long one call keeps 
 RESERVE_BATCH_SCRIPT = """
 local m = tonumber(ARGV[1])
 local alive_ttl, waiting_ttl = tonumber(ARGV[2]), tonumber(ARGV[3])
-local r = tonumber(ARGV[4])
-local slots_key, alive_key, waiting_key = KEYS[2 * m + 1], KEYS[2 * m + 2], KEYS[2 * m + 3]
+local r, lease_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
+local slots_key, alive_key, waiting_key = KEYS[3 * m + 1], KEYS[3 * m + 2], KEYS[3 * m + 3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local used, boot = {}, {}
@@ -47,7 +52,8 @@ local function host_used(h)
   if used[h] == nil then
     local u = tonumber(redis.call('GET', KEYS[h]) or '0') or 0
     if u < 0 then u = 0 end
-    used[h] = u
+    redis.call('ZREMRANGEBYSCORE', KEYS[2 * m + h], '-inf', now)
+    used[h] = u + redis.call('ZCARD', KEYS[2 * m + h])
   end
   return used[h]
 end
@@ -87,17 +93,18 @@ local function mark_waiting(e)
   if not active[e] then active[e] = true; count = count + 1 end
 end
 -- First pass: which evals this batch names (their own empty entries are kept, as one call each would).
-local batch_evals, pos = {}, 5
+local batch_evals, pos = {}, 6
 for q = 1, r do
   local e = ARGV[pos + 1]
   if e ~= '' then batch_evals[e] = true end
   pos = pos + 5 + 3 * tonumber(ARGV[pos + 4])
 end
 local out = {}
-pos = 5
+pos = 6
 for q = 1, r do
   local weight, eval, capacity = tonumber(ARGV[pos]), ARGV[pos + 1], tonumber(ARGV[pos + 2])
-  local lease, k = ARGV[pos + 3] == '1', tonumber(ARGV[pos + 4])
+  local token, k = ARGV[pos + 3], tonumber(ARGV[pos + 4])
+  local lease = token ~= ''
   local first = pos + 5
   pos = first + 3 * k
   local refused = false
@@ -149,7 +156,11 @@ for q = 1, r do
       if eval ~= '' and not lease then mark_waiting(eval) end
       out[#out + 1] = 0; out[#out + 1] = 0; out[#out + 1] = 0
     else
-      redis.call('INCRBY', KEYS[best], weight)
+      if lease then
+        redis.call('ZADD', KEYS[2 * m + best], now + lease_ttl, token)
+      else
+        redis.call('INCRBY', KEYS[best], weight)
+      end
       used[best] = used[best] + weight
       if eval ~= '' then
         redis.call('HINCRBY', slots_key, eval, weight)
@@ -168,14 +179,15 @@ return out
 @dataclass(frozen=True)
 class Ask:
     """One reservation: ``weight`` slots on one of ``candidates`` ((host, tier, slots), best tier
-    first), for ``eval_id`` ('' = no fair share) in a fleet of ``capacity`` slots. ``lease``: reserved
-    ahead for the orchestrator's pool (``_leases``), not for a caller: the script's stricter rule."""
+    first), for ``eval_id`` ('' = no fair share) in a fleet of ``capacity`` slots. ``lease``: a token
+    ('' = for a caller): reserved ahead for the orchestrator's pool (``_leases``) under that token,
+    with the script's stricter fair-share rule."""
 
     candidates: Sequence[tuple[str, int, int]]
     weight: int = 1
     eval_id: str = ""
     capacity: int = 0
-    lease: bool = False
+    lease: str = ""
 
 
 @dataclass(frozen=True)
@@ -198,18 +210,20 @@ class Call:
     args: list[Any]
 
 
-def encode(asks: Sequence[Ask], alive_ttl: float, waiting_ttl: float) -> Call:
-    """The script call taking ``asks`` in order (each candidate host named once)."""
+def encode(asks: Sequence[Ask], alive_ttl: float, waiting_ttl: float, lease_ttl: float = 0.0) -> Call:
+    """The script call taking ``asks`` in order (each candidate host named once); leased slots
+    count for ``lease_ttl`` seconds unless handed out or given back."""
     index: dict[str, int] = {}
     for ask in asks:
         for host, _, _ in ask.candidates:
             index.setdefault(host, len(index) + 1)
     hosts = list(index)
     keys = [_names.slots_used_key(h) for h in hosts] + [_names.heartbeat_key(h) for h in hosts]
+    keys += [_names.leased_key(h) for h in hosts]
     keys += [_names.EVAL_SLOTS, _names.EVALS_ALIVE, _names.EVALS_WAITING]
-    args: list[Any] = [len(hosts), alive_ttl, waiting_ttl, len(asks)]
+    args: list[Any] = [len(hosts), alive_ttl, waiting_ttl, len(asks), lease_ttl]
     for ask in asks:
-        args += [ask.weight, ask.eval_id, ask.capacity, int(ask.lease), len(ask.candidates)]
+        args += [ask.weight, ask.eval_id, ask.capacity, ask.lease, len(ask.candidates)]
         for host, tier, slots in ask.candidates:
             args += [index[host], tier, slots]
     return Call(hosts, keys, args)

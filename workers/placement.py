@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import random
 import time
+import uuid
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -126,6 +128,9 @@ SETTLE_S = 5.0  # how long giving the leases back waits for lease asks still in 
 # the script is not asked whether its host still lives. A dead host's heartbeat lingers for its TTL
 # (10 s by default) anyway, and a host that began draining refuses the open, which is placed again.
 LEASE_HOSTS_S = 3.0
+# A leased slot counts in Redis this long beyond twice the idle time (after which this orchestrator
+# gives it back itself): what one that died holding leases keeps from the fleet, and for how long.
+LEASE_GRACE_S = 2.0
 
 
 class Placer:
@@ -159,6 +164,8 @@ class Placer:
         # Each ask and who gets its answer: a caller's future, or the lease pool of that key.
         self._queue: list[tuple[_reserve.Ask, asyncio.Future[_reserve.Answer] | LeaseKey]] = []
         self._leases = Leases(leases, leases_total, idle_s=lease_idle_s, window_s=lease_window_s)
+        self._tokens = (f"{uuid.uuid4().hex[:12]}:{n}" for n in itertools.count())  # one per lease ask
+        self._handed: list[Lease] = []  # leases handed out, to be counted as reservations in Redis
         self._sweeper: asyncio.Task[None] | None = None
         self._sender: asyncio.Task[None] | None = None
         self._releases: set[asyncio.Task[None]] = set()  # slots given back for callers that gave up
@@ -205,7 +212,7 @@ class Placer:
                 self._hosts = await live_hosts(self.redis)
                 self._fetched = asyncio.get_running_loop().time()
                 self._by_name = {h.host: h for h in self._hosts}
-                self._give_back_leases(*self._leases.on_hosts(self._by_name, self._fetched))
+                self._give_back_leases(self._leases.on_hosts(self._by_name))
 
     def host_draining(self, host: str) -> None:
         """``host`` refused a sandbox as draining: the cached list says so until its next read, and the
@@ -216,7 +223,7 @@ class Placer:
         record = record.model_copy(update={"draining": True})
         self._hosts = [record if h.host == host else h for h in self._hosts]
         self._by_name[host] = record
-        self._give_back_leases(*self._leases.on_hosts(self._by_name, self._fetched))
+        self._give_back_leases(self._leases.on_hosts(self._by_name))
 
     async def aclose(self) -> None:
         """Stop a background re-read of the hosts, if one is running; stop leasing and give every
@@ -235,7 +242,7 @@ class Placer:
         flight are answered (bounded by ``SETTLE_S``). Leasing goes on for later reservations."""
         if self._sender is not None and not self._sender.done():
             await asyncio.wait([self._sender], timeout=SETTLE_S)
-        await self._release_now(self._leases.drain(), [])
+        await self._release_now(self._leases.drain())
         if self._releases:
             await asyncio.gather(*list(self._releases), return_exceptions=True)
 
@@ -309,14 +316,35 @@ class Placer:
     def _from_lease(self, key: LeaseKey) -> tuple[HostRecord, float] | None:
         """A leased slot of ``key`` on a host the cached list says is alive and not draining (the
         leases found unusable on the way are given back), held from now; None: none."""
-        lease, gone, restarted = self._leases.take(key, self._by_name, self._fetched)
-        self._give_back_leases(gone, restarted)
+        lease, gone = self._leases.take(key, self._by_name)
+        self._give_back_leases(gone)
         if lease is None:
             return None
+        return self._handed_out(lease), asyncio.get_running_loop().time()
+
+    def _handed_out(self, lease: Lease) -> HostRecord:
+        """``lease`` goes to a caller: in Redis it moves from the leased set to the slot counter (in
+        the background, this tick's together); its host's record, with the newer of the two boots."""
+        self._handed.append(lease)
+        if len(self._handed) == 1:
+            self._releases.add(task := asyncio.ensure_future(self._count_handed()))
+            task.add_done_callback(self._releases.discard)
         record = self._by_name[lease.host]
-        if record.boot != lease.boot:
+        if record.boot != lease.boot and lease.taken > self._fetched:
             record = record.model_copy(update={"boot": lease.boot})  # restarted before the list was read
-        return record, asyncio.get_running_loop().time()
+        return record
+
+    async def _count_handed(self) -> None:
+        await asyncio.sleep(0)  # the leases handed out in this tick go together
+        handed, self._handed = self._handed, []
+        try:
+            async with self.redis.pipeline(transaction=True) as pipe:  # never counted twice, nor not at all
+                for lease in handed:
+                    pipe.incrby(_names.slots_used_key(lease.host), 1)
+                    pipe.zrem(_names.leased_key(lease.host), lease.token)
+                await pipe.execute()
+        except Exception:  # noqa: BLE001 - best effort: the token expires; the worker's close decrements
+            pass
 
     def _lease_asks(self) -> list[tuple[_reserve.Ask, LeaseKey]]:
         """The lease asks due now (keys asked for since the last batch, under their target): the
@@ -332,8 +360,7 @@ class Placer:
                 for stranded in self._leases.stranded(key):
                     stranded.set_result(None)
                 continue
-            ask = _reserve.Ask(candidates, 1, eval_id, capacity, lease=True)
-            out += [(ask, key)] * n
+            out += [(_reserve.Ask(candidates, 1, eval_id, capacity, lease=next(self._tokens)), key) for _ in range(n)]
         return out
 
     def _wake_sender(self) -> None:
@@ -408,20 +435,17 @@ class Placer:
         key's pool (or back, when not kept). Waiters no lease ask in flight can answer any more are
         told to ask Redis themselves."""
         answer = result if isinstance(result, _reserve.Answer) else _reserve.Answer()
-        lease = Lease(answer.host, answer.boot or "", ask.eval_id, answer.at) if answer.host is not None else None
-        record = self._by_name.get(lease.host) if lease is not None else None
-        waiter = self._leases.waiter(key) if record is not None else None
-        if lease is not None and record is not None and waiter is not None:
+        lease = Lease(answer.host, answer.boot or "", ask.eval_id, answer.at, ask.lease) if answer.host is not None else None
+        waiter = self._leases.waiter(key) if lease is not None and lease.host in self._by_name else None
+        if lease is not None and waiter is not None:
             self._leases.handed(key)
-            if record.boot != lease.boot:
-                record = record.model_copy(update={"boot": lease.boot})
-            waiter.set_result((record, answer.at))
+            waiter.set_result((self._handed_out(lease), answer.at))
         else:
             kept, dropped = self._leases.answered(key, lease, answer.fair_share is not None,
                                                   asyncio.get_running_loop().time())
             if lease is not None and not kept:
                 dropped.append(lease)
-            self._give_back_leases(dropped, [])
+            self._give_back_leases(dropped)
             if kept and (self._sweeper is None or self._sweeper.done()):
                 self._sweeper = asyncio.ensure_future(self._sweep())
         for stranded in self._leases.stranded(key):
@@ -433,26 +457,24 @@ class Placer:
         loop = asyncio.get_running_loop()
         while self._leases.held:
             await asyncio.sleep(self._leases.idle_s / 4)
-            await self._release_now(self._leases.expired(loop.time()), [])
+            await self._release_now(self._leases.expired(loop.time()))
             try:
                 await self.hosts()  # re-read in the background once half its TTL old
             except Exception:  # noqa: BLE001 - best effort: a reservation re-reads it too
                 pass
 
-    def _give_back_leases(self, gone: list[Lease], restarted: list[Lease]) -> None:
-        if gone or restarted:
-            self._releases.add(task := asyncio.ensure_future(self._release_now(gone, restarted)))
+    def _give_back_leases(self, leases: list[Lease]) -> None:
+        if leases:
+            self._releases.add(task := asyncio.ensure_future(self._release_now(leases)))
             task.add_done_callback(self._releases.discard)
 
-    async def _release_now(self, gone: list[Lease], restarted: list[Lease]) -> None:
-        """Leased slots back: the slot and the eval's count for ``gone``; only the eval's count for
-        ``restarted`` (their host reset its counter when it restarted)."""
-        if not gone and not restarted:
+    async def _release_now(self, leases: list[Lease]) -> None:
+        """Leased slots back: each token out of its host's leased set, and the eval's count."""
+        if not leases:
             return
         try:
-            await release_many(self.redis, [lease.host for lease in gone],
-                               [lease.eval_id for lease in gone + restarted if lease.eval_id])
-        except Exception:  # noqa: BLE001 - best effort: the host resets its counter at restart
+            await release_leased(self.redis, [(lease.host, lease.token, lease.eval_id) for lease in leases])
+        except Exception:  # noqa: BLE001 - best effort: the tokens expire by themselves
             pass
 
     def _give_back(self, host: str, ask: _reserve.Ask) -> None:
@@ -471,7 +493,8 @@ class Placer:
         if not self._loaded:
             await self.redis.script_load(_reserve.RESERVE_BATCH_SCRIPT)
             self._loaded = True
-        calls = [_reserve.encode([ask for ask, _ in chunk], EVAL_ALIVE_TTL_S, EVAL_WAITING_TTL_S) for chunk in chunks]
+        lease_ttl = 2 * self._leases.idle_s + LEASE_GRACE_S
+        calls = [_reserve.encode([ask for ask, _ in chunk], EVAL_ALIVE_TTL_S, EVAL_WAITING_TTL_S, lease_ttl) for chunk in chunks]
         sent = time.perf_counter()
         async with self.redis.pipeline(transaction=False) as pipe:
             for call in calls:
@@ -514,24 +537,19 @@ async def stop_waiting(redis: Redis, eval_id: str) -> None:
     await redis.zrem(_names.EVALS_WAITING, eval_id)
 
 
-async def release_many(redis: Redis, hosts: Sequence[str], evals: Sequence[str]) -> None:
-    """One slot back per entry of ``hosts`` and one per entry of ``evals`` (fair-share counts), in
-    one round trip (a second only to put a counter reset under us back to 0)."""
-    per_host: dict[str, int] = {}
-    for host in hosts:
-        per_host[host] = per_host.get(host, 0) + 1
+async def release_leased(redis: Redis, leases: Sequence[tuple[str, str, str]]) -> None:
+    """Leased slots given back, (host, token, eval id) each ('' = no eval), in one round trip: each
+    token out of its host's leased set, and one slot of each eval's fair-share count."""
     per_eval: dict[str, int] = {}
-    for eval_id in evals:
-        per_eval[eval_id] = per_eval.get(eval_id, 0) + 1
+    for _, _, eval_id in leases:
+        if eval_id:
+            per_eval[eval_id] = per_eval.get(eval_id, 0) + 1
     async with redis.pipeline(transaction=False) as pipe:
-        for host, n in per_host.items():
-            pipe.decrby(_names.slots_used_key(host), n)
+        for host, token, _ in leases:
+            pipe.zrem(_names.leased_key(host), token)
         for eval_id, n in per_eval.items():
             pipe.hincrby(_names.EVAL_SLOTS, eval_id, -n)
-        results = await pipe.execute()
-    below = [h for h, left in zip(per_host, results) if int(left) < 0]
-    for host in below:
-        await redis.set(_names.slots_used_key(host), 0)  # never negative (as ``release``)
+        await pipe.execute()
 
 
 async def release(redis: Redis, host: str, weight: int = 1) -> None:

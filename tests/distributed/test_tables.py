@@ -214,8 +214,8 @@ def test_a_multi_service_sandbox_prefers_hosts_with_all_its_images() -> None:
         (0, 0, 0, 0, 64, 256, 0),  # no demand: nothing reserved ahead
         (1, 0, 0, 0, 64, 256, 1),  # the target is the recent demand
         (20, 0, 0, 0, 64, 256, 20),
-        (1, 1, 0, 0, 64, 256, 2),  # slow start: one reservation found the pool empty, 2 ahead
-        (3, 3, 0, 0, 64, 256, 8),  # three did: 8
+        (1, 1, 0, 0, 64, 256, 4),  # slow start: one reservation found the pool empty, 4 ahead
+        (2, 2, 0, 0, 64, 256, 16),  # two did: 16
         (9, 6, 0, 0, 64, 256, 64),  # a burst reaches the cap within a few
         (100, 0, 0, 0, 64, 256, 64),  # capped per key
         (100, 0, 0, 0, 64, 10, 10),  # and by what the total bound leaves
@@ -245,7 +245,7 @@ def test_lease_key() -> None:
 def _lease(host: str, boot: str = "b", taken: float = 0.0):  # type: ignore[no-untyped-def]
     from workers._leases import Lease
 
-    return Lease(host, boot, "e", taken)
+    return Lease(host, boot, "e", taken, token=f"{host}-{taken}")
 
 
 def test_leases_hand_out_the_oldest_usable_and_drop_the_rest() -> None:
@@ -253,20 +253,19 @@ def test_leases_hand_out_the_oldest_usable_and_drop_the_rest() -> None:
 
     key = (None, "missing", "e")
     leases = Leases(per_key=8)
-    for lease in [_lease("gone"), _lease("drains"), _lease("old-boot", "b0", taken=1.0), _lease("a", taken=2.0),
-                  _lease("a", taken=3.0)]:
+    for lease in [_lease("gone"), _lease("drains"), _lease("a", taken=2.0), _lease("restarted", "b0", taken=3.0)]:
         leases.answered(key, lease, refused=False, now=0.0)
-    alive = {"drains": _host("drains", 4, draining=True), "old-boot": _host("old-boot", 4), "a": _host("a", 4)}
-    # The list was read (at 5.0) after the old-boot lease was taken: that host restarted since.
-    got, gone, restarted = leases.take(key, alive, fetched=5.0)
+    alive = {"drains": _host("drains", 4, draining=True), "a": _host("a", 4), "restarted": _host("restarted", 4)}
+    got, gone = leases.take(key, alive)
     assert got == _lease("a", taken=2.0)
-    assert [x.host for x in gone] == ["gone", "drains"] and [x.host for x in restarted] == ["old-boot"]
+    assert [x.host for x in gone] == ["gone", "drains"]  # their host is not alive, or is draining
     assert leases.held == 1 and leases.hits == 1
-    # A list read before the lease was taken does not know its boot yet: the lease is good.
-    leases.answered(key, _lease("a", "b9", taken=7.0), refused=False, now=7.0)
-    assert leases.take(key, alive, fetched=5.0)[0] == _lease("a", taken=3.0)
-    assert leases.take(key, alive, fetched=5.0)[0] == _lease("a", "b9", taken=7.0)
-    assert leases.take(key, alive, fetched=5.0) == (None, [], [])
+    # A host that restarted since (another boot) keeps its leased slots: its leased set outlives it.
+    assert leases.take(key, alive) == (_lease("restarted", "b0", taken=3.0), [])
+    assert leases.take(key, alive) == (None, [])
+    leases.answered(key, _lease("drains"), refused=False, now=4.0)
+    leases.answered(key, _lease("a", taken=4.0), refused=False, now=4.0)
+    assert leases.on_hosts(alive) == [_lease("drains")] and leases.held == 1  # a fresh list drops the same
 
 
 def test_lease_pools_are_bounded_refused_keys_give_back_and_idle_leases_expire() -> None:
