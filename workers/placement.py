@@ -238,8 +238,8 @@ class Placer:
             await asyncio.gather(self._sweeper, return_exceptions=True)
 
     async def release_leases(self) -> None:
-        """Give every leased slot back now (slot counters and eval counts), after the lease asks in
-        flight are answered (bounded by ``SETTLE_S``). Leasing goes on for later reservations."""
+        """Give every leased slot back now (out of its host's leased set, and its eval's count), after
+        the lease asks in flight are answered (bounded by ``SETTLE_S``). Leasing goes on afterwards."""
         if self._sender is not None and not self._sender.done():
             await asyncio.wait([self._sender], timeout=SETTLE_S)
         await self._release_now(self._leases.drain())
