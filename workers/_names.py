@@ -76,6 +76,13 @@ def slots_used_key(host: str) -> str:
     return f"{PREFIX}:host:{host}:used"
 
 
+def leased_key(host: str) -> str:
+    """Sorted set of the slots orchestrators reserved ahead on the host (lease token -> expiry): they
+    count as used until handed out (then the counter counts them) or given back, or by themselves
+    until they expire (an orchestrator that died holding them)."""
+    return f"{PREFIX}:host:{host}:leased"
+
+
 def lease_key(client_id: str) -> str:
     """An orchestrator's (dispatcher's) lease, refreshed while it runs: sandboxes it opened live only
     as long as it does (a worker closes those whose owner's lease has been gone for a while)."""

@@ -20,21 +20,31 @@ from . import _names
 
 MAX_BATCH = 256  # reservations per script call: bounds how long one call keeps Redis busy
 
-# KEYS: the m hosts' slot counters, their m heartbeat hashes, then EVAL_SLOTS, EVALS_ALIVE, EVALS_WAITING.
-# ARGV: m, alive ttl, waiting ttl, r, then per reservation: weight, eval id ('' = no fair share), the
-# fleet's capacity, k, then k (host index 1..m, tier, slots) triples, best tier first.
+# KEYS: the m hosts' slot counters, their m heartbeat hashes, their m leased sets, then EVAL_SLOTS,
+# EVALS_ALIVE, EVALS_WAITING.
+# ARGV: m, alive ttl, waiting ttl, r, lease ttl, then per reservation: weight, eval id ('' = no fair
+# share), the fleet's capacity, lease token ('' = a caller's reservation; else a slot reserved ahead
+# for the orchestrator's lease pool), k, then k (host index 1..m, tier, slots) triples, best tier first.
+# A host's slots in use: its counter plus its leased set's unexpired tokens. A caller's slot is added
+# to the counter; a leased slot to the leased set under its token, until lease ttl from now (the
+# orchestrator moves it to the counter when it hands it out, or removes it when it gives it back; if
+# it died, the token expires).
 # Fair share first: with E evals active (holding slots with a live orchestrator, or waiting), an eval
-# holding more than capacity / E may take no more while another eval under its share waits.
+# holding more than capacity / E may take no more while another eval under its share waits. A lease
+# ask is stricter, since nobody is waiting for it: refused whenever another eval waits, and given
+# nothing (as if no host had room) when it would take the eval beyond its share; it never marks the
+# eval as waiting (a refused or unfilled lease ask leaves the fair-share state as it found it).
 # Then, within the best tier that has room: the smallest share in use, then the most free, then the
 # earlier (the list comes shuffled). A host whose heartbeat expired or that is draining is skipped,
 # whatever the orchestrator's cached view said.
 # Returns 3 values per reservation: {host index, boot, 0}; {0, 0, 0} when no candidate has room;
-# {-1, held, fair} when over the fair share (both mark the eval as waiting).
+# {-1, held, fair} when refused for the fair share (both mark a caller's eval as waiting; for a
+# lease ask, -1 means another eval waits: the orchestrator gives that eval's leases back).
 RESERVE_BATCH_SCRIPT = """
 local m = tonumber(ARGV[1])
 local alive_ttl, waiting_ttl = tonumber(ARGV[2]), tonumber(ARGV[3])
-local r = tonumber(ARGV[4])
-local slots_key, alive_key, waiting_key = KEYS[2 * m + 1], KEYS[2 * m + 2], KEYS[2 * m + 3]
+local r, lease_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
+local slots_key, alive_key, waiting_key = KEYS[3 * m + 1], KEYS[3 * m + 2], KEYS[3 * m + 3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local used, boot = {}, {}
@@ -42,7 +52,8 @@ local function host_used(h)
   if used[h] == nil then
     local u = tonumber(redis.call('GET', KEYS[h]) or '0') or 0
     if u < 0 then u = 0 end
-    used[h] = u
+    redis.call('ZREMRANGEBYSCORE', KEYS[2 * m + h], '-inf', now)
+    used[h] = u + redis.call('ZCARD', KEYS[2 * m + h])
   end
   return used[h]
 end
@@ -82,26 +93,40 @@ local function mark_waiting(e)
   if not active[e] then active[e] = true; count = count + 1 end
 end
 -- First pass: which evals this batch names (their own empty entries are kept, as one call each would).
-local batch_evals, pos = {}, 5
+local batch_evals, pos = {}, 6
 for q = 1, r do
   local e = ARGV[pos + 1]
   if e ~= '' then batch_evals[e] = true end
-  pos = pos + 4 + 3 * tonumber(ARGV[pos + 3])
+  pos = pos + 5 + 3 * tonumber(ARGV[pos + 4])
 end
 local out = {}
-pos = 5
+pos = 6
 for q = 1, r do
-  local weight, eval, capacity, k = tonumber(ARGV[pos]), ARGV[pos + 1], tonumber(ARGV[pos + 2]), tonumber(ARGV[pos + 3])
-  local first = pos + 4
+  local weight, eval, capacity = tonumber(ARGV[pos]), ARGV[pos + 1], tonumber(ARGV[pos + 2])
+  local token, k = ARGV[pos + 3], tonumber(ARGV[pos + 4])
+  local lease = token ~= ''
+  local first = pos + 5
   pos = first + 3 * k
   local refused = false
-  if eval ~= '' then
+  if eval ~= '' or lease then
     if not shared then load_shares(batch_evals); shared = true end
     local n = count
-    if not active[eval] then n = n + 1 end
+    if eval ~= '' and not active[eval] then n = n + 1 end
     local fair = math.max(1, math.floor(capacity / n))
-    local mine = held[eval] or 0
-    if mine + weight > fair then
+    local mine = eval ~= '' and (held[eval] or 0) or 0
+    if lease then
+      local other = false
+      for _, w in ipairs(waiters) do
+        if w ~= eval then other = true; break end
+      end
+      if other then
+        out[#out + 1] = -1; out[#out + 1] = mine; out[#out + 1] = fair
+        refused = true
+      elseif eval ~= '' and mine + weight > fair then
+        out[#out + 1] = 0; out[#out + 1] = 0; out[#out + 1] = 0
+        refused = true
+      end
+    elseif mine + weight > fair then
       for _, w in ipairs(waiters) do
         if w ~= eval and (held[w] or 0) < fair then
           mark_waiting(eval)
@@ -128,10 +153,14 @@ for q = 1, r do
       end
     end
     if best == 0 then
-      if eval ~= '' then mark_waiting(eval) end
+      if eval ~= '' and not lease then mark_waiting(eval) end
       out[#out + 1] = 0; out[#out + 1] = 0; out[#out + 1] = 0
     else
-      redis.call('INCRBY', KEYS[best], weight)
+      if lease then
+        redis.call('ZADD', KEYS[2 * m + best], now + lease_ttl, token)
+      else
+        redis.call('INCRBY', KEYS[best], weight)
+      end
       used[best] = used[best] + weight
       if eval ~= '' then
         redis.call('HINCRBY', slots_key, eval, weight)
@@ -150,12 +179,15 @@ return out
 @dataclass(frozen=True)
 class Ask:
     """One reservation: ``weight`` slots on one of ``candidates`` ((host, tier, slots), best tier
-    first), for ``eval_id`` ('' = no fair share) in a fleet of ``capacity`` slots."""
+    first), for ``eval_id`` ('' = no fair share) in a fleet of ``capacity`` slots. ``lease``: a token
+    ('' = for a caller): reserved ahead for the orchestrator's pool (``_leases``) under that token,
+    with the script's stricter fair-share rule."""
 
     candidates: Sequence[tuple[str, int, int]]
     weight: int = 1
     eval_id: str = ""
     capacity: int = 0
+    lease: str = ""
 
 
 @dataclass(frozen=True)
@@ -178,18 +210,20 @@ class Call:
     args: list[Any]
 
 
-def encode(asks: Sequence[Ask], alive_ttl: float, waiting_ttl: float) -> Call:
-    """The script call taking ``asks`` in order (each candidate host named once)."""
+def encode(asks: Sequence[Ask], alive_ttl: float, waiting_ttl: float, lease_ttl: float = 0.0) -> Call:
+    """The script call taking ``asks`` in order (each candidate host named once); leased slots
+    count for ``lease_ttl`` seconds unless handed out or given back."""
     index: dict[str, int] = {}
     for ask in asks:
         for host, _, _ in ask.candidates:
             index.setdefault(host, len(index) + 1)
     hosts = list(index)
     keys = [_names.slots_used_key(h) for h in hosts] + [_names.heartbeat_key(h) for h in hosts]
+    keys += [_names.leased_key(h) for h in hosts]
     keys += [_names.EVAL_SLOTS, _names.EVALS_ALIVE, _names.EVALS_WAITING]
-    args: list[Any] = [len(hosts), alive_ttl, waiting_ttl, len(asks)]
+    args: list[Any] = [len(hosts), alive_ttl, waiting_ttl, len(asks), lease_ttl]
     for ask in asks:
-        args += [ask.weight, ask.eval_id, ask.capacity, len(ask.candidates)]
+        args += [ask.weight, ask.eval_id, ask.capacity, ask.lease, len(ask.candidates)]
         for host, tier, slots in ask.candidates:
             args += [index[host], tier, slots]
     return Call(hosts, keys, args)

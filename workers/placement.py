@@ -6,14 +6,18 @@ that have the sample's image, then hosts that can pull it), least loaded first. 
 live, non-draining candidate and INCRBYs its counter in the same step, so concurrent orchestrators
 never overfill a host and need no lock between them; the reservations asked in the same loop tick go
 in one script call. ``release`` gives slots back when the sandbox is closed (or failed to open).
+With leases on (``Placer(leases=N)``), one-slot reservations are mostly served from slots the same
+script calls reserved ahead (``_leases``): no Redis round trip while a burst of opens keeps coming.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import random
 import time
+import uuid
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +27,9 @@ from redis.exceptions import NoScriptError
 
 from . import _names, _reserve
 from ._admission import pulls_from
+from ._leases import IDLE_S as LEASE_IDLE_S
+from ._leases import WINDOW_S as LEASE_WINDOW_S
+from ._leases import Lease, LeaseKey, Leases, lease_key
 from .heartbeat import HostRecord
 
 
@@ -116,6 +123,14 @@ EVAL_WAITING_TTL_S = 5.0  # an eval counts as waiting this long after its last r
 HOSTS_TTL_S = 1.0  # how stale one orchestrator's list of live hosts may be (the script checks liveness itself)
 STALE_HOSTS_S = 10.0  # a list older than this is re-read before use, not in the background
 SAMPLE = 32  # candidates per tier offered to the script: the least loaded of a random 32 (a full scan if none fits)
+SETTLE_S = 5.0  # how long giving the leases back waits for lease asks still in flight
+# A lease is handed out only by a host list read this recently (or within the list's TTL, if longer):
+# the script is not asked whether its host still lives. A dead host's heartbeat lingers for its TTL
+# (10 s by default) anyway, and a host that began draining refuses the open, which is placed again.
+LEASE_HOSTS_S = 3.0
+# A leased slot counts in Redis this long beyond twice the idle time (after which this orchestrator
+# gives it back itself): what one that died holding leases keeps from the fleet, and for how long.
+LEASE_GRACE_S = 2.0
 
 
 class Placer:
@@ -124,32 +139,63 @@ class Placer:
     open; a stale list is used while it is re-read in the background), the slot taken by the
     reservation script (``_reserve``) over at most ``SAMPLE`` random candidates per tier (O(1) per
     open however large the fleet; "the least loaded of d random choices" balances nearly as well as
-    a full scan). Reservations asked while one script call is in flight go together in the next."""
+    a full scan). Reservations asked while one script call is in flight go together in the next.
+
+    ``leases``: slots per key reserved ahead and handed out without a round trip (``_leases``; 0:
+    off, the default, as a Placer holding leases must be closed with ``aclose`` to give them back);
+    ``leases_total``: the bound over every key (default ``_leases.TOTAL_KEYS`` times ``leases``);
+    ``lease_idle_s``: a leased slot not handed out within this long goes back; ``lease_window_s``: a
+    key's pool aims at its reservations of this last stretch."""
 
     def __init__(self, redis: Redis, hosts_ttl: float = HOSTS_TTL_S, sample: int = SAMPLE,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, leases: int = 0, leases_total: int | None = None,
+                 lease_idle_s: float = LEASE_IDLE_S, lease_window_s: float = LEASE_WINDOW_S) -> None:
         self.redis = redis
         self._ttl = hosts_ttl
         self._sample = sample
         self._rng = rng or random.Random()
         self._hosts: list[HostRecord] = []
+        self._by_name: dict[str, HostRecord] = {}
         self._fetched = -1e9
         self._refresh: asyncio.Lock | None = None
         self._refresher: asyncio.Task[Any] | None = None
         self._sha = hashlib.sha1(_reserve.RESERVE_BATCH_SCRIPT.encode()).hexdigest()
         self._loaded = False
-        self._queue: list[tuple[_reserve.Ask, asyncio.Future[_reserve.Answer]]] = []
+        # Each ask and who gets its answer: a caller's future, or the lease pool of that key.
+        self._queue: list[tuple[_reserve.Ask, asyncio.Future[_reserve.Answer] | LeaseKey]] = []
+        self._leases = Leases(leases, leases_total, idle_s=lease_idle_s, window_s=lease_window_s)
+        self._tokens = (f"{uuid.uuid4().hex[:12]}:{n}" for n in itertools.count())  # one per lease ask
+        self._handed: list[Lease] = []  # leases handed out, to be counted as reservations in Redis
+        self._sweeper: asyncio.Task[None] | None = None
         self._sender: asyncio.Task[None] | None = None
         self._releases: set[asyncio.Task[None]] = set()  # slots given back for callers that gave up
         # (seconds, reservations) of the latest script calls: Redis's share of a placement's latency.
         self.batches: deque[tuple[float, int]] = deque(maxlen=10_000)
+
+    @property
+    def leased(self) -> int:
+        """Slots held now in the lease pools (reserved in Redis, not handed out yet)."""
+        return self._leases.held
+
+    @property
+    def lease_hits(self) -> int:
+        """Reservations served from a lease so far, at once (no round trip)."""
+        return self._leases.hits
+
+    @property
+    def lease_waits(self) -> int:
+        """Reservations served by the answer of a lease ask in flight they waited for."""
+        return self._leases.waited
 
     async def hosts(self, fresh: bool = False) -> list[HostRecord]:
         loop = asyncio.get_running_loop()
         if self._refresh is None:
             self._refresh = asyncio.Lock()
         age = loop.time() - self._fetched
-        if not fresh and age > self._ttl and self._hosts and self._ttl > 0 and age < STALE_HOSTS_S:
+        # With leases, re-read at half the TTL: a lease is handed out only by a recent list (the script
+        # is not asked whether its host still lives), so a burst keeps one fresh.
+        due = self._ttl / 2 if self._leases.enabled else self._ttl
+        if not fresh and age > due and self._hosts and self._ttl > 0 and age < STALE_HOSTS_S:
             # Stale but recent: use it now and read it again in the background (the script checks
             # each host's liveness itself); a burst of opens never waits on the re-read.
             if self._refresher is None or self._refresher.done():
@@ -165,12 +211,40 @@ class Placer:
             if self._fetched < asked:
                 self._hosts = await live_hosts(self.redis)
                 self._fetched = asyncio.get_running_loop().time()
+                self._by_name = {h.host: h for h in self._hosts}
+                self._give_back_leases(self._leases.on_hosts(self._by_name))
+
+    def host_draining(self, host: str) -> None:
+        """``host`` refused a sandbox as draining: the cached list says so until its next read, and the
+        leases on it go back."""
+        record = self._by_name.get(host)
+        if record is None or record.draining:
+            return
+        record = record.model_copy(update={"draining": True})
+        self._hosts = [record if h.host == host else h for h in self._hosts]
+        self._by_name[host] = record
+        self._give_back_leases(self._leases.on_hosts(self._by_name))
 
     async def aclose(self) -> None:
-        """Stop a background re-read of the hosts, if one is running."""
+        """Stop a background re-read of the hosts, if one is running; stop leasing and give every
+        leased slot back (those of lease asks still in flight too)."""
+        self._leases.closed = True
         if self._refresher is not None and not self._refresher.done():
             self._refresher.cancel()
             await asyncio.gather(self._refresher, return_exceptions=True)
+        await self.release_leases()
+        if self._sweeper is not None and not self._sweeper.done():
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+
+    async def release_leases(self) -> None:
+        """Give every leased slot back now (out of its host's leased set, and its eval's count), after
+        the lease asks in flight are answered (bounded by ``SETTLE_S``). Leasing goes on afterwards."""
+        if self._sender is not None and not self._sender.done():
+            await asyncio.wait([self._sender], timeout=SETTLE_S)
+        await self._release_now(self._leases.drain())
+        if self._releases:
+            await asyncio.gather(*list(self._releases), return_exceptions=True)
 
     async def reserve(self, image: str | Sequence[str] | None = None, pull_policy: str = "missing",
                       weight: int = 1, eval_id: str | None = None, only: str | None = None) -> HostRecord:
@@ -184,8 +258,28 @@ class Placer:
                             weight: int = 1, eval_id: str | None = None,
                             only: str | None = None) -> tuple[HostRecord, float]:
         """``reserve``, and when (loop clock) the slot was held: Redis's answer read, before the
-        caller's coroutine runs again (which, in a busy loop, can be later)."""
+        caller's coroutine runs again (which, in a busy loop, can be later); or, served from a lease,
+        at once (no await in between)."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
         hosts = await self.hosts()
+        if weight == 1 and only is None and self._leases.enabled:
+            key = lease_key(image, pull_policy, eval_id)
+            self._leases.asked(key, start)
+            # Only by a recent list (or one read for this very reservation): it is all that says the
+            # lease's host still lives and is not draining.
+            if self._fetched >= start or loop.time() - self._fetched <= max(self._ttl, LEASE_HOSTS_S):
+                held = self._from_lease(key)
+                if held is not None:
+                    if self._leases.wants(key, loop.time()):
+                        self._wake_sender()  # refill in the background: later reservations hit too
+                    return held
+            self._leases.missed(key, loop.time())
+            waiter: asyncio.Future[tuple[HostRecord, float] | None] = loop.create_future()
+            if self._leases.wait(key, waiter):  # a lease ask in flight comes sooner than an ask sent after it
+                got = await waiter
+                if got is not None:
+                    return got
         for fresh in (False, True):
             if fresh:
                 hosts = await self.hosts(fresh=True)  # full by the cached view: a host may have joined
@@ -194,10 +288,7 @@ class Placer:
             tiers = image_tiers(hosts, image, pull_policy)
             if image and len(tiers) == 1 and not fresh:
                 continue  # no cached host can get the image(s): one that can may have joined since
-            groups = [[h for h in group if not h.draining and h.slots >= weight] for group in tiers]
-            for group in groups:
-                self._rng.shuffle(group)
-            capacity = sum(h.slots for h in hosts if not h.draining)
+            groups, capacity = self._candidates(hosts, tiers, weight)
             held = await self._take([group[: self._sample] for group in groups], weight, eval_id, capacity)
             if held is None and any(len(g) > self._sample for g in groups):
                 held = await self._take(groups, weight, eval_id, capacity)
@@ -214,6 +305,68 @@ class Placer:
             raise NoLiveHostError("No worker host is alive (none has heartbeated recently): start `toolfleet worker`.")
         raise NoCapacityError(f"No worker host can take a sandbox ({alive} live host(s), all full or draining).")
 
+    def _candidates(self, hosts: list[HostRecord], tiers: list[list[HostRecord]],
+                    weight: int) -> tuple[list[list[HostRecord]], int]:
+        """Each tier's hosts that could take ``weight`` slots (shuffled), and the fleet's capacity."""
+        groups = [[h for h in group if not h.draining and h.slots >= weight] for group in tiers]
+        for group in groups:
+            self._rng.shuffle(group)
+        return groups, sum(h.slots for h in hosts if not h.draining)
+
+    def _from_lease(self, key: LeaseKey) -> tuple[HostRecord, float] | None:
+        """A leased slot of ``key`` on a host the cached list says is alive and not draining (the
+        leases found unusable on the way are given back), held from now; None: none."""
+        lease, gone = self._leases.take(key, self._by_name)
+        self._give_back_leases(gone)
+        if lease is None:
+            return None
+        return self._handed_out(lease), asyncio.get_running_loop().time()
+
+    def _handed_out(self, lease: Lease) -> HostRecord:
+        """``lease`` goes to a caller: in Redis it moves from the leased set to the slot counter (in
+        the background, this tick's together); its host's record, with the newer of the two boots."""
+        self._handed.append(lease)
+        if len(self._handed) == 1:
+            self._releases.add(task := asyncio.ensure_future(self._count_handed()))
+            task.add_done_callback(self._releases.discard)
+        record = self._by_name[lease.host]
+        if record.boot != lease.boot and lease.taken > self._fetched:
+            record = record.model_copy(update={"boot": lease.boot})  # restarted before the list was read
+        return record
+
+    async def _count_handed(self) -> None:
+        await asyncio.sleep(0)  # the leases handed out in this tick go together
+        handed, self._handed = self._handed, []
+        try:
+            async with self.redis.pipeline(transaction=True) as pipe:  # never counted twice, nor not at all
+                for lease in handed:
+                    pipe.incrby(_names.slots_used_key(lease.host), 1)
+                    pipe.zrem(_names.leased_key(lease.host), lease.token)
+                await pipe.execute()
+        except Exception:  # noqa: BLE001 - best effort: the token expires; the worker's close decrements
+            pass
+
+    def _lease_asks(self) -> list[tuple[_reserve.Ask, LeaseKey]]:
+        """The lease asks due now (keys asked for since the last batch, under their target): the
+        same candidates as a caller's reservation of that key would get, flagged ``lease``."""
+        out: list[tuple[_reserve.Ask, LeaseKey]] = []
+        for key, n in self._leases.refills(asyncio.get_running_loop().time()):
+            images, pull_policy, eval_id = key
+            tiers = image_tiers(self._hosts, images, pull_policy)
+            groups, capacity = self._candidates(self._hosts, tiers, 1)
+            candidates = [(h.host, tier, h.slots) for tier, group in enumerate(groups) for h in group[: self._sample]]
+            if not candidates or (images and len(tiers) == 1):
+                self._leases.unsent(key, n)  # no cached host can get the image(s): callers ask themselves
+                for stranded in self._leases.stranded(key):
+                    stranded.set_result(None)
+                continue
+            out += [(_reserve.Ask(candidates, 1, eval_id, capacity, lease=next(self._tokens)), key) for _ in range(n)]
+        return out
+
+    def _wake_sender(self) -> None:
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.ensure_future(self._send())
+
     async def _take(self, groups: list[list[HostRecord]], weight: int, eval_id: str | None,
                     capacity: int) -> tuple[HostRecord, float] | None:
         by_name = {h.host: h for group in groups for h in group}
@@ -223,8 +376,7 @@ class Placer:
                            weight, eval_id or "", capacity)
         future: asyncio.Future[_reserve.Answer] = asyncio.get_running_loop().create_future()
         self._queue.append((ask, future))
-        if self._sender is None or self._sender.done():
-            self._sender = asyncio.ensure_future(self._send())
+        self._wake_sender()
         answer = await future
         if answer.fair_share is not None:
             held, fair = answer.fair_share
@@ -240,9 +392,14 @@ class Placer:
     async def _send(self) -> None:
         """Every reservation asked meanwhile goes out together: one script call per ``MAX_BATCH``, all
         in one pipeline — one round trip for a burst of opens (an eval starting a thousand samples).
-        Redis takes them in the order asked, each seeing the ones before."""
-        while self._queue:
-            batch, self._queue = self._queue, []
+        Redis takes them in the order asked, each seeing the ones before; the lease asks due go last
+        (a caller's reservation comes before slots reserved ahead)."""
+        while True:
+            batch: list[tuple[_reserve.Ask, Any]] = self._queue
+            self._queue = []
+            batch += self._lease_asks()
+            if not batch:
+                return
             chunks = [batch[i: i + _reserve.MAX_BATCH] for i in range(0, len(batch), _reserve.MAX_BATCH)]
             try:
                 try:
@@ -258,9 +415,12 @@ class Placer:
             for chunk, answer in zip(chunks, answers):
                 self._settle(chunk, answer)
 
-    def _settle(self, chunk: list[tuple[_reserve.Ask, asyncio.Future[_reserve.Answer]]], answer: Any) -> None:
+    def _settle(self, chunk: list[tuple[_reserve.Ask, Any]], answer: Any) -> None:
         results = [answer] * len(chunk) if isinstance(answer, BaseException) else answer
         for (ask, future), result in zip(chunk, results):
+            if not isinstance(future, asyncio.Future):
+                self._leased_answer(future, ask, result)
+                continue
             if future.done():  # the caller gave up (cancelled) meanwhile: give back what it was given
                 if isinstance(result, _reserve.Answer) and result.host is not None:
                     self._give_back(result.host, ask)
@@ -269,6 +429,53 @@ class Placer:
                 future.set_exception(result)
             else:
                 future.set_result(result)
+
+    def _leased_answer(self, key: LeaseKey, ask: _reserve.Ask, result: Any) -> None:
+        """A lease ask's answer: the slot goes to a reservation of its key waiting for it, else to the
+        key's pool (or back, when not kept). Waiters no lease ask in flight can answer any more are
+        told to ask Redis themselves."""
+        answer = result if isinstance(result, _reserve.Answer) else _reserve.Answer()
+        lease = Lease(answer.host, answer.boot or "", ask.eval_id, answer.at, ask.lease) if answer.host is not None else None
+        waiter = self._leases.waiter(key) if lease is not None and lease.host in self._by_name else None
+        if lease is not None and waiter is not None:
+            self._leases.handed(key)
+            waiter.set_result((self._handed_out(lease), answer.at))
+        else:
+            kept, dropped = self._leases.answered(key, lease, answer.fair_share is not None,
+                                                  asyncio.get_running_loop().time())
+            if lease is not None and not kept:
+                dropped.append(lease)
+            self._give_back_leases(dropped)
+            if kept and (self._sweeper is None or self._sweeper.done()):
+                self._sweeper = asyncio.ensure_future(self._sweep())
+        for stranded in self._leases.stranded(key):
+            stranded.set_result(None)
+
+    async def _sweep(self) -> None:
+        """While leases are held: give back those held ``IDLE_S`` without being handed out, and keep
+        the host list fresh (after a lull, the next reservation still finds its lease usable)."""
+        loop = asyncio.get_running_loop()
+        while self._leases.held:
+            await asyncio.sleep(self._leases.idle_s / 4)
+            await self._release_now(self._leases.expired(loop.time()))
+            try:
+                await self.hosts()  # re-read in the background once half its TTL old
+            except Exception:  # noqa: BLE001 - best effort: a reservation re-reads it too
+                pass
+
+    def _give_back_leases(self, leases: list[Lease]) -> None:
+        if leases:
+            self._releases.add(task := asyncio.ensure_future(self._release_now(leases)))
+            task.add_done_callback(self._releases.discard)
+
+    async def _release_now(self, leases: list[Lease]) -> None:
+        """Leased slots back: each token out of its host's leased set, and the eval's count."""
+        if not leases:
+            return
+        try:
+            await release_leased(self.redis, [(lease.host, lease.token, lease.eval_id) for lease in leases])
+        except Exception:  # noqa: BLE001 - best effort: the tokens expire by themselves
+            pass
 
     def _give_back(self, host: str, ask: _reserve.Ask) -> None:
         async def give_back() -> None:
@@ -282,11 +489,12 @@ class Placer:
         self._releases.add(task := asyncio.ensure_future(give_back()))
         task.add_done_callback(self._releases.discard)
 
-    async def _run_scripts(self, chunks: list[list[tuple[_reserve.Ask, asyncio.Future[_reserve.Answer]]]]) -> list[Any]:
+    async def _run_scripts(self, chunks: list[list[tuple[_reserve.Ask, Any]]]) -> list[Any]:
         if not self._loaded:
             await self.redis.script_load(_reserve.RESERVE_BATCH_SCRIPT)
             self._loaded = True
-        calls = [_reserve.encode([ask for ask, _ in chunk], EVAL_ALIVE_TTL_S, EVAL_WAITING_TTL_S) for chunk in chunks]
+        lease_ttl = 2 * self._leases.idle_s + LEASE_GRACE_S
+        calls = [_reserve.encode([ask for ask, _ in chunk], EVAL_ALIVE_TTL_S, EVAL_WAITING_TTL_S, lease_ttl) for chunk in chunks]
         sent = time.perf_counter()
         async with self.redis.pipeline(transaction=False) as pipe:
             for call in calls:
@@ -327,6 +535,21 @@ async def keep_evals_alive(redis: Redis, eval_ids: Sequence[str], ttl: float = E
 async def stop_waiting(redis: Redis, eval_id: str) -> None:
     """No sample of the eval waits for a slot any more (else its entry expires by itself)."""
     await redis.zrem(_names.EVALS_WAITING, eval_id)
+
+
+async def release_leased(redis: Redis, leases: Sequence[tuple[str, str, str]]) -> None:
+    """Leased slots given back, (host, token, eval id) each ('' = no eval), in one round trip: each
+    token out of its host's leased set, and one slot of each eval's fair-share count."""
+    per_eval: dict[str, int] = {}
+    for _, _, eval_id in leases:
+        if eval_id:
+            per_eval[eval_id] = per_eval.get(eval_id, 0) + 1
+    async with redis.pipeline(transaction=False) as pipe:
+        for host, token, _ in leases:
+            pipe.zrem(_names.leased_key(host), token)
+        for eval_id, n in per_eval.items():
+            pipe.hincrby(_names.EVAL_SLOTS, eval_id, -n)
+        await pipe.execute()
 
 
 async def release(redis: Redis, host: str, weight: int = 1) -> None:

@@ -10,17 +10,22 @@ processes on this machine, then through one ``CeleryDispatcher``:
 3. closes them all.
 
 Reports ``workers``, ``sandboxes_open`` (open at once, counted from the fleet's slot counters in
-Redis), ``placement_p50_ms``/``placement_p99_ms`` (the dispatcher's slot reservation per open, asked
-until held — Redis's answer read —, ``workers/placement.py``; the reservations asked together go in
-one script call) and where that time goes (``placement_redis_*``: the script call's round trip;
-``placement_batch_mean``: reservations per script call; ``placement_script_us``: Redis's own time per
-script call; ``placement_resumed_*``: until the opening coroutine ran again, this process's loop lag
-added; ``open_loop_lag_p99_ms``: that loop meanwhile; ``placement_steady_*``: one placement at a
-time with every sandbox open), ``open_per_s``, ``open_p99_ms``, ``calls_per_s``, ``errors``, ``redis_commands_per_call``
+Redis once the dispatcher gave its leased slots back: sandboxes actually open),
+``placement_p50_ms``/``placement_p99_ms`` (the dispatcher's slot reservation per open, asked until
+held — Redis's answer read, or at once when served from a slot leased ahead —,
+``workers/placement.py``; the reservations asked together go in one script call, with the lease
+asks) and where that time goes (``placement_leased_share``: the share of the opens' placements
+served from a lease, without a round trip; ``placement_redis_*``: the script call's round trip;
+``placement_batch_mean``: reservations per script call, lease asks included; ``placement_script_us``:
+Redis's own time per script call; ``placement_resumed_*``: until the opening coroutine ran again,
+this process's loop lag added; ``open_loop_lag_p99_ms``: that loop meanwhile; ``placement_steady_*``:
+one placement at a time with every sandbox open, leases on as in the opens), ``open_per_s``,
+``open_p99_ms``, ``calls_per_s``, ``errors``, ``redis_commands_per_call``
 (INFO commandstats delta over the call phase; a script's inner commands count), ``redis_commands_per_open``
 (and by type), Redis CPU per call and per open, an idle worker's Redis cost (``idle_redis_*``, watched
 for ``IDLE_S`` before the opens), ``worker_peak_rss_mb`` (largest VmHWM of a worker process; sandbox
-agents are separate processes), ``redis_used_mb``/``redis_peak_mb`` and ``orchestrator_peak_rss_mb``.
+agents are separate processes), ``redis_used_mb``/``redis_peak_mb``, ``orchestrator_peak_rss_mb`` and
+``slots_left_in_use`` (after every close and the leases given back: must be 0).
 
 Targets (issue 18): >= 1,000 sandboxes open at once on >= 8 workers, errors 0, placement p99 <= 10 ms.
 """
@@ -87,6 +92,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         cpu_open = time.process_time() - cpu_open
         routes = [r for r in opened if r is not None]
         redis_opened = fleet.redis_counters()
+        placements, leased_hits = len(dispatcher.placement_seconds), dispatcher.placer.lease_hits
+        await dispatcher.placer.release_leases()  # slots reserved ahead are not sandboxes
         sandboxes_open = await _slots_in_use(fleet, _names)
         steady = await _steady_placements(dispatcher, STEADY_PLACEMENTS)
         redis_before_calls = fleet.redis_counters()
@@ -96,6 +103,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         redis_memory = fleet.redis_memory_mb()
         script_us = fleet.command_usec("evalsha")
         await asyncio.gather(*(dispatcher.close_sandbox(r) for r in routes))
+        await dispatcher.placer.release_leases()
         left_open = await _slots_in_use(fleet, _names)
         placement_s = list(dispatcher.placement_seconds)
         resumed_s = list(dispatcher.placement_resumed_seconds)
@@ -112,6 +120,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "open_concurrency": args.open_concurrency,
         "placement_p50_ms": percentile_ms(placement_s, 0.5) if placement_s else None,
         "placement_p99_ms": percentile_ms(placement_s, 0.99) if placement_s else None,
+        # Served from a slot leased ahead (no round trip; the rest asked Redis, or waited for a lease ask).
+        "placement_leased_share": round(leased_hits / placements, 3) if placements else None,
         # The same until the opening coroutine ran again: what this process's busy loop adds.
         "placement_resumed_p50_ms": percentile_ms(resumed_s, 0.5) if resumed_s else None,
         "placement_resumed_p99_ms": percentile_ms(resumed_s, 0.99) if resumed_s else None,

@@ -11,8 +11,9 @@
   completes; it is verified, then resolves the call's future. Nothing is polled, and nothing is
   subscribed, unsubscribed or deleted per call (stored copies expire). The declared-order splice stays
   in the orchestrator. Sandbox opens/closes still use Celery's result store (pubsub on its channels).
-* Sandbox affinity: ``open_sandbox`` reserves a slot on a live host (``workers.placement``) and sends
-  the open task to that host's queue; every call of the sample goes to the same queue.
+* Sandbox affinity: ``open_sandbox`` reserves a slot on a live host (``workers.placement``; a burst of
+  opens is mostly served from slots reserved ahead, ``placement_leases``) and sends the open task to
+  that host's queue; every call of the sample goes to the same queue.
 * Failure bounds, enforced here whatever the worker does: a per-call deadline (the tool's timeout,
   or ``max_call_seconds``, plus ``call_grace``) → ``timeout``; a host whose heartbeat expired (or that
   restarted: new boot id) → its pending calls resolve to ``sandbox_unavailable`` within
@@ -58,6 +59,7 @@ log = structlog.get_logger("toolfleet.dispatch")
 SANDBOX_WAIT_SOURCE = "sandbox_wait"  # info events: a sample waits for a sandbox slot / stopped waiting
 MAX_SETUP_EXECS = 100  # what a worker's open answer may carry (the worker keeps the same bound)
 PLACEMENT_SAMPLES = 100_000  # placement latencies kept (a float each)
+DRAINING_RETRIES = 3  # an open refused by a host that began draining since it was chosen: placed again this often
 
 
 class CeleryDispatcherConfig(BaseModel):
@@ -74,6 +76,9 @@ class CeleryDispatcherConfig(BaseModel):
                                   "fleet is busy (full, or this eval holds its fair share and another eval waits)")
     no_host_wait: float = Field(60.0, ge=0, description="how long open_sandbox waits while no worker host is alive "
                                 "(autoscaling from zero); at most placement_wait")
+    placement_leases: int = Field(128, ge=0, description="sandbox slots per kind of sandbox (image, pull policy, "
+                                  "eval) this orchestrator may reserve ahead and hand out without a Redis round trip "
+                                  "(sized by recent demand, given back after 5 s unused); 0: every placement asks Redis")
     send_sent_events: bool = Field(False, description="Celery task-sent events (Flower's SENT state; workers' own task "
                                    "events already show every task): each costs ~12% more publisher CPU per call")
     lease_ttl: float = Field(3.0, gt=0, description="seconds this orchestrator's sandbox lease outlives its last renewal")
@@ -203,7 +208,8 @@ class CeleryDispatcher(Dispatcher):
         self._lease_setting: asyncio.Future[None] | None = None  # the SET in flight, awaited by every open meanwhile
         self._sandbox_evals: dict[str, tuple[str, int]] = {}  # sandbox handle -> (eval id, slots) for fair share
         self._waiters: dict[str, int] = {}  # eval id -> this dispatcher's placements waiting for a slot
-        self.placer = placement.Placer(self._listener.redis)  # live hosts cached briefly; slots taken by one script
+        # Live hosts cached briefly; slots taken by one script, and reserved ahead (leases) for a burst.
+        self.placer = placement.Placer(self._listener.redis, leases=self.config.placement_leases)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -215,6 +221,10 @@ class CeleryDispatcher(Dispatcher):
         async with self._start_lock:
             if self._watchdog is None:
                 await self._listener.start()
+                try:  # the fleet's hosts read once now, so the first burst of placements need not wait for it
+                    await self.placer.hosts()
+                except (RedisError, OSError) as exc:
+                    log.debug("dispatch.hosts_read_failed", error=str(exc))  # placement reads it again
                 self._watchdog = asyncio.ensure_future(self._watch())
 
     async def aclose(self) -> None:
@@ -436,19 +446,27 @@ class CeleryDispatcher(Dispatcher):
         redis = self._listener.redis
         weight = placement.slot_weight(spec.config)  # one slot per container of the sandbox
         only = ((spec.config or {}).get("snapshot") or {}).get("host")  # a fork goes where its snapshot is
-        try:
-            host = await self._place(redis, _images(spec.config), (spec.config or {}).get("pull_policy", "missing"), weight,
-                                     spec.eval_id, spec.sample_id, only)
-        except (RedisError, OSError) as exc:
-            raise SandboxUnavailableError(f"Sandbox placement failed: the broker is unreachable ({exc}).") from exc
-        try:
-            await self._hold_lease()
-            meta = await self._lifecycle_task("open", _names.TASK_OPEN_SANDBOX, [spec.model_dump(mode="json"), self.client_id],
-                                              host.queue, host.host, host.boot)
-        except BaseException:
-            await self._release(host.host, weight, spec.eval_id)
-            raise
-        answer = meta.get("result") if meta.get("status") == "SUCCESS" else None
+        for attempt in range(DRAINING_RETRIES + 1):
+            try:
+                host = await self._place(redis, _images(spec.config), (spec.config or {}).get("pull_policy", "missing"),
+                                         weight, spec.eval_id, spec.sample_id, only)
+            except (RedisError, OSError) as exc:
+                raise SandboxUnavailableError(f"Sandbox placement failed: the broker is unreachable ({exc}).") from exc
+            try:
+                await self._hold_lease()
+                meta = await self._lifecycle_task("open", _names.TASK_OPEN_SANDBOX,
+                                                  [spec.model_dump(mode="json"), self.client_id], host.queue, host.host, host.boot)
+            except BaseException:
+                await self._release(host.host, weight, spec.eval_id)
+                raise
+            answer = meta.get("result") if meta.get("status") == "SUCCESS" else None
+            if only is None and attempt < DRAINING_RETRIES and _refused_draining(answer):
+                # The host began draining after placement last saw it (a cached host list, a leased
+                # slot): give the slot back, let placement know, and place the sandbox again.
+                await self._release(host.host, weight, spec.eval_id)
+                self.placer.host_draining(host.host)
+                continue
+            break
         execs, dropped = _setup_execs(answer)
         if not isinstance(answer, dict) or "handle" not in answer:
             await self._release(host.host, weight, spec.eval_id)
@@ -681,6 +699,11 @@ class CeleryDispatcher(Dispatcher):
                 for rec in lost:
                     self._resolve(rec, _error_outcome(rec.task_id, "sandbox_unavailable",
                         f"The call was lost when the broker restarted and could not be sent again ({exc})."))
+
+
+def _refused_draining(answer: Any) -> bool:
+    """Whether a worker's open answer is its refusal as a draining host (``workers.tasks.run_open``)."""
+    return isinstance(answer, dict) and isinstance(answer.get("error"), dict) and answer["error"].get("type") == "draining"
 
 
 def _images(config: dict[str, Any] | None) -> list[str] | None:

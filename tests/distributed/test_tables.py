@@ -203,3 +203,92 @@ def test_a_multi_service_sandbox_prefers_hosts_with_all_its_images() -> None:
     assert ranked == ["puller"]
     # Nobody can get them all: any host (its worker says why).
     assert len(choose_hosts(hosts, idle, image=["app", "nowhere"])) == 3
+
+
+# --- slot leases (workers/_leases.py): how many to reserve ahead, which to hand out -------------------
+
+
+@pytest.mark.parametrize(
+    ("recent", "misses", "held", "asked", "cap", "room", "expected"),
+    [
+        (0, 0, 0, 0, 64, 256, 0),  # no demand: nothing reserved ahead
+        (1, 0, 0, 0, 64, 256, 1),  # the target is the recent demand
+        (20, 0, 0, 0, 64, 256, 20),
+        (1, 1, 0, 0, 64, 256, 4),  # slow start: one reservation found the pool empty, 4 ahead
+        (2, 2, 0, 0, 64, 256, 16),  # two did: 16
+        (9, 6, 0, 0, 64, 256, 64),  # a burst reaches the cap within a few
+        (100, 0, 0, 0, 64, 256, 64),  # capped per key
+        (100, 0, 0, 0, 64, 10, 10),  # and by what the total bound leaves
+        (40, 0, 30, 0, 64, 256, 0),  # at the low-water mark (three quarters of the target): not yet
+        (40, 0, 29, 0, 64, 256, 11),  # below it: refilled to the target in one block
+        (40, 0, 5, 25, 64, 256, 0),  # asks in flight count as held
+        (40, 0, 5, 20, 64, 256, 15),
+        (100, 9, 0, 0, 0, 256, 0),  # leasing off
+        (5, 0, 10, 0, 64, 256, 0),  # more held than demand: nothing
+    ],
+)
+def test_refill_size(recent: int, misses: int, held: int, asked: int, cap: int, room: int, expected: int) -> None:
+    from workers._leases import refill_size
+
+    assert refill_size(recent, misses, held, asked, cap, room) == expected
+
+
+def test_lease_key() -> None:
+    from workers._leases import lease_key
+
+    assert lease_key(None, "missing", None) == (None, "missing", "")
+    assert lease_key("img:1", "never", "e") == (("img:1",), "never", "e")
+    assert lease_key(["a:1", "b:1"], "missing", "e") == (("a:1", "b:1"), "missing", "e")
+    assert lease_key([], "missing", "e") == (None, "missing", "e")
+
+
+def _lease(host: str, boot: str = "b", taken: float = 0.0):  # type: ignore[no-untyped-def]
+    from workers._leases import Lease
+
+    return Lease(host, boot, "e", taken, token=f"{host}-{taken}")
+
+
+def test_leases_hand_out_the_oldest_usable_and_drop_the_rest() -> None:
+    from workers._leases import Leases
+
+    key = (None, "missing", "e")
+    leases = Leases(per_key=8)
+    for lease in [_lease("gone"), _lease("drains"), _lease("a", taken=2.0), _lease("restarted", "b0", taken=3.0)]:
+        leases.answered(key, lease, refused=False, now=0.0)
+    alive = {"drains": _host("drains", 4, draining=True), "a": _host("a", 4), "restarted": _host("restarted", 4)}
+    got, gone = leases.take(key, alive)
+    assert got == _lease("a", taken=2.0)
+    assert [x.host for x in gone] == ["gone", "drains"]  # their host is not alive, or is draining
+    assert leases.held == 1 and leases.hits == 1
+    # A host that restarted since (another boot) keeps its leased slots: its leased set outlives it.
+    assert leases.take(key, alive) == (_lease("restarted", "b0", taken=3.0), [])
+    assert leases.take(key, alive) == (None, [])
+    leases.answered(key, _lease("drains"), refused=False, now=4.0)
+    leases.answered(key, _lease("a", taken=4.0), refused=False, now=4.0)
+    assert leases.on_hosts(alive) == [_lease("drains")] and leases.held == 1  # a fresh list drops the same
+
+
+def test_lease_pools_are_bounded_refused_keys_give_back_and_idle_leases_expire() -> None:
+    from workers._leases import Leases
+
+    a, b = (None, "missing", "a"), (None, "missing", "b")
+    leases = Leases(per_key=2, total=3, idle_s=2.0, backoff_s=0.5)
+    assert [leases.answered(a, _lease("h", taken=t), False, t)[0] for t in (0.0, 1.0, 1.5)] == [True, True, False]  # per key
+    assert [leases.answered(b, _lease("h", taken=t), False, t)[0] for t in (1.0, 1.0)] == [True, False]  # in total
+    for _ in range(3):
+        leases.asked(b, 1.0)
+    assert leases.refills(1.0) == []  # at the total bound: nothing more asked
+    # A refused lease ask (fair share: another eval waits) gives the key's whole pool back.
+    kept, dropped = leases.answered(b, None, refused=True, now=1.2)
+    assert not kept and len(dropped) == 1 and leases.held == 2
+    leases.asked(b, 1.3)
+    assert not leases.wants(b, 1.3) and leases.refills(1.3) == []  # backing off
+    assert leases.refills(1.8) == []  # not asked for since the last check
+    leases.asked(b, 1.8)
+    assert leases.refills(1.8) == [(b, 1)]  # demand 2, but a's two held leave room for one in total
+    assert leases.expired(2.5) == [_lease("h", taken=0.0)]  # held 2 s without being handed out
+    assert leases.held == 1
+    assert leases.drain() == [_lease("h", taken=1.0)] and leases.held == 0
+    leases.closed = True
+    assert leases.answered(b, _lease("h"), False, 3.0) == (False, [])  # closed: every answer goes back
+    assert not leases.wants(b, 3.0)
