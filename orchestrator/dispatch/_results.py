@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.connection import Connection, parse_url
 from redis.exceptions import RedisError
 
@@ -38,6 +38,8 @@ from workers import _auth, _names
 log = structlog.get_logger("toolfleet.dispatch")
 
 READY_STATES = frozenset({"SUCCESS", "FAILURE", "REVOKED"})
+MAX_CONNECTIONS = 64  # the dispatcher's connections for ordinary commands (the subscription has its own)
+POOL_WAIT_S = 60.0  # bound on waiting for one of them
 DELETE_BATCH_S = 0.2  # results read are deleted from Redis this often (one UNLINK for all of them)
 
 
@@ -48,7 +50,11 @@ class ResultListener:
         self._conn_kwargs = dict(parse_url(url))
         # rediss:// gives SSLConnection (TLS to the broker); keep it for the subscribed connection too.
         self._conn_class = self._conn_kwargs.pop("connection_class", None) or Connection
-        self.redis = Redis.from_url(url, socket_connect_timeout=5)  # GET/MGET re-checks (ordinary commands)
+        # Ordinary commands (re-checks, placement, fair-share counts). A blocking pool: a thousand samples
+        # closing at once wait their turn for a connection instead of failing "Too many connections"
+        # (which would leave their eval's fair-share counts held).
+        self.redis = Redis.from_pool(BlockingConnectionPool.from_url(url, max_connections=MAX_CONNECTIONS,
+                                                                     timeout=POOL_WAIT_S, socket_connect_timeout=5))
         self._futures: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._conn: Connection | None = None
         self._connected = asyncio.Event()

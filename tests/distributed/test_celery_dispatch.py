@@ -260,3 +260,21 @@ async def test_a_busy_dispatcher_lingers_so_later_stages_share_the_message(sessi
         assert list(d.published) == publishes
     finally:
         await d.aclose()
+
+
+async def test_a_thousand_concurrent_fair_share_releases_all_land(session_worker) -> None:
+    """A thousand samples closing at once each give their eval's fair-share count back through the
+    dispatcher's connections; none fails for want of a connection (it waits its turn), so the eval's
+    count returns to what it holds."""
+    from workers import placement
+
+    d = CeleryDispatcher(session_worker.broker_url)
+    eval_id = f"e-release-{uuid.uuid4().hex[:8]}"
+    try:
+        await d.start()
+        redis = d._listener.redis
+        await redis.hincrby(_names.EVAL_SLOTS, eval_id, 1000)
+        await asyncio.wait_for(asyncio.gather(*(placement.release_eval(redis, eval_id) for _ in range(1000))), 60)
+        assert int(await redis.hget(_names.EVAL_SLOTS, eval_id)) == 0
+    finally:
+        await d.aclose()
