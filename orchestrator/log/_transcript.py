@@ -98,16 +98,24 @@ def bind_transcript(t: Transcript) -> Iterator[Transcript]:
         _transcript.reset(token)
 
 
-@contextlib.contextmanager
-def span(name: str, type: str | None = None) -> Iterator[str]:
-    """Open a span; events recorded inside carry its id; nested spans become its children."""
-    span_id = new_id()
-    parent = _current_span.get()
-    t = transcript()
-    t.record(SpanBeginEvent(id=span_id, parent_id=parent, type=type, name=name, span_id=parent))
-    token = _current_span.set(span_id)
-    try:
-        yield span_id
-    finally:
-        _current_span.reset(token)
-        t.record(SpanEndEvent(id=span_id, span_id=parent))
+class span:  # noqa: N801 - used as a function: `with span(name=..., type=...) as span_id:`
+    """Open a span; events recorded inside carry its id; nested spans become its children.
+
+    A class rather than a generator-based context manager: one opens around every tool call."""
+
+    __slots__ = ("_name", "_type", "_id", "_parent", "_transcript", "_token")
+
+    def __init__(self, name: str, type: str | None = None) -> None:
+        self._name, self._type = name, type
+
+    def __enter__(self) -> str:
+        self._id = span_id = new_id()
+        self._parent = parent = _current_span.get()
+        self._transcript = t = transcript()
+        t.record(SpanBeginEvent(id=span_id, parent_id=parent, type=self._type, name=self._name, span_id=parent))
+        self._token = _current_span.set(span_id)
+        return span_id
+
+    def __exit__(self, *exc: object) -> None:
+        _current_span.reset(self._token)
+        self._transcript.record(SpanEndEvent(id=self._id, span_id=self._parent))
