@@ -31,6 +31,14 @@ pytestmark = [pytest.mark.celery, pytest.mark.timeout(120)]
 POLL_S = 30.0  # bound on waiting for a background give-back to show in Redis
 
 
+@pytest.fixture
+async def redis(own_redis):  # type: ignore[no-untyped-def]
+    """A client of a private Redis (the tests write hosts and counters of their own)."""
+    client = Redis.from_url(own_redis.url)
+    yield client
+    await client.aclose()
+
+
 async def _host(redis: Redis, name: str, slots: int, draining: bool = False, boot: str | None = None) -> None:
     record = HostRecord(host=name, queue=_names.host_queue(name), node=_names.worker_nodename(name),
                         boot=boot or f"boot-{name}", slots=slots, ts=time.time(), draining=draining)
@@ -74,132 +82,116 @@ def _leasing(redis: Redis, **kw) -> placement.Placer:  # type: ignore[no-untyped
     return placement.Placer(redis, leases=kw.pop("leases", 64), **kw)
 
 
-async def test_after_a_burst_the_next_reservations_are_served_from_leases(own_redis) -> None:  # type: ignore[no-untyped-def]
-    redis = Redis.from_url(own_redis.url)
+async def test_after_a_burst_the_next_reservations_are_served_from_leases(redis) -> None:  # type: ignore[no-untyped-def]
     hosts = ["h1", "h2", "h3"]
-    try:
-        for name in hosts:
-            await _host(redis, name, 100)
-        placer = _leasing(redis)
-        await placer.hosts()
-        await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(20)))
+    for name in hosts:
+        await _host(redis, name, 100)
+    placer = _leasing(redis)
+    await placer.hosts()
+    await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(20)))
+    await _settled(placer)
+    # One script call: the 20 callers' reservations, then the lease asks after them (20 found the
+    # pool empty: slow start reaches the cap of 64 at once).
+    assert [n for _, n in placer.batches] == [20 + 64]
+    assert placer.leased == 64 and placer.lease_hits == 0
+    used, leased = await _used(redis, hosts), await _leased(redis, hosts)
+    assert sum(used.values()) == 20 and sum(leased.values()) == 64 and await _eval_slots(redis, "a") == 84
+    in_use = [used[h] + leased[h] for h in hosts]
+    assert max(in_use) - min(in_use) <= 1  # leases spread like reservations
+
+    later = [await placer.reserve(eval_id="a") for _ in range(5)]
+    await _settled(placer)
+    assert len(placer.batches) == 1  # no round trip: still above the low-water mark (3/4 of 64)
+    assert placer.lease_hits == 5 and placer.leased == 59
+    assert {h.host for h in later} <= set(hosts) and all(h.boot == f"boot-{h.host}" for h in later)
+    assert sum((await _used(redis, hosts)).values()) == 25  # the hits moved to the counters
+    assert sum((await _leased(redis, hosts)).values()) == 59
+
+    # A stream, one at a time with the loop free between them: the pool refills in the background
+    # (whole blocks, each below the low-water mark) and every reservation finds a lease.
+    calls = len(placer.batches)
+    for _ in range(60):
+        await placer.reserve(eval_id="a")
         await _settled(placer)
-        # One script call: the 20 callers' reservations, then the lease asks after them (20 found the
-        # pool empty: slow start reaches the cap of 64 at once).
-        assert [n for _, n in placer.batches] == [20 + 64]
-        assert placer.leased == 64 and placer.lease_hits == 0
-        used, leased = await _used(redis, hosts), await _leased(redis, hosts)
-        assert sum(used.values()) == 20 and sum(leased.values()) == 64 and await _eval_slots(redis, "a") == 84
-        in_use = [used[h] + leased[h] for h in hosts]
-        assert max(in_use) - min(in_use) <= 1  # leases spread like reservations
+    assert placer.lease_hits == 65
+    assert 1 <= len(placer.batches) - calls < 60  # refills in blocks, not one per reservation
+    assert all(n > 1 for _, n in list(placer.batches)[calls:])
+    assert sum((await _used(redis, hosts)).values()) == 85
+    assert sum((await _leased(redis, hosts)).values()) == placer.leased
+    assert await _eval_slots(redis, "a") == 85 + placer.leased
 
-        later = [await placer.reserve(eval_id="a") for _ in range(5)]
-        await _settled(placer)
-        assert len(placer.batches) == 1  # no round trip: still above the low-water mark (3/4 of 64)
-        assert placer.lease_hits == 5 and placer.leased == 59
-        assert {h.host for h in later} <= set(hosts) and all(h.boot == f"boot-{h.host}" for h in later)
-        assert sum((await _used(redis, hosts)).values()) == 25  # the hits moved to the counters
-        assert sum((await _leased(redis, hosts)).values()) == 59
-
-        # A stream, one at a time with the loop free between them: the pool refills in the background
-        # (whole blocks, each below the low-water mark) and every reservation finds a lease.
-        calls = len(placer.batches)
-        for _ in range(60):
-            await placer.reserve(eval_id="a")
-            await _settled(placer)
-        assert placer.lease_hits == 65
-        assert 1 <= len(placer.batches) - calls < 60  # refills in blocks, not one per reservation
-        assert all(n > 1 for _, n in list(placer.batches)[calls:])
-        assert sum((await _used(redis, hosts)).values()) == 85
-        assert sum((await _leased(redis, hosts)).values()) == placer.leased
-        assert await _eval_slots(redis, "a") == 85 + placer.leased
-
-        await placer.release_leases()
-        assert placer.leased == 0 and sum((await _leased(redis, hosts)).values()) == 0
-        assert sum((await _used(redis, hosts)).values()) == 85 and await _eval_slots(redis, "a") == 85
-        await placer.aclose()
-    finally:
-        await redis.aclose()
+    await placer.release_leases()
+    assert placer.leased == 0 and sum((await _leased(redis, hosts)).values()) == 0
+    assert sum((await _used(redis, hosts)).values()) == 85 and await _eval_slots(redis, "a") == 85
+    await placer.aclose()
 
 
-async def test_a_reservation_finding_the_pool_empty_waits_for_the_lease_asks_in_flight(own_redis) -> None:  # type: ignore[no-untyped-def]
-    redis = Redis.from_url(own_redis.url)
-    try:
-        await _host(redis, "h1", 2)
-        placer = _leasing(redis)
-        await placer.hosts()
-        first = asyncio.ensure_future(placer.reserve(eval_id="a"))
-        await asyncio.sleep(0)  # first asked (a miss): the sender is scheduled
-        await asyncio.sleep(0)  # the sender sent first's reservation and four lease asks (slow start)
-        later = [asyncio.ensure_future(placer.reserve(eval_id="a")) for _ in range(4)]
-        got = await asyncio.gather(first, *later, return_exceptions=True)
-        await _settled(placer)
-        # The four later ones waited for the four lease asks' answers: one fitted (later[0] took it),
-        # the others found no room, so each waiter left without one asked Redis itself: full.
-        assert [g.host if isinstance(g, HostRecord) else type(g).__name__ for g in got] == [
-            "h1", "h1", "NoCapacityError", "NoCapacityError", "NoCapacityError"]
-        assert placer.lease_waits == 1 and placer.lease_hits == 0
-        assert await _used(redis, ["h1"]) == {"h1": 2} and placer.leased == 0
-        assert await _leased(redis, ["h1"]) == {"h1": 0}
-        assert await redis.zscore(_names.EVALS_WAITING, "a") is not None  # the callers' asks found it full
-    finally:
-        await redis.aclose()
+async def test_a_reservation_finding_the_pool_empty_waits_for_the_lease_asks_in_flight(redis) -> None:  # type: ignore[no-untyped-def]
+    await _host(redis, "h1", 2)
+    placer = _leasing(redis)
+    await placer.hosts()
+    first = asyncio.ensure_future(placer.reserve(eval_id="a"))
+    await asyncio.sleep(0)  # first asked (a miss): the sender is scheduled
+    await asyncio.sleep(0)  # the sender sent first's reservation and four lease asks (slow start)
+    later = [asyncio.ensure_future(placer.reserve(eval_id="a")) for _ in range(4)]
+    got = await asyncio.gather(first, *later, return_exceptions=True)
+    await _settled(placer)
+    # The four later ones waited for the four lease asks' answers: one fitted (later[0] took it),
+    # the others found no room, so each waiter left without one asked Redis itself: full.
+    assert [g.host if isinstance(g, HostRecord) else type(g).__name__ for g in got] == [
+        "h1", "h1", "NoCapacityError", "NoCapacityError", "NoCapacityError"]
+    assert placer.lease_waits == 1 and placer.lease_hits == 0
+    assert await _used(redis, ["h1"]) == {"h1": 2} and placer.leased == 0
+    assert await _leased(redis, ["h1"]) == {"h1": 0}
+    assert await redis.zscore(_names.EVALS_WAITING, "a") is not None  # the callers' asks found it full
 
 
-async def test_a_lease_ask_never_marks_its_eval_waiting(own_redis) -> None:  # type: ignore[no-untyped-def]
-    redis = Redis.from_url(own_redis.url)
-    try:
-        await _host(redis, "h1", 2)
-        placer = _leasing(redis)
-        await placer.reserve(eval_id="a")  # a caller's slot, then four lease asks: one fits
-        await _settled(placer)
-        assert [n for _, n in placer.batches] == [5]
-        assert placer.leased == 1 and await _used(redis, ["h1"]) == {"h1": 1} and await _leased(redis, ["h1"]) == {"h1": 1}
-        assert await redis.zscore(_names.EVALS_WAITING, "a") is None  # the other found no room: no wait
-        await placer.reserve(eval_id="a")  # from the lease
-        await _settled(placer)
-        assert placer.lease_hits == 1 and placer.leased == 0
-        assert await redis.zscore(_names.EVALS_WAITING, "a") is None
-        with pytest.raises(placement.NoCapacityError, match="all full"):
-            await placer.reserve(eval_id="a")
-        assert await redis.zscore(_names.EVALS_WAITING, "a") is not None  # a caller's reservation waits
-        assert await _used(redis, ["h1"]) == {"h1": 2} and await _eval_slots(redis, "a") == 2
-        assert await _leased(redis, ["h1"]) == {"h1": 0}
-        await placer.aclose()
-    finally:
-        await redis.aclose()
+async def test_a_lease_ask_never_marks_its_eval_waiting(redis) -> None:  # type: ignore[no-untyped-def]
+    await _host(redis, "h1", 2)
+    placer = _leasing(redis)
+    await placer.reserve(eval_id="a")  # a caller's slot, then four lease asks: one fits
+    await _settled(placer)
+    assert [n for _, n in placer.batches] == [5]
+    assert placer.leased == 1 and await _used(redis, ["h1"]) == {"h1": 1} and await _leased(redis, ["h1"]) == {"h1": 1}
+    assert await redis.zscore(_names.EVALS_WAITING, "a") is None  # the other found no room: no wait
+    await placer.reserve(eval_id="a")  # from the lease
+    await _settled(placer)
+    assert placer.lease_hits == 1 and placer.leased == 0
+    assert await redis.zscore(_names.EVALS_WAITING, "a") is None
+    with pytest.raises(placement.NoCapacityError, match="all full"):
+        await placer.reserve(eval_id="a")
+    assert await redis.zscore(_names.EVALS_WAITING, "a") is not None  # a caller's reservation waits
+    assert await _used(redis, ["h1"]) == {"h1": 2} and await _eval_slots(redis, "a") == 2
+    assert await _leased(redis, ["h1"]) == {"h1": 0}
+    await placer.aclose()
 
 
-async def test_no_lease_while_another_eval_waits_and_none_beyond_the_fair_share(own_redis) -> None:  # type: ignore[no-untyped-def]
-    redis = Redis.from_url(own_redis.url)
-    try:
-        await _host(redis, "h1", 10)
-        await redis.zadd(_names.EVALS_WAITING, {"b": time.time() + 60})  # eval b waits for a slot
-        placer = _leasing(redis)
-        await placer.reserve(eval_id="a")  # a is under its share (5): its caller gets the slot
-        await _settled(placer)
-        assert placer.leased == 0  # ... but no slot is reserved ahead while b waits
-        assert await _used(redis, ["h1"]) == {"h1": 1} and await _eval_slots(redis, "a") == 1
-        assert await redis.zscore(_names.EVALS_WAITING, "a") is None
-        await placer.aclose()
+async def test_no_lease_while_another_eval_waits_and_none_beyond_the_fair_share(redis) -> None:  # type: ignore[no-untyped-def]
+    await _host(redis, "h1", 10)
+    await redis.zadd(_names.EVALS_WAITING, {"b": time.time() + 60})  # eval b waits for a slot
+    placer = _leasing(redis)
+    await placer.reserve(eval_id="a")  # a is under its share (5): its caller gets the slot
+    await _settled(placer)
+    assert placer.leased == 0  # ... but no slot is reserved ahead while b waits
+    assert await _used(redis, ["h1"]) == {"h1": 1} and await _eval_slots(redis, "a") == 1
+    assert await redis.zscore(_names.EVALS_WAITING, "a") is None
+    await placer.aclose()
 
-        # Nobody waits, but c is active too: a's leases stop at its share (20 / 2 = 10), with room left.
-        await redis.flushdb()
-        await _host(redis, "h1", 20)
-        await redis.set(_names.slots_used_key("h1"), 6)
-        await redis.hset(_names.EVAL_SLOTS, "c", 6)
-        await placement.keep_evals_alive(redis, ["c"])
-        placer = _leasing(redis)
-        await placer.hosts()  # cached: the three go in one script call
-        await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(3)))  # 3 callers, then 8 lease asks
-        await _settled(placer)
-        assert placer.leased == 7 and await _eval_slots(redis, "a") == 10
-        assert await _used(redis, ["h1"]) == {"h1": 9} and await _leased(redis, ["h1"]) == {"h1": 7}  # 4 free:
-        # the share, not room, stopped it
-        assert await redis.zscore(_names.EVALS_WAITING, "a") is None
-        await placer.aclose()
-    finally:
-        await redis.aclose()
+    # Nobody waits, but c is active too: a's leases stop at its share (20 / 2 = 10), with room left.
+    await redis.flushdb()
+    await _host(redis, "h1", 20)
+    await redis.set(_names.slots_used_key("h1"), 6)
+    await redis.hset(_names.EVAL_SLOTS, "c", 6)
+    await placement.keep_evals_alive(redis, ["c"])
+    placer = _leasing(redis)
+    await placer.hosts()  # cached: the three go in one script call
+    await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(3)))  # 3 callers, then 8 lease asks
+    await _settled(placer)
+    assert placer.leased == 7 and await _eval_slots(redis, "a") == 10
+    assert await _used(redis, ["h1"]) == {"h1": 9} and await _leased(redis, ["h1"]) == {"h1": 7}  # 4 free:
+    # the share, not room, stopped it
+    assert await redis.zscore(_names.EVALS_WAITING, "a") is None
+    await placer.aclose()
 
 
 async def _plan(redis: Redis, plan: list[tuple[str, int]], leases: int) -> tuple[list[str], int]:
@@ -224,156 +216,132 @@ async def _plan(redis: Redis, plan: list[tuple[str, int]], leases: int) -> tuple
     return out, held
 
 
-async def test_a_callers_fair_share_refusal_is_the_same_with_leases(own_redis) -> None:  # type: ignore[no-untyped-def]
-    redis = Redis.from_url(own_redis.url)
-    try:
-        plan = [("a", 1), ("a", 1), ("c", 2), ("a", 1), ("a", 1), ("b", 1), ("c", 1), ("c", 1), ("b", 2), ("a", 1)]
-        without, _ = await _plan(redis, plan, leases=0)
-        with_leases, held = await _plan(redis, plan, leases=64)
-        assert with_leases == without and held == 0  # b waits throughout: nothing is ever leased
-        assert [i for i, got in enumerate(with_leases) if got.startswith("fair-share")] == [4, 7]
-        assert "eval 'a' holds 3 of its 3 slots" in with_leases[4]
-    finally:
-        await redis.aclose()
+async def test_a_callers_fair_share_refusal_is_the_same_with_leases(redis) -> None:  # type: ignore[no-untyped-def]
+    plan = [("a", 1), ("a", 1), ("c", 2), ("a", 1), ("a", 1), ("b", 1), ("c", 1), ("c", 1), ("b", 2), ("a", 1)]
+    without, _ = await _plan(redis, plan, leases=0)
+    with_leases, held = await _plan(redis, plan, leases=64)
+    assert with_leases == without and held == 0  # b waits throughout: nothing is ever leased
+    assert [i for i, got in enumerate(with_leases) if got.startswith("fair-share")] == [4, 7]
+    assert "eval 'a' holds 3 of its 3 slots" in with_leases[4]
 
 
-async def test_idle_leases_go_back_and_aclose_gives_back_every_lease(own_redis) -> None:  # type: ignore[no-untyped-def]
-    redis = Redis.from_url(own_redis.url)
-    try:
-        await _host(redis, "h1", 200)
-        placer = _leasing(redis, lease_idle_s=0.3)
-        await placer.hosts()  # cached: the reservations below go in one script call
-        await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(4)))
-        await _settled(placer)
-        assert [n for _, n in placer.batches] == [4 + 64]  # 4 misses: the cap leased (some may be back already)
-        deadline = time.monotonic() + POLL_S  # given back by the sweeper: poll, bounded
-        while (placer.leased or await _leased(redis, ["h1"]) != {"h1": 0}) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        assert placer.leased == 0 and await _leased(redis, ["h1"]) == {"h1": 0}
-        assert await _used(redis, ["h1"]) == {"h1": 4} and await _eval_slots(redis, "a") == 4
+async def test_idle_leases_go_back_and_aclose_gives_back_every_lease(redis) -> None:  # type: ignore[no-untyped-def]
+    await _host(redis, "h1", 200)
+    placer = _leasing(redis, lease_idle_s=0.3)
+    await placer.hosts()  # cached: the reservations below go in one script call
+    await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(4)))
+    await _settled(placer)
+    assert [n for _, n in placer.batches] == [4 + 64]  # 4 misses: the cap leased (some may be back already)
+    deadline = time.monotonic() + POLL_S  # given back by the sweeper: poll, bounded
+    while (placer.leased or await _leased(redis, ["h1"]) != {"h1": 0}) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert placer.leased == 0 and await _leased(redis, ["h1"]) == {"h1": 0}
+    assert await _used(redis, ["h1"]) == {"h1": 4} and await _eval_slots(redis, "a") == 4
 
-        other = _leasing(redis)  # kept until aclose gives them back
-        await other.hosts()
-        await asyncio.gather(*(other.reserve(eval_id="a") for _ in range(6)))
-        await _settled(other)
-        assert other.leased == 64 and await _used(redis, ["h1"]) == {"h1": 4 + 6} and await _leased(redis, ["h1"]) == {"h1": 64}
-        await other.aclose()
-        assert other.leased == 0 and await _leased(redis, ["h1"]) == {"h1": 0}
-        assert await _used(redis, ["h1"]) == {"h1": 10} and await _eval_slots(redis, "a") == 10
-        await placer.aclose()
-    finally:
-        await redis.aclose()
+    other = _leasing(redis)  # kept until aclose gives them back
+    await other.hosts()
+    await asyncio.gather(*(other.reserve(eval_id="a") for _ in range(6)))
+    await _settled(other)
+    assert other.leased == 64 and await _used(redis, ["h1"]) == {"h1": 4 + 6} and await _leased(redis, ["h1"]) == {"h1": 64}
+    await other.aclose()
+    assert other.leased == 0 and await _leased(redis, ["h1"]) == {"h1": 0}
+    assert await _used(redis, ["h1"]) == {"h1": 10} and await _eval_slots(redis, "a") == 10
+    await placer.aclose()
 
 
-async def test_a_caller_that_gives_up_in_flight_leaks_no_slot_with_leases(own_redis) -> None:  # type: ignore[no-untyped-def]
-    redis = Redis.from_url(own_redis.url)
-    try:
-        await _host(redis, "h1", 4)
-        placer = _leasing(redis)
-        await placer.hosts()
-        task = asyncio.ensure_future(placer.reserve(eval_id="a"))
-        await asyncio.sleep(0)  # asked (with a lease ask after it): the script call is on its way
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await _settled(placer)
-        assert placer.leased == 3 and await _leased(redis, ["h1"]) == {"h1": 3}  # only the leases are held
-        assert await _used(redis, ["h1"]) == {"h1": 0}
-        await placer.aclose()
-        assert await _leased(redis, ["h1"]) == {"h1": 0} and await _eval_slots(redis, "a") == 0
-    finally:
-        await redis.aclose()
+async def test_a_caller_that_gives_up_in_flight_leaks_no_slot_with_leases(redis) -> None:  # type: ignore[no-untyped-def]
+    await _host(redis, "h1", 4)
+    placer = _leasing(redis)
+    await placer.hosts()
+    task = asyncio.ensure_future(placer.reserve(eval_id="a"))
+    await asyncio.sleep(0)  # asked (with a lease ask after it): the script call is on its way
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await _settled(placer)
+    assert placer.leased == 3 and await _leased(redis, ["h1"]) == {"h1": 3}  # only the leases are held
+    assert await _used(redis, ["h1"]) == {"h1": 0}
+    await placer.aclose()
+    assert await _leased(redis, ["h1"]) == {"h1": 0} and await _eval_slots(redis, "a") == 0
 
 
-async def test_leases_on_a_draining_or_gone_host_are_given_back_and_a_restarted_host_keeps_them(own_redis) -> None:  # type: ignore[no-untyped-def]
-    redis = Redis.from_url(own_redis.url)
+async def test_leases_on_a_draining_or_gone_host_are_given_back_and_a_restarted_host_keeps_them(redis) -> None:  # type: ignore[no-untyped-def]
     hosts = ["h1", "h2", "h3"]
-    try:
-        for name in hosts:
-            await _host(redis, name, 20)
-        placer = _leasing(redis, leases=6)
-        await placer.hosts()
-        got = await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(6)))
-        await _settled(placer)
-        mine = {h: sum(1 for g in got if g.host == h) for h in hosts}
-        leased = await _leased(redis, hosts)
-        assert await _used(redis, hosts) == mine
-        assert {h: mine[h] + leased[h] for h in hosts} == {"h1": 4, "h2": 4, "h3": 4}  # 6 + 6 leases, spread
-        assert all(leased.values())
+    for name in hosts:
+        await _host(redis, name, 20)
+    placer = _leasing(redis, leases=6)
+    await placer.hosts()
+    got = await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(6)))
+    await _settled(placer)
+    mine = {h: sum(1 for g in got if g.host == h) for h in hosts}
+    leased = await _leased(redis, hosts)
+    assert await _used(redis, hosts) == mine
+    assert {h: mine[h] + leased[h] for h in hosts} == {"h1": 4, "h2": 4, "h3": 4}  # 6 + 6 leases, spread
+    assert all(leased.values())
 
-        await _host(redis, "h2", 20, draining=True)
-        await redis.delete(_names.heartbeat_key("h3"))  # h3's heartbeat expired: gone
-        await redis.srem(_names.HOSTS_SET, "h3")
-        await placer.hosts(fresh=True)  # the list says so: those leases go back, slot and eval count
-        await _settled(placer)
-        assert placer.leased == leased["h1"]
-        assert await _leased(redis, hosts) == {"h1": leased["h1"], "h2": 0, "h3": 0}
-        assert await _used(redis, hosts) == mine
-        assert await _eval_slots(redis, "a") == 6 + leased["h1"]
-        served = [await placer.reserve(eval_id="a") for _ in range(leased["h1"])]
-        assert {h.host for h in served} == {"h1"} and placer.lease_hits == leased["h1"]
-        await _settled(placer)
-        assert (await _used(redis, ["h1"]))["h1"] == mine["h1"] + leased["h1"]  # handed out: now counted there
+    await _host(redis, "h2", 20, draining=True)
+    await redis.delete(_names.heartbeat_key("h3"))  # h3's heartbeat expired: gone
+    await redis.srem(_names.HOSTS_SET, "h3")
+    await placer.hosts(fresh=True)  # the list says so: those leases go back, slot and eval count
+    await _settled(placer)
+    assert placer.leased == leased["h1"]
+    assert await _leased(redis, hosts) == {"h1": leased["h1"], "h2": 0, "h3": 0}
+    assert await _used(redis, hosts) == mine
+    assert await _eval_slots(redis, "a") == 6 + leased["h1"]
+    served = [await placer.reserve(eval_id="a") for _ in range(leased["h1"])]
+    assert {h.host for h in served} == {"h1"} and placer.lease_hits == leased["h1"]
+    await _settled(placer)
+    assert (await _used(redis, ["h1"]))["h1"] == mine["h1"] + leased["h1"]  # handed out: now counted there
 
-        # h1 restarts (new boot; its counter reset, then another orchestrator takes 3 slots there): its
-        # leased set outlives the process, so the leases on it stay good, and go out with the new boot.
-        held = placer.leased
-        assert held > 0  # the refill the hits started (on h1, the only host left)
-        await _host(redis, "h1", 20, boot="boot-h1-again")
-        await redis.set(_names.slots_used_key("h1"), 3)
-        await placer.hosts(fresh=True)
-        await _settled(placer)
-        assert placer.leased == held and await _leased(redis, ["h1"]) == {"h1": held}
-        again = await placer.reserve(eval_id="a")
-        assert again.host == "h1" and again.boot == "boot-h1-again"
-        await _settled(placer)
-        assert await _used(redis, ["h1"]) == {"h1": 4} and await _leased(redis, ["h1"]) == {"h1": held - 1}
-        await placer.aclose()
-        assert await _leased(redis, hosts) == {"h1": 0, "h2": 0, "h3": 0}
-    finally:
-        await redis.aclose()
+    # h1 restarts (new boot; its counter reset, then another orchestrator takes 3 slots there): its
+    # leased set outlives the process, so the leases on it stay good, and go out with the new boot.
+    held = placer.leased
+    assert held > 0  # the refill the hits started (on h1, the only host left)
+    await _host(redis, "h1", 20, boot="boot-h1-again")
+    await redis.set(_names.slots_used_key("h1"), 3)
+    await placer.hosts(fresh=True)
+    await _settled(placer)
+    assert placer.leased == held and await _leased(redis, ["h1"]) == {"h1": held}
+    again = await placer.reserve(eval_id="a")
+    assert again.host == "h1" and again.boot == "boot-h1-again"
+    await _settled(placer)
+    assert await _used(redis, ["h1"]) == {"h1": 4} and await _leased(redis, ["h1"]) == {"h1": held - 1}
+    await placer.aclose()
+    assert await _leased(redis, hosts) == {"h1": 0, "h2": 0, "h3": 0}
 
 
-async def test_the_leases_of_an_orchestrator_that_died_expire(own_redis) -> None:  # type: ignore[no-untyped-def]
-    redis = Redis.from_url(own_redis.url)
-    try:
-        await _host(redis, "h1", 10)
-        placer = _leasing(redis, leases=4, lease_idle_s=0.5)  # its leased slots count in Redis for 2 * 0.5 + 2 s
-        await placer.hosts()
-        await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(2)))
-        await _settled(placer)
-        assert placer.leased == 4 and await _leased(redis, ["h1"]) == {"h1": 4}
-        for task in (placer._sweeper, placer._refresher):  # it dies: nothing of it runs any more
-            if task is not None:
-                task.cancel()
-        other = placement.Placer(redis, hosts_ttl=0.0)
-        with pytest.raises(placement.NoCapacityError, match="all full"):
-            await asyncio.gather(*(other.reserve(eval_id="b") for _ in range(5)))  # 2 + 4 leased + 5 > 10
-        await other.release_leases()
-        deadline = time.monotonic() + POLL_S
-        while await _leased(redis, ["h1"]) != {"h1": 0} and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        assert await _leased(redis, ["h1"]) == {"h1": 0}  # expired by themselves
-        room = [await other.reserve(eval_id="b") for _ in range(10 - 2 - 4)]  # b's first 4 hold their slots
-        assert len(room) == 4 and await _used(redis, ["h1"]) == {"h1": 10}
-    finally:
-        await redis.aclose()
+async def test_the_leases_of_an_orchestrator_that_died_expire(redis) -> None:  # type: ignore[no-untyped-def]
+    await _host(redis, "h1", 10)
+    placer = _leasing(redis, leases=4, lease_idle_s=0.5)  # its leased slots count in Redis for 2 * 0.5 + 2 s
+    await placer.hosts()
+    await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(2)))
+    await _settled(placer)
+    assert placer.leased == 4 and await _leased(redis, ["h1"]) == {"h1": 4}
+    for task in (placer._sweeper, placer._refresher):  # it dies: nothing of it runs any more
+        if task is not None:
+            task.cancel()
+    other = placement.Placer(redis, hosts_ttl=0.0)
+    with pytest.raises(placement.NoCapacityError, match="all full"):
+        await asyncio.gather(*(other.reserve(eval_id="b") for _ in range(5)))  # 2 + 4 leased + 5 > 10
+    await other.release_leases()
+    deadline = time.monotonic() + POLL_S
+    while await _leased(redis, ["h1"]) != {"h1": 0} and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert await _leased(redis, ["h1"]) == {"h1": 0}  # expired by themselves
+    room = [await other.reserve(eval_id="b") for _ in range(10 - 2 - 4)]  # b's first 4 hold their slots
+    assert len(room) == 4 and await _used(redis, ["h1"]) == {"h1": 10}
 
 
-async def test_leasing_off_is_one_script_call_per_tick_and_holds_nothing(own_redis) -> None:  # type: ignore[no-untyped-def]
-    redis = Redis.from_url(own_redis.url)
-    try:
-        await _host(redis, "h1", 40)
-        placer = placement.Placer(redis, hosts_ttl=600.0, leases=0)
-        await placer.hosts()
-        await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(12)))
-        for _ in range(5):
-            await placer.reserve(eval_id="a")
-        assert [n for _, n in placer.batches] == [12, 1, 1, 1, 1, 1]
-        assert placer.leased == 0 and placer.lease_hits == 0
-        assert await _used(redis, ["h1"]) == {"h1": 17} and await _eval_slots(redis, "a") == 17
-        await placer.aclose()
-    finally:
-        await redis.aclose()
+async def test_leasing_off_is_one_script_call_per_tick_and_holds_nothing(redis) -> None:  # type: ignore[no-untyped-def]
+    await _host(redis, "h1", 40)
+    placer = placement.Placer(redis, hosts_ttl=600.0, leases=0)
+    await placer.hosts()
+    await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(12)))
+    for _ in range(5):
+        await placer.reserve(eval_id="a")
+    assert [n for _, n in placer.batches] == [12, 1, 1, 1, 1, 1]
+    assert placer.leased == 0 and placer.lease_hits == 0
+    assert await _used(redis, ["h1"]) == {"h1": 17} and await _eval_slots(redis, "a") == 17
+    await placer.aclose()
 
 
 @pytest.mark.parametrize("leases", [0, 64])
