@@ -8,10 +8,20 @@ import hypothesis  # noqa: F401  (imported here, at a shallow stack: its pytest 
 # lazily in the terminal summary, where CPython 3.11.7's AST depth check fails on a deep stack)
 import pytest
 
+import signal
+
 from orchestrator.dispatch import InProcessDispatcher, reset_active_dispatcher, set_active_dispatcher
 from orchestrator.log import Transcript, bind_transcript
 from tests.support.fleet import own_redis, fleet, redis_server, session_worker  # noqa: F401  (fixtures)
 from tests.support.prerequisites import _docker_marked_tests_have_the_image, sandbox_image  # noqa: F401  (fixtures)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Tests play a user pressing Ctrl-C at a terminal. Started as a background job (`cmd &` without job
+    # control, nohup), this process inherits SIGINT ignored, and so would every child it starts (an
+    # ignored signal stays ignored across exec): the CLI then, correctly, never sees the interrupt.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(params=["inprocess", pytest.param("celery", marks=pytest.mark.celery)])

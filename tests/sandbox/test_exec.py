@@ -181,3 +181,20 @@ async def test_background_processes_do_not_outlive_the_sandbox(env, sandbox_fact
             break
         await asyncio.sleep(0.1)
     assert _survivors(f"sleep {marker}", env) == 0
+
+
+async def test_a_command_gets_default_signals_even_when_its_worker_ignores_them(sandbox_factory):
+    """A worker started as a background job (nohup, `&`) inherits SIGHUP/SIGINT/SIGQUIT ignored, and so
+    does a local sandbox's agent: its commands still start with them at their defaults (bash_session's
+    interrupt is a SIGINT), as in a fresh shell."""
+    import signal
+
+    ignored = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT)}
+    try:
+        env = await sandbox_factory("local")  # its agent starts now, inheriting the ignores
+    finally:
+        for s, handler in ignored.items():
+            signal.signal(s, handler)
+    status = (await env.exec(["cat", "/proc/self/status"])).stdout
+    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")), 16)
+    assert mask & ((1 << (signal.SIGHUP - 1)) | (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGQUIT - 1))) == 0

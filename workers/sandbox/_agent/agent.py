@@ -62,8 +62,12 @@ DEFAULT_CAP = 1024 * 1024
 EXIT_GRACE = 0.5
 CHUNK = 65536
 OOM_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
-# What subprocess's restore_signals does: the interpreter ignores these, commands must not.
-DEFAULT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name))
+# What subprocess's restore_signals does (the interpreter ignores SIGPIPE/SIGXFSZ, commands must not), and
+# more: a command starts with these at their defaults whatever the agent inherited. A local sandbox's agent
+# under a worker started as a background job (nohup, `&`) inherits SIGHUP/SIGINT/SIGQUIT ignored, and
+# bash_session's interrupt (SIGINT) must still stop the command, as in a fresh shell.
+DEFAULT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ", "SIGHUP", "SIGINT", "SIGQUIT")
+                        if hasattr(signal, name))
 
 
 def oom_kills():
