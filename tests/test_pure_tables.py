@@ -11,6 +11,7 @@ from orchestrator.model._truncate import ENVELOPE, effective_limit, truncate_out
 from orchestrator.tool import ToolApprovalError, ToolError, ToolParsingError
 from orchestrator.util import LimitExceededError, OutputLimitExceededError, SandboxUnavailableError
 from orchestrator.tool._classify import classify_exception
+from workers.sandbox._channel import _seconds
 
 PARALLEL = {"bash", "python", "p"}
 
@@ -150,3 +151,12 @@ def test_invalid_pattern_is_rejected() -> None:
 def test_argument_depth(value, depth) -> None:
     assert not exceeds_max_depth(value, depth)
     assert exceeds_max_depth(value, depth - 1) is (depth > 0)
+
+
+@pytest.mark.parametrize(
+    "reported, admitted",
+    [(0.25, 0.25), (3, 3.0), (0, 0.0), (None, None), ("0.2", None), (True, None), (-1.0, None),
+     (float("inf"), None), (float("nan"), None), ([1], None), ({"s": 1}, None)],
+)
+def test_a_duration_from_the_agent_is_admitted_only_as_a_finite_non_negative_number(reported, admitted) -> None:
+    assert _seconds(reported) == admitted

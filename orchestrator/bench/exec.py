@@ -7,7 +7,15 @@ Measured in one run, on the same container:
 - ``acquire_p50_ms``: ``create()`` from a warm pool; ``cold_start_p50_ms``: ``create()`` with no pool
   (container create + start + exec agent hello);
 - ``exec_true_p50_ms``: ``env.exec(["true"])`` with no bash and no tool layer: the channel's own cost;
-- ``spawn_floor_p50_ms``: the same command spawned from inside the sandbox with no channel at all;
+- ``spawn_floor_p50_ms``: the same command spawned from inside the sandbox with no channel at all,
+  back to back, in blocks alternating with the calls' (so both see the same load); ``vs_spawn_floor``
+  is ``p50_ms`` over it;
+- ``in_sandbox_p50_ms``: the same command through ``env.exec_raw`` (no tool layer), timed by the
+  agent from taking up the request to its result; ``channel_p50_ms`` is each such call's round trip
+  minus its in-sandbox time: what the channel and the host add to a call, whatever the spawn costs.
+  On a storage driver such as fuse-overlayfs a spawn that follows a pause (any round trip) is slower
+  than one right after another, so the back-to-back floor is below what any channel can reach;
+  ``vs_in_sandbox`` (``p50_ms`` over ``in_sandbox_p50_ms``) compares like with like;
 - ``channel``: how the calls reached the agent — ``unix`` (its socket, direct) or ``stream`` (the exec stream, through the daemon);
 - ``baseline``: the same command (``bash --login -c true``, same user) as one ``docker exec`` per
   call through the Engine API (exec_create + exec_start + exec_inspect), same counts;
@@ -36,7 +44,8 @@ from workers.sandbox import build_driver, DEFAULT_IMAGE, DockerSandboxConfig, Sa
 from orchestrator.tool._tools import bash, python
 
 # The floor: spawning the same command from inside the sandbox, no channel at all (same container,
-# same limits). It tells what part of p50 is the process spawn itself on this machine.
+# same limits). It tells what part of p50 is the process spawn itself on this machine. Prints every
+# spawn's seconds (the blocks are pooled).
 _FLOOR = """
 import os, time
 ts = []
@@ -45,8 +54,7 @@ for _ in range({n}):
     pid = os.posix_spawnp("bash", ["bash", "--login", "-c", "true"], os.environ)
     os.waitpid(pid, 0)
     ts.append(time.perf_counter() - t)
-ts.sort()
-print(ts[len(ts) // 2] * 1000)
+print(" ".join(repr(t) for t in ts))
 """
 COLD_STARTS = 5
 ACQUIRES = 10
@@ -149,12 +157,17 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
         try:
             await _latencies(fast, WARMUP)
             await _latencies(baseline_one, 5)
-            # Alternating blocks: on a shared machine both see the same background load, while a
+            # Alternating blocks: on a shared machine all see the same background load, while a
             # docker exec's teardown (runc, shim) rarely overlaps a fast-path call.
-            fast_lat, base_lat = [], []
+            fast_lat, base_lat, floor_lat, raw_lat, in_sandbox = [], [], [], [], []
+            raw = _raw_call(env, raw_lat, in_sandbox)
+            await _latencies(raw, 5)
+            raw_lat.clear(), in_sandbox.clear()
             for done in range(0, calls, BLOCK):
                 n = min(BLOCK, calls - done)
                 fast_lat += await _latencies(fast, n)
+                await _latencies(raw, n)
+                floor_lat += await _floor(env, n)
                 await asyncio.sleep(0.2)
                 base_lat += await _latencies(baseline_one, n)
                 await asyncio.sleep(0.2)
@@ -166,13 +179,14 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
             bare_lat = await _latencies(bare_true, calls)
             channel = env._channels[None].transport  # "unix" (direct) or "stream" (through the daemon)
             py = await _python_figures(env, min(calls, PYTHON_CALLS))
-            floor = await env.exec(["python3", "-c", _FLOOR.format(n=min(calls, 200))], timeout=300)
         finally:
             pool.shutdown(wait=False)
     finally:
         await driver.aclose()
 
     ours = _figures(fast_lat, fast_rate)
+    floor_p50 = _ms(floor_lat, 0.5)
+    in_sandbox_p50 = _ms(in_sandbox, 0.5) if in_sandbox else None
     baseline = {"workload": "exec", "implementation": "docker exec (Engine API)", **_figures(base_lat, base_rate)}
     return {
         "workload": "exec",
@@ -184,11 +198,39 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
         "cold_start_p50_ms": _ms(cold, 0.5),
         "speedup_p50": round(baseline["p50_ms"] / ours["p50_ms"], 1) if ours["p50_ms"] else None,
         "exec_true_p50_ms": _ms(bare_lat, 0.5),
-        "spawn_floor_p50_ms": round(float(floor.stdout.strip()), 3) if floor.success else None,
+        "spawn_floor_p50_ms": floor_p50,
+        "vs_spawn_floor": round(ours["p50_ms"] / floor_p50, 3) if floor_p50 else None,
+        "in_sandbox_p50_ms": in_sandbox_p50,
+        "vs_in_sandbox": round(ours["p50_ms"] / in_sandbox_p50, 3) if in_sandbox_p50 else None,
+        "raw_exec_p50_ms": _ms(raw_lat, 0.5),
+        "channel_p50_ms": _ms([r - a for r, a in zip(raw_lat, in_sandbox)], 0.5) if in_sandbox else None,
         "mean_ms": round(statistics.fmean(fast_lat) * 1000, 3),
         "python": py,
         "baseline": baseline,
     }
+
+
+async def _floor(env: Any, n: int) -> list[float]:
+    """``n`` back-to-back spawns of the command inside the sandbox (no channel): their seconds."""
+    result = await env.exec(["python3", "-c", _FLOOR.format(n=n)], timeout=300)
+    if not result.success:
+        raise RuntimeError(f"bench floor failed: {result.stderr[-500:]}")
+    return [float(t) for t in result.stdout.split()]
+
+
+def _raw_call(env: Any, lat: list[float], in_sandbox: list[float]) -> Callable[[], Awaitable[None]]:
+    """One ``exec_raw`` of the command (no tool layer), keeping its round trip and in-sandbox time."""
+
+    async def one() -> None:
+        start = time.perf_counter()
+        raw = await env.exec_raw(["bash", "--login", "-c", "true"])
+        lat.append(time.perf_counter() - start)
+        if raw.returncode != 0:
+            raise RuntimeError(f"bench exec failed ({raw.returncode}): {raw.stderr[-500:]!r}")
+        if raw.agent_seconds is not None:
+            in_sandbox.append(raw.agent_seconds)
+
+    return one
 
 
 def _tool_call(env: Any, tool: Any, function: str, arguments: dict[str, Any], expect: str) -> Callable[[], Awaitable[None]]:

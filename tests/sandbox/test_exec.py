@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
 
 import psutil
@@ -31,6 +32,16 @@ async def test_exit_codes_and_streams_kept_apart(env):
     assert result == ExecResult(returncode=7, stdout="out\nout2\n", stderr="err\n", truncated=False)
     assert (await env.exec(["true"])).returncode == 0
     assert (await env.exec(["bash", "-c", "kill -9 $$"])).returncode == 137  # shell convention: 128 + signal
+
+
+async def test_each_command_reports_its_time_in_the_sandbox(env):
+    """The agent times a command from taking up its request to its result: within the round trip."""
+    start = time.perf_counter()
+    raw = await env.exec_raw(["sleep", "0.3"])
+    round_trip = time.perf_counter() - start
+    assert raw.returncode == 0
+    assert raw.agent_seconds is not None and 0.3 <= raw.agent_seconds <= round_trip
+    assert (await env.exec_raw(["definitely-not-a-command-xyz"])).agent_seconds is None  # never ran
 
 
 async def test_missing_command_is_127(env):

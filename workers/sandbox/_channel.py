@@ -45,6 +45,16 @@ class RawResult:
     timed_out: bool
     oom: bool
     error: dict[str, Any] | None = None
+    # The agent's time for the command, from taking up the request to its result (None where the
+    # agent predates it or the command never started): a round trip minus this is the channel's cost.
+    agent_seconds: float | None = None
+
+
+def _seconds(value: Any) -> float | None:
+    """A duration the agent reports, admitted only as a finite non-negative number (it is untrusted)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf"):
+        return float(value)
+    return None
 
 
 class AgentChannel:
@@ -139,6 +149,7 @@ class AgentChannel:
             timed_out=status["timed_out"],
             oom=status.get("oom", False),
             error=status.get("error"),
+            agent_seconds=_seconds(status.get("agent_seconds")),
         )
 
     async def _request(

@@ -10,7 +10,10 @@ and unambiguous: a reader always knows how many bytes belong to a frame.
                   KILL (2): empty; kill the process group of that request
                   PING (3): empty; answered with PONG
                   CONNECT (8): json {"path"}; answered with CONNECTED
-  agent -> host   RESULT (4): u32 json length, json status, stdout bytes, stderr bytes
+  agent -> host   RESULT (4): u32 json length, json status, stdout bytes, stderr bytes; the status
+                              of a command that ran has "agent_seconds": from taking up the RUN
+                              to the result (its time in the sandbox; the rest of a round trip
+                              is the channel's)
                   PONG   (5): json {"version", "pid", "uid", "oom_kills"}
                   CONNECTED (9): json {"ok": true} or {"error"}
 
@@ -147,10 +150,11 @@ class Capture:
 
 class Job:
     __slots__ = ("req_id", "pid", "cap", "deadline", "bufs", "open_reads", "stdin_fd", "pending",
-                 "code", "exited_at", "timed_out", "retry")
+                 "code", "exited_at", "timed_out", "retry", "received")
 
-    def __init__(self, req_id, pid, cap, timeout):
+    def __init__(self, req_id, pid, cap, timeout, received):
         self.req_id = req_id
+        self.received = received  # when its RUN frame was taken up: the in-sandbox time starts here
         self.pid = pid
         self.cap = cap
         self.deadline = None if timeout is None else time.monotonic() + float(timeout)
@@ -285,6 +289,7 @@ class Agent:
         self.spare_env = {}  # warm key -> (argv env, cwd, stamp paths, wanted count)
         self.refills = []  # warm keys to top up when the loop is idle
         self.dying = set()  # killed spares still to reap
+        self.received = 0.0  # when the RUN being started was taken up (see Job.received)
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
@@ -367,6 +372,7 @@ class Agent:
     # --- commands -----------------------------------------------------------------------------
 
     def start(self, req_id, spec, stdin_data):
+        self.received = time.monotonic()
         argv = spec["argv"]
         problem = bad_argv(argv, spec.get("env"), spec.get("cwd"))
         if problem:
@@ -436,7 +442,7 @@ class Agent:
         return pid
 
     def add_job(self, req_id, pid, spec, out_r, err_r, in_w, stdin_data):
-        job = Job(req_id, pid, int(spec.get("cap") or DEFAULT_CAP), spec.get("timeout"))
+        job = Job(req_id, pid, int(spec.get("cap") or DEFAULT_CAP), spec.get("timeout"), self.received)
         self.jobs[req_id] = job
         self.sel.register(out_r, selectors.EVENT_READ, ("out", (job, 1)))
         self.sel.register(err_r, selectors.EVENT_READ, ("out", (job, 2)))
@@ -665,7 +671,8 @@ class Agent:
         out, err = job.bufs[1], job.bufs[2]
         status = {"returncode": 128 - code if code < 0 else code, "timed_out": job.timed_out,
                   "truncated": out.truncated or err.truncated, "oom": False,
-                  "stdout_total": out.total, "stderr_total": err.total}
+                  "stdout_total": out.total, "stderr_total": err.total,
+                  "agent_seconds": round(time.monotonic() - job.received, 6)}
         if code == -signal.SIGKILL and not job.timed_out:
             now = oom_kills()
             status["oom"] = now is not None and self.oom_seen is not None and now > self.oom_seen
