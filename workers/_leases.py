@@ -9,8 +9,10 @@ those slots without a round trip.
 What keeps it honest:
 
 * Sized by demand: a key's pool aims at the reservations it saw in the last ``WINDOW_S`` — or, after
-  reservations found it empty, at 4 to the power of those misses (slow start: one stray reservation
-  leases 4, a burst reaches the cap within a few) — capped per key and in total, and is refilled in
+  reservations found it empty, at 4 to the power of those misses less one (slow start: a second
+  reservation leases 4, a burst reaches the cap within a few) — capped per key and in total. A key
+  asked once in the window leases nothing: a one-off key (a distinct image per sample) would only
+  keep slots from the fleet until they went back. The pool is refilled in
   the background once what it holds and has asked for falls below three quarters of that, so a
   steady stream of opens keeps finding a slot, and so does the next wave of a bursty one (an eval's
   opens come in waves: a hundred samples admitted at once finish opening at about the same time,
@@ -57,10 +59,13 @@ def refill_size(recent: int, misses: int, held: int, asked: int, cap: int, room:
 
     ``recent``: its reservations in the last window (the demand); ``misses``: those that found the
     pool empty; ``held``: leases in its pool; ``asked``: lease asks in flight; ``cap``: its bound;
-    ``room``: what the total bound still allows. The target is the recent demand, or 4 ** misses if
-    more (slow start), capped; nothing is asked while held + asked is at least three quarters of
-    it (the low-water mark), so refills go out in blocks, not one per reservation."""
-    target = min(cap, max(recent, 4 ** min(misses, 8) if misses else 0))
+    ``room``: what the total bound still allows. Nothing for a key asked once (no stream yet). The
+    target is the recent demand, or 4 ** (misses - 1) if more (slow start), capped; nothing is asked
+    while held + asked is at least three quarters of it (the low-water mark), so refills go out in
+    blocks, not one per reservation."""
+    if recent < 2:
+        return 0
+    target = min(cap, max(recent, 4 ** min(misses - 1, 8) if misses else 0))
     if target <= 0 or held + asked >= (3 * target + 3) // 4:
         return 0
     return max(0, min(target - held - asked, room))
@@ -98,6 +103,7 @@ class Leases:
         self.total = per_key * TOTAL_KEYS if total is None else total
         self.idle_s, self.window_s, self.backoff_s = idle_s, window_s, backoff_s
         self._pools: dict[LeaseKey, _Pool] = {}
+        self._next_forget = 0.0  # when ``asked`` next forgets the keys idle for a window
         self.closed = False
         self.hits = 0  # reservations served from a lease at once
         self.waited = 0  # reservations served by a lease ask's answer they waited for
@@ -113,8 +119,18 @@ class Leases:
     def _in_flight(self) -> int:
         return sum(p.in_flight for p in self._pools.values())
 
+    @property
+    def keys(self) -> int:
+        """Keys tracked now (bounded: those asked for within a window, or holding leases)."""
+        return len(self._pools)
+
     def asked(self, key: LeaseKey, now: float) -> None:
-        """A reservation of ``key`` was asked (the demand the pool is sized by)."""
+        """A reservation of ``key`` was asked (the demand the pool is sized by). Once a window, the
+        keys with nothing held, in flight, waiting or asked for within it are forgotten here: one-off
+        keys (a distinct image per sample) cost nothing after their window, with or without leases."""
+        if now >= self._next_forget:
+            self._next_forget = now + self.window_s
+            self._forget_idle(now)
         pool = self._pools.setdefault(key, _Pool())
         pool.asks.append(now)
         while pool.asks and pool.asks[0] < now - self.window_s:
@@ -234,16 +250,22 @@ class Leases:
         """Leases held ``idle_s`` without being handed out (taken out of the pools); keys with nothing
         held, asked or recent are forgotten."""
         out: list[Lease] = []
-        for key, pool in list(self._pools.items()):
+        for pool in self._pools.values():
             while pool.leases and pool.leases[0].taken <= now - self.idle_s:
                 out.append(pool.leases.popleft())
+        self._forget_idle(now)
+        return out
+
+    def _forget_idle(self, now: float) -> None:
+        for key, pool in list(self._pools.items()):
             while pool.asks and pool.asks[0] < now - self.window_s:
                 pool.asks.popleft()
             while pool.misses and pool.misses[0] < now - self.window_s:
                 pool.misses.popleft()
+            if pool.waiters:
+                pool.waiters = deque(w for w in pool.waiters if not w.done())
             if not pool.leases and not pool.in_flight and not pool.asks and not pool.waiters and now >= pool.quiet_until:
                 del self._pools[key]
-        return out
 
     def on_hosts(self, alive: Mapping[str, HostRecord]) -> list[Lease]:
         """A fresh list of live hosts: the leases ``take`` would drop (taken out: give them back)."""

@@ -168,7 +168,7 @@ class Placer:
         self._handed: list[Lease] = []  # leases handed out, to be counted as reservations in Redis
         self._sweeper: asyncio.Task[None] | None = None
         self._sender: asyncio.Task[None] | None = None
-        self._releases: set[asyncio.Task[None]] = set()  # slots given back for callers that gave up
+        self._releases: set[asyncio.Future[None]] = set()  # Redis writes running in the background
         # (seconds, reservations) of the latest script calls: Redis's share of a placement's latency.
         self.batches: deque[tuple[float, int]] = deque(maxlen=10_000)
 
@@ -327,8 +327,7 @@ class Placer:
         the background, this tick's together); its host's record, with the newer of the two boots."""
         self._handed.append(lease)
         if len(self._handed) == 1:
-            self._releases.add(task := asyncio.ensure_future(self._count_handed()))
-            task.add_done_callback(self._releases.discard)
+            self._in_background(self._count_handed())
         record = self._by_name[lease.host]
         if record.boot != lease.boot and lease.taken > self._fetched:
             record = record.model_copy(update={"boot": lease.boot})  # restarted before the list was read
@@ -463,10 +462,16 @@ class Placer:
             except Exception:  # noqa: BLE001 - best effort: a reservation re-reads it too
                 pass
 
+    def _in_background(self, work: Any) -> None:
+        """Run ``work`` (a coroutine writing to Redis) without waiting for it; ``release_leases`` and
+        ``aclose`` wait for whatever is still running."""
+        task = asyncio.ensure_future(work)
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
+
     def _give_back_leases(self, leases: list[Lease]) -> None:
         if leases:
-            self._releases.add(task := asyncio.ensure_future(self._release_now(leases)))
-            task.add_done_callback(self._releases.discard)
+            self._in_background(self._release_now(leases))
 
     async def _release_now(self, leases: list[Lease]) -> None:
         """Leased slots back: each token out of its host's leased set, and the eval's count."""
@@ -486,8 +491,7 @@ class Placer:
             except Exception:  # noqa: BLE001 - best effort: the host resets its counter at restart
                 pass
 
-        self._releases.add(task := asyncio.ensure_future(give_back()))
-        task.add_done_callback(self._releases.discard)
+        self._in_background(give_back())
 
     async def _run_scripts(self, chunks: list[list[tuple[_reserve.Ask, Any]]]) -> list[Any]:
         if not self._loaded:

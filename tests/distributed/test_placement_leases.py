@@ -39,9 +39,11 @@ async def redis(own_redis):  # type: ignore[no-untyped-def]
     await client.aclose()
 
 
-async def _host(redis: Redis, name: str, slots: int, draining: bool = False, boot: str | None = None) -> None:
+async def _host(redis: Redis, name: str, slots: int, draining: bool = False, boot: str | None = None,
+                registries: list[str] | None = None) -> None:
     record = HostRecord(host=name, queue=_names.host_queue(name), node=_names.worker_nodename(name),
-                        boot=boot or f"boot-{name}", slots=slots, ts=time.time(), draining=draining)
+                        boot=boot or f"boot-{name}", slots=slots, ts=time.time(), draining=draining,
+                        registries=registries or [])
     await redis.hset(_names.heartbeat_key(name), mapping=record.to_hash())
     await redis.sadd(_names.HOSTS_SET, name)
 
@@ -127,32 +129,33 @@ async def test_after_a_burst_the_next_reservations_are_served_from_leases(redis)
 
 
 async def test_a_reservation_finding_the_pool_empty_waits_for_the_lease_asks_in_flight(redis) -> None:  # type: ignore[no-untyped-def]
-    await _host(redis, "h1", 2)
+    await _host(redis, "h1", 3)
     placer = _leasing(redis)
     await placer.hosts()
-    first = asyncio.ensure_future(placer.reserve(eval_id="a"))
-    await asyncio.sleep(0)  # first asked (a miss): the sender is scheduled
-    await asyncio.sleep(0)  # the sender sent first's reservation and four lease asks (slow start)
+    first = [asyncio.ensure_future(placer.reserve(eval_id="a")) for _ in range(2)]
+    await asyncio.sleep(0)  # both asked (misses): the sender is scheduled
+    await asyncio.sleep(0)  # the sender sent their reservations and four lease asks (slow start)
     later = [asyncio.ensure_future(placer.reserve(eval_id="a")) for _ in range(4)]
-    got = await asyncio.gather(first, *later, return_exceptions=True)
+    got = await asyncio.gather(*first, *later, return_exceptions=True)
     await _settled(placer)
     # The four later ones waited for the four lease asks' answers: one fitted (later[0] took it),
     # the others found no room, so each waiter left without one asked Redis itself: full.
     assert [g.host if isinstance(g, HostRecord) else type(g).__name__ for g in got] == [
-        "h1", "h1", "NoCapacityError", "NoCapacityError", "NoCapacityError"]
+        "h1", "h1", "h1", "NoCapacityError", "NoCapacityError", "NoCapacityError"]
     assert placer.lease_waits == 1 and placer.lease_hits == 0
-    assert await _used(redis, ["h1"]) == {"h1": 2} and placer.leased == 0
+    assert await _used(redis, ["h1"]) == {"h1": 3} and placer.leased == 0
     assert await _leased(redis, ["h1"]) == {"h1": 0}
     assert await redis.zscore(_names.EVALS_WAITING, "a") is not None  # the callers' asks found it full
 
 
 async def test_a_lease_ask_never_marks_its_eval_waiting(redis) -> None:  # type: ignore[no-untyped-def]
-    await _host(redis, "h1", 2)
+    await _host(redis, "h1", 3)
     placer = _leasing(redis)
-    await placer.reserve(eval_id="a")  # a caller's slot, then four lease asks: one fits
-    await _settled(placer)
-    assert [n for _, n in placer.batches] == [5]
-    assert placer.leased == 1 and await _used(redis, ["h1"]) == {"h1": 1} and await _leased(redis, ["h1"]) == {"h1": 1}
+    await placer.hosts()
+    await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(2)))  # two callers' slots, then
+    await _settled(placer)  # four lease asks: one fits
+    assert [n for _, n in placer.batches] == [6]
+    assert placer.leased == 1 and await _used(redis, ["h1"]) == {"h1": 2} and await _leased(redis, ["h1"]) == {"h1": 1}
     assert await redis.zscore(_names.EVALS_WAITING, "a") is None  # the other found no room: no wait
     await placer.reserve(eval_id="a")  # from the lease
     await _settled(placer)
@@ -161,7 +164,7 @@ async def test_a_lease_ask_never_marks_its_eval_waiting(redis) -> None:  # type:
     with pytest.raises(placement.NoCapacityError, match="all full"):
         await placer.reserve(eval_id="a")
     assert await redis.zscore(_names.EVALS_WAITING, "a") is not None  # a caller's reservation waits
-    assert await _used(redis, ["h1"]) == {"h1": 2} and await _eval_slots(redis, "a") == 2
+    assert await _used(redis, ["h1"]) == {"h1": 3} and await _eval_slots(redis, "a") == 3
     assert await _leased(redis, ["h1"]) == {"h1": 0}
     await placer.aclose()
 
@@ -249,16 +252,41 @@ async def test_idle_leases_go_back_and_aclose_gives_back_every_lease(redis) -> N
     await placer.aclose()
 
 
+async def test_keys_asked_once_lease_nothing_and_are_forgotten(redis) -> None:  # type: ignore[no-untyped-def]
+    """A distinct image per sample (pulled from a registry the hosts pull from): each key is asked once,
+    so no slot is reserved ahead of a sample that will never come, and the keys are forgotten a window
+    later. The same image asked twice is a stream again: it leases."""
+    for name in ("h1", "h2"):
+        await _host(redis, name, 100, registries=["127.0.0.1:5000"])
+    placer = _leasing(redis, lease_window_s=0.5)
+    await placer.hosts()
+    for i in range(30):
+        await placer.reserve(image=f"127.0.0.1:5000/task-{i}:1", eval_id="a")
+        await _settled(placer)
+    assert [n for _, n in placer.batches] == [1] * 30  # no lease ask ever went out
+    assert placer.leased == 0 and await _leased(redis, ["h1", "h2"]) == {"h1": 0, "h2": 0}
+    assert sum((await _used(redis, ["h1", "h2"])).values()) == 30 and await _eval_slots(redis, "a") == 30
+    await asyncio.sleep(1.1)  # two windows
+    await placer.reserve(image="127.0.0.1:5000/task-again:1", eval_id="a")
+    assert placer._leases.keys == 1  # the 30 one-off keys are forgotten
+    await placer.reserve(image="127.0.0.1:5000/task-again:1", eval_id="a")
+    await _settled(placer)
+    assert placer.leased > 0  # asked twice: slow start
+    await placer.aclose()
+    assert await _leased(redis, ["h1", "h2"]) == {"h1": 0, "h2": 0}
+
+
 async def test_a_caller_that_gives_up_in_flight_leaks_no_slot_with_leases(redis) -> None:  # type: ignore[no-untyped-def]
     await _host(redis, "h1", 4)
     placer = _leasing(redis)
     await placer.hosts()
-    task = asyncio.ensure_future(placer.reserve(eval_id="a"))
-    await asyncio.sleep(0)  # asked (with a lease ask after it): the script call is on its way
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    tasks = [asyncio.ensure_future(placer.reserve(eval_id="a")) for _ in range(2)]
+    await asyncio.sleep(0)  # asked (lease asks will follow them): the script call is on its way
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
     await _settled(placer)
-    assert placer.leased == 3 and await _leased(redis, ["h1"]) == {"h1": 3}  # only the leases are held
+    assert placer.leased == 2 and await _leased(redis, ["h1"]) == {"h1": 2}  # only the leases are held
     assert await _used(redis, ["h1"]) == {"h1": 0}
     await placer.aclose()
     assert await _leased(redis, ["h1"]) == {"h1": 0} and await _eval_slots(redis, "a") == 0
@@ -381,8 +409,10 @@ async def test_an_open_refused_by_a_host_that_began_draining_is_placed_again(fle
     d.placer._leases.idle_s = 600.0  # and the leases kept however slowly the workers start
     client = fleet.redis.client()
     try:
-        route = await d.open_sandbox(local_spec("first"))  # and its other three slots leased
-        assert d.placer.leased == 3
+        # Two opens (a key asked once leases nothing): the other two slots leased.
+        route, _ = await asyncio.gather(d.open_sandbox(local_spec("first")), d.open_sandbox(local_spec("first-b")))
+        await _settled(d.placer)
+        assert d.placer.leased == 2
         staying = fleet.worker(slots=4)
         log = str(tmp_path / "log")
         [fut] = dispatch(d, [request("record", {"path": log, "label": "busy", "delay": 2.0}, sandbox=route.sandbox)], route)
@@ -399,9 +429,9 @@ async def test_an_open_refused_by_a_host_that_began_draining_is_placed_again(fle
         assert _names.host_of_queue(placed.queue) == staying.host
         assert d.placer.lease_hits == 1
         await _settled(d.placer)
-        # `leaving` holds the first sandbox only (its lease given back); `staying` the second and any
-        # slots leased since (the refill of the second placement, depending on timing).
-        assert int(client.get(_names.slots_used_key(leaving.host))) == 1 and client.zcard(_names.leased_key(leaving.host)) == 0
+        # `leaving` holds the first two sandboxes only (its lease given back); `staying` the second and
+        # any slots leased since (the refill of the second placement, depending on timing).
+        assert int(client.get(_names.slots_used_key(leaving.host))) == 2 and client.zcard(_names.leased_key(leaving.host)) == 0
         assert int(client.get(_names.slots_used_key(staying.host))) == 1
         assert client.zcard(_names.leased_key(staying.host)) == d.placer.leased
         assert (await asyncio.wait_for(fut, BOUND)).result == "busy"

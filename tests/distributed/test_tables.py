@@ -212,10 +212,13 @@ def test_a_multi_service_sandbox_prefers_hosts_with_all_its_images() -> None:
     ("recent", "misses", "held", "asked", "cap", "room", "expected"),
     [
         (0, 0, 0, 0, 64, 256, 0),  # no demand: nothing reserved ahead
-        (1, 0, 0, 0, 64, 256, 1),  # the target is the recent demand
+        (1, 0, 0, 0, 64, 256, 0),  # a key asked once is no stream: nothing (a one-off image leases nothing)
+        (1, 1, 0, 0, 64, 256, 0),
+        (2, 0, 0, 0, 64, 256, 2),  # the target is the recent demand
         (20, 0, 0, 0, 64, 256, 20),
-        (1, 1, 0, 0, 64, 256, 4),  # slow start: one reservation found the pool empty, 4 ahead
-        (2, 2, 0, 0, 64, 256, 16),  # two did: 16
+        (2, 1, 0, 0, 64, 256, 2),  # slow start: 4 ** (misses - 1) if more than the demand
+        (2, 2, 0, 0, 64, 256, 4),  # two reservations found the pool empty: 4 ahead
+        (3, 3, 0, 0, 64, 256, 16),  # three did: 16
         (9, 6, 0, 0, 64, 256, 64),  # a burst reaches the cap within a few
         (100, 0, 0, 0, 64, 256, 64),  # capped per key
         (100, 0, 0, 0, 64, 10, 10),  # and by what the total bound leaves
@@ -231,6 +234,24 @@ def test_refill_size(recent: int, misses: int, held: int, asked: int, cap: int, 
     from workers._leases import refill_size
 
     assert refill_size(recent, misses, held, asked, cap, room) == expected
+
+
+def test_keys_asked_for_once_are_forgotten_after_their_window() -> None:
+    from workers._leases import Leases
+
+    leases = Leases(per_key=8, window_s=1.0)
+    most = 0
+    for i in range(10_000):  # a distinct image per sample: 10,000 one-off keys over 10 s
+        leases.asked(((f"task-{i}:1",), "missing", "e"), now=i / 1000)
+        leases.missed(((f"task-{i}:1",), "missing", "e"), now=i / 1000)
+        most = max(most, leases.keys)
+    assert most <= 2 * 1000 + 1  # at most two windows' worth, however many keys go by
+    leases.asked((None, "missing", "e"), now=20.0)
+    assert leases.keys == 1  # every idle key forgotten: only the one asked now
+    # A key holding leases is kept, whatever its age (the sweeper gives those back first).
+    leases.answered((None, "missing", "e"), _lease("h"), refused=False, now=20.0)
+    leases.asked((None, "missing", "other"), now=40.0)
+    assert leases.keys == 2 and leases.held == 1
 
 
 def test_lease_key() -> None:
