@@ -192,6 +192,13 @@ class RedisCounters:
                              self.bytes_out - before.bytes_out, self.cpu_s - before.cpu_s,
                              {k: v for k, v in by_command.items() if v})
 
+    def plus(self, other: "RedisCounters") -> "RedisCounters":
+        by_command = dict(self.by_command)
+        for k, v in other.by_command.items():
+            by_command[k] = by_command.get(k, 0) + v
+        return RedisCounters(self.commands + other.commands, self.bytes_in + other.bytes_in,
+                             self.bytes_out + other.bytes_out, self.cpu_s + other.cpu_s, by_command)
+
     def per(self, n: int, top: int = 12) -> dict[str, float]:
         """The most frequent commands, as calls per ``n`` (e.g. per tool call)."""
         ranked = sorted(self.by_command.items(), key=lambda kv: -kv[1])[:top]

@@ -15,7 +15,11 @@ splice — the whole orchestrator path), all samples at once.
 - ``calls_per_message``: calls per ``toolfleet.stage`` message (stages of several samples dispatched
   together share one message per worker queue);
 - ``embedded``: the same samples x stages through the in-process dispatcher (embedded mode) over
-  sandboxes of the same kind, in the same run; ``vs_embedded`` = Celery calls/s / embedded calls/s;
+  sandboxes of the same kind, in the same run; ``vs_embedded`` = Celery calls/s / embedded calls/s.
+  The two alternate ``--rounds`` times (each round: every sample's ``--stages`` stages), both sets
+  of sandboxes open throughout, and each figure pools its rounds: on a shared machine a phase's
+  calls/s drifts by 20 % within a minute, which two phases run one after the other would read as
+  a difference between the modes (``vs_embedded_by_round`` shows the spread);
 - ``baseline``: the same calls as ``docker exec`` through the Engine API (exec_create + start +
   inspect), same number of sandboxes and calls in flight, same run (docker sandboxes only).
 
@@ -46,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task-events", action="store_true",
                         help="workers send Celery task events (as when Flower watches the fleet)")
     parser.add_argument("--baseline-stages", type=int, default=1, help="turns per sample for the docker-exec baseline")
+    parser.add_argument("--rounds", type=int, default=3, help="Celery and embedded phases alternate this many times")
     parser.add_argument("--no-embedded", dest="embedded", action="store_false",
                         help="skip the embedded baseline (same samples x stages through the in-process dispatcher)")
 
@@ -92,10 +97,20 @@ async def _phase(routes: list[SampleRoute], dispatcher: Any, args: argparse.Name
         lag_p99 = await lag.stop()
     finally:
         reset_active_dispatcher(active)
-    calls = len(routes) * args.stages * args.stage
+    return {"calls": len(routes) * args.stages * args.stage, "wall_s": wall, "latencies": stage_latencies,
+            "loop_lag_p99_ms": lag_p99, "orchestrator_cpu_s": cpu, "failures": failures}
+
+
+def _pooled(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several rounds of ``_phase`` as one: calls over wall time, percentiles over every stage, the
+    worst loop lag, CPU summed."""
+    calls, wall = sum(r["calls"] for r in rounds), sum(r["wall_s"] for r in rounds)
+    latencies = [t for r in rounds for t in r["latencies"]]
+    failures = [f for r in rounds for f in r["failures"]]
     out: dict[str, Any] = {"calls": calls, "calls_per_s": round(calls / wall, 1), "wall_s": round(wall, 3),
-                           "p50_ms": percentile_ms(stage_latencies, 0.5), "p99_ms": percentile_ms(stage_latencies, 0.99),
-                           "loop_lag_p99_ms": lag_p99, "orchestrator_cpu_s": cpu, "errors": len(failures)}
+                           "p50_ms": percentile_ms(latencies, 0.5), "p99_ms": percentile_ms(latencies, 0.99),
+                           "loop_lag_p99_ms": max(r["loop_lag_p99_ms"] for r in rounds),
+                           "orchestrator_cpu_s": sum(r["orchestrator_cpu_s"] for r in rounds), "errors": len(failures)}
     if failures:
         out["first_error"] = failures[0]
     return out
@@ -103,28 +118,52 @@ async def _phase(routes: list[SampleRoute], dispatcher: Any, args: argparse.Name
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from orchestrator.dispatch.celery import CeleryDispatcher, CeleryDispatcherConfig
+    from orchestrator.dispatch.inprocess import InProcessDispatcher
 
     slots = -(-args.samples // args.workers) + 4
     config = _sandbox_config(args.sandbox, args.samples)
     async with BenchFleet(workers=args.workers, concurrency=args.concurrency, slots=slots, task_events=args.task_events) as fleet:
         dispatcher = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=fleet.url))
+        local = InProcessDispatcher()
         opening = time.perf_counter()
         routes: list[SampleRoute] = list(await asyncio.gather(*(
             dispatcher.open_sandbox(SandboxSpec(eval_id="bench", sample_id=f"fan-{i}", config=config))
             for i in range(args.samples))))
         open_s = time.perf_counter() - opening
-        workers_before, redis_before = fleet.worker_cpu_seconds(), fleet.redis_counters()
-        published = len(dispatcher.published)
-        celery = await _phase(routes, dispatcher, args)
-        batches = list(dispatcher.published)[published:]
-        cpu_workers = fleet.worker_cpu_seconds() - workers_before
-        redis = fleet.redis_counters().minus(redis_before)
+        local_routes: list[SampleRoute] = list(await asyncio.gather(*(
+            local.open_sandbox(SandboxSpec(eval_id="bench-embedded", sample_id=f"emb-{i}", config=config))
+            for i in range(args.samples)))) if args.embedded else []
+        celery_rounds: list[dict[str, Any]] = []
+        embedded_rounds: list[dict[str, Any]] = []
+        batches: list[tuple[int, int]] = []
+        cpu_workers, redis = 0.0, None
+        try:
+            for _ in range(max(1, args.rounds)):
+                workers_before, redis_before = fleet.worker_cpu_seconds(), fleet.redis_counters()
+                published = len(dispatcher.published)
+                celery_rounds.append(await _phase(routes, dispatcher, args))
+                batches += list(dispatcher.published)[published:]
+                cpu_workers += fleet.worker_cpu_seconds() - workers_before
+                delta = fleet.redis_counters().minus(redis_before)
+                redis = delta if redis is None else redis.plus(delta)
+                if args.embedded:
+                    embedded_rounds.append(await _phase(local_routes, local, args))
+        finally:
+            await asyncio.gather(*(local.close_sandbox(r) for r in local_routes))
+            await local.aclose()
         baseline = None
         if args.sandbox == "docker":
             baseline = await _docker_exec_baseline(fleet, routes, args)
         await asyncio.gather(*(dispatcher.close_sandbox(r) for r in routes))
         await dispatcher.aclose()
-    embedded = await _embedded_baseline(config, args) if args.embedded else None
+    assert redis is not None
+    celery = _pooled(celery_rounds)
+    embedded = None
+    if embedded_rounds:
+        pooled = _pooled(embedded_rounds)
+        cpu = pooled.pop("orchestrator_cpu_s")
+        embedded = {"workload": "fanout", "implementation": "embedded (in-process dispatcher)", **pooled,
+                    "cpu_ms_per_call": round(cpu / pooled["calls"] * 1000, 3)}
     calls = celery["calls"]
     out: dict[str, Any] = {
         "workload": "fanout",
@@ -134,6 +173,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "stages": args.stages,
         "stage": args.stage,
         "workers": args.workers,
+        "rounds": len(celery_rounds),
         **{k: v for k, v in celery.items() if k != "orchestrator_cpu_s"},
         # CPU per call, less noisy than calls/s on a shared machine (sandboxes' own CPU not included).
         "orchestrator_cpu_ms_per_call": round(celery["orchestrator_cpu_s"] / calls * 1000, 3),
@@ -152,28 +192,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     if embedded and embedded["calls_per_s"]:
         out["vs_embedded"] = round(celery["calls_per_s"] / embedded["calls_per_s"], 2)
+        out["vs_embedded_by_round"] = [round(c["wall_s"] and (e["wall_s"] / c["wall_s"]), 2)
+                                       for c, e in zip(celery_rounds, embedded_rounds)]
     if baseline:
         out["speedup"] = round(celery["calls_per_s"] / baseline["calls_per_s"], 1) if baseline["calls_per_s"] else None
     return out
-
-
-async def _embedded_baseline(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    """The same samples x stages through the in-process dispatcher (embedded mode: this process runs the
-    executor), over sandboxes of the same kind opened here."""
-    from orchestrator.dispatch.inprocess import InProcessDispatcher
-
-    dispatcher = InProcessDispatcher()
-    routes: list[SampleRoute] = list(await asyncio.gather(*(
-        dispatcher.open_sandbox(SandboxSpec(eval_id="bench-embedded", sample_id=f"emb-{i}", config=config))
-        for i in range(args.samples))))
-    try:
-        figures = await _phase(routes, dispatcher, args)
-    finally:
-        await asyncio.gather(*(dispatcher.close_sandbox(r) for r in routes))
-        await dispatcher.aclose()
-    cpu = figures.pop("orchestrator_cpu_s")
-    return {"workload": "fanout", "implementation": "embedded (in-process dispatcher)", **figures,
-            "cpu_ms_per_call": round(cpu / figures["calls"] * 1000, 3)}
 
 
 async def _docker_exec_baseline(fleet: BenchFleet, routes: list[SampleRoute], args: argparse.Namespace) -> dict[str, Any]:
