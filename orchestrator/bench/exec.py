@@ -159,10 +159,13 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
             await _latencies(baseline_one, 5)
             # Alternating blocks: on a shared machine all see the same background load, while a
             # docker exec's teardown (runc, shim) rarely overlaps a fast-path call.
-            fast_lat, base_lat, floor_lat, raw_lat, in_sandbox = [], [], [], [], []
-            raw = _raw_call(env, raw_lat, in_sandbox)
+            fast_lat, base_lat, floor_lat = [], [], []
+            raw_lat: list[float] = []
+            split: list[tuple[float, float]] = []  # (in-sandbox, channel) seconds of each raw call
+            raw = _raw_call(env, raw_lat, split)
             await _latencies(raw, 5)
-            raw_lat.clear(), in_sandbox.clear()
+            raw_lat.clear()
+            split.clear()
             for done in range(0, calls, BLOCK):
                 n = min(BLOCK, calls - done)
                 fast_lat += await _latencies(fast, n)
@@ -186,7 +189,7 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
 
     ours = _figures(fast_lat, fast_rate)
     floor_p50 = _ms(floor_lat, 0.5)
-    in_sandbox_p50 = _ms(in_sandbox, 0.5) if in_sandbox else None
+    in_sandbox_p50 = _ms([s for s, _ in split], 0.5) if split else None
     baseline = {"workload": "exec", "implementation": "docker exec (Engine API)", **_figures(base_lat, base_rate)}
     return {
         "workload": "exec",
@@ -203,7 +206,7 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
         "in_sandbox_p50_ms": in_sandbox_p50,
         "vs_in_sandbox": round(ours["p50_ms"] / in_sandbox_p50, 3) if in_sandbox_p50 else None,
         "raw_exec_p50_ms": _ms(raw_lat, 0.5),
-        "channel_p50_ms": _ms([r - a for r, a in zip(raw_lat, in_sandbox)], 0.5) if in_sandbox else None,
+        "channel_p50_ms": _ms([c for _, c in split], 0.5) if split else None,
         "mean_ms": round(statistics.fmean(fast_lat) * 1000, 3),
         "python": py,
         "baseline": baseline,
@@ -218,17 +221,19 @@ async def _floor(env: Any, n: int) -> list[float]:
     return [float(t) for t in result.stdout.split()]
 
 
-def _raw_call(env: Any, lat: list[float], in_sandbox: list[float]) -> Callable[[], Awaitable[None]]:
-    """One ``exec_raw`` of the command (no tool layer), keeping its round trip and in-sandbox time."""
+def _raw_call(env: Any, lat: list[float], split: list[tuple[float, float]]) -> Callable[[], Awaitable[None]]:
+    """One ``exec_raw`` of the command (no tool layer), keeping its round trip and, when the agent
+    reports it, its (in-sandbox, channel) split."""
 
     async def one() -> None:
         start = time.perf_counter()
         raw = await env.exec_raw(["bash", "--login", "-c", "true"])
-        lat.append(time.perf_counter() - start)
+        round_trip = time.perf_counter() - start
+        lat.append(round_trip)
         if raw.returncode != 0:
             raise RuntimeError(f"bench exec failed ({raw.returncode}): {raw.stderr[-500:]!r}")
         if raw.agent_seconds is not None:
-            in_sandbox.append(raw.agent_seconds)
+            split.append((raw.agent_seconds, round_trip - raw.agent_seconds))
 
     return one
 

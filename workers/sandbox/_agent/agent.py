@@ -289,7 +289,6 @@ class Agent:
         self.spare_env = {}  # warm key -> (argv env, cwd, stamp paths, wanted count)
         self.refills = []  # warm keys to top up when the loop is idle
         self.dying = set()  # killed spares still to reap
-        self.received = 0.0  # when the RUN being started was taken up (see Job.received)
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
@@ -371,8 +370,9 @@ class Agent:
 
     # --- commands -----------------------------------------------------------------------------
 
-    def start(self, req_id, spec, stdin_data):
-        self.received = time.monotonic()
+    def start(self, req_id, spec, stdin_data, received=None):
+        # `received`: when the RUN was taken up (a warm call rerun cold keeps its first attempt's).
+        received = time.monotonic() if received is None else received
         argv = spec["argv"]
         problem = bad_argv(argv, spec.get("env"), spec.get("cwd"))
         if problem:
@@ -387,7 +387,7 @@ class Agent:
         if key is not None:
             if key not in self.spare_env:
                 self.spare_env[key] = [env, cwd, None, int(spec["spares"])]  # paths: at first spawn
-            if self.take(req_id, key, spec, stdin_data):
+            if self.take(req_id, key, spec, stdin_data, received):
                 return
         has_input = bool(spec.get("input"))
         out_r, out_w = os.pipe()
@@ -419,7 +419,7 @@ class Agent:
         os.close(err_w)
         if has_input:
             os.close(in_r)
-        self.add_job(req_id, pid, spec, out_r, err_r, in_w if has_input else None, stdin_data)
+        self.add_job(req_id, pid, spec, out_r, err_r, in_w if has_input else None, stdin_data, received)
         if key is not None:
             self.want_refill(key)
 
@@ -441,8 +441,8 @@ class Agent:
         self.remember_session(pid)
         return pid
 
-    def add_job(self, req_id, pid, spec, out_r, err_r, in_w, stdin_data):
-        job = Job(req_id, pid, int(spec.get("cap") or DEFAULT_CAP), spec.get("timeout"), self.received)
+    def add_job(self, req_id, pid, spec, out_r, err_r, in_w, stdin_data, received):
+        job = Job(req_id, pid, int(spec.get("cap") or DEFAULT_CAP), spec.get("timeout"), received)
         self.jobs[req_id] = job
         self.sel.register(out_r, selectors.EVENT_READ, ("out", (job, 1)))
         self.sel.register(err_r, selectors.EVENT_READ, ("out", (job, 2)))
@@ -466,7 +466,7 @@ class Agent:
             return None
         return json.dumps([spec.get("cwd"), spec.get("env") or {}], sort_keys=True)
 
-    def take(self, req_id, key, spec, stdin_data):
+    def take(self, req_id, key, spec, stdin_data, received):
         """Hand the call to a live, up-to-date spare; False when there is none (spawn cold)."""
         pool = self.spares.pop(key, None)
         if pool is None:
@@ -487,7 +487,7 @@ class Agent:
             if gone or stale:
                 self.discard(spare, reaped=gone)
                 continue
-            job = self.add_job(req_id, spare.pid, spec, spare.out_r, spare.err_r, spare.in_w, stdin_data)
+            job = self.add_job(req_id, spare.pid, spec, spare.out_r, spare.err_r, spare.in_w, stdin_data, received)
             job.retry = (spec, stdin_data, spare.in_r)
             self.want_refill(key)
             return True
@@ -666,7 +666,7 @@ class Agent:
             # just before this call took it: the code never ran, so run it cold, as if the spare
             # had not existed. (Empty code has no effects either, so rerunning it is harmless.)
             if code < 0 and not job.timed_out and (unread or not data):
-                self.start(job.req_id, dict(spec, spares=0), data)
+                self.start(job.req_id, dict(spec, spares=0), data, job.received)
                 return
         out, err = job.bufs[1], job.bufs[2]
         status = {"returncode": 128 - code if code < 0 else code, "timed_out": job.timed_out,
