@@ -1,6 +1,6 @@
 """Utilities shared by tools and agents (mirrors ``inspect_ai.util``)."""
 
-from ._gc import tune_gc_for_many_samples
+from ._gc import GcTuning, tune_gc_for_many_samples
 from ._limit import LimitExceededError, TerminateSampleError
 from ._limited_messages import MessageList
 from ._limits import (
@@ -74,5 +74,6 @@ __all__ = [
     "working_limit",
     "bind_sandbox",
     "sandbox",
+    "GcTuning",
     "tune_gc_for_many_samples",
 ]
