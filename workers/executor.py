@@ -31,6 +31,7 @@ from orchestrator.util._sandbox import (
 )
 
 from orchestrator.tool._classify import classify_exception
+from orchestrator.util._timers import LongDeadlines, arm
 from orchestrator.util._sandbox_recorder import ExecList, RecordingSandbox, recorded_services
 
 HOST = socket.gethostname()
@@ -178,8 +179,17 @@ DEFAULT_CALL_DEADLINE = 3600.0
 async def _call_with_timeout(func: Callable[..., Any], kwargs: dict[str, Any], request: CallRequest) -> Any:
     limit = request.timeout if request.timeout is not None else DEFAULT_CALL_DEADLINE
     try:
-        async with asyncio.timeout(limit) as scope:
-            return await func(**kwargs)
+        async with asyncio.timeout(None) as scope:
+            if request.timeout is not None:
+                arm(scope, limit)  # the tool's own timeout, to the millisecond
+                return await func(**kwargs)
+            # The default deadline, checked once a second: no timer per call.
+            deadlines = LongDeadlines.of_running_loop(limit)
+            deadlines.add(scope)
+            try:
+                return await func(**kwargs)
+            finally:
+                deadlines.discard(scope)
     except TimeoutError:
         if not scope.expired():
             raise  # the tool's own timeout (e.g. a sandbox command), not the per-tool one

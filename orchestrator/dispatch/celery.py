@@ -44,6 +44,7 @@ from orchestrator.log import InfoEvent, transcript
 from orchestrator.tool._registry import GENERATED_TASK_MODULE, not_registered_message
 from orchestrator.tool._tool_call import ToolCallError
 from orchestrator.util._sandbox import SandboxUnavailableError
+from orchestrator.util._timers import call_later
 from workers import _auth, _names, placement
 from workers._replies import parse_items
 from workers.app import AppConfig, create_app
@@ -311,7 +312,6 @@ class CeleryDispatcher(Dispatcher):
     async def _track(self, records: list[_Pending]) -> None:
         """Deadlines for every record; sandbox opens/closes also wait for their Celery result (calls are
         answered on this dispatcher's reply channel, subscribed once)."""
-        loop = asyncio.get_running_loop()
         for rec in records:
             self._pending[rec.task_id] = rec
             bound = (rec.timeout or self.config.max_call_seconds) + self.config.call_grace
@@ -319,7 +319,7 @@ class CeleryDispatcher(Dispatcher):
                 bound = self.config.open_timeout
             elif rec.kind == "close":
                 bound = self.config.close_timeout
-            rec.deadline = loop.call_later(bound, self._expire, rec.task_id, bound)
+            rec.deadline = call_later(bound, self._expire, rec.task_id, bound)  # holds no sample once cancelled
         lifecycle = [rec for rec in records if rec.kind != "call"]
         if lifecycle:
             raws = await self._listener.expect([rec.task_id for rec in lifecycle])

@@ -27,6 +27,7 @@ from orchestrator.tool._tool_def import ToolDef, tool_def
 from orchestrator.tool._tool_info import ToolInfo
 from orchestrator.util._limits import check_message_limit, check_token_limit, record_token_usage, record_turn
 from orchestrator.util._working import report_wait_since, sample_waiting
+from orchestrator.util._timers import arm
 
 from ._batch import BatchBackend, BatchError, batch_pool
 from ._chat_message import ChatMessage, ChatMessageUser
@@ -303,7 +304,8 @@ class Model:
                        cfg: GenerateConfig) -> ModelOutput:
         # Bound every wait: providers also get cfg.timeout, this covers ones that ignore it
         # (and a policy that never answers) even when no timeout was configured.
-        async with asyncio.timeout(cfg.timeout or ATTEMPT_TIMEOUT_CEILING):
+        async with asyncio.timeout(None) as scope:
+            arm(scope, cfg.timeout or ATTEMPT_TIMEOUT_CEILING)
             return await self.api.generate(messages, infos, choice, cfg)
 
     @property

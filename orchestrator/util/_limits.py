@@ -43,6 +43,7 @@ from typing import Any
 from ._limit import LimitExceededError, LimitType
 from ._token_metering import TokenLimit as TokenLimitSpec
 from ._token_metering import TokenMetering, parse_token_limit
+from ._timers import call_later
 from ._working import (
     WorkingClock,
     bind_working_clock,
@@ -303,7 +304,7 @@ class TimeLimit(_CancellingLimit):
 
     def _arm(self) -> None:
         assert self.limit is not None
-        self._handle = asyncio.get_running_loop().call_later(self.limit, self._fire)
+        self._handle = call_later(self.limit, self._fire)
 
     def _fire(self) -> None:
         if self._task is not None and not self._task.done():
@@ -344,7 +345,7 @@ class WorkingLimit(_CancellingLimit):
         # Check once working time could have passed the limit, plus a grace for waits reported after the
         # fact (a failed attempt, ``record_waiting_time``), as Inspect's once-a-second monitor allows.
         delay = max(0.0, self.limit - self.usage) + WORKING_CHECK_GRACE_S
-        self._handle = asyncio.get_running_loop().call_later(delay, self._fire)
+        self._handle = call_later(delay, self._fire)
 
     def _fire(self) -> None:
         self._handle = None

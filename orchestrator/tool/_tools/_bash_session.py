@@ -14,6 +14,7 @@ from typing import Literal
 from orchestrator.tool._errors import ToolError
 from orchestrator.tool._tool import Tool, tool
 from orchestrator.util._sandbox import sandbox
+from orchestrator.util._timers import arm
 
 from ._common import tool_state, with_timeout_note
 
@@ -58,7 +59,8 @@ def bash_session(timeout: int | None = None, wait_for_output: int = 30, instance
         if action in ("type", "type_submit") and input is None:
             raise ToolError(f"`input` is required for the `{action}` action.")
         request = {"action": action, "input": input, "instance": instance, "wait_for_output": wait_for_output}
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(None) as scope:
+            arm(scope, timeout)
             return await _call(request, float(wait_for_output))
 
     return with_timeout_note(execute, timeout)

@@ -13,6 +13,7 @@ from typing import Literal
 from orchestrator.tool._errors import ToolError
 from orchestrator.tool._tool import Tool, tool
 from orchestrator.util._sandbox import SandboxEnvironment, sandbox
+from orchestrator.util._timers import arm
 
 from ._common import tool_state, with_timeout_note
 
@@ -80,7 +81,8 @@ def text_editor(timeout: int | None = 180, user: str | None = None) -> Tool:
         _check_absolute(path)
         env = sandbox()
         editor = _Editor(env, user)
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(None) as scope:
+            arm(scope, timeout)
             match command:
                 case "view":
                     return await editor.view(path, view_range)
