@@ -35,6 +35,36 @@ grep -q "tests_pass: accuracy=1.000" "$LOGS/pod.txt"
 echo "== celery inspect"
 timeout 120 $COMPOSE exec -T worker celery -A workers.app inspect ping --timeout 10 | tee "$LOGS/inspect.txt"
 test "$(grep -c pong "$LOGS/inspect.txt")" -ge "$WORKERS"
+echo "== a task's own tools from a worker image (deploy/build-tools-image.sh)"
+TOOLS=("$COMPOSE" -f docker-compose.yml -f deploy/compose.tools.yml)
+export TOOLS_IMAGE=toolfleet/toolfleet-tools:smoke
+cp -r examples/task_tools "$LOGS/task_tools"   # its wheel is built outside the tree
+timeout 900 deploy/build-tools-image.sh "$LOGS/task_tools" shouty.tools "$TOOLS_IMAGE"
+wait_for_workers() {   # the recreated workers all answer a ping (bounded)
+    for _ in $(seq 60); do
+        if [ "$(timeout 30 $COMPOSE exec -T worker celery -A workers.app inspect ping --timeout 5 2>/dev/null | grep -c pong)" -ge "$WORKERS" ]; then
+            return 0
+        fi
+        sleep 2
+    done
+    echo "workers did not come back" >&2
+    return 1
+}
+timeout 300 "${TOOLS[@]}" up -d --no-build --scale worker="$WORKERS" worker
+wait_for_workers
+timeout 600 "${TOOLS[@]}" run --rm --no-deps orchestrator toolfleet eval examples/task_tools_eval.py \
+    --model scripted --log-dir /logs --display none | tee "$LOGS/tools.txt"
+grep -q "includes: accuracy=1.000" "$LOGS/tools.txt"
+echo "== the same task on workers without its tools: refused before any sample, in one line"
+timeout 300 $COMPOSE up -d --no-build --scale worker="$WORKERS" worker
+wait_for_workers
+if timeout 600 "${TOOLS[@]}" run --rm --no-deps orchestrator toolfleet eval examples/task_tools_eval.py \
+    --model scripted --log-dir /logs --display none >"$LOGS/no-tools.txt" 2>&1; then
+    echo "expected the eval to be refused" >&2
+    exit 1
+fi
+cat "$LOGS/no-tools.txt"
+grep -q "Tool 'shout' (module shouty.tools) is registered on no live worker" "$LOGS/no-tools.txt"
 echo "== result"
 timeout 120 $COMPOSE run --rm --no-deps orchestrator toolfleet log list --log-dir /logs | tee "$LOGS/summary.txt"
 echo "smoke OK (logs in $LOGS)"
