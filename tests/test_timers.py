@@ -116,7 +116,7 @@ async def test_the_sample_path_frees_a_finished_samples_transcript() -> None:
 
 
 async def test_long_deadlines_expire_in_order_and_leave_no_timer_behind() -> None:
-    deadlines = LongDeadlines(asyncio.get_running_loop(), delay=0.1, period=0.02)
+    deadlines = LongDeadlines(delay=0.1, period=0.02)
     expired: list[int] = []
 
     async def call(i: int, work: float) -> None:
@@ -139,13 +139,33 @@ async def test_long_deadlines_expire_in_order_and_leave_no_timer_behind() -> Non
     await asyncio.wait_for(asyncio.gather(*(staggered(i) for i in range(50)), *(call(100 + i, 0.01) for i in range(50))), 10)
     assert sorted(expired) == list(range(50))  # every overrun, none of the quick ones
     assert expired == sorted(expired)  # in the order they fell due
-    assert len(deadlines) == 0 and deadlines._check_handle is None  # nothing left to check, no timer
+    assert len(deadlines) == 0 and not deadlines._check_pending  # nothing left to check, no timer
 
 
 async def test_one_long_deadlines_per_loop_and_delay() -> None:
     first = LongDeadlines.of_running_loop(3600.0)
     assert LongDeadlines.of_running_loop(3600.0) is first
     assert LongDeadlines.of_running_loop(60.0) is not first
+
+
+def test_a_closed_loop_takes_its_deadlines_with_it() -> None:
+    """A worker or a test may run many loops in turn: their deadlines must not pile up."""
+
+    async def one_call() -> None:
+        deadlines = LongDeadlines.of_running_loop(3600.0)
+        async with asyncio.timeout(None) as scope:
+            deadlines.add(scope)
+            await asyncio.sleep(0)
+            deadlines.discard(scope)
+
+    before = len(LongDeadlines._by_loop)
+    for _ in range(5):
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(one_call())  # its check is still pending when the loop closes
+        loop.close()
+        del loop
+    gc.collect()
+    assert len(LongDeadlines._by_loop) == before
 
 
 async def test_a_call_without_a_timeout_of_its_own_gets_the_default_deadline(monkeypatch: pytest.MonkeyPatch) -> None:

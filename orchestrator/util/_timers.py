@@ -43,31 +43,29 @@ class LongDeadlines:
     expires up to ``period`` late, through ``asyncio.Timeout.reschedule``: as ``asyncio.timeout`` would.
     """
 
+    # Keyed weakly by loop: nothing here refers back to the loop (its time is read while it runs, and
+    # the pending check is the loop's own handle), so a closed loop takes its deadlines with it.
     _by_loop: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, LongDeadlines]]] = \
         weakref.WeakKeyDictionary()
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, delay: float, period: float = 1.0) -> None:
+    def __init__(self, delay: float, period: float = 1.0) -> None:
         self.delay, self.period = delay, period
-        self._loop = loop
         self._due: OrderedDict[asyncio.Timeout, float] = OrderedDict()
-        self._check_handle: asyncio.TimerHandle | None = None
+        self._check_pending = False
 
     @classmethod
     def of_running_loop(cls, delay: float) -> LongDeadlines:
-        loop = asyncio.get_running_loop()
-        by_delay = cls._by_loop.get(loop)
-        if by_delay is None:
-            by_delay = cls._by_loop[loop] = {}
+        by_delay = cls._by_loop.setdefault(asyncio.get_running_loop(), {})
         deadlines = by_delay.get(delay)
         if deadlines is None:
-            deadlines = by_delay[delay] = cls(loop, delay)
+            deadlines = by_delay[delay] = cls(delay)
         return deadlines
 
     def add(self, scope: asyncio.Timeout) -> None:
         """Expire an entered ``asyncio.timeout(None)`` scope once ``delay`` has passed; ``discard`` it on exit."""
-        self._due[scope] = self._loop.time() + self.delay
-        if self._check_handle is None:
-            self._check_handle = self._loop.call_later(self.period, self._check, context=contextvars.Context())
+        self._due[scope] = asyncio.get_running_loop().time() + self.delay
+        if not self._check_pending:
+            self._schedule_check()
 
     def discard(self, scope: asyncio.Timeout) -> None:
         self._due.pop(scope, None)
@@ -75,9 +73,13 @@ class LongDeadlines:
     def __len__(self) -> int:
         return len(self._due)
 
+    def _schedule_check(self) -> None:
+        self._check_pending = True
+        call_later(self.period, self._check)
+
     def _check(self) -> None:
-        self._check_handle = None
-        now = self._loop.time()
+        self._check_pending = False
+        now = asyncio.get_running_loop().time()
         while self._due:
             scope, when = next(iter(self._due.items()))
             if when > now:
@@ -85,4 +87,4 @@ class LongDeadlines:
             del self._due[scope]
             scope.reschedule(now)  # cancels its task on the next iteration; the scope raises TimeoutError
         if self._due:
-            self._check_handle = self._loop.call_later(self.period, self._check, context=contextvars.Context())
+            self._schedule_check()
