@@ -20,7 +20,7 @@ from orchestrator.log._events import ToolEvent
 from orchestrator.log._transcript import transcript
 from orchestrator.model._chat_message import ChatMessage, ChatMessageAssistant
 from orchestrator.model._tool_call_parse import depth_error_message, exceeds_max_depth
-from orchestrator.util._limit import TerminateSampleError
+from orchestrator.util._limit_errors import TerminateSampleError
 
 TERMINATED_BY_APPROVER = "Tool call approver requested termination."
 MODIFY_WITHOUT_CALL = (
