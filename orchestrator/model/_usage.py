@@ -24,15 +24,15 @@ class UsageCounter:
     """Usage of one scope (a sample, or one agent run) and of the scopes nested in it."""
 
     def __init__(self, name: str | None = None, parent: UsageCounter | None = None,
-                 count_toward_limits: bool = True, limit_tokens: LimitTokens | None = None) -> None:
+                 count_toward_limits: bool = True, tokens_for_limits: LimitTokens | None = None) -> None:
         self.name = name
         self.parent = parent
         self.count_toward_limits = count_toward_limits
         self.own = ModelUsage()  # calls made directly in this scope
         self.children: dict[str, ModelUsage] = {}  # nested scopes' usage, by scope name
         self.by_model: dict[str, ModelUsage] = {}  # own + nested usage, by model name
-        # Kept in util's ``LimitTokens``, which token limits (in util, below this package) read.
-        self.tokens_for_limits = limit_tokens or LimitTokens()
+        # Counted in util's ``LimitTokens``, which token limits (in util, below this package) read.
+        self.tokens_for_limits = tokens_for_limits or LimitTokens()
         self.closed = False
 
     @property
@@ -76,7 +76,7 @@ class UsageCounter:
 
 
 # Outside any sample, usage lands on a process-wide root so recording never fails.
-_ROOT = UsageCounter(name="process", limit_tokens=PROCESS_LIMIT_TOKENS)
+_ROOT = UsageCounter(name="process", tokens_for_limits=PROCESS_LIMIT_TOKENS)
 _current: ContextVar[UsageCounter] = ContextVar("toolfleet_usage", default=_ROOT)
 
 
