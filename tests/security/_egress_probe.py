@@ -42,7 +42,7 @@ def tcp(host, port):
 def http(url):
     try:
         with urllib.request.urlopen(url, timeout=TIMEOUT) as resp:
-            return "body: " + resp.read(200).decode(errors="replace")
+            return "body: " + resp.read(200).decode(errors="replace").strip()
     except Exception as exc:  # noqa: BLE001  (urllib wraps socket errors in URLError; the text is what matters)
         return _err(exc)
 

@@ -75,8 +75,7 @@ class _Udp(asyncio.DatagramProtocol):
         self.transport: asyncio.DatagramTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.DatagramTransport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  (a datagram endpoint's transport)
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         self.owner.spawn(self._reply(data, addr))

@@ -13,7 +13,8 @@ sockets can forge.
 
 - ``sandbox_input`` (hook input): a packet from a sandbox bridge to any of the host's own addresses
   (every interface's, the bridge's gateway included, IPv4 and IPv6) is rejected, except DNS to the
-  gateway of a bridge whose sandbox has a DNS filter there.
+  gateway of a bridge whose sandbox has a DNS filter there, and replies to connections the host
+  started.
 - ``sandbox_forward`` (hook forward): connections to ports the host publishes (DNAT) are rejected;
   the rest jumps to the sandbox's own chain through the ``sandboxes`` verdict map, and a bridge
   without an entry (a leftover of a crashed worker) is rejected. Nothing from outside starts a
@@ -82,6 +83,8 @@ def render_base() -> str:
         f"add chain {_T} sandbox_forward {{ type filter hook forward priority filter - 10; policy accept; }}",
         f"flush chain {_T} sandbox_input",
         f"flush chain {_T} sandbox_forward",
+        # Replies to what the host itself started (a health check from the host): never a new flow.
+        f"add rule {_T} sandbox_input {bridges} ct state established,related accept",
         # Only IPv4: the filter listens on the gateway's IPv4 address, and `fib daddr . iif` is that
         # bridge's own address (not another interface's that some host resolver might listen on).
         (f"add rule {_T} sandbox_input {bridges} iifname @dns_bridges meta nfproto ipv4 "
