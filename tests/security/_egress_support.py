@@ -140,12 +140,12 @@ class Internet:
         self.networks.append(created)
         return created
 
-    def serve(self, name: str, token: str, networks: list[Any], ip: str | None = None) -> Any:
-        """A server container (token at /) on ``networks``; its addresses by network name."""
+    def serve(self, name: str, token: str, networks: list[Any], ip: str | None = None, **kwargs: Any) -> Any:
+        """A server container (token at /) on ``networks``, started (``kwargs``: Docker's, e.g. ports)."""
         first, *rest = networks
         container = self.client.containers.create(IMAGE, ["python3", "-c", SERVER, token], user="root",
                                                   name=f"tf-egress-test-{name}-{RUN}", labels=LABEL,
-                                                  network=first.name, detach=True)
+                                                  network=first.name, detach=True, **kwargs)
         self.containers.append(container)
         if ip:
             first.disconnect(container)

@@ -60,9 +60,21 @@ def metadata(internet):
     return "169.254.169.254"
 
 
-def _reachable_from_host(ip: str) -> bool:
+@pytest.fixture(scope="module")
+def published(internet, client):
+    """A host port Docker publishes (DNAT to a container): the host's address, reached another way."""
+    container = internet.serve("published", "published-port", [internet.network("pubport")],
+                               ports={f"{HTTP_PORT}/tcp": ("0.0.0.0", None)})
+    container.reload()
+    port = int(container.attrs["NetworkSettings"]["Ports"][f"{HTTP_PORT}/tcp"][0]["HostPort"])
+    host4, _ = primary_addresses()
+    wait_for(lambda: _reachable_from_host(host4, port), 30, "the published port")
+    return port
+
+
+def _reachable_from_host(ip: str, port: int = HTTP_PORT) -> bool:
     try:
-        socket.create_connection((ip, HTTP_PORT), timeout=1).close()
+        socket.create_connection((ip, port), timeout=1).close()
         return True
     except OSError:
         return False
@@ -135,7 +147,7 @@ def host_v4() -> list[str]:
 
 
 async def test_a_public_sandbox_reaches_the_internet_and_nothing_it_must_not(make_enforcer, internet, metadata,
-                                                                              listeners):
+                                                                              listeners, published):
     enforcer = await make_enforcer()
     api = Calls().api
     main = await enforcer.open("sample-a", EgressPolicy(mode="public"))
@@ -164,6 +176,7 @@ async def test_a_public_sandbox_reaches_the_internet_and_nothing_it_must_not(mak
                 ["http", f"http://metadata.test:{HTTP_PORT}/"],  # names resolving to denied addresses
                 ["http", f"http://host.test:{tcp}/"],
                 ["http", f"http://{door.address}:{door.port}/version"],  # the Docker API
+                ["http", f"http://{host4}:{published}/"], ["http", f"http://{main.gateway}:{published}/"],
                 ["icmp", main.gateway], ["icmp", host4],
                 *[["tcp", a, port] for a in host_v4() for port in (tcp, listeners.redis_port)],
                 *[["udp", a, udp, f"udp-{RUN}"] for a in (host4, main.gateway)],
