@@ -19,8 +19,23 @@ import pytest
 import redis
 
 from tests.security._egress_support import (
-    HTTP_PORT, RUN, UDP_PORT, Calls, DockerApiDoor, HostListeners, Internet, Upstream, host_addresses,
-    is_sandbox_source, link_local, primary_addresses, remove_leftovers, run_probes, sample_server, wait_for)
+    HTTP_PORT,
+    RUN,
+    UDP_PORT,
+    Calls,
+    DockerApiDoor,
+    HostListeners,
+    Internet,
+    Upstream,
+    host_addresses,
+    is_sandbox_source,
+    link_local,
+    primary_addresses,
+    remove_leftovers,
+    run_probes,
+    sample_server,
+    wait_for,
+)
 from workers.egress import EgressConfig, EgressEnforcer, EgressError, EgressPolicy
 from workers.egress._nft import TABLE, Nft, SandboxRules, render_sandbox
 
@@ -256,8 +271,8 @@ async def test_an_allowlist_sandbox_reaches_only_allowed_names_through_its_dns(m
     assert results[3:6] == [BODY] * 3, results
     assert failed(results[6]) and failed(results[8]), results
     assert results[7] == BODY
-    listed = subprocess.run(["nft", "list", "set", "inet", TABLE, f"sb_{net.key}_v4"], check=True,
-                            capture_output=True, text=True).stdout
+    listed = (await asyncio.to_thread(subprocess.run, ["nft", "list", "set", "inet", TABLE, f"sb_{net.key}_v4"],
+                                      check=True, capture_output=True, text=True)).stdout
     assert f"{internet.public_ip} timeout 1m" in listed and "169.254" not in listed
 
 
@@ -290,7 +305,8 @@ async def test_release_removes_everything_and_the_reaper_takes_a_crashed_workers
     assert not {n.key for n in opened} & await enforcer.nft.sandbox_keys()
     assert len(enforcer) == 0 and len(enforcer.dns) == 0
     assert not client.networks.list(filters={"label": f"toolfleet.owner={OWNER}"})
-    ruleset = subprocess.run(["nft", "list", "table", "inet", TABLE], check=True, capture_output=True, text=True).stdout
+    ruleset = (await asyncio.to_thread(subprocess.run, ["nft", "list", "table", "inet", TABLE], check=True,
+                                       capture_output=True, text=True)).stdout
     assert not any(n.bridge in ruleset for n in opened)
 
     # A worker killed with its sandbox open: its network and rules stay until a reaper comes.
@@ -371,5 +387,5 @@ async def test_download_through_the_policy_and_unrestricted(make_enforcer, inter
                 assert isinstance(result, dict) and result["bytes"] == size, result
                 figures[name].append(size / result["seconds"] / 1024 / 1024)
     with capsys.disabled():
-        print(f"\n[egress] 50 MiB download, MiB/s: " + "; ".join(
+        print("\n[egress] 50 MiB download, MiB/s: " + "; ".join(
             f"{name} {', '.join(f'{v:.0f}' for v in values)}" for name, values in figures.items()))

@@ -12,12 +12,24 @@ import dns.rcode
 import pytest
 from pydantic import ValidationError
 
-import workers.egress as egress
-from workers.egress import EgressConfig, EgressPolicy, HostPattern, classify, parse_allowance
+from workers import egress
+from workers.egress import (
+    EgressConfig,
+    EgressPolicy,
+    HostPattern,
+    classify,
+    parse_allowance,
+)
 from workers.egress._dns import DnsFilter, SandboxDns, parse_resolv_conf
 from workers.egress._network import plan_subnet
-from workers.egress._nft import (SandboxRules, bridge_name, render_allow, render_base, render_release,
-                                 render_sandbox)
+from workers.egress._nft import (
+    SandboxRules,
+    bridge_name,
+    render_allow,
+    render_base,
+    render_release,
+    render_sandbox,
+)
 
 net = ipaddress.ip_network
 DENIED_THOUGH_GLOBAL = {"multicast", "IPv4-mapped", "NAT64 (embeds IPv4)", "6to4 (embeds IPv4)"}

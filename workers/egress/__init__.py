@@ -3,8 +3,8 @@ the worker's host.
 
 ``EgressEnforcer`` gives each sandbox a Docker network of its own, host rules that judge every packet
 leaving it (``_nft.py``) and a DNS filter (``_dns.py``); ``_policy.py`` is the pure core that says
-which addresses and names a policy reaches. The boundary it keeps is described in SECURITY.md
-("Sandbox → network").
+which addresses and names a policy reaches. docs/egress.md describes the boundary it keeps and what a
+deployment must give the worker.
 """
 
 from ._enforcer import EgressConfig, EgressEnforcer, SandboxNetwork

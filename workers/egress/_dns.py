@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import dns.asyncquery
 import dns.exception
@@ -75,7 +76,7 @@ class _Udp(asyncio.DatagramProtocol):
         self.transport: asyncio.DatagramTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  (a datagram endpoint's transport)
+        self.transport = cast(asyncio.DatagramTransport, transport)  # a datagram endpoint's
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         self.owner.spawn(self._reply(data, addr))
