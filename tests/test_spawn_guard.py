@@ -82,10 +82,10 @@ def test_an_unmarked_test_that_spawns_fails_and_marked_ones_pass(pytester: pytes
     """)
     result.assert_outcomes(passed=5, failed=2)
     result.stdout.fnmatch_lines([
-        "*test_inner.py::test_unmarked spawns a process (subprocess.Popen redis-server, from test_inner.py:5)"
-        " but is not marked slow",
-        "*test_inner.py::test_only_one_variant_is_marked[[]local[]] spawns a process (subprocess.Popen redis-server,"
-        " from test_inner.py:5) but is not marked slow",
+        ("*test_inner.py::test_unmarked spawns a process (subprocess.Popen redis-server, from test_inner.py:5)"
+         " but is not marked slow"),
+        ("*test_inner.py::test_only_one_variant_is_marked[[]local[]] spawns a process (subprocess.Popen redis-server,"
+         " from test_inner.py:5) but is not marked slow"),
     ])
 
 
@@ -157,10 +157,9 @@ def test_a_spawning_fixture_counts_against_every_test_that_requests_it(pytester:
     """)
     result.assert_outcomes(passed=2, failed=2)
     result.stdout.fnmatch_lines([
-        "*::test_later_user_gets_it_from_the_cache spawns a process (subprocess.Popen redis-server in fixture server,"
-        " from test_inner.py:6) but is not marked slow",
-        "*::test_later_user_through_another_fixture spawns a process (subprocess.Popen redis-server in fixture server,"
-        "*",
+        ("*::test_later_user_gets_it_from_the_cache spawns a process (subprocess.Popen redis-server in fixture server,"
+         " from test_inner.py:6) but is not marked slow"),
+        "*::test_later_user_through_another_fixture spawns a process (subprocess.Popen redis-server in fixture server,*",
     ])
 
 
@@ -193,8 +192,8 @@ def test_teardown_spawns_are_charged_to_their_fixture(pytester: pytest.Pytester)
     # charged to the unrelated test that happened to run last.
     result.assert_outcomes(passed=3, errors=1)
     result.stdout.fnmatch_lines([
-        "*::test_unmarked_function_fixture_user spawns a process (os.system rm in fixture cleaned_by_a_command,"
-        " from test_inner.py:12) but is not marked slow",
+        ("*::test_unmarked_function_fixture_user spawns a process (os.system rm in fixture cleaned_by_a_command,"
+         " from test_inner.py:12) but is not marked slow"),
     ])
 
 

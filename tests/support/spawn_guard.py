@@ -37,6 +37,7 @@ import sys
 import sysconfig
 from collections.abc import Generator, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -71,7 +72,7 @@ def program(event: str, args: Sequence[Any]) -> str:
 
 
 class _Spawn:
-    __slots__ = ("what", "where", "fixture")
+    __slots__ = ("fixture", "what", "where")
 
     def __init__(self, what: str, where: str, fixture: pytest.FixtureDef[Any] | None) -> None:
         self.what = what  # "<event> <argv0>"
@@ -102,7 +103,7 @@ class SpawnGuard:
     def _caller(self) -> str:
         """Where the spawn was asked for: the innermost frame of the checkout, else of a library."""
         library = "?"
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None:
             filename = frame.f_code.co_filename
             if filename.startswith(self._root) and filename != __file__:
