@@ -15,6 +15,9 @@ from orchestrator.log import Transcript, bind_transcript
 from tests.support.fleet import own_redis, fleet, redis_server, session_worker  # noqa: F401  (fixtures)
 from tests.support.prerequisites import _docker_marked_tests_have_the_image, sandbox_image  # noqa: F401  (fixtures)
 
+# Fails a test that starts a process without a marker taking it out of the fast loop (see the module).
+pytest_plugins = ("tests.support.spawn_guard",)
+
 
 def pytest_configure(config: pytest.Config) -> None:
     # Tests play a user pressing Ctrl-C at a terminal. Started as a background job (`cmd &` without job

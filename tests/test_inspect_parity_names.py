@@ -102,6 +102,7 @@ async def local_sandbox():
         await driver.aclose()
 
 
+@pytest.mark.slow  # opens a local sandbox (a child process)
 async def test_read_file_size_override_applies_to_a_real_sandbox(local_sandbox) -> None:
     await local_sandbox.write_file("big.txt", "x" * 4096)
     with override_max_read_file_size(1024), pytest.raises(OutputLimitExceededError) as err:
@@ -110,6 +111,7 @@ async def test_read_file_size_override_applies_to_a_real_sandbox(local_sandbox) 
     assert await local_sandbox.read_file("big.txt") == "x" * 4096  # default limit again
 
 
+@pytest.mark.slow  # opens a local sandbox (a child process)
 async def test_non_executable_file_in_the_local_sandbox_raises_permission_error(local_sandbox) -> None:
     await local_sandbox.write_file("s.sh", "#!/bin/sh\necho hi\n")
     with pytest.raises(PermissionError) as err:

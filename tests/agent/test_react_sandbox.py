@@ -20,6 +20,9 @@ from orchestrator.tool import bash, bash_session, python, text_editor
 from orchestrator.util import time_limit
 from tests.agent.helpers import call, calls, scripted, submit, text, texts
 
+# slow: every test opens a local sandbox, whose exec agent is a child process
+pytestmark = pytest.mark.slow
+
 CONTINUE = (
     "\nPlease proceed to the next step using your best judgement. If you believe you have completed the task, "
     "please call the `submit()` tool with your final answer.\n"

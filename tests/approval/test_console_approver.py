@@ -20,6 +20,7 @@ def spawn(*args: str) -> pexpect.spawn:
     return console.spawn("approve", *args)
 
 
+@pytest.mark.slow  # drives the console approver in a child process on a pty
 def test_approve_shows_the_call_and_its_view_and_runs_it() -> None:
     child = spawn()
     child.expect("Tool call needs approval")
@@ -36,6 +37,7 @@ def test_approve_shows_the_call_and_its_view_and_runs_it() -> None:
     assert "EVENT approval r0c0 human approve ok to list" in out
 
 
+@pytest.mark.slow  # drives the console approver in a child process on a pty
 def test_reject_reaches_the_model_as_an_approval_error() -> None:
     child = spawn()
     child.expect(r"Decision \(")
@@ -46,6 +48,7 @@ def test_reject_reaches_the_model_as_an_approval_error() -> None:
     assert "OUTCOME result r0c0: approval: not that" in out
 
 
+@pytest.mark.slow  # drives the console approver in a child process on a pty
 def test_unknown_answers_are_asked_again_and_escalate_only_when_offered() -> None:
     child = spawn()
     child.expect(r"Decision \(")
@@ -67,6 +70,7 @@ def test_unknown_answers_are_asked_again_and_escalate_only_when_offered() -> Non
     assert "OUTCOME result r0c0: approval: No approval granted for tool shell" in out
 
 
+@pytest.mark.slow  # drives the console approver in a child process on a pty
 def test_dismissing_the_prompt_terminates() -> None:
     child = spawn()
     child.expect(r"Decision \(")
@@ -75,6 +79,7 @@ def test_dismissing_the_prompt_terminates() -> None:
     assert "OUTCOME terminated: Approval prompt dismissed by the operator." in out
 
 
+@pytest.mark.slow  # drives the console approver in a child process on a pty
 def test_no_terminal_is_a_clear_error_not_a_hang() -> None:
     proc = subprocess.run([sys.executable, DRIVER, "approve"], cwd=str(ROOT), stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=30)

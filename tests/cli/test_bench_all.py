@@ -57,6 +57,7 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=90, env=dict(os.environ))
 
 
+@pytest.mark.slow  # runs the CLI in a child process
 def test_a_broken_workload_fails_the_suite_with_one_line_naming_it() -> None:
     # A bound no workload can meet: the run is stopped and reported, not waited for.
     result = _bench("--quick", "--only", "review,overhead", "--timeout", "0.01", "--json")
@@ -70,6 +71,7 @@ def test_a_broken_workload_fails_the_suite_with_one_line_naming_it() -> None:
     assert [r["ok"] for r in summary["runs"]] == [False, False]
 
 
+@pytest.mark.slow  # runs the CLI in a child process
 def test_unknown_workload_is_one_line() -> None:
     result = _bench("--only", "nosuch")
     assert result.returncode == 1
@@ -77,6 +79,7 @@ def test_unknown_workload_is_one_line() -> None:
         f"toolfleet: error: bench all: unknown workload(s) nosuch (available: {', '.join(workloads())})"]
 
 
+@pytest.mark.slow  # runs the CLI in a child process
 def test_a_passing_workload_passes() -> None:
     result = _bench("--quick", "--only", "review", "--json")
     assert result.returncode == 0, result.stderr

@@ -7,6 +7,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+# slow: every test runs the CLI in a child process
+pytestmark = pytest.mark.slow
+
 
 def _eval(env_broker: str | None, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "TOOLFLEET_BROKER"}

@@ -13,7 +13,8 @@ import pytest
 
 from tests.eval.task_files import BASIC
 
-pytestmark = pytest.mark.timeout(120)
+# slow: every test runs the CLI in a child process
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 def run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -21,6 +21,7 @@ from .test_cli import _assert_one_line_error, run
 pytestmark = pytest.mark.timeout(120)
 
 
+@pytest.mark.slow  # runs the CLI in a child process
 @pytest.mark.parametrize("flags, needle", [
     (["-T", "n=abc"], "-T n='abc': task 'basic' expects int"),
     (["-T", "nope=1"], "has no parameter 'nope'"),
@@ -41,6 +42,7 @@ def test_mistakes_are_one_clear_line(tmp_path: Path, flags: list[str], needle: s
     assert not list(tmp_path.glob("*.jsonl"))  # nothing started
 
 
+@pytest.mark.slow  # runs the CLI in a child process
 def test_flags_reach_the_log(tmp_path: Path) -> None:
     result = run("eval", f"{FLAKY}@flaky", "--model", "scripted/answer", "--log-dir", str(tmp_path), "--display",
                  "none", "--sample-id", "s1,s3", "--epochs", "2", "--epochs-reducer", "pass_at_1",
@@ -59,6 +61,7 @@ def test_flags_reach_the_log(tmp_path: Path) -> None:
     assert "includes: accuracy=1.000" in result.stdout and "(pass_at_1 over epochs)" in result.stdout
 
 
+@pytest.mark.slow  # runs the CLI in a child process
 def test_nothing_scored_prints_no_metric(tmp_path: Path) -> None:
     result = run("eval", f"{FLAKY}@flaky", "--model", "scripted/answer", "--log-dir", str(tmp_path), "--display",
                  "none", "--sample-id", "s1", env={"TOOLFLEET_TEST_BREAK": "1"})
@@ -69,6 +72,7 @@ def test_nothing_scored_prints_no_metric(tmp_path: Path) -> None:
     assert "includes: no samples scored" in shown and "accuracy=" not in shown
 
 
+@pytest.mark.slow  # runs the CLI in a child process
 def test_ctrl_c_names_the_log(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "eval", f"{BASIC}@basic", "--model",
                              "scripted/echo", "-T", "n=40", "--max-samples", "1", "--log-dir", str(tmp_path),
@@ -88,6 +92,7 @@ def test_ctrl_c_names_the_log(tmp_path: Path) -> None:
     assert f"toolfleet eval-retry {log}" in err
 
 
+@pytest.mark.slow  # runs the CLI in a child process
 def test_log_list_walks_subdirectories_and_keeps_long_names(tmp_path: Path) -> None:
     nested = tmp_path / "set-a" / ("x" * 150)
     assert run("eval", f"{BASIC}@plain", "--model", "scripted/echo", "--log-dir", str(nested),

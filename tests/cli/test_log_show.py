@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from orchestrator.dataset import Sample
 from orchestrator.eval import Task, eval_async
 from orchestrator.model import ChatMessageTool, ModelOutput, get_model
@@ -42,6 +44,7 @@ def _policy(messages: list[Any], tools: list[Any]) -> ModelOutput:
     return ModelOutput.from_content("scripted", "done")
 
 
+@pytest.mark.slow  # runs the CLI in a child process
 async def test_log_show_renders_errors_arguments_and_events(tmp_path: Path) -> None:
     task = Task(dataset=[Sample(input="go", target="done", id="a")], solver=[use_tools(lookup()), generate()],
                 scorer=includes())

@@ -12,7 +12,8 @@ import pytest
 
 from tests.eval.task_files import BASIC
 
-pytestmark = pytest.mark.timeout(120)
+# slow: every test runs the CLI in a child process on a pty
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

@@ -5,6 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+# slow: every test runs the CLI in a child process
+pytestmark = pytest.mark.slow
+
 
 def _setup(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "orchestrator.cli", "setup", *args], capture_output=True,

@@ -72,6 +72,7 @@ def test_a_stored_outcome_counts_only_when_signed_for_that_call() -> None:
     assert read_stored(KEYRING, "a", json.dumps(["a", "", text])) is None
 
 
+@pytest.mark.slow  # starts a redis-server
 async def test_streaming_outcomes_share_a_pipeline_and_an_occasional_one_goes_at_once(redis_server) -> None:
     """A worker's first outcome after a quiet spell is flushed on the next loop tick; outcomes that
     follow within moments of a flush wait ``REPLY_LINGER_S`` so they go out together. Every one reaches

@@ -18,7 +18,8 @@ from tests.support.anthropic_server import AnthropicServer, Reply, message, over
 
 from .task_files import REACT_TOOLS
 
-pytestmark = pytest.mark.timeout(300)
+# slow: every test runs the CLI or a local sandbox in a child process
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 MODEL = "anthropic/claude-test"
 USAGE = {"input_tokens": 100, "output_tokens": 20}

@@ -29,7 +29,8 @@ from tests.support.openai_server import OpenAIServer, Reply, completion, tool_ca
 
 from .task_files import BATCH_REACT
 
-pytestmark = pytest.mark.timeout(180)
+# slow: every test runs the CLI or a local sandbox in a child process
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 N = 6
 

@@ -66,6 +66,7 @@ async def test_eval_set_retries_until_complete(tmp_path: Path) -> None:
     assert len(log.runs) == 2
 
 
+@pytest.mark.slow  # runs the CLI in a child process
 def test_eval_set_cli(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "orchestrator.cli", "eval-set", f"{FLAKY}@flaky", f"{BASIC}@plain", "--model",
            "scripted/answer", "--log-dir", str(tmp_path), "--retry-wait", "0", "--display", "none"]

@@ -206,6 +206,7 @@ def test_not_a_task_directory(tmp_path: Path) -> None:
         load_harbor(tmp_path / "nowhere", build=False)
 
 
+@pytest.mark.slow  # runs the CLI in a child process
 @pytest.mark.parametrize("extra", [[], ["--oracle"]])
 def test_cli_malformed_task_is_one_line(tmp_path: Path, extra: list[str]) -> None:
     _task(tmp_path, "broken", instruction=None)
@@ -217,6 +218,7 @@ def test_cli_malformed_task_is_one_line(tmp_path: Path, extra: list[str]) -> Non
                                         "instruction.md is missing"], done.stderr
 
 
+@pytest.mark.slow  # runs the CLI in a child process
 def test_cli_oracle_needs_a_harbor_task(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "eval", "examples/humaneval.py", "--oracle"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)

@@ -77,6 +77,7 @@ def _policy(messages: list[Any], tools: list[Any]) -> ModelOutput:
     return ModelOutput.from_content("scripted", f"The answer is {state.target.text}.")
 
 
+@pytest.mark.slow  # runs its samples in local sandboxes (child processes)
 async def test_eval_survives_hostile_model_output(tmp_path: Path) -> None:
     ids = [*HOSTILE, "after-1", "after-2"]
     task = Task(dataset=[Sample(input=f"q {i}", target=f"t-{i}", id=i) for i in ids],

@@ -21,6 +21,7 @@ def _tally(log) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
     return correct, len(log.samples), errors
 
 
+@pytest.mark.slow  # 164 samples in local sandboxes (child processes)
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(("policy", "expected"), [("oracle", 164), ("wrong", 0)])
 async def test_embedded_local_all_problems(tmp_path: Path, policy: str, expected: int) -> None:

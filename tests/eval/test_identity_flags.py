@@ -111,6 +111,7 @@ async def test_fail_on_error_stops_the_eval(tmp_path: Path, fail_on_error: Any, 
         assert log.error is not None and "--fail-on-error threshold" in log.error.message
 
 
+@pytest.mark.slow  # runs its samples in local sandboxes (child processes)
 async def test_max_connections_and_max_subprocesses_bound_concurrency(tmp_path: Path) -> None:
     """Model requests in flight <= --max-connections; sandbox tool calls executing <= --max-subprocesses
     (measured by the commands themselves: each appends start/end lines to one file)."""

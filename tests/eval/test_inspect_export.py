@@ -49,6 +49,7 @@ def _compare(ours: EvalLog, theirs) -> None:  # type: ignore[no-untyped-def]
         {k: u.total_tokens for k, u in ours.stats.model_usage.items()}
 
 
+@pytest.mark.slow  # runs local sandboxes or the CLI in child processes
 @pytest.mark.parametrize("log_format", ["eval", "json"])
 async def test_humaneval_native_inspect_format(tmp_path: Path, log_format: str) -> None:
     [log] = await eval_async(str(EXAMPLE), "scripted/oracle", log_dir=tmp_path, sandbox="local", limit=10,
@@ -61,6 +62,7 @@ async def test_humaneval_native_inspect_format(tmp_path: Path, log_format: str) 
     assert [e.function for e in sample.events if e.event == "tool"] == ["bash", "text_editor", "python", "submit"]
 
 
+@pytest.mark.slow  # runs local sandboxes or the CLI in child processes
 async def test_log_export_command_and_hostile_text(tmp_path: Path) -> None:
     """`toolfleet log export` on a log whose model output had lone surrogates and errored samples."""
     from orchestrator.dataset import Sample
@@ -128,6 +130,7 @@ async def test_eval_retry_rewrites_the_inspect_copy(tmp_path: Path, monkeypatch:
     assert _read_inspect(copy).status == "success"
 
 
+@pytest.mark.slow  # runs local sandboxes or the CLI in child processes
 async def test_export_a_directory(tmp_path: Path) -> None:
     from orchestrator.dataset import Sample
     from orchestrator.eval import Task

@@ -89,6 +89,7 @@ class _Page:
         return str(result.get("result", {}).get("value", ""))
 
 
+@pytest.mark.slow  # runs inspect view and a browser in child processes
 async def test_inspect_view_shows_a_toolfleet_sample(tmp_path: Path) -> None:
     import aiohttp
 

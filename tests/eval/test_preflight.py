@@ -49,6 +49,7 @@ async def test_sample_sandbox_with_a_bad_field(tmp_path: Path) -> None:
         await eval_async(_task({"type": "docker", "memory_limit": "1g"}, "local"), "scripted", log_dir=tmp_path)
 
 
+@pytest.mark.slow  # runs a local sandbox or the CLI in a child process
 async def test_no_preflight_leaves_it_to_the_sample(tmp_path: Path) -> None:
     [log] = await eval_async(_task({"image": "x"}, "local"), "scripted", log_dir=tmp_path, preflight=False)
     errors = {str(s.id): s.error for s in log.samples}
@@ -151,6 +152,7 @@ def _cli(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
 
 
+@pytest.mark.slow  # runs a local sandbox or the CLI in a child process
 def test_cli_one_line_and_no_preflight(tmp_path: Path) -> None:
     failed = _cli(tmp_path)
     assert failed.returncode != 0

@@ -69,6 +69,7 @@ def _kill_after_samples(cmd: list[str], log_dir: Path, env: dict[str, str], at_l
     return path
 
 
+@pytest.mark.slow  # runs the CLI in a child process and SIGKILLs it
 @pytest.mark.parametrize("sandbox", [None, pytest.param("docker", marks=pytest.mark.docker)])
 def test_resume_after_sigkill(tmp_path: Path, sandbox: str | None) -> None:
     marker = tmp_path / "runs.txt"
@@ -115,6 +116,7 @@ def _containers(eval_id: str) -> list[str]:
                           capture_output=True, text=True, timeout=30).stdout.split()
 
 
+@pytest.mark.slow  # runs the CLI in a child process and SIGKILLs it
 def test_rerun_with_same_log_dir_resumes(tmp_path: Path) -> None:
     marker = tmp_path / "runs.txt"
     log_dir = tmp_path / "logs"

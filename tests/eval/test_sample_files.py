@@ -110,6 +110,7 @@ def _check(log: Any) -> None:
     assert score.value == CORRECT, score.explanation
 
 
+@pytest.mark.slow  # opens a local sandbox (a child process)
 async def test_every_form_arrives_in_a_local_sandbox(tmp_path: Path) -> None:
     absolute = tmp_path / "elsewhere"
     [log] = await eval_async(_task(tmp_path / "src", "local", str(absolute)), "scripted", log_dir=tmp_path / "logs")

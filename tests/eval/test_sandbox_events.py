@@ -133,7 +133,8 @@ async def test_distributed_transcript_has_every_exec_with_its_host(tmp_path: Pat
         assert "sandbox.opened" not in Path(w.log.name).read_text(errors="replace")
 
 
-@pytest.mark.parametrize("sandbox_type", ["local", pytest.param("docker", marks=pytest.mark.docker)])
+@pytest.mark.parametrize("sandbox_type", [pytest.param("local", marks=pytest.mark.slow),
+                                          pytest.param("docker", marks=pytest.mark.docker)])
 async def test_embedded_transcript_has_every_exec(tmp_path: Path, sandbox_type: str) -> None:
     [log] = await eval_async(str(TOUR), MODEL, task_args={"n": 2, "sandbox_type": sandbox_type}, log_dir=tmp_path,
                              display="none")
@@ -144,6 +145,7 @@ async def test_embedded_transcript_has_every_exec(tmp_path: Path, sandbox_type: 
     _check_inspect_copy(log)
 
 
+@pytest.mark.slow  # opens a local sandbox (a child process)
 @pytest.mark.parametrize("mode", ["embedded", pytest.param("celery", marks=pytest.mark.celery)])
 async def test_failing_setup_is_on_record(tmp_path: Path, mode: str, request: pytest.FixtureRequest) -> None:
     broker = None
@@ -160,6 +162,7 @@ async def test_failing_setup_is_on_record(tmp_path: Path, mode: str, request: py
     assert not [e for e in sample.events if e.event == "tool"]
 
 
+@pytest.mark.slow  # opens a local sandbox (a child process)
 async def test_a_chatty_tool_is_bounded_per_call(tmp_path: Path) -> None:
     from orchestrator.dataset import Sample
     from orchestrator.eval import Task

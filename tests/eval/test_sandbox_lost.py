@@ -47,6 +47,7 @@ def _policy(messages: list[Any], tools: list[Any]) -> ModelOutput:
     return ModelOutput.from_content("scripted", f"done {state.target.text}")
 
 
+@pytest.mark.slow  # opens a local sandbox (a child process)
 async def test_lost_sandbox_is_a_retryable_sample_error(tmp_path: Path) -> None:
     task = Task(dataset=[Sample(input="go", target="t1", id="a"), Sample(input="go", target="t2", id="b")],
                 solver=[use_tools(lose_sandbox(), bash()), generate()], scorer=includes(), sandbox="local")
@@ -61,6 +62,7 @@ async def test_lost_sandbox_is_a_retryable_sample_error(tmp_path: Path) -> None:
     assert model_calls == {"a": 2 + 5, "b": 2 + 5}
 
 
+@pytest.mark.slow  # opens a local sandbox (a child process)
 async def test_lost_sandbox_without_retries_errors_the_sample(tmp_path: Path) -> None:
     lost_once.clear()
     task = Task(dataset=[Sample(input="go", target="t1", id="c")],

@@ -64,6 +64,7 @@ def _check(log: Any) -> None:
     assert by_id["wrong"].scores["inspect_style"].value == INCORRECT
 
 
+@pytest.mark.slow  # scores in a local sandbox (a child process)
 async def test_sandbox_scorers_embedded(tmp_path: Path) -> None:
     [log] = await eval_async(_task(), "scripted", log_dir=tmp_path)
     _check(log)

@@ -95,11 +95,13 @@ async def test_two_workers_through_redis(tmp_path: Path, swe_images: list[str],
     assert await counter.counts() == [0, 0]
 
 
+@pytest.mark.slow  # runs its samples in local sandboxes (child processes)
 async def test_without_images_repositories_travel_as_directories(tmp_path: Path) -> None:
     [log] = await eval_async(str(EXAMPLE), "scripted/fixer", log_dir=tmp_path, task_args={"images": False})
     assert _scores(log) == {name: "C" for name in SINGLE}
 
 
+@pytest.mark.slow  # runs its samples in local sandboxes (child processes)
 async def test_a_failing_setup_fails_its_sample(tmp_path: Path) -> None:
     example = _example()
     broken = example.make_sample("leap", images=False)

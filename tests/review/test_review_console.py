@@ -14,7 +14,8 @@ import pytest
 
 from tests.support.console import DRIVER, ROOT, finish, spawn
 
-pytestmark = pytest.mark.timeout(60)
+# slow: every test drives a console in a child process on a pty
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
 def test_s15_s18_human_reviewer_shows_call_view_and_result_and_continue_shows_as_approve() -> None:
     """"human_reviewer() shows the operator the tool call together with the result it returned and asks for a

@@ -110,6 +110,7 @@ async def test_s20a_eval_review_human_without_a_terminal_is_a_clear_error(tmp_pa
     assert "not an interactive terminal" in sample.error.message and "--review" in sample.error.message
 
 
+@pytest.mark.slow  # runs the CLI in a child process
 def test_s20b_cli_review_human_asks_on_the_terminal(tmp_path) -> None:
     """"Review the result of every tool call with the CLI option --review human": `toolfleet eval ... --review
     human` on a real terminal, with the live progress display on, prompts for each result."""
@@ -132,6 +133,7 @@ def test_s20b_cli_review_human_asks_on_the_terminal(tmp_path) -> None:
     assert log_files
 
 
+@pytest.mark.slow  # runs the CLI in a child process
 def test_s29_cli_review_file(tmp_path) -> None:
     """"Policies can be written in YAML and passed with --review": `toolfleet eval task.py --review review.yaml`."""
     path = review_file(tmp_path, "reviewers:\n  - name: no_network\n    tools: [\"curl\"]\n")

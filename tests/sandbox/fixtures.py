@@ -38,7 +38,9 @@ async def sandbox_factory(request: pytest.FixtureRequest) -> AsyncIterator[Facto
         await driver.aclose()
 
 
-DRIVERS = [pytest.param("local", id="local"), pytest.param("docker", id="docker", marks=pytest.mark.docker)]
+# The local driver's exec agent is a child process (slow); the docker driver's runs in a container (docker).
+DRIVERS = [pytest.param("local", id="local", marks=pytest.mark.slow),
+           pytest.param("docker", id="docker", marks=pytest.mark.docker)]
 
 
 @pytest.fixture(params=DRIVERS)

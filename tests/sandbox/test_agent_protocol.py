@@ -10,7 +10,8 @@ import pytest
 
 from workers.sandbox._channel import AGENT_PATH, HEADER, KILL, PING, PONG, RESULT, RUN, U32
 
-pytestmark = pytest.mark.timeout(60)
+# slow: every test talks to the exec agent running as a child process
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
 
 def run_frame(req_id: int, argv: list[str], data: bytes | None = None, **spec: object) -> bytes:

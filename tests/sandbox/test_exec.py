@@ -194,6 +194,7 @@ async def test_background_processes_do_not_outlive_the_sandbox(env, sandbox_fact
     assert _survivors(f"sleep {marker}", env) == 0
 
 
+@pytest.mark.slow  # opens a local sandbox (a child process)
 async def test_a_command_gets_default_signals_even_when_its_worker_ignores_them(sandbox_factory):
     """A worker started as a background job (nohup, `&`) inherits SIGHUP/SIGINT/SIGQUIT ignored, and so
     does a local sandbox's agent: its commands still start with them at their defaults (bash_session's

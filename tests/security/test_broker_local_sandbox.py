@@ -36,6 +36,7 @@ def _worker(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=60, env=env, cwd=REPO)
 
 
+@pytest.mark.slow  # runs a worker in a child process
 def test_allow_local_with_a_network_broker_is_refused_in_one_line() -> None:
     # `.invalid` never resolves: the worker refuses before it connects anywhere.
     done = _worker("--broker", "redis://broker.invalid:6379/0", "--allow-local")

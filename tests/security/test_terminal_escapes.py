@@ -87,6 +87,7 @@ def _cli(*args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow  # runs the CLI or a console in a child process
 def test_log_show_escapes_tool_and_model_output(hostile_log: Path) -> None:
     out = _cli("log", "show", str(hostile_log), "--sample", "a", "--events")
     assert "A\\x1b]0;pwned\\x07B\\x1b]52;c;cHduZWQ=\\x07C\\x1b[2JD\\x9b2JE\\x0dF\\u202eG" in out
@@ -94,6 +95,7 @@ def test_log_show_escapes_tool_and_model_output(hostile_log: Path) -> None:
     assert not any(c in out for c in RAW_CONTROLS)
 
 
+@pytest.mark.slow  # runs the CLI or a console in a child process
 def test_log_dump_to_a_terminal_is_escaped_and_still_json(hostile_log: Path) -> None:
     piped = _cli("log", "dump", str(hostile_log))  # a pipe: exact JSON, as before
     child = pexpect.spawn(sys.executable, ["-m", "orchestrator.cli", "log", "dump", str(hostile_log)], cwd=str(REPO_ROOT),
@@ -104,6 +106,7 @@ def test_log_dump_to_a_terminal_is_escaped_and_still_json(hostile_log: Path) -> 
     assert json.loads(shown) == json.loads(piped)
 
 
+@pytest.mark.slow  # runs the CLI or a console in a child process
 def test_the_approval_console_escapes_the_call() -> None:
     child = console.spawn("approve", "--command", "ls \x1b]0;pwned\x07\x1b[2J\u202eexe.txt")
     child.expect(r"Decision \(")
