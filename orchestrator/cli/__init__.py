@@ -74,7 +74,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The worker owns its flags; pass them through untouched.
         return _worker(args_list[1:])
     parser = build_parser()
-    args = parser.parse_args(args_list)
+    if args_list and args_list[0] == "bench":
+        # A workload owns its flags, --help included (argparse's REMAINDER would refuse a leading flag).
+        args = parser.parse_args(["bench"])
+        args.argv = args_list[1:]
+    else:
+        args = parser.parse_args(args_list)
     if args.command is None:
         parser.print_help()
         return EXIT_USER_ERROR
