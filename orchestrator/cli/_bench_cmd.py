@@ -1,9 +1,13 @@
 """``toolfleet bench <workload> [--json]`` and ``toolfleet bench all [--quick] [--json]``.
 
-The workloads are modules of a toolfleet checkout's ``tests/benchmarks/`` (found by ``_checkout.py``):
-each exposes ``add_arguments(parser)`` and ``async run(args) -> dict`` (the result object).
-``toolfleet bench all`` runs every workload (``tests/benchmarks/_suite.py``) and exits non-zero,
-with one line per broken workload, when any fails.
+Two kinds of workload, one contract (``add_arguments(parser)``, ``async run(args) -> dict``, the result):
+- a toolfleet checkout's ``tests/benchmarks/`` (found by ``_checkout.py``): the benchmark suite, whose
+  workloads start their own Redis and workers (or measure ``--broker``'s fleet where that makes sense);
+  ``toolfleet bench all`` runs every one (``tests/benchmarks/_suite.py``) and exits non-zero, with one
+  line per broken workload, when any fails;
+- this install's fleet measurements (``orchestrator/bench/``: ``dispatch``, ``fanout``), which start
+  nothing and take ``--broker``: what an operator runs against their own fleet, anywhere.
+In a checkout its workload of a name wins (it runs the same measurement, on its own fleet by default).
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ def add_command(commands: Any) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    from orchestrator.bench import FLEET_MEASUREMENTS
+
     argv = list(args.argv)
     root = checkout()
     try:
@@ -64,16 +70,20 @@ def run_bench(args: argparse.Namespace) -> int:
         return fail(f"bench: cannot import the checkout's benchmarks at {root}: {exc}")
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: toolfleet bench WORKLOAD [--json] [options]\n       toolfleet bench all [--quick] [--json]"
-              "\n\nworkloads: " + (", ".join(names) if names else f"none here: {_checkout.WHERE}"))
+              "\n\nworkloads: " + (f"{', '.join(names)} (checkout: {root})" if names else f"none here: {_checkout.WHERE}")
+              + f"\non a running fleet (--broker URL): {', '.join(FLEET_MEASUREMENTS)}")
         return 0 if argv else 1
     name, rest = argv[0], argv[1:]
+    if name in names:
+        return _run_workload(importlib.import_module(f"{PACKAGE}.{name}"), f"toolfleet bench {name}", rest)
+    if name in FLEET_MEASUREMENTS:
+        return _run_workload(importlib.import_module(FLEET_MEASUREMENTS[name]), f"toolfleet bench {name}", rest)
     if root is None:
-        return fail(f"bench {name}: no toolfleet checkout here or above {Path.cwd()}: {_checkout.WHERE}.")
+        return fail(f"bench {name}: no toolfleet checkout in {Path.cwd()} or above, and {_checkout.WHERE}; "
+                    f"this install measures a running fleet: toolfleet bench {'|'.join(FLEET_MEASUREMENTS)} --broker URL.")
     if name == "all":
         return _run_all(rest, names)
-    if name not in names:
-        return fail(f"Unknown bench workload '{name}' (available: {', '.join(names) or 'none'}).")
-    return _run_workload(importlib.import_module(f"{PACKAGE}.{name}"), f"toolfleet bench {name}", rest)
+    return fail(f"Unknown bench workload '{name}' (available: {', '.join(names) or 'none'}).")
 
 
 def _parser(prog: str, doc: str | None) -> argparse.ArgumentParser:

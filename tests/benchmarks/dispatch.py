@@ -1,7 +1,9 @@
 """``toolfleet bench dispatch``: one ``bash true`` round trip through Celery to a worker's sandbox.
 
-Starts its own redis-server and one ``toolfleet worker``, opens one sandbox on it through the
-``CeleryDispatcher`` (``--sandbox docker`` by default, ``local`` where there is no Docker), then:
+Starts its own redis-server and one ``toolfleet worker`` (or measures ``--broker``'s running fleet),
+opens one sandbox on it through the ``CeleryDispatcher`` (``--sandbox docker`` by default, ``local``
+where there is no Docker), then runs the fleet measurement an installed toolfleet runs
+(``orchestrator/bench/_round_trip.py``):
 
 - ``p50_ms`` / ``p99_ms``: sequential one-call stages (``CeleryDispatcher.dispatch``), ``--calls`` of them;
 - ``calls_per_s``: parallel stages of ``--stage`` calls, ``--concurrency`` stages in flight;
@@ -9,7 +11,7 @@ Starts its own redis-server and one ``toolfleet worker``, opens one sandbox on i
 - ``baseline``: the same task through plain Celery — ``send_task(...).get()`` per call and
   ``group(...).apply_async().get()`` per stage (Celery's own result waiting, which polls).
 
-Targets (issue 4): p50 <= 5 ms, p99 <= 20 ms.
+Targets: p50 <= 5 ms, p99 <= 20 ms.
 """
 
 from __future__ import annotations
@@ -17,97 +19,39 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-import uuid
 from typing import Any
 
-from orchestrator._wire import CallRequest, SandboxSpec
-from orchestrator.dispatch import Dispatch, SampleRoute, reset_route, set_route
-from orchestrator.tool._registry import tool_meta
+from orchestrator.bench._connect import bash_request as _bash_request
+from orchestrator.bench._connect import fleet_dispatcher
+from orchestrator.bench._round_trip import add_measure_arguments, open_route, round_trips
+from orchestrator.bench._timing import percentile_ms
+from orchestrator.dispatch import SampleRoute
 
-from ._fleet import BenchFleet, LoopLag, percentile_ms
-
-WARMUP = 30
+from ._broker import add_broker_argument, fleet_or_broker
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--calls", type=int, default=500, help="sequential round trips for p50/p99")
-    parser.add_argument("--stage", type=int, default=4, help="parallel calls per stage for calls/s")
-    parser.add_argument("--concurrency", type=int, default=16, help="stages in flight for calls/s")
-    parser.add_argument("--sandbox", choices=["docker", "local"], default="docker")
+    add_measure_arguments(parser)
+    add_broker_argument(parser)
     parser.add_argument("--task-events", action="store_true",
                         help="workers send Celery task events (as when Flower watches the fleet)")
     parser.add_argument("--baseline-calls", type=int, default=100, help="plain-Celery round trips (it polls: slow)")
 
 
-def _bash_request(route: SampleRoute) -> CallRequest:
-    from orchestrator.tool._tools import bash
-
-    ref = tool_meta(bash()).ref  # type: ignore[union-attr]
-    return CallRequest(call_id=uuid.uuid4().hex, function="bash", tool=ref, arguments={"cmd": "true"},
-                       sandbox=route.sandbox, sample_id=route.sample_id)
-
-
-def _check(outcome: Any) -> None:
-    if outcome.error is not None or outcome.fatal is not None:
-        raise RuntimeError(f"bench call failed: {outcome.error or outcome.fatal}")
-
-
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from orchestrator.dispatch.celery import CeleryDispatcher, CeleryDispatcherConfig
-
-    async with BenchFleet(workers=1, concurrency=max(16, args.stage * args.concurrency), task_events=args.task_events) as fleet:
-        dispatcher = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=fleet.url))
-        route = await dispatcher.open_sandbox(SandboxSpec(eval_id="bench", sample_id="dispatch",
-                                                          config={"type": args.sandbox}))
-        token = set_route(route)
-        lag = LoopLag()
+    workers = {"concurrency": max(16, args.stage * args.concurrency),
+               "extra_args": ("--task-events",) if args.task_events else ()}
+    async with fleet_or_broker(args.broker, workers=1, **workers) as (url, _):
+        dispatcher = await fleet_dispatcher(url)
+        route = await open_route(dispatcher, args.sandbox)
         try:
-            async def one() -> None:
-                [fut] = dispatcher.dispatch([Dispatch(_bash_request(route), None)])  # type: ignore[arg-type]
-                _check(await asyncio.wait_for(fut, 60))
-
-            async def stage() -> None:
-                futures = dispatcher.dispatch([Dispatch(_bash_request(route), None) for _ in range(args.stage)])  # type: ignore[arg-type]
-                for outcome in await asyncio.wait_for(asyncio.gather(*futures), 60):
-                    _check(outcome)
-
-            for _ in range(WARMUP):
-                await one()
-            lag.start()
-            latencies = []
-            for _ in range(args.calls):
-                start = time.perf_counter()
-                await one()
-                latencies.append(time.perf_counter() - start)
-            gate = asyncio.Semaphore(args.concurrency)
-
-            async def gated() -> None:
-                async with gate:
-                    await stage()
-
-            stages = max(1, args.calls // args.stage)
-            start = time.perf_counter()
-            await asyncio.gather(*(gated() for _ in range(stages)))
-            rate = stages * args.stage / (time.perf_counter() - start)
-            lag_p99 = await lag.stop()
+            figures = await round_trips(dispatcher, route, args.calls, args.stage, args.concurrency)
             baseline = await asyncio.to_thread(_plain_celery, dispatcher, route, args.baseline_calls, args.stage)
         finally:
-            reset_route(token)
             await dispatcher.close_sandbox(route)
             await dispatcher.aclose()
-    return {
-        "workload": "dispatch",
-        "sandbox": args.sandbox,
-        "task_events": args.task_events,
-        "p50_ms": percentile_ms(latencies, 0.5),
-        "p99_ms": percentile_ms(latencies, 0.99),
-        "calls_per_s": round(rate, 1),
-        "calls": len(latencies),
-        "stage": args.stage,
-        "concurrency": args.concurrency,
-        "loop_lag_p99_ms": lag_p99,
-        "baseline": baseline,
-    }
+    return {"workload": "dispatch", "sandbox": args.sandbox, "task_events": args.task_events, **figures,
+            "baseline": baseline}
 
 
 def _plain_celery(dispatcher: Any, route: SampleRoute, calls: int, stage: int) -> dict[str, Any]:
