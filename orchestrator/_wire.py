@@ -7,13 +7,14 @@ Plain JSON models, versioned: no pickles, no class paths. Errors that reach the 
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Union
 
 from pydantic import BaseModel, Field
 
 from orchestrator.tool._content import ContentImage, ContentText
 from orchestrator.tool._registry import TimeoutBehavior, ToolRef
 from orchestrator.tool._tool_call import ToolCallError
+from orchestrator.util._sandbox_recorder import SandboxExec  # defined with its recorder; travels in CallOutcome
 
 WIRE_VERSION = 1
 
@@ -52,26 +53,6 @@ class FatalError(BaseModel):
     type: str
     message: str
     traceback: str | None = None
-
-
-class SandboxExec(BaseModel):
-    """One command (or file read/write) a tool ran in its sandbox, as recorded next to the sandbox.
-
-    Kept small on purpose: ``cmd``, ``input`` and ``output`` are cut (head and tail) to a few KiB and
-    a call sends at most ``MAX_SANDBOX_EXECS`` of them. The host is the outcome's (not repeated).
-    """
-
-    action: Literal["exec", "read_file", "write_file"] = "exec"
-    cmd: str | None = None  # the argv, shell-quoted
-    file: str | None = None  # read_file / write_file
-    input: str | None = None  # stdin, or the contents written (cut)
-    result: int | None = None  # exit status (None: the command did not finish)
-    output: str | None = None  # stderr then stdout, or the contents read (cut)
-    truncated: bool = False  # cut here or capped at the source
-    error: str | None = None  # why it did not finish (timeout, output limit, sandbox lost, ...)
-    service: str | None = None  # which container of a multi-service sandbox (None: the default one)
-    started: float = 0.0
-    duration: float = 0.0
 
 
 class CallOutcome(BaseModel):

@@ -1,10 +1,12 @@
-"""Guards for the architecture: acyclic layers, one door between the halves, worker state in objects,
-and the exported public API."""
+"""Guards for the architecture: layers that point down, no import cycles, one door between the halves,
+worker state in objects, and the exported public API."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -146,6 +148,182 @@ def test_no_import_cycles_in_the_product() -> None:
     # a circle of modules that cannot be read (or changed) one at a time.
     cycle = find_cycle(module_graph(PRODUCT))
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+# The layers, bottom to top (README's architecture section draws this list). A module may import its own
+# package and the packages of the layers below its own; packages sharing a layer may not import each
+# other. Imports inside functions count; imports under ``if TYPE_CHECKING:`` do not.
+LAYERS: list[tuple[str, ...]] = [
+    ("orchestrator", "orchestrator._ids", "orchestrator._glob"),  # the root module holds only __version__
+    ("orchestrator.util",),
+    ("orchestrator.tool",),
+    ("orchestrator._wire",),
+    ("orchestrator.log",),
+    ("workers",),  # of the layers below, imports only SHARED (test_workers_import_only_the_shared_layer)
+    ("orchestrator.model", "orchestrator.dispatch", "orchestrator._policy_chain"),
+    ("orchestrator.approval", "orchestrator.dataset"),
+    ("orchestrator.review", "orchestrator.scorer"),
+    ("orchestrator.execute",),
+    ("orchestrator.agent",),
+    ("orchestrator.solver",),
+    ("orchestrator.eval",),
+    ("orchestrator.bench",),  # leaving the product for tests/benchmarks
+    ("orchestrator.cli",),
+]
+
+# The only imports allowed to point up: public names kept at the path Inspect users import them from,
+# and the one method that runs them. Each is imported inside a function, on first use, so loading the
+# lower package never loads the higher one. importer: (the package it reaches, the names, why)
+LAZY_UPWARD: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "orchestrator.model": ("orchestrator.execute", ("ExecuteToolsResult", "execute_tools"),
+                           "Inspect's path (inspect_ai.model.execute_tools) to the engine, which asks "
+                           "approvers and reviewers, and those use models"),
+    "orchestrator.model._model": ("orchestrator.execute", ("execute_tools",),
+                                  "Model.generate_loop (Inspect's API) runs the tool calls it generates"),
+    "orchestrator.log": ("orchestrator.eval", ("export_inspect_log", "write_inspect_log"),
+                         "their public path from before the export moved to eval, which owns eval log files"),
+}
+
+
+def package_of(module: str) -> str:
+    """The unit layers are made of: ``workers`` is one; in the orchestrator each subpackage and each
+    top-level module (``orchestrator.model``, ``orchestrator._wire``) is one, and so is the root."""
+    parts = module.split(".")
+    return parts[0] if parts[0] == "workers" or len(parts) == 1 else ".".join(parts[:2])
+
+
+def _layer_name(number: int, layers: list[tuple[str, ...]]) -> str:
+    return f"layer {number + 1} ({', '.join(layers[number])})"
+
+
+def layer_violations(graph: dict[str, set[str]], layers: list[tuple[str, ...]],
+                     lazy_upward: dict[str, str] | None = None) -> list[str]:
+    """Every import in ``graph`` (module -> modules) that points up or sideways, as one line each;
+    ``lazy_upward`` maps an importing module to the one package above it that it may reach."""
+    rank = {package: number for number, layer in enumerate(layers) for package in layer}
+    found: list[str] = []
+    for module in sorted(graph):
+        mine = package_of(module)
+        if mine not in rank:
+            found.append(f"{module}: its package {mine} is in no layer")
+            continue
+        for dep in sorted(graph[module]):
+            theirs = package_of(dep)
+            if theirs == mine or (lazy_upward or {}).get(module) == theirs:
+                continue
+            if theirs not in rank:
+                found.append(f"{module} imports {dep}: its package {theirs} is in no layer")
+            elif rank[theirs] >= rank[mine]:
+                way = "up" if rank[theirs] > rank[mine] else "sideways"
+                found.append(f"{module} imports {dep}: {way}, from {_layer_name(rank[mine], layers)} "
+                             f"to {_layer_name(rank[theirs], layers)}")
+    return found
+
+
+@pytest.mark.parametrize(
+    ("graph", "lazy_upward", "violations"),
+    [
+        ({"orchestrator.model._a": {"orchestrator.util._b", "orchestrator.model._c"}}, None, []),
+        ({"orchestrator.util._b": {"orchestrator.model._a"}}, None,
+         ["orchestrator.util._b imports orchestrator.model._a: up, from layer 1 (orchestrator.util) "
+          "to layer 3 (orchestrator.model, orchestrator.dispatch)"]),
+        ({"orchestrator.model._a": {"orchestrator.dispatch"}}, None,
+         ["orchestrator.model._a imports orchestrator.dispatch: sideways, from layer 3 (orchestrator.model, "
+          "orchestrator.dispatch) to layer 3 (orchestrator.model, orchestrator.dispatch)"]),
+        ({"orchestrator.util": {"orchestrator.model._a"}}, {"orchestrator.util": "orchestrator.model"}, []),
+        ({"orchestrator.util._b": {"orchestrator.model._a"}}, {"orchestrator.util": "orchestrator.model"},
+         ["orchestrator.util._b imports orchestrator.model._a: up, from layer 1 (orchestrator.util) "
+          "to layer 3 (orchestrator.model, orchestrator.dispatch)"]),
+        ({"workers.sandbox.x": {"orchestrator.util._b"}, "orchestrator.dispatch": {"workers.y"}}, None, []),
+        ({"orchestrator.new._a": {"orchestrator.util"}}, None,
+         ["orchestrator.new._a: its package orchestrator.new is in no layer"]),
+        ({"workers": {"orchestrator.new"}}, None,
+         ["workers imports orchestrator.new: its package orchestrator.new is in no layer"]),
+    ],
+)
+def test_layer_violations_table(graph: dict[str, set[str]], lazy_upward: dict[str, str] | None,
+                                violations: list[str]) -> None:
+    layers = [("orchestrator.util",), ("workers",), ("orchestrator.model", "orchestrator.dispatch")]
+    assert layer_violations(graph, layers, lazy_upward) == violations
+
+
+def _lazy_upward_packages() -> dict[str, str]:
+    return {importer: target for importer, (target, _, _) in LAZY_UPWARD.items()}
+
+
+def test_imports_point_down_the_layers() -> None:
+    violations = layer_violations(module_graph(PRODUCT), LAYERS, _lazy_upward_packages())
+    assert not violations, "imports that do not point down the layers (tests/test_architecture.py LAYERS):\n" + \
+        "\n".join(violations)
+
+
+def test_each_package_sits_in_one_layer_and_the_shared_ones_below_workers() -> None:
+    placed = [package for layer in LAYERS for package in layer]
+    assert len(placed) == len(set(placed)), placed
+    rank = {package: number for number, layer in enumerate(LAYERS) for package in layer}
+    assert all(rank[package] < rank["workers"] for package in SHARED), SHARED
+
+
+def test_readme_draws_the_layers_the_test_enforces() -> None:
+    # README's architecture section lists the layers top-down as "<number>   <package> · <package>   <note>".
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index("layer  packages\n"):]
+    block = block[:block.index("```")]
+    drawn: dict[int, tuple[str, ...]] = {}
+    for line in block.splitlines()[1:]:
+        number, _, rest = line.strip().partition(" ")
+        packages = rest.strip().split("  ")[0]  # a note follows after two spaces or more
+        drawn[int(number)] = tuple(packages.split(" · "))
+    assert drawn == {number + 1: layer for number, layer in enumerate(LAYERS)}
+
+
+def package_graph(graph: dict[str, set[str]], lazy_upward: dict[str, str]) -> dict[str, set[str]]:
+    """package -> the packages it imports, without the lazy upward references."""
+    packages: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        mine = package_of(module)
+        packages.setdefault(mine, set()).update(
+            package_of(d) for d in deps if package_of(d) != mine and lazy_upward.get(module) != package_of(d))
+    return packages
+
+
+def test_no_import_cycles_between_packages() -> None:
+    cycle = find_cycle(package_graph(module_graph(PRODUCT), _lazy_upward_packages()))
+    assert cycle is None, "package import cycle: " + " -> ".join(cycle or [])
+
+
+@pytest.mark.parametrize("importer", sorted(LAZY_UPWARD))
+def test_lazy_upward_imports_are_lazy_and_named(importer: str) -> None:
+    target, names, _ = LAZY_UPWARD[importer]
+    tree = ast.parse(PRODUCT[importer].read_text())
+    functions = [f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    in_functions = {id(node) for function in functions for node in ast.walk(function)}
+    upward = [node for node in _import_nodes(tree)
+              if package_of(node.module if isinstance(node, ast.ImportFrom) and node.module
+                            else node.names[0].name) == target]
+    assert upward, f"{importer} no longer reaches {target}: drop it from LAZY_UPWARD"
+    for node in upward:
+        # Inside a function: loading the importer never loads the package above it.
+        assert id(node) in in_functions, f"{importer} imports {target} at load (line {node.lineno})"
+        assert isinstance(node, ast.ImportFrom) and {a.name for a in node.names} <= set(names), (
+            f"{importer} line {node.lineno} takes more from {target} than LAZY_UPWARD names: {names}")
+    if PRODUCT[importer].name == "__init__.py":  # a re-export: the names are the higher package's own
+        lower, higher = importlib.import_module(importer), importlib.import_module(target)
+        for name in names:
+            assert name in lower.__all__ and getattr(lower, name) is getattr(higher, name), name
+
+
+PUBLIC_PACKAGES = ["tool", "util", "log", "model", "approval", "review", "execute", "agent", "solver", "scorer",
+                   "dataset", "eval", "dispatch"]
+
+
+@pytest.mark.slow  # a fresh interpreter per package
+@pytest.mark.parametrize("package", PUBLIC_PACKAGES)
+def test_each_public_package_imports_alone(package: str) -> None:
+    # No package relies on another having been imported first (nothing like an "isort: skip" import).
+    done = subprocess.run([sys.executable, "-c", f"import orchestrator.{package}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize("package", ["orchestrator.tool", "orchestrator.util", "orchestrator.log"])

@@ -6,7 +6,7 @@ import pytest
 
 from orchestrator._glob import match_call
 from orchestrator.tool._depth import exceeds_max_depth
-from orchestrator.model._planner import plan_stages
+from orchestrator.execute._planner import plan_stages
 from orchestrator.model._truncate import ENVELOPE, effective_limit, truncate_output
 from orchestrator.tool import ToolApprovalError, ToolError, ToolParsingError
 from orchestrator.util import LimitExceededError, OutputLimitExceededError, SandboxUnavailableError

@@ -23,8 +23,8 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
+from orchestrator.execute._prepare import HANDOFF_ATTR
 from orchestrator.log import ToolEvent, span, transcript
-from orchestrator.model._call_prepare import HANDOFF_ATTR
 from orchestrator.model._chat_message import (
     ChatMessage,
     ChatMessageAssistant,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from orchestrator.approval._policy import ApprovalPolicy, approval_policy_scope, resolve_approval
-from orchestrator.model._call_tools import execute_tools
+from orchestrator.execute._execute_tools import execute_tools
 from orchestrator.model._chat_message import ChatMessageSystem, ChatMessageUser
 from orchestrator.model._model import Model, model_context
 from orchestrator.review._policy import ReviewPolicy, resolve_review, review_policy_scope
@@ -204,7 +204,7 @@ def _system_message(prompt: str | AgentPrompt | None, submit_name: str | None, t
         return None
     if isinstance(prompt, str):
         prompt = AgentPrompt(instructions=prompt)
-    from orchestrator.model._call_prepare import HANDOFF_ATTR
+    from orchestrator.execute._prepare import HANDOFF_ATTR
 
     has_handoff = any(hasattr(t.tool if isinstance(t, ToolDef) else t, HANDOFF_ATTR) for t in tools)
     parts = [prompt.instructions, prompt.handoff_prompt if has_handoff else None]

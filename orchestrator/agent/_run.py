@@ -8,7 +8,7 @@ from typing import Any, overload
 
 from orchestrator.log import span
 from orchestrator.model._chat_message import ChatMessage, ChatMessageUser
-from orchestrator.util._limit import LimitExceededError
+from orchestrator.util._limit_errors import LimitExceededError
 from orchestrator.util._limits import Limit, apply_limits
 
 from ._agent import Agent, AgentState, agent_name

@@ -1,9 +1,5 @@
 """Approval policies (mirrors ``inspect_ai.approval``)."""
 
-# ``orchestrator.model`` (execute_tools) imports this package's policy module; loading it first
-# makes the import order the same whichever package a user imports first (no import cycle).
-import orchestrator.model  # noqa: F401,E402  isort: skip
-
 from ._approval import Approval, ApprovalDecision, Approver, approver
 from ._builtin import auto_approver, human_approver
 from ._console import NoTerminalError

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ContextManager
 
+from orchestrator.util._running_sample import running_sample
 from orchestrator.util._terminal import terminal_safe
 
 # Poll period of the reading thread: how quickly a cancelled prompt lets go of the terminal.
@@ -176,9 +177,7 @@ def _interactive() -> bool:
 
 def current_sample_label() -> str | None:
     """``<sample id>`` (``/ epoch N`` past the first) of the running sample, if any: which sample is asking."""
-    from orchestrator.solver._task_state import sample_state  # lazy: the solver layer imports the model layer
-
-    state = sample_state()
+    state = running_sample()
     if state is None:
         return None
     return f"{state.sample_id}" if state.epoch == 1 else f"{state.sample_id} / epoch {state.epoch}"

@@ -209,7 +209,7 @@ def event_line(e: Any) -> str:
 
 
 def log_export(args: argparse.Namespace) -> int:
-    from orchestrator.log._inspect_export import export_inspect_log
+    from orchestrator.eval._inspect_export import export_inspect_log
 
     source = Path(args.log)
     if source.is_dir():

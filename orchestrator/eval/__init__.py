@@ -4,6 +4,7 @@ from ._errors import BrokerUnreachableError, DockerUnreachableError, EvalSetupEr
 from ._eval import eval, eval_async, eval_retry, eval_retry_async
 from ._eval_set import eval_set, eval_set_async
 from ._harbor import harbor_task, oracle_failures
+from ._inspect_export import export_inspect_log, write_inspect_log
 from ._log_file import (
     LOG_FORMAT,
     LOG_VERSION,
@@ -51,6 +52,7 @@ __all__ = [
     "eval_retry_async",
     "eval_set",
     "eval_set_async",
+    "export_inspect_log",
     "harbor_task",
     "load_task",
     "oracle_failures",
@@ -58,4 +60,5 @@ __all__ = [
     "scripted_policies",
     "scripted_policy",
     "task",
+    "write_inspect_log",
 ]

@@ -384,7 +384,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
                             eval_stats(results, started_at, model), error)
     _active_logs.remove(path)
     if o.log_format != "jsonl":
-        from orchestrator.log._inspect_export import export_inspect_log
+        from ._inspect_export import export_inspect_log
 
         await asyncio.to_thread(export_inspect_log, path, o.log_format)
     return read_eval_log(path)

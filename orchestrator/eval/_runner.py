@@ -41,7 +41,7 @@ from orchestrator.scorer._score import Score, scorer_info
 from orchestrator.scorer._target import Target
 from orchestrator.solver._solver import make_generate
 from orchestrator.solver._task_state import TaskState, bind_sample_state, initial_messages
-from orchestrator.util._limit import LimitExceededError, TerminateSampleError
+from orchestrator.util._limit_errors import LimitExceededError, TerminateSampleError
 from orchestrator.util._limits import apply_limits, message_limit, time_limit, token_limit, working_limit
 from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableError, bind_sandbox
 from orchestrator.util._working import bind_working_clock, reset_working_clock

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.model._call_prepare import HANDOFF_ATTR
+from orchestrator.execute._prepare import HANDOFF_ATTR
 from orchestrator.tool._registry import GENERATED_TASK_MODULE, ToolMeta, tool_meta, worker_tool_factories
 from orchestrator.tool._tool_def import ToolDef
 

@@ -1,4 +1,6 @@
-"""Transcripts, events and (later) eval logs."""
+"""Transcripts and events."""
+
+from typing import TYPE_CHECKING, Any
 
 from ._events import (
     ApprovalEvent,
@@ -14,8 +16,10 @@ from ._events import (
     SpanEndEvent,
     ToolEvent,
 )
-from ._inspect_export import export_inspect_log, write_inspect_log
 from ._transcript import Transcript, bind_transcript, current_span_id, span, transcript
+
+if TYPE_CHECKING:  # what __getattr__ below resolves, for type checkers
+    from orchestrator.eval._inspect_export import export_inspect_log, write_inspect_log
 
 __all__ = [
     "ApprovalEvent",
@@ -38,3 +42,13 @@ __all__ = [
     "transcript",
     "write_inspect_log",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The Inspect-format export reads eval log files, so it lives in ``orchestrator.eval`` (above this
+    # package); its public path here stays, resolved on first use, so loading log never loads eval.
+    if name in ("export_inspect_log", "write_inspect_log"):
+        from orchestrator.eval._inspect_export import export_inspect_log, write_inspect_log
+
+        return {"export_inspect_log": export_inspect_log, "write_inspect_log": write_inspect_log}[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

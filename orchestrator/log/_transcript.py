@@ -12,6 +12,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from orchestrator._ids import new_id
+from orchestrator.util._subtask import SUBTASK_TRACE
 
 from ._events import BaseEvent, InfoEvent, ModelEvent, SpanBeginEvent, SpanEndEvent
 
@@ -119,3 +120,8 @@ class span:  # noqa: N801 - used as a function: `with span(name=..., type=...) a
     def __exit__(self, *exc: object) -> None:
         _current_span.reset(self._token)
         self._transcript.record(SpanEndEvent(id=self._id, span_id=self._parent))
+
+
+# ``orchestrator.util.subtask`` records into the transcript through this (util sits below this package).
+SUBTASK_TRACE.install(lambda name, type: span(name=name, type=type),
+                      lambda data, source: transcript().info(data, source=source))

@@ -230,7 +230,9 @@ class Model:
         Returns the messages added to ``input`` and the final output (a handoff's output, if
         the last turn handed off).
         """
-        from ._call_tools import execute_tools  # lazy: tool execution imports the dispatcher
+        # The engine is above this package (it asks approvers, reviewers and the dispatcher, which
+        # use models): imported on first use, as tests/test_architecture.py allows here only.
+        from orchestrator.execute import execute_tools
 
         start: list[ChatMessage] = [ChatMessageUser(content=input)] if isinstance(input, str) else list(input)
         messages = list(start)

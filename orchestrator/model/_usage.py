@@ -15,6 +15,8 @@ import contextlib
 from collections.abc import Iterator
 from contextvars import ContextVar
 
+from orchestrator.util._token_metering import PROCESS_LIMIT_TOKENS, LimitTokens, bind_limit_tokens
+
 from ._model_output import ModelUsage
 
 
@@ -22,15 +24,25 @@ class UsageCounter:
     """Usage of one scope (a sample, or one agent run) and of the scopes nested in it."""
 
     def __init__(self, name: str | None = None, parent: UsageCounter | None = None,
-                 count_toward_limits: bool = True) -> None:
+                 count_toward_limits: bool = True, tokens_for_limits: LimitTokens | None = None) -> None:
         self.name = name
         self.parent = parent
         self.count_toward_limits = count_toward_limits
         self.own = ModelUsage()  # calls made directly in this scope
         self.children: dict[str, ModelUsage] = {}  # nested scopes' usage, by scope name
         self.by_model: dict[str, ModelUsage] = {}  # own + nested usage, by model name
-        self.limit_tokens = 0  # own + nested total tokens that count toward limits
+        # Counted in util's ``LimitTokens``, which token limits (in util, below this package) read.
+        self.tokens_for_limits = tokens_for_limits or LimitTokens()
         self.closed = False
+
+    @property
+    def limit_tokens(self) -> int:
+        """Own + nested total tokens that count toward limits."""
+        return self.tokens_for_limits.count
+
+    @limit_tokens.setter
+    def limit_tokens(self, value: int) -> None:
+        self.tokens_for_limits.count = value
 
     @property
     def children_total(self) -> ModelUsage:
@@ -64,7 +76,7 @@ class UsageCounter:
 
 
 # Outside any sample, usage lands on a process-wide root so recording never fails.
-_ROOT = UsageCounter(name="process")
+_ROOT = UsageCounter(name="process", tokens_for_limits=PROCESS_LIMIT_TOKENS)
 _current: ContextVar[UsageCounter] = ContextVar("toolfleet_usage", default=_ROOT)
 
 
@@ -88,7 +100,8 @@ def usage_scope(name: str | None = None, count_toward_limits: bool = True) -> It
     counter = UsageCounter(name=name, parent=parent, count_toward_limits=count_toward_limits)
     token = _current.set(counter)
     try:
-        yield counter
+        with bind_limit_tokens(counter.tokens_for_limits):  # what token limits entered in the scope read
+            yield counter
     finally:
         counter.closed = True
         _current.reset(token)

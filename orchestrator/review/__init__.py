@@ -7,10 +7,6 @@ continues. ``pending_reviews`` / ``cancel_review`` let an operator cancel a call
 pending (the sample stops as an operator limit and the result is kept).
 """
 
-# ``orchestrator.model`` (execute_tools) imports this package's policy module; loading it first
-# makes the import order the same whichever package a user imports first (no import cycle).
-import orchestrator.model  # noqa: F401,E402  isort: skip
-
 from ._human import human_reviewer
 from ._pending import PendingReview, cancel_review, pending_reviews
 from ._policy import (

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from orchestrator.log._events import InfoEvent
 from orchestrator.log._transcript import transcript
 from orchestrator.tool._tool_call import ToolCall
-from orchestrator.util._limit import TerminateSampleError
+from orchestrator.util._limit_errors import TerminateSampleError
 
 from ._review import Review
 

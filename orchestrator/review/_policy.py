@@ -24,7 +24,7 @@ from orchestrator.log._transcript import span, transcript
 from orchestrator.model._chat_message import ChatMessage, ChatMessageTool
 from orchestrator.model._usage import usage_scope
 from orchestrator.tool._tool_call import ToolCall, ToolCallView
-from orchestrator.util._limit import TerminateSampleError
+from orchestrator.util._limit_errors import TerminateSampleError
 
 from ._review import Review, Reviewer, reviewer_factory, reviewer_name
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.model._model_output import ModelOutput
-from orchestrator.util._limit import LimitExceededError
+from orchestrator.util._limit_errors import LimitExceededError
 from orchestrator.util._sandbox import sandbox
 
 from ._solver import Generate, Solver, solver

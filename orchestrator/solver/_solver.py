@@ -55,7 +55,7 @@ def solver_name(instance: Any) -> str:
 
 def make_generate(model: Model) -> Generate:
     """The ``generate`` the sample runner hands to solvers."""
-    from orchestrator.model._call_tools import execute_tools
+    from orchestrator.execute._execute_tools import execute_tools
 
     async def generate(state: TaskState, tool_calls: Literal["loop", "single", "none"] = "loop",
                        **kwargs: Any) -> TaskState:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from contextvars import ContextVar
-from typing import Any
+from typing import Any, cast
 
 from orchestrator.model._chat_message import ChatMessage, ChatMessageUser
 from orchestrator.model._model_output import ModelOutput
 from orchestrator.scorer._target import Target
 from orchestrator.tool._tool_call import ToolChoice
 from orchestrator.util._limited_messages import MessageList
+from orchestrator.util._running_sample import bind_running_sample, running_sample
 
 
 class TaskState:
@@ -84,18 +84,13 @@ def initial_messages(input: str | Sequence[ChatMessage]) -> list[ChatMessage]:
     return [m.model_copy(deep=True) for m in input]
 
 
-_state: ContextVar[TaskState | None] = ContextVar("toolfleet_sample_state", default=None)
-
-
 def sample_state() -> TaskState | None:
     """The running sample's state (None outside a sample)."""
-    return _state.get()
+    return cast("TaskState | None", running_sample())  # only bind_sample_state binds it
 
 
 @contextlib.contextmanager
 def bind_sample_state(state: TaskState) -> Iterator[TaskState]:
-    token = _state.set(state)
-    try:
+    # Bound in util, so packages below this one can tell which sample is running.
+    with bind_running_sample(state):
         yield state
-    finally:
-        _state.reset(token)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from orchestrator.tool._errors import ToolApprovalError, ToolError, ToolParsingError
 from orchestrator.tool._tool_call import ToolCallError
-from orchestrator.util._limit import LimitExceededError
+from orchestrator.util._limit_errors import LimitExceededError
 from orchestrator.util._sandbox import OutputLimitExceededError, SandboxUnavailableError
 
 TIMEOUT_MESSAGE = "Command timed out before completing."

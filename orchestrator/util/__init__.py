@@ -1,7 +1,7 @@
 """Utilities shared by tools and agents (mirrors ``inspect_ai.util``)."""
 
 from ._gc import GcTuning, tune_gc_for_many_samples
-from ._limit import LimitExceededError, TerminateSampleError
+from ._limit_errors import LimitExceededError, TerminateSampleError
 from ._limited_messages import MessageList
 from ._limits import (
     Limit,

@@ -40,9 +40,9 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any
 
-from ._limit import LimitExceededError, LimitType
+from ._limit_errors import LimitExceededError, LimitType
 from ._token_metering import TokenLimit as TokenLimitSpec
-from ._token_metering import TokenMetering, parse_token_limit
+from ._token_metering import LimitTokens, NoUsage, TokenMetering, current_limit_tokens, parse_token_limit
 from ._timers import call_later
 from ._working import (
     WorkingClock,
@@ -174,18 +174,15 @@ class TokenLimit(Limit):
         super().__init__(limit)
         self._metering = TokenMetering(type)
         self.metering = type
-        self._counter: Any = None
+        self._counter: LimitTokens | None = None  # the usage scope's, bound by orchestrator.model
         self._baseline = 0
         self._suspended = 0  # total tokens recorded while suspended (discounted from "all")
-        self._usage: Any = None  # ModelUsage metered directly (types other than "all")
+        self._usage: Any = None  # usage metered directly (types other than "all")
 
     def _start(self) -> None:
-        from orchestrator.model._model_output import ModelUsage
-        from orchestrator.model._usage import current_usage  # lazy: util must not import model at load
-
-        self._counter = current_usage()
-        self._baseline = self._counter.limit_tokens
-        self._usage = ModelUsage()
+        self._counter = current_limit_tokens()
+        self._baseline = self._counter.count
+        self._usage = NoUsage()
 
     def record(self, usage: Any) -> None:
         """One model call's usage (called by ``Model.generate`` for every active token limit)."""
@@ -199,7 +196,7 @@ class TokenLimit(Limit):
         if self._counter is None:
             return 0
         if self.metering == "all":
-            return self._counter.limit_tokens - self._baseline - self._suspended
+            return self._counter.count - self._baseline - self._suspended
         return self._metering.value(self._usage)
 
     def check(self, raise_for_equal: bool = False) -> None:

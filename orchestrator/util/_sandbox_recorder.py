@@ -14,18 +14,42 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
-from orchestrator._wire import SandboxExec
+from pydantic import BaseModel
+
 from orchestrator.util._sandbox import ExecResult, SandboxEnvironment
 
-__all__ = ["ExecList", "MAX_SANDBOX_EXECS", "RecordingSandbox", "cut", "unwrap"]
+__all__ = ["ExecList", "MAX_SANDBOX_EXECS", "RecordingSandbox", "SandboxExec", "cut", "unwrap"]
 
 OUTPUT_CHARS = 4096  # per record: stderr then stdout (or a file's contents), head and tail
 TEXT_CHARS = 1024  # per record: the command line, and stdin / contents written
 MAX_SANDBOX_EXECS = 100
 TEXT_BUDGET = 64 * 1024  # per call (or setup): texts kept over all its records
 SPENT_CMD_CHARS = 256  # a record's command once the budget is spent
+
+
+class SandboxExec(BaseModel):
+    """One command (or file read/write) a tool ran in its sandbox, as recorded next to the sandbox.
+
+    Part of the wire contract (``orchestrator._wire.CallOutcome`` carries a call's records back);
+    defined beside the recorder that builds them, because the wire module sits above ``util``.
+
+    Kept small on purpose: ``cmd``, ``input`` and ``output`` are cut (head and tail) to a few KiB and
+    a call sends at most ``MAX_SANDBOX_EXECS`` of them. The host is the outcome's (not repeated).
+    """
+
+    action: Literal["exec", "read_file", "write_file"] = "exec"
+    cmd: str | None = None  # the argv, shell-quoted
+    file: str | None = None  # read_file / write_file
+    input: str | None = None  # stdin, or the contents written (cut)
+    result: int | None = None  # exit status (None: the command did not finish)
+    output: str | None = None  # stderr then stdout, or the contents read (cut)
+    truncated: bool = False  # cut here or capped at the source
+    error: str | None = None  # why it did not finish (timeout, output limit, sandbox lost, ...)
+    service: str | None = None  # which container of a multi-service sandbox (None: the default one)
+    started: float = 0.0
+    duration: float = 0.0
 
 
 def cut(text: str, limit: int) -> tuple[str, bool]:

@@ -4,17 +4,40 @@ The function runs in a child task, so context it sets (models, limits, policies)
 back to the caller; its span is typed ``subtask`` and an info event records its input and result.
 Inspect also gives a subtask its own ``Store``; toolfleet has no ``Store`` type, so ``store=`` is
 refused rather than silently ignored.
+
+The span and the event go to the sample's transcript, which ``orchestrator.log`` owns; log sits above
+util (its events name tools, which use util), so it plugs itself in here when it loads
+(``SUBTASK_TRACE.install``). Before that nothing has a transcript to read, and nothing is recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
 
 SUBTASK_SOURCE = "subtask"
+
+
+SpanFactory = Callable[[Any, str], contextlib.AbstractContextManager[Any]]  # (name, type) -> a span
+InfoRecorder = Callable[[dict[str, Any], str], None]  # (data, source)
+
+
+class SubtaskTrace:
+    """Where subtasks record themselves: a span around the call, then an info event."""
+
+    def __init__(self) -> None:
+        self.span: SpanFactory = lambda name, type: contextlib.nullcontext()
+        self.info: InfoRecorder = lambda data, source: None
+
+    def install(self, span: SpanFactory, info: InfoRecorder) -> None:
+        self.span, self.info = span, info
+
+
+SUBTASK_TRACE = SubtaskTrace()
 
 
 def subtask(name: str | Callable[..., Any], store: Any = None, type: str | None = None,
@@ -34,12 +57,10 @@ def subtask(name: str | Callable[..., Any], store: Any = None, type: str | None 
                 **{p: a for p, a in zip(inspect.signature(func).parameters, args)}, **kwargs}
 
             async def body() -> Any:
-                from orchestrator.log import span, transcript  # lazy: util must not import log at load
-
-                with span(name=label, type="subtask"):
+                with SUBTASK_TRACE.span(label, "subtask"):
                     result = await func(*args, **kwargs)
-                    transcript().info({"subtask": label, "type": type, "input": _jsonable(logged),
-                                       "result": _jsonable(result)}, source=SUBTASK_SOURCE)
+                    SUBTASK_TRACE.info({"subtask": label, "type": type, "input": _jsonable(logged),
+                                        "result": _jsonable(result)}, SUBTASK_SOURCE)
                 return result
 
             return await asyncio.create_task(body())

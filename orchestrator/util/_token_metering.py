@@ -8,10 +8,13 @@ included) and ``output``, e.g. ``"(input * 0.1) + output"`` (floored).
 from __future__ import annotations
 
 import ast
+import contextlib
+import copy
 import math
 import operator
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -46,6 +49,49 @@ def _formula(text: str) -> Callable[[Mapping[str, float]], float]:
 
     evaluate(tree, {"input": 1.0, "output": 1.0})  # validate now, not mid-run
     return lambda vars: evaluate(tree, vars)
+
+
+class LimitTokens:
+    """The tokens of one usage scope (its own and its nested scopes') that count toward token limits.
+
+    ``orchestrator.model`` counts usage; each of its usage scopes owns one of these and binds it here
+    while current, so token limits read it without importing the model package (which sits above).
+    """
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+# Outside every usage scope: the model package's process-wide usage root counts into this one.
+PROCESS_LIMIT_TOKENS = LimitTokens()
+_limit_tokens: ContextVar[LimitTokens] = ContextVar("toolfleet_limit_tokens", default=PROCESS_LIMIT_TOKENS)
+
+
+def current_limit_tokens() -> LimitTokens:
+    """The current usage scope's count (the process-wide one outside every scope)."""
+    return _limit_tokens.get()
+
+
+@contextlib.contextmanager
+def bind_limit_tokens(tokens: LimitTokens) -> Iterator[LimitTokens]:
+    token = _limit_tokens.set(tokens)
+    try:
+        yield tokens
+    finally:
+        _limit_tokens.reset(token)
+
+
+class NoUsage:
+    """No tokens yet: what a metered token limit adds a model call's usage to (the model package's
+    ``ModelUsage`` is out of reach here); reads as a zero usage, and ``+`` gives the other usage."""
+
+    input_tokens = output_tokens = total_tokens = 0
+    input_tokens_cache_read = input_tokens_cache_write = reasoning_tokens = total_cost = None
+
+    def __add__(self, other: Any) -> Any:
+        return copy.copy(other)
 
 
 class TokenMetering:

@@ -98,7 +98,7 @@ async def test_log_export_command_and_hostile_text(tmp_path: Path) -> None:
 def test_events_map_to_inspect_event_types(ours: dict, kind: str) -> None:  # type: ignore[type-arg]
     from pydantic import TypeAdapter
 
-    from orchestrator.log._inspect_export import _event
+    from orchestrator.eval._inspect_export import _event
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

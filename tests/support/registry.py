@@ -2,7 +2,9 @@
 free loopback port, storing in a temp dir, started and stopped by the fixture (every wait bounded).
 
 The Docker daemon trusts registries on 127.0.0.0/8 over plain http by default, so pushing and pulling
-``127.0.0.1:<port>/...`` needs no daemon configuration.
+``127.0.0.1:<port>/...`` needs no daemon configuration (``daemon_allows_loopback_registries`` checks it).
+``hub_repository`` says where Docker Hub keeps a name, which is where a mirror of it keeps it too:
+``tests/support/hub.py`` seeds a ``LocalRegistry`` that way, to stand in for Docker Hub.
 """
 
 from __future__ import annotations
@@ -19,6 +21,39 @@ import pytest
 
 from tests.support.fleet import _wait, free_port, stop_process
 from tests.support.prerequisites import require_docker_registry
+
+_HUB_HOSTS = {"docker.io", "index.docker.io", "registry-1.docker.io"}
+
+
+def hub_repository(name: str) -> str:
+    """Where Docker Hub keeps an image name, as ``docker pull`` resolves it: ``ubuntu:24.04`` ->
+    ``library/ubuntu:24.04``, ``team/task:1`` -> ``team/task:1``, ``docker.io/team/task`` -> ``team/task:latest``
+    (a digest is kept: ``…@sha256:…``). A name on another registry (``ghcr.io/x/y``, ``127.0.0.1:5000/x``)
+    raises ``ValueError``."""
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        if first not in _HUB_HOSTS:
+            raise ValueError(f"{name!r} is on {first}, not on Docker Hub")
+        name = rest
+    if not name or name != name.lower() or " " in name:
+        raise ValueError(f"{name!r} is not an image name")
+    path, at, digest = name.partition("@")
+    last = path.rsplit("/", 1)[-1]
+    if not at and ":" not in last:
+        path += ":latest"
+    if "/" not in path:
+        path = "library/" + path
+    return path + (at + digest if at else "")
+
+
+def daemon_allows_loopback_registries(client) -> bool:  # type: ignore[no-untyped-def]
+    """Whether the Docker daemon pulls from and pushes to ``127.0.0.1:PORT`` over plain http (its default
+    insecure-registry range, 127.0.0.0/8, unless the daemon's configuration removed it)."""
+    import ipaddress
+
+    cidrs = client.info().get("RegistryConfig", {}).get("InsecureRegistryCIDRs") or []
+    return any(ipaddress.ip_address("127.0.0.1") in ipaddress.ip_network(cidr) for cidr in cidrs)
+
 
 CONFIG = """\
 version: 0.1

@@ -17,6 +17,8 @@ from typing import Any
 
 import structlog
 
+from orchestrator.util._running_sample import running_sample
+
 from ._resume import ResumeTable, SampleRef
 
 _logger = structlog.get_logger("toolfleet.batch")
@@ -92,9 +94,7 @@ def batch_scope(scope: BatchScope) -> Iterator[BatchScope]:
 
 def current_sample() -> SampleRef | None:
     """The running sample's (id, epoch), if a sample is running."""
-    from orchestrator.solver._task_state import sample_state  # lazy: the solver layer imports the model layer
-
-    state = sample_state()
+    state = running_sample()
     if state is None or state.sample_id is None:
         return None
     return (str(state.sample_id), int(state.epoch or 1))

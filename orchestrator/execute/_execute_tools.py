@@ -1,8 +1,8 @@
 """``execute_tools``: run the last assistant message's tool calls, stage by stage.
 
-Per call, in order: parse errors → lookup → approval → validation (``_call_prepare``), then the
+Per call, in order: parse errors → lookup → approval → validation (``_prepare``), then the
 call itself through the active ``Dispatcher`` (deserialisation and execution happen on the
-executing side), then truncation and review (``_call_finish``). Results are spliced back in the
+executing side), then truncation and review (``_finish``). Results are spliced back in the
 order the model declared the calls, whatever order they complete in.
 """
 
@@ -20,14 +20,14 @@ from orchestrator.dispatch._context import active_dispatcher, current_route
 from orchestrator.dispatch._dispatcher import Dispatch
 from orchestrator.dispatch.inprocess import InProcessDispatcher
 from orchestrator.log._transcript import span
+from orchestrator.model._chat_message import ChatMessage, ChatMessageAssistant, ChatMessageTool
+from orchestrator.model._model_output import ModelOutput
 from orchestrator.review._policy import active_review_policy, review_policy_scope
 from orchestrator.tool._tool_def import ToolDef, tool_def
 
-from ._call_finish import FinishContext, cancelled_event, complete_call, finish_unexecuted, keep_result
-from ._call_prepare import HANDOFF_ATTR, Prepared, prepare_call, runs_locally
-from ._chat_message import ChatMessage, ChatMessageAssistant, ChatMessageTool
-from ._model_output import ModelOutput
+from ._finish import FinishContext, cancelled_event, complete_call, finish_unexecuted, keep_result
 from ._planner import plan_stages
+from ._prepare import HANDOFF_ATTR, Prepared, prepare_call, runs_locally
 
 
 class ExecuteToolsResult(NamedTuple):

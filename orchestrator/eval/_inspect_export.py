@@ -20,7 +20,10 @@ import zipfile
 from pathlib import Path
 from typing import Any, Literal
 
-from ._events import full_model_inputs
+from orchestrator.log._events import full_model_inputs
+
+from ._log_file import read_eval_log
+from ._loggable import dump_model
 
 INSPECT_LOG_VERSION = 2
 ExportFormat = Literal["eval", "json"]
@@ -166,8 +169,6 @@ def _summary(s: dict[str, Any]) -> dict[str, Any]:
 
 def inspect_log(log: Any) -> dict[str, Any]:
     """An Inspect ``EvalLog`` (as plain JSON data) for toolfleet's ``EvalLog``."""
-    from orchestrator.eval._loggable import dump_model
-
     data = dump_model(log)
     spec, config = data["eval"], data["eval"]["config"]
     model = spec["model"]
@@ -230,8 +231,6 @@ def write_inspect_log(log: Any, path: str | Path, format: ExportFormat = "eval")
 
 def export_inspect_log(jsonl: str | Path, format: ExportFormat = "eval", output: str | Path | None = None) -> Path:
     """Read a toolfleet JSONL log and write its Inspect-format copy (default: next to it, ``.eval``/``.json``)."""
-    from orchestrator.eval._log_file import read_eval_log
-
     jsonl = Path(jsonl)
     target = Path(output) if output is not None else jsonl.with_suffix(f".{format}")
     return write_inspect_log(read_eval_log(jsonl), target, format)

@@ -13,18 +13,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator._wire import CallOutcome
+from orchestrator.approval._console import current_sample_label
 from orchestrator.log._events import ToolEvent
 from orchestrator.log._sandbox_events import record_outcome_execs
 from orchestrator.log._transcript import transcript
+from orchestrator.model._chat_message import ChatMessage, ChatMessageAssistant, ChatMessageTool
+from orchestrator.model._generate_config import active_generate_config
+from orchestrator.model._truncate import effective_limit, truncate_output
+from orchestrator.review._pending import run_pending
+from orchestrator.review._policy import review_call
 from orchestrator.tool._content import ContentImage, ContentText
 from orchestrator.tool._guardrails import ToolGuardrailTripwire
 from orchestrator.tool._tool_call import ToolCallError
 
-from ._call_prepare import Prepared, tool_view
-from ._chat_message import ChatMessage, ChatMessageAssistant, ChatMessageTool
 from ._fatal import fatal_exception
-from ._generate_config import active_generate_config
-from ._truncate import effective_limit, truncate_output
+from ._prepare import Prepared, tool_view
 
 
 
@@ -39,11 +42,6 @@ class FinishContext:
         """Review an executed call (its ``ToolEvent`` is already recorded) as a cancellable pending review."""
         if not self.review:
             return
-        from orchestrator.review._pending import run_pending
-        from orchestrator.review._policy import review_call
-
-        from orchestrator.approval._console import current_sample_label
-
         # The sample id an operator sees (the eval's, not the sandbox route's), for cancel_review.
         sample_id = current_sample_label() or (p.request.sample_id if p.request is not None else None)
         await run_pending(p.call, sample_id, review_call(
