@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from . import _checkout
-from ._common import fail
+from ._common import OneLineParser, fail
 
 PACKAGE = "tests.benchmarks"
 
@@ -87,9 +87,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def _parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
-    from . import _OneLineParser
-
-    return _OneLineParser(prog=prog, description=(doc or "").strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    return OneLineParser(prog=prog, description=(doc or "").strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def _run_workload(module: ModuleType, prog: str, rest: list[str]) -> int:
