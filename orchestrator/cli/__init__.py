@@ -8,25 +8,16 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
 
-from ._common import EXIT_INTERRUPTED, EXIT_USER_ERROR, fail
+from ._common import EXIT_INTERRUPTED, EXIT_USER_ERROR, OneLineParser, fail
 
 __all__ = ["build_parser", "main"]
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """A bad flag or value is one clear line (naming the command's --help), not usage plus an error."""
-
-    def error(self, message: str) -> NoReturn:
-        fail(f"{message} (see `{self.prog} --help`)")
-        raise SystemExit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from . import _bench_cmd, _eval_cmd, _log_cmd, _setup_cmd
 
-    parser = _OneLineParser(prog="toolfleet", description="Run LLM agents at scale with sandboxed tools.")
+    parser = OneLineParser(prog="toolfleet", description="Run LLM agents at scale with sandboxed tools.")
     parser.add_argument("--version", action="version", version=_version())
     parser.add_argument("--log-level", default=None, metavar="LEVEL",
                         help="level of toolfleet's own log lines on stderr (default: warning, or $TOOLFLEET_LOG_LEVEL)")
@@ -74,7 +65,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The worker owns its flags; pass them through untouched.
         return _worker(args_list[1:])
     parser = build_parser()
-    args = parser.parse_args(args_list)
+    if args_list and args_list[0] == "bench":
+        # A workload owns its flags, --help included (argparse's REMAINDER would refuse a leading flag).
+        args = parser.parse_args(["bench"])
+        args.argv = args_list[1:]
+    else:
+        args = parser.parse_args(args_list)
     if args.command is None:
         parser.print_help()
         return EXIT_USER_ERROR

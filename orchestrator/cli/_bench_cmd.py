@@ -1,8 +1,13 @@
-"""``toolfleet bench <workload> [--json]``: discovers ``orchestrator/bench/<workload>.py`` modules.
+"""``toolfleet bench <workload> [--json]`` and ``toolfleet bench all [--quick] [--json]``.
 
-A workload module exposes ``add_arguments(parser)`` and ``async run(args) -> dict`` (the result object).
-``toolfleet bench all [--quick] [--json]`` runs every workload (``orchestrator/bench/_suite.py``) and
-exits non-zero, with one line per broken workload, when any fails.
+Two kinds of workload, one contract (``add_arguments(parser)``, ``async run(args) -> dict``, the result):
+- a toolfleet checkout's ``tests/benchmarks/`` (found by ``_checkout.py``): the benchmark suite, whose
+  workloads start their own Redis and workers (or measure ``--broker``'s fleet where that makes sense);
+  ``toolfleet bench all`` runs every one (``tests/benchmarks/_suite.py``) and exits non-zero, with one
+  line per broken workload, when any fails;
+- this install's fleet measurements (``orchestrator/bench/``: ``dispatch``, ``fanout``), which start
+  nothing and take ``--broker``: what an operator runs against their own fleet, anywhere.
+In a checkout its workload of a name wins (it runs the same measurement, on its own fleet by default).
 """
 
 from __future__ import annotations
@@ -13,15 +18,38 @@ import importlib
 import json
 import pkgutil
 import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from ._common import fail
+from . import _checkout
+from ._common import OneLineParser, fail
+
+PACKAGE = "tests.benchmarks"
 
 
-def workloads() -> list[str]:
-    import orchestrator.bench as bench
+def checkout() -> Path | None:
+    import orchestrator
 
-    return sorted(m.name for m in pkgutil.iter_modules(bench.__path__) if not m.name.startswith("_"))
+    return _checkout.find_checkout(Path.cwd().resolve(), Path(orchestrator.__file__).resolve().parent)
+
+
+def _benchmarks(root: Path) -> ModuleType:
+    """The checkout's benchmark package; raises ImportError when another ``tests`` package shadows it."""
+    _checkout.importable(root)
+    package = importlib.import_module(PACKAGE)
+    where = [Path(p).resolve() for p in package.__path__]
+    if (root / _checkout.BENCHMARKS).resolve() not in where:
+        raise ImportError(f"{PACKAGE} resolves to {', '.join(map(str, where))}, not {root / _checkout.BENCHMARKS}")
+    return package
+
+
+def workloads(root: Path | None = None) -> list[str]:
+    """The checkout's workload names (none outside a checkout)."""
+    root = root or checkout()
+    if root is None:
+        return []
+    return sorted(m.name for m in pkgutil.iter_modules(_benchmarks(root).__path__) if not m.name.startswith("_"))
 
 
 def add_command(commands: Any) -> None:
@@ -32,19 +60,38 @@ def add_command(commands: Any) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    from orchestrator.bench import FLEET_MEASUREMENTS
+
     argv = list(args.argv)
-    names = workloads()
+    root = checkout()
+    try:
+        names = workloads(root)
+    except ImportError as exc:
+        return fail(f"bench: cannot import the checkout's benchmarks at {root}: {exc}")
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: toolfleet bench WORKLOAD [--json] [options]\n       toolfleet bench all [--quick] [--json]"
-              "\n\nworkloads: " + (", ".join(names) or "none"))
+              "\n\nworkloads: " + (f"{', '.join(names)} (checkout: {root})" if names else f"none here: {_checkout.WHERE}")
+              + f"\non a running fleet (--broker URL): {', '.join(FLEET_MEASUREMENTS)}")
         return 0 if argv else 1
     name, rest = argv[0], argv[1:]
+    if name in names:
+        return _run_workload(importlib.import_module(f"{PACKAGE}.{name}"), f"toolfleet bench {name}", rest)
+    if name in FLEET_MEASUREMENTS:
+        return _run_workload(importlib.import_module(FLEET_MEASUREMENTS[name]), f"toolfleet bench {name}", rest)
+    if root is None:
+        return fail(f"bench {name}: no toolfleet checkout in {Path.cwd()} or above, and {_checkout.WHERE}; "
+                    f"this install measures a running fleet: toolfleet bench {'|'.join(FLEET_MEASUREMENTS)} --broker URL.")
     if name == "all":
         return _run_all(rest, names)
-    if name not in names:
-        return fail(f"Unknown bench workload '{name}' (available: {', '.join(names) or 'none'}).")
-    module = importlib.import_module(f"orchestrator.bench.{name}")
-    parser = argparse.ArgumentParser(prog=f"toolfleet bench {name}", description=(module.__doc__ or "").strip())
+    return fail(f"Unknown bench workload '{name}' (available: {', '.join(names) or 'none'}).")
+
+
+def _parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
+    return OneLineParser(prog=prog, description=(doc or "").strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _run_workload(module: ModuleType, prog: str, rest: list[str]) -> int:
+    parser = _parser(prog, module.__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     module.add_arguments(parser)
     bench_args = parser.parse_args(rest)
@@ -57,9 +104,8 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def _run_all(rest: list[str], names: list[str]) -> int:
-    from orchestrator.bench import _suite
-
-    parser = argparse.ArgumentParser(prog="toolfleet bench all", description=(_suite.__doc__ or "").strip())
+    _suite = importlib.import_module(f"{PACKAGE}._suite")
+    parser = _parser("toolfleet bench all", _suite.__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     _suite.add_arguments(parser)
     args = parser.parse_args(rest)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -19,6 +20,14 @@ def fail(message: str) -> int:
     line = terminal_safe(" ".join(str(message).split()), keep_newlines=False)
     print(f"toolfleet: error: {line}", file=sys.stderr)
     return EXIT_USER_ERROR
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A bad flag or value is one clear line (naming the command's --help), not usage plus an error."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(f"{message} (see `{self.prog} --help`)")
+        raise SystemExit(2)
 
 
 def parse_kv(items: list[str] | None, flag: str) -> dict[str, Any]:

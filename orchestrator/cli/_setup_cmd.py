@@ -33,7 +33,6 @@ __all__ = ["SetupError", "add_command", "ensure_images"]
 COMPONENTS = ("redis", "registry", "images", "browser")
 # The tags build.sh produces; `images` is done when all of them exist with the current recipe.
 IMAGES = ("toolfleet/debian-base:bookworm", "toolfleet/sandbox:latest")
-BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "sandbox_images" / "build.sh"
 APT_TIMEOUT = 900.0
 BUILD_TIMEOUT = 1800.0
 
@@ -102,11 +101,22 @@ _PROGRAMS = {
 # --- images ------------------------------------------------------------------------------------------
 
 
+def build_script() -> Path | None:
+    """``sandbox_images/build.sh`` of the toolfleet checkout here (or the editable source tree); None outside one."""
+    from . import _checkout
+
+    package_dir = Path(__file__).resolve().parents[1]
+    root = _checkout.find_checkout(Path.cwd().resolve(), package_dir, needs=_checkout.BUILD_SCRIPT)
+    return root / _checkout.BUILD_SCRIPT if root else None
+
+
 def ensure_images(force: bool = False) -> None:
     _require_docker()
-    if not BUILD_SCRIPT.is_file():
-        raise SetupError(f"{BUILD_SCRIPT} not found: building the sandbox images needs a toolfleet source checkout")
-    if not force and _images_current():
+    script = build_script()
+    if script is None:
+        raise SetupError("sandbox_images/build.sh not found here or above: building the sandbox images needs a "
+                         "toolfleet source checkout (run `toolfleet setup images` inside it)")
+    if not force and _images_current(script):
         _say("sandbox images: present (" + ", ".join(IMAGES) + ")")
         return
     if not _have_base_images() and not shutil.which("debootstrap"):
@@ -114,7 +124,7 @@ def ensure_images(force: bool = False) -> None:
     _say("sandbox images: building with sandbox_images/build.sh (debootstrap takes a few minutes, once)")
     env = {**os.environ, **({"FORCE": "1"} if force else {})}
     try:
-        done = subprocess.run(["bash", str(BUILD_SCRIPT)], env=env, stdout=subprocess.PIPE,
+        done = subprocess.run(["bash", str(script)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=BUILD_TIMEOUT)
     except subprocess.TimeoutExpired as exc:
         raise SetupError(f"sandbox_images/build.sh did not finish within {BUILD_TIMEOUT:g} s") from exc
@@ -135,23 +145,23 @@ def _require_docker() -> None:
                          "(or set DOCKER_HOST)") from exc
 
 
-def _images_current() -> bool:
+def _images_current(script: Path) -> bool:
     """Every tag exists; build.sh itself decides whether the sandbox image's recipe changed (fast)."""
     if not _have_base_images():
         return False
     recipe = _docker_output(["image", "inspect", "--format", '{{ index .Config.Labels "toolfleet.recipe" }}',
                              IMAGES[-1]])
-    return recipe is not None and recipe.strip() == _recipe_hash()
+    return recipe is not None and recipe.strip() == _recipe_hash(script)
 
 
 def _have_base_images() -> bool:
     return all(_docker_output(["image", "inspect", "--format", "{{.Id}}", tag]) is not None for tag in IMAGES)
 
 
-def _recipe_hash() -> str:
+def _recipe_hash(script: Path) -> str:
     import hashlib
 
-    recipe = BUILD_SCRIPT.parent / "sandbox"
+    recipe = script.parent / "sandbox"
     data = b"".join(p.read_bytes() for p in sorted(recipe.iterdir()) if p.is_file())
     return hashlib.sha256(data).hexdigest()[:16]
 

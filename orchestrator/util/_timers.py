@@ -6,7 +6,7 @@ is cancelled — a call's 3,600 s bound, a model attempt's ceiling — leaves th
 loop sweeps its cancelled timers, once they outnumber the live ones. In the orchestrator that
 context holds the sample's transcript, so at 5,000 samples the state of every sample finished since
 the last sweep stayed alive for seconds and was then freed in one loop iteration: stalls of
-95–377 ms (``python -m orchestrator.bench.agents 5000 10 2 10 2`` with the loop's iterations timed).
+95–377 ms (``python -m tests.benchmarks.agents 5000 10 2 10 2`` with the loop's iterations timed).
 
 Armed here, a timer runs its callback in an empty context of its own. The callbacks used with it
 (cancelling a task, expiring a record) read no context variable.

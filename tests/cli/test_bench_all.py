@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from orchestrator.bench import _suite
 from orchestrator.cli._bench_cmd import workloads
+from tests.benchmarks import _suite
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.eval.task_files import BASIC
+from tests.support.fleet import free_port
 
 # slow: every test runs the CLI in a child process
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -20,12 +20,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 def run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
                           timeout=90, env={**os.environ, **(env or {})}, cwd=cwd)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -73,13 +67,13 @@ def test_model_without_credentials(tmp_path: Path) -> None:
 
 
 def test_unreachable_broker(tmp_path: Path) -> None:
-    url = f"redis://127.0.0.1:{_free_port()}/0"
+    url = f"redis://127.0.0.1:{free_port()}/0"
     _assert_one_line_error(run("eval", TASK, "--model", "scripted/echo", "--broker", url, "--log-dir", str(tmp_path)),
                            "Cannot reach the broker", url)
 
 
 def test_unreachable_docker(tmp_path: Path) -> None:
-    env = {"DOCKER_HOST": f"tcp://127.0.0.1:{_free_port()}"}
+    env = {"DOCKER_HOST": f"tcp://127.0.0.1:{free_port()}"}
     _assert_one_line_error(run("eval", TASK, "--model", "scripted/echo", "--sandbox", "docker", "--log-dir",
                                str(tmp_path), env=env), "Cannot reach the Docker daemon")
 

@@ -107,7 +107,7 @@ async def test_placement_spreads_the_first_samples_over_idle_workers(tmp_path: P
 async def test_containers_per_worker_stay_within_slots_and_only_the_pool_stays(
         tmp_path: Path, fleet, sandbox_image: str) -> None:  # type: ignore[no-untyped-def]
     """Samples and warm spares together never exceed --slots; after the eval only --warm-pool spares stay."""
-    from orchestrator.bench.swe import ContainerCounter
+    from tests.benchmarks.swe import ContainerCounter
 
     slots = 2
     workers = [fleet.worker(slots=slots, extra_args=("--warm-pool", "1")) for _ in range(2)]

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -26,6 +25,7 @@ from orchestrator.dataset import Sample
 from orchestrator.eval import Task, eval_async
 from orchestrator.model import get_model
 from orchestrator.scorer import includes
+from tests.support.fleet import free_port
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 INSPECT = shutil.which("inspect")
@@ -42,12 +42,6 @@ def _browser_and_viewer() -> None:
         pytest.fail("chromium is not installed: run `toolfleet setup` or `apt-get install chromium`", pytrace=False)
     if INSPECT is None:
         pytest.fail("`inspect` is not on the PATH: install the test extras (`pip install -e '.[dev]'`)", pytrace=False)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def _wait_http(url: str, timeout_s: float) -> Any:
@@ -100,7 +94,7 @@ async def test_inspect_view_shows_a_toolfleet_sample(tmp_path: Path) -> None:
     eval_file = Path(log.location or "").with_suffix(".eval")
     assert eval_file.is_file()
 
-    view_port, debug_port = _free_port(), _free_port()
+    view_port, debug_port = free_port(), free_port()
     profile = tempfile.mkdtemp(prefix="toolfleet-chromium-")
     viewer = subprocess.Popen([INSPECT or "inspect", "view", "--log-dir", str(tmp_path / "logs"), "--host",
                                "127.0.0.1", "--port", str(view_port)], stdout=subprocess.DEVNULL,

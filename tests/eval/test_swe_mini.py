@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.bench.swe import ContainerCounter, StartCounter
+from tests.benchmarks.swe import ContainerCounter, StartCounter
 from orchestrator.eval import Task, eval_async
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from orchestrator.bench import review as bench
+from tests.benchmarks import review as bench
 
 
 async def test_bench_review_reports_per_call_figures() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.bench.configs import _DOCKER_VARIANTS, Usage, _containers_of, distinct_configs, soak
+from tests.benchmarks.configs import _DOCKER_VARIANTS, Usage, _containers_of, distinct_configs, soak
 from orchestrator.util._sandbox_config import LocalSandboxConfig
 from orchestrator.util._sandbox_parse import sandbox_config
 from workers._sandbox_host import SandboxHost

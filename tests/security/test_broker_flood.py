@@ -86,7 +86,7 @@ async def test_one_huge_output_is_capped_at_the_worker(tmp_path) -> None:
 @pytest.mark.parametrize("sandbox", ["local", pytest.param("docker", marks=pytest.mark.docker)])
 async def test_flood_of_100mb_outputs_keeps_worker_and_redis_bounded(sandbox, request) -> None:
     """The issue's figure: 50 calls each printing 100 MB through the broker (``toolfleet bench flood``)."""
-    from orchestrator.bench import flood
+    from tests.benchmarks import flood
 
     if sandbox == "docker":
         request.getfixturevalue("sandbox_image")

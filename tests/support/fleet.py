@@ -1,9 +1,13 @@
-"""Real services for distributed tests: a redis-server on a free loopback port and real worker processes.
+"""Real services for distributed tests and benchmarks: a redis-server on a free loopback port and real worker processes.
 
 Everything here is a real process that tests can SIGKILL: ``RedisServer`` (restartable on the same
 port, no persistence — a restart loses everything, like a crashed cache) and ``WorkerProcess``
 (``python -m workers.cli``, i.e. ``toolfleet worker``, with the repo root on PYTHONPATH so
 ``--import tests.support.sample_tools`` works). Every wait is bounded.
+
+The benchmarks (``tests/benchmarks/``) start their fleets here too (``running_fleet``), so this module
+imports no pytest: a checkout's benchmarks run where only toolfleet is installed. The pytest fixtures
+over these classes are in ``tests/support/fleet_fixtures.py``.
 
 Authentication is on, as shipped: ``fleet_secret`` makes one fleet secret per test session and puts
 it in ``TOOLFLEET_SECRET`` (what ``CeleryDispatcher`` reads); every worker gets it in its environment.
@@ -13,6 +17,8 @@ Workers here also allow ``local`` sandboxes (``--allow-local``), which most dist
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
 import secrets
@@ -24,13 +30,11 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
-import pytest
 import redis as redis_sync
-
-from tests.support.prerequisites import require_redis_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_TOOLS = "tests.support.sample_tools"
@@ -47,9 +51,35 @@ def ensure_fleet_secret() -> str:
 
 
 def free_port() -> int:
+    """A loopback TCP port nothing listens on now (the one helper for this: tests and benchmarks)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment for a Python child (worker, benchmark) that imports the same toolfleet as this
+    process: the directory this process's ``orchestrator`` comes from first (an installed wheel, or
+    the checkout), then the checkout (for ``tests.*``). Children run with ``-P``, so a checkout in
+    their working directory does not shadow an installed toolfleet."""
+    import orchestrator
+
+    runs_from = str(Path(orchestrator.__file__).resolve().parents[1])
+    path = [runs_from, str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(path)), **extra}
+
+
+def python(*args: str) -> list[str]:
+    """``python -P ARGS`` with this interpreter (see ``child_env``)."""
+    return [sys.executable, "-P", *args]
+
+
+def require_redis_server() -> str:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not installed: run `toolfleet setup` (README, command 2) or "
+                           "`apt-get install redis-server`")
+    return binary
 
 
 def _wait(predicate, timeout: float, what: str, interval: float = 0.05) -> None:  # type: ignore[no-untyped-def]
@@ -73,14 +103,18 @@ def stop_process(proc: subprocess.Popen | None, sig: int = signal.SIGTERM) -> No
 
 
 class RedisServer:
-    def __init__(self, port: int | None = None) -> None:
+    """``password``: Redis requires it (as a shipped fleet does); it is part of ``url``."""
+
+    def __init__(self, port: int | None = None, password: str | None = None) -> None:
         self.port = port or free_port()
+        self.password = password
         self.dir = tempfile.mkdtemp(prefix="toolfleet-redis-")
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def client(self) -> redis_sync.Redis:
         return redis_sync.Redis.from_url(self.url, socket_timeout=5)
@@ -89,7 +123,8 @@ class RedisServer:
         binary = require_redis_server()
         self.proc = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", self.dir, "--protected-mode", "no", "--loglevel", "warning"],
+             "--dir", self.dir, "--protected-mode", "no", "--loglevel", "warning",
+             *(["--requirepass", self.password] if self.password else [])],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         _wait(self._pings, 10.0, f"redis-server on port {self.port}")
@@ -117,20 +152,23 @@ class RedisServer:
 
 
 class WorkerProcess:
-    """``toolfleet worker`` as a child process (its own process group, so a kill takes its sandboxes too)."""
+    """``toolfleet worker`` as a child process (its own process group, so a kill takes its sandboxes too).
+
+    A timing given as None is left to the worker's own default (what benchmarks measure)."""
 
     def __init__(self, broker_url: str, host: str | None = None, concurrency: int = 16, slots: int = 16,
-                 imports: tuple[str, ...] = (SAMPLE_TOOLS,), heartbeat_interval: float = 0.5,
-                 heartbeat_ttl: float = 3.0, orphan_grace: float = 2.0, extra_args: tuple[str, ...] = (),
+                 imports: tuple[str, ...] = (SAMPLE_TOOLS,), heartbeat_interval: float | None = 0.5,
+                 heartbeat_ttl: float | None = 3.0, orphan_grace: float | None = 2.0, extra_args: tuple[str, ...] = (),
                  allow_local: bool = True, secret: str | None = None) -> None:
         self.broker_url = broker_url
         self.host = host or f"w-{uuid.uuid4().hex[:8]}"
         self.secret = secret if secret is not None else ensure_fleet_secret()
+        timings = {"--heartbeat-interval": heartbeat_interval, "--heartbeat-ttl": heartbeat_ttl,
+                   "--orphan-grace": orphan_grace}
         self.args = [
-            sys.executable, "-m", "workers.cli", "--broker", broker_url, "--hostname", self.host,
+            *python("-m", "workers.cli"), "--broker", broker_url, "--hostname", self.host,
             "--concurrency", str(concurrency), "--slots", str(slots),
-            "--heartbeat-interval", str(heartbeat_interval), "--heartbeat-ttl", str(heartbeat_ttl),
-            "--orphan-grace", str(orphan_grace),
+            *[a for flag, value in timings.items() if value is not None for a in (flag, str(value))],
             "--loglevel", os.environ.get("TOOLFLEET_TEST_WORKER_LOGLEVEL", "WARNING"),
             *[a for m in imports for a in ("--import", m)], *(["--allow-local"] if allow_local else []), *extra_args,
         ]
@@ -138,10 +176,16 @@ class WorkerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> "WorkerProcess":
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
-               SECRET_ENV: self.secret}
-        self.proc = subprocess.Popen(self.args, cwd=REPO_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self) -> "WorkerProcess":
+        """Start the process without waiting for it (``wait_ready`` waits): several start side by side."""
+        self.proc = subprocess.Popen(self.args, cwd=REPO_ROOT, env=child_env(**{SECRET_ENV: self.secret}),
+                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> "WorkerProcess":
         client = redis_sync.Redis.from_url(self.broker_url, socket_timeout=5)
         try:
             _wait(lambda: self._ready(client), timeout, f"worker {self.host} to heartbeat")
@@ -192,6 +236,15 @@ class WorkerProcess:
             self.kill()
             raise
 
+    def stop(self, timeout: float = 60.0) -> None:
+        """SIGTERM (graceful drain: the worker closes its sandboxes) unless it is gone; SIGKILL past ``timeout``."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
     def cleanup(self) -> None:
         self.kill()
         self.log.close()
@@ -227,6 +280,14 @@ class Fleet:
         self.redis = redis
         self.workers: list[WorkerProcess] = []
 
+    @property
+    def url(self) -> str:
+        return self.redis.url
+
+    @property
+    def hosts(self) -> list[str]:
+        return [w.host for w in self.workers]
+
     def worker(self, **kwargs) -> WorkerProcess:  # type: ignore[no-untyped-def]
         w = WorkerProcess(self.redis.url, **kwargs)
         self.workers.append(w)
@@ -238,47 +299,84 @@ class Fleet:
         self.workers.append(w)
         return w.start()
 
+    def start_workers(self, n: int, named: bool = True, timeout: float = 60.0, **kwargs) -> list[WorkerProcess]:  # type: ignore[no-untyped-def]
+        """``n`` workers started side by side (named ``w-<hex>``, or each with its default identity)."""
+        kind: Callable[..., WorkerProcess] = WorkerProcess if named else AnonymousWorker
+        started = [kind(self.redis.url, **kwargs) for _ in range(n)]
+        self.workers.extend(started)
+        for w in started:
+            w.launch()
+        for w in started:
+            w.wait_ready(timeout)
+        return started
+
+    def worker_cpu_seconds(self) -> float:
+        """CPU time (user + system) the worker processes have used so far."""
+        return process_cpu_seconds([w.pid for w in self.workers if w.alive()])
+
+    def worker_memory_mb(self) -> list[dict[str, float]]:
+        """Each worker's resident memory now and at its peak, in MB (worker start order)."""
+        return [process_memory_mb(w.pid) for w in self.workers if w.alive()]
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Every worker drained (SIGTERM to all, then each waited for), as an operator stops a fleet."""
+        for w in self.workers:
+            if w.alive():
+                assert w.proc is not None
+                w.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for w in self.workers:
+            w.stop(max(0.1, deadline - time.monotonic()))
+
     def cleanup(self) -> None:
         for w in self.workers:
             w.cleanup()
 
 
-# --- fixtures -----------------------------------------------------------------------------------
-
-@pytest.fixture(scope="session")
-def fleet_secret() -> str:
-    return ensure_fleet_secret()
-
-
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    ensure_fleet_secret()  # (not a fixture argument: tests/conftest.py re-exports only the fixtures it names)
-    server = RedisServer().start()
-    yield server
-    server.cleanup()
+def process_cpu_seconds(pids: list[int]) -> float:
+    """CPU time (user + system) ``pids`` have used so far (Linux /proc; a process gone counts 0)."""
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, IndexError, ValueError):
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
-@pytest.fixture(scope="session")
-def session_worker(redis_server: RedisServer) -> Iterator[WorkerProcess]:
-    """One long-lived worker for the tool-execution suite over the Celery dispatcher."""
-    # A worker looks tools up only in what it imported at start (never what a message names): the
-    # session worker imports every test module whose tools the suites send over Celery.
-    worker = WorkerProcess(redis_server.url, concurrency=32, imports=SESSION_TOOL_MODULES).start()
-    yield worker
-    worker.cleanup()
+def process_memory_mb(pid: int) -> dict[str, float]:
+    """A process's resident memory now and at its peak (VmRSS, VmHWM from /proc), in MB."""
+    fields: dict[str, float] = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    key, value = line.split(":", 1)
+                    fields[key] = round(int(value.split()[0]) / 1024, 1)
+    except OSError:
+        pass
+    return {"rss_mb": fields.get("VmRSS", 0.0), "peak_rss_mb": fields.get("VmHWM", 0.0)}
 
 
-@pytest.fixture
-def own_redis() -> Iterator[RedisServer]:
-    """A private Redis for tests that restart or break it."""
-    ensure_fleet_secret()
-    server = RedisServer().start()
-    yield server
-    server.cleanup()
-
-
-@pytest.fixture
-def fleet(own_redis: RedisServer) -> Iterator[Fleet]:
-    f = Fleet(own_redis)
-    yield f
-    f.cleanup()
+@contextlib.asynccontextmanager
+async def running_fleet(workers: int = 1, named: bool = True, **worker_kwargs: Any) -> AsyncIterator[Fleet]:
+    """A throwaway fleet for a benchmark, as shipped: redis-server with a password, messages signed with
+    the fleet secret (one per run unless ``TOOLFLEET_SECRET`` is set), ``workers`` worker processes with
+    the worker's own timings and no tool modules unless given. Drained and stopped on exit."""
+    ensure_fleet_secret()  # this process's dispatchers read it
+    options: dict[str, Any] = {"concurrency": 64, "slots": 64, "imports": (), "heartbeat_interval": None,
+                               "heartbeat_ttl": None, "orphan_grace": None, **worker_kwargs}
+    redis = RedisServer(password=secrets.token_hex(16))
+    fleet = Fleet(redis)
+    try:
+        await asyncio.to_thread(redis.start)
+        await asyncio.to_thread(fleet.start_workers, workers, named, **options)
+        yield fleet
+    finally:
+        await asyncio.to_thread(fleet.stop)
+        fleet.cleanup()
+        for w in fleet.workers:
+            Path(w.log.name).unlink(missing_ok=True)
+        redis.cleanup()

@@ -272,9 +272,9 @@ async def _python_figures(env: Any, n: int) -> dict[str, Any]:
     return figures
 
 
-if __name__ == "__main__":  # python -m orchestrator.bench.exec [--calls N --concurrency N --cpus N]
+if __name__ == "__main__":  # python -m tests.benchmarks.exec [--calls N --concurrency N --cpus N]
     import json
 
-    cli = argparse.ArgumentParser(prog="python -m orchestrator.bench.exec")
+    cli = argparse.ArgumentParser(prog="python -m tests.benchmarks.exec")
     add_arguments(cli)
     print(json.dumps(asyncio.run(run(cli.parse_args()))))

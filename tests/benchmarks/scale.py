@@ -1,7 +1,8 @@
 """``toolfleet bench scale``: one fleet at scale — many worker processes, a thousand sandboxes open at once.
 
 Starts its own redis-server (password, fleet secret, as shipped) and ``--workers`` ``toolfleet worker``
-processes on this machine, then through one ``CeleryDispatcher``:
+processes on this machine (or measures ``--broker``'s running fleet: ``workers`` is then its live hosts,
+and the workers' memory and slots are null), then through one ``CeleryDispatcher``:
 
 1. opens ``--sandboxes`` sandboxes (``local``: a real exec-agent process and a temp dir each;
    ``--open-concurrency`` opens in flight, as an eval runner admits samples) and keeps them all open;
@@ -41,7 +42,9 @@ from typing import Any
 from orchestrator._wire import SandboxSpec
 from orchestrator.dispatch import SampleRoute, reset_active_dispatcher, reset_route, set_active_dispatcher, set_route
 
-from ._fleet import BenchFleet, LoopLag, percentile_ms
+from orchestrator.bench import LoopLag, command_usec, percentile_ms, redis_counters, redis_memory_mb
+
+from ._broker import add_broker_argument, fleet_or_broker
 
 STEADY_PLACEMENTS = 200
 IDLE_S = 5.0  # seconds the idle fleet is watched before the opens
@@ -53,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calls", type=int, default=3, help="one-call stages each sample runs")
     parser.add_argument("--open-concurrency", type=int, default=100, help="sandbox opens in flight")
     parser.add_argument("--concurrency", type=int, default=32, help="pool threads per worker")
+    add_broker_argument(parser)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -61,8 +65,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     slots = -(-args.sandboxes // args.workers) + 8
     errors: list[str] = []
-    async with BenchFleet(workers=args.workers, concurrency=args.concurrency, slots=slots) as fleet:
-        dispatcher = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=fleet.url, placement_wait=120))
+    fleet_options = {"workers": args.workers, "concurrency": args.concurrency, "slots": slots}
+    async with fleet_or_broker(args.broker, **fleet_options) as (url, fleet):
+        n_workers = args.workers if fleet else await _hosts(url, _names)
+        dispatcher = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=url, placement_wait=120))
         gate = asyncio.Semaphore(args.open_concurrency)
         open_latencies: list[float] = []
 
@@ -78,9 +84,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 open_latencies.append(time.perf_counter() - start)
                 return route
 
-        idle_start = fleet.redis_counters()
+        idle_start = await _counters(url)
         await asyncio.sleep(IDLE_S)  # what an idle fleet costs Redis: heartbeats, consumers' polls
-        redis_start = fleet.redis_counters()
+        redis_start = await _counters(url)
         idle = redis_start.minus(idle_start)
         cpu_open = time.process_time()
         open_lag = LoopLag()
@@ -91,20 +97,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         open_lag_p99 = await open_lag.stop()
         cpu_open = time.process_time() - cpu_open
         routes = [r for r in opened if r is not None]
-        redis_opened = fleet.redis_counters()
+        redis_opened = await _counters(url)
         placements, leased_hits = len(dispatcher.placement_seconds), dispatcher.placer.lease_hits
         await dispatcher.placer.release_leases()  # slots reserved ahead are not sandboxes
-        sandboxes_open = await _slots_in_use(fleet, _names)
+        sandboxes_open = await _slots_in_use(url, _names)
         steady = await _steady_placements(dispatcher, STEADY_PLACEMENTS)
-        redis_before_calls = fleet.redis_counters()
+        redis_before_calls = await _counters(url)
         call_figures = await _calls(dispatcher, routes, args.calls, errors)
-        redis_called = fleet.redis_counters()
-        memory = fleet.worker_memory_mb()
-        redis_memory = fleet.redis_memory_mb()
-        script_us = fleet.command_usec("evalsha")
+        redis_called = await _counters(url)
+        memory = fleet.worker_memory_mb() if fleet else []
+        redis_memory: dict[str, float | None] = {"used_mb": None, "peak_mb": None, **(await redis_memory_mb(url) or {})}
+        script_us = await command_usec(url, "evalsha")
         await asyncio.gather(*(dispatcher.close_sandbox(r) for r in routes))
         await dispatcher.placer.release_leases()
-        left_open = await _slots_in_use(fleet, _names)
+        left_open = await _slots_in_use(url, _names)
         placement_s = list(dispatcher.placement_seconds)
         resumed_s = list(dispatcher.placement_resumed_seconds)
         batches = list(dispatcher.placer.batches)
@@ -113,8 +119,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
         "workload": "scale",
         "sandbox": "local",
-        "workers": args.workers,
-        "slots_per_worker": slots,
+        "workers": n_workers,
+        "slots_per_worker": slots if fleet else None,
         "sandboxes": args.sandboxes,
         "sandboxes_open": sandboxes_open,
         "open_concurrency": args.open_concurrency,
@@ -143,8 +149,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         **call_figures,
         "errors": len(errors),
         "orchestrator_cpu_ms_per_open": round(cpu_open / max(1, len(routes)) * 1000, 3),
-        "idle_redis_commands_per_worker_s": round(idle.commands / IDLE_S / args.workers, 1),
-        "idle_redis_cpu_ms_per_worker_s": round(idle.cpu_s * 1000 / IDLE_S / args.workers, 3),
+        "idle_redis_commands_per_worker_s": round(idle.commands / IDLE_S / max(1, n_workers), 1),
+        "idle_redis_cpu_ms_per_worker_s": round(idle.cpu_s * 1000 / IDLE_S / max(1, n_workers), 3),
         "redis_commands_per_open": round(redis_opened.minus(redis_start).commands / max(1, len(routes)), 2),
         "redis_commands_by_type_per_open": redis_opened.minus(redis_start).per(len(routes)),
         # Commands a Lua script runs count as commands too (INFO commandstats counts them).
@@ -153,7 +159,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "redis_cpu_ms_per_call": round(redis_called.minus(redis_before_calls).cpu_s / max(1, calls) * 1000, 4),
         "redis_cpu_ms_per_open": round(redis_opened.minus(redis_start).cpu_s / max(1, len(routes)) * 1000, 4),
         "worker_peak_rss_mb": max((m["peak_rss_mb"] for m in memory), default=None),
-        "worker_rss_mb": [m["rss_mb"] for m in memory],
+        "worker_rss_mb": [m["rss_mb"] for m in memory] if fleet else None,
         "redis_used_mb": redis_memory["used_mb"],
         "redis_peak_mb": redis_memory["peak_mb"],
         "orchestrator_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
@@ -179,11 +185,29 @@ async def _steady_placements(dispatcher: Any, n: int) -> list[float]:
     return out
 
 
-async def _slots_in_use(fleet: BenchFleet, names: Any) -> int:
+async def _counters(url: str) -> Any:
+    counters = await redis_counters(url)
+    if counters is None:
+        raise RuntimeError("the broker refuses INFO: the scale figures are Redis's own counters")
+    return counters
+
+
+async def _hosts(url: str, names: Any) -> int:
+    """The live hosts of a running fleet."""
+    import redis.asyncio as aredis
+
+    client = aredis.Redis.from_url(url)
+    try:
+        return int(await client.scard(names.HOSTS_SET))
+    finally:
+        await client.aclose()
+
+
+async def _slots_in_use(url: str, names: Any) -> int:
     """Sandboxes the fleet holds now, by its own slot counters (one slot per local sandbox)."""
     import redis.asyncio as aredis
 
-    client = aredis.Redis.from_url(fleet.url)
+    client = aredis.Redis.from_url(url)
     try:
         hosts = [h.decode() for h in await client.smembers(names.HOSTS_SET)]
         values = await client.mget([names.slots_used_key(h) for h in hosts]) if hosts else []

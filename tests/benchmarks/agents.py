@@ -54,9 +54,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _run_child(samples: int, turns: int, calls: int, latency: float, ramp: float) -> dict[str, Any]:
+    from tests.support.fleet import REPO_ROOT, child_env, python
+
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "orchestrator.bench.agents", str(samples), str(turns), str(calls), str(latency), str(ramp),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        *python("-m", "tests.benchmarks.agents", str(samples), str(turns), str(calls), str(latency), str(ramp)),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=REPO_ROOT, env=child_env(),
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout=CHILD_TIMEOUT)

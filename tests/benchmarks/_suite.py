@@ -19,10 +19,10 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.support.fleet import REPO_ROOT, child_env, python
+
 DEFAULT_TIMEOUT_S = 600.0
 
 # Each workload's arguments at a small size: enough to run every code path the figures come from.
@@ -87,11 +87,11 @@ def _reported_problems(result: dict[str, Any]) -> str:
 
 
 def run_one(name: str, argv: list[str], timeout: float) -> Outcome:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p)}
-    cmd = [sys.executable, "-m", "orchestrator.cli", "bench", name, "--json", *argv]
+    # The toolfleet this process runs (an installed wheel, or the checkout), with the checkout's benchmarks.
+    cmd = python("-m", "orchestrator.cli", "bench", name, "--json", *argv)
     start = time.perf_counter()
     # Its own session, so a timeout ends the workload's fleet (redis-server, workers) with it.
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)

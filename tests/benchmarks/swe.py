@@ -26,14 +26,13 @@ import contextlib
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterable
-from pathlib import Path
 from typing import Any
 
 import psutil
 
-from ._fleet import BenchFleet
+from tests.support.fleet import REPO_ROOT, Fleet, running_fleet
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "swe_mini.py"
+EXAMPLE = REPO_ROOT / "examples" / "swe_mini.py"
 BUILD_SCRIPT = EXAMPLE.parent / "swe_mini" / "build_images.sh"
 NAMES = ("calc", "clamp", "leap", "slug", "stack", "api")  # "api": two containers per sample (a service)
 SERVICE_IMAGES = {"api": "toolfleet/swe-mini-api-server:latest"}
@@ -174,9 +173,8 @@ async def build_images(names: list[str]) -> None:
         raise RuntimeError(f"building the swe_mini images failed: {err.decode(errors='replace')[-1000:]}")
 
 
-def _worker_pids(fleet: BenchFleet) -> list[int]:
-    # BenchFleet keeps redis-server first, then the workers (it has no public accessor for them yet).
-    return [proc.pid for proc in fleet._procs[1:]]
+def _worker_pids(fleet: Fleet) -> list[int]:
+    return [w.pid for w in fleet.workers]  # worker start order
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -190,7 +188,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if missing:
         await build_images(missing)
     # Workers without --hostname, as a user starts several on one machine: each takes its own identity.
-    async with BenchFleet(workers=args.workers, concurrency=16, slots=args.slots, named=False) as fleet:
+    async with running_fleet(workers=args.workers, concurrency=16, slots=args.slots, named=False) as fleet:
         pids = _worker_pids(fleet)
         counter = ContainerCounter(pids, args.poll_interval)
         with tempfile.TemporaryDirectory(prefix="toolfleet-bench-swe-") as log_dir:
