@@ -37,6 +37,7 @@ def test_no_product_module_imports_tests(path: Path) -> None:
     assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
+@pytest.mark.slow  # a fresh interpreter, so no test dependency is already loaded
 def test_benchmarks_and_their_fleet_import_without_pytest() -> None:
     # A wheel install runs the checkout's benchmarks with no test dependencies installed.
     modules = ["tests.support.fleet", "tests.benchmarks._suite", "tests.benchmarks._broker",
