@@ -23,7 +23,7 @@ from workers.app import create_app
 
 from ._broker_support import (  # noqa: F401
     WRONG_KEYRING, broker_fleet, captured, dispatcher, fresh_fleet, legit_call_works, log_mark, log_since, rejections,
-    send_raw, wait_for_log,
+    send_raw,
 )
 
 pytestmark = pytest.mark.celery
