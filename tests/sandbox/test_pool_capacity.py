@@ -20,9 +20,11 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
 
 def _containers(host: HostSandboxes | None = None) -> set[str]:
-    """Containers of ``host`` (labelled with its identity), else of this test process, as Docker lists them."""
-    label = f"{OWNER}={host.owner}" if host is not None else f"{OWNER_PID}={os.getpid()}"
-    out = subprocess.run(["docker", "ps", "-aq", "--no-trunc", "--filter", f"label={label}"],
+    """Containers of this test process (of ``host`` only, by its identity, if given), as Docker lists them."""
+    filters = ["--filter", f"label={OWNER_PID}={os.getpid()}"]
+    if host is not None:
+        filters += ["--filter", f"label={OWNER}={host.owner}"]
+    out = subprocess.run(["docker", "ps", "-aq", "--no-trunc", *filters],
                          capture_output=True, text=True, timeout=60, check=True).stdout
     return set(out.split())
 
@@ -34,7 +36,8 @@ async def _until(predicate, what: str, timeout: float = 60.0) -> None:  # type: 
 @pytest.fixture
 async def host(sandbox_image: str) -> AsyncIterator[HostSandboxes]:
     """A host of this test's own: its count of containers starts at 0 whatever ran before, and its
-    containers carry its own identity (as a worker's host, built in ``workers/cli.py``, does)."""
+    containers carry its own identity (as a worker's host, built in ``workers/cli.py``, does; a test's
+    ``configure`` must pass it on, or it falls back to the machine's name)."""
     h = HostSandboxes(owner=f"test-pool-{uuid.uuid4().hex[:8]}")
     drivers: list = []
     h.drivers = drivers  # type: ignore[attr-defined]
@@ -82,7 +85,7 @@ def test_configured_pool_images() -> None:
 
 
 async def test_spares_budget_is_shared_least_recently_used_pool_first(host: HostSandboxes) -> None:
-    host.configure(limit=8, max_spares=2, idle_ttl=600)
+    host.configure(limit=8, max_spares=2, idle_ttl=600, owner=host.owner)
     a = _driver(host, pool_size=2, pids_limit=500)
     b = _driver(host, pool_size=2, pids_limit=501)  # another config (another image, in life)
     await a.start()
@@ -101,7 +104,7 @@ async def test_spares_budget_is_shared_least_recently_used_pool_first(host: Host
 
 
 async def test_idle_spares_expire(host: HostSandboxes) -> None:
-    host.configure(limit=8, max_spares=2, idle_ttl=1.0)
+    host.configure(limit=8, max_spares=2, idle_ttl=1.0, owner=host.owner)
     d = _driver(host, pool_size=2)
     await d.start()
     await _until(lambda: len(d.pool) >= 1, "a spare ready")
@@ -115,7 +118,7 @@ async def test_idle_spares_expire(host: HostSandboxes) -> None:
 
 
 async def test_every_container_counts_against_the_host_limit(host: HostSandboxes) -> None:
-    host.configure(limit=2, max_spares=2, idle_ttl=600)
+    host.configure(limit=2, max_spares=2, idle_ttl=600, owner=host.owner)
     pooled = _driver(host, pool_size=2, acquire_timeout=1)
     other = _driver(host, pool_size=0, pids_limit=502, acquire_timeout=1)  # another image, not pooled
     await pooled.start()
