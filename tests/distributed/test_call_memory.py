@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
 
 import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from orchestrator._wire import CallOutcome
+from tests.support.waits import until
 from workers import _names
 from workers._call_memory import CallMemory, CallRunningElsewhere
 
@@ -36,13 +39,44 @@ async def redis(own_redis):
     await client.aclose()
 
 
+class DeadPort:
+    """Redis's port while Redis is down, as a restarting server's is: each connection is dropped at
+    once. Counts them, so a test can tell how many times a client has tried (and retried)."""
+
+    def __init__(self, port: int) -> None:
+        self._server = socket.create_server(("127.0.0.1", port))  # SO_REUSEADDR: Redis had the port
+        self._server.settimeout(0.05)
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            conn.close()
+            self.connections += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._server.close()
+
+
 async def test_a_call_that_arrives_while_redis_restarts_runs_once_it_is_back(own_redis, redis) -> None:
     memory = CallMemory(redis, OWNER, redis_patience=20.0)
     execute = Counting("c1")
     await asyncio.to_thread(own_redis.stop)
-    running = asyncio.ensure_future(memory.run_once("c1", execute, claim_ttl=60))
-    await asyncio.sleep(0.5)
-    assert not running.done() and execute.runs == 0  # waiting for the claim, not failing
+    dead = DeadPort(own_redis.port)
+    try:
+        running = asyncio.ensure_future(memory.run_once("c1", execute, claim_ttl=60))
+        await until(lambda: dead.connections >= 2 or running.done(), "the claim to be tried, and tried again")
+        assert not running.done() and execute.runs == 0  # waiting for the claim, not failing, not running
+    finally:
+        dead.close()
     await asyncio.to_thread(own_redis.start)
     outcome = await asyncio.wait_for(running, 20)
     assert (outcome.result, outcome.error, execute.runs) == ("ran 1", None, 1)

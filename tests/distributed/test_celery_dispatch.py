@@ -12,10 +12,12 @@ import uuid
 
 import pytest
 
+from orchestrator._wire import SandboxSpec
 from orchestrator.dispatch import CeleryDispatcher, CeleryDispatcherConfig
+from tests.support.waits import until
 from workers import _names
 
-from ._helpers import dispatch, one, request, starts
+from ._helpers import dispatch, local_spec, one, request, starts
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(120)]
 
@@ -95,14 +97,47 @@ async def test_a_duplicate_of_a_running_call_waits_for_it_instead_of_running(cel
     assert starts(log, "slow") == 1
 
 
-async def test_resolved_calls_leave_no_subscriptions_behind(celery_dispatcher, redis_server) -> None:
-    await asyncio.wait_for(asyncio.gather(*dispatch(celery_dispatcher, [request("noop") for _ in range(20)])), 30)
-    client = redis_server.client()
-    for _ in range(100):  # unsubscribes are batched: wait (bounded) for the flush
-        if not client.pubsub_channels(f"{_names.RESULT_PREFIX}*"):
-            break
-        await asyncio.sleep(0.05)
-    assert client.pubsub_channels(f"{_names.RESULT_PREFIX}*") == []
+async def test_sandbox_results_are_subscribed_while_pending_and_unsubscribed_once_resolved(fleet, tmp_path) -> None:
+    """Sandbox opens and closes wait for their Celery result on ``celery-task-meta-<id>`` (calls use the
+    dispatcher's reply channel instead): Redis lists each channel while its task is pending, and none
+    once every task has resolved. A one-thread worker holds the tasks back: an open whose setup waits
+    for a gate file, and behind it a close."""
+    fleet.worker(concurrency=1)
+    client = fleet.redis.client()
+    gate, started = tmp_path / "gate", tmp_path / "started"
+    held = SandboxSpec(eval_id=f"e-subs-{uuid.uuid4().hex[:8]}", sample_id="held", config={"type": "local"},
+                       setup=f"touch {started}; while [ ! -e {gate} ]; do sleep 0.05; done")
+    d = CeleryDispatcher(fleet.redis.url)
+    opening = closing = None
+    try:
+        await d.start()
+        assert _meta_channels(client) == set()  # the dispatcher's own channels are not per task
+        first = await asyncio.wait_for(d.open_sandbox(local_spec("first")), 30)
+        await until(lambda: not _meta_channels(client), "the first open's channel to be unsubscribed")
+        opening = asyncio.ensure_future(d.open_sandbox(held))
+        await until(started.exists, "the held open's setup to run")
+        closing = asyncio.ensure_future(d.close_sandbox(first))  # queued behind the held open
+        await until(lambda: len(d._listener.pending_ids()) == 2, "the close to be sent")
+        pending = {_names.result_key(t) for t in d._listener.pending_ids()}
+        await until(lambda: _meta_channels(client) == pending, "Redis to list both pending tasks' channels")
+        gate.touch()
+        second = await asyncio.wait_for(opening, 30)
+        await asyncio.wait_for(closing, 30)
+        await until(lambda: not _meta_channels(client), "the resolved tasks' channels to be unsubscribed")
+        assert d._listener.pending_ids() == []
+        await asyncio.wait_for(d.close_sandbox(second), 30)
+        await until(lambda: not _meta_channels(client), "the last close's channel to be unsubscribed")
+    finally:
+        gate.touch()
+        for task in (opening, closing):
+            if task is not None and not task.done():
+                task.cancel()
+        await d.aclose()
+
+
+def _meta_channels(client) -> set[str]:  # type: ignore[no-untyped-def]
+    """The Celery result channels someone is subscribed to, as Redis itself reports (PUBSUB CHANNELS)."""
+    return {c.decode() for c in client.pubsub_channels(f"{_names.RESULT_PREFIX}*")}
 
 
 def _celery(broker: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -172,7 +207,10 @@ async def test_task_events_for_flower_are_off_until_switched_on_as_flower_does(c
         for _ in range(3):
             quiet = request("noop")
             await one(celery_dispatcher, quiet)
-        await asyncio.sleep(1.0)
+        # The worker's next heartbeat comes after whatever it sent about those calls: once it is heard,
+        # any task event of theirs would have been too.
+        heard = _heartbeats(tap)
+        await until(lambda: _heartbeats(tap) > heard, "a worker heartbeat sent after the quiet calls")
         assert tap.task_events(quiet.call_id) == {}
         # Flower's start-up sends `enable_events`; then every call shows up with what it is.
         enabled = await asyncio.to_thread(_celery, broker, "control", "enable_events", "-d", node, "--timeout", "10")
@@ -191,6 +229,10 @@ async def test_task_events_for_flower_are_off_until_switched_on_as_flower_does(c
     finally:
         await asyncio.to_thread(_celery, broker, "control", "disable_events", "-d", node, "--timeout", "10")
         await asyncio.to_thread(tap.stop)
+
+
+def _heartbeats(tap: _EventTap) -> int:
+    return sum(1 for e in list(tap.events) if e.get("type") == "worker-heartbeat")
 
 
 # --- helpers ------------------------------------------------------------------------------------

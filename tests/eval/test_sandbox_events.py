@@ -98,7 +98,8 @@ def _check_model_inputs(sample: Any) -> None:
 
 
 def _check_inspect_copy(log: Any) -> None:
-    inspect_log = pytest.importorskip("inspect_ai.log")
+    import inspect_ai.log as inspect_log
+
     from orchestrator.log import export_inspect_log
 
     path = export_inspect_log(log.location, "eval")

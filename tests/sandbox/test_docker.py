@@ -122,7 +122,11 @@ async def test_reaper_removes_leaked_containers(sandbox_factory, client, sandbox
         assert orphan not in ids and expired not in ids
         assert env.container_id in ids and kept in ids
         client.api.kill(kept)  # an exited container of ours that no driver holds goes next
-        await asyncio.sleep(0.5)
+        for _ in range(100):  # bounded: until Docker reports it exited
+            if client.api.inspect_container(kept)["State"]["Status"] == "exited":
+                break
+            await asyncio.sleep(0.1)
+        assert client.api.inspect_container(kept)["State"]["Status"] == "exited"
         assert await sandbox_factory.drivers[-1].reap() >= 1
         ids = _container_ids(client)
         assert kept not in ids and env.container_id in ids

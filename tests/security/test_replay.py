@@ -9,7 +9,6 @@ in the future, or for another queue, and remembers consumed ids for the window (
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -23,7 +22,9 @@ from tests.support import sample_tools
 from tests.support.fleet import _wait
 from workers import _auth, _names
 
-from ._broker_support import broker_fleet, captured, dispatcher, legit_call_works, wait_for_log  # noqa: F401
+from ._broker_support import (  # noqa: F401
+    broker_fleet, captured, dispatcher, fresh_fleet, legit_call_works, log_mark, rejections, wait_for_log,
+)
 
 pytestmark = pytest.mark.celery
 
@@ -51,11 +52,15 @@ async def test_a_replayed_open_sandbox_opens_once(broker_fleet, dispatcher, sand
     try:
         client.lpush(broker_fleet.queue, json.dumps(envelope))  # the genuine delivery
         _wait(lambda: client.get(_names.result_key(task_id)) is not None, 120, "the open to finish")
+        mark = log_mark(broker_fleet.worker)
         for _ in range(5):  # the replays
             client.lpush(broker_fleet.queue, json.dumps(envelope))
-        wait_for_log(broker_fleet.worker, "replayed")
+        wait_for_log(broker_fleet.worker, "replayed", since=mark)
         await legit_call_works(dispatcher, broker_fleet)  # queued after the copies: they were all consumed
-        await asyncio.sleep(1.0)  # let a (wrongly) running copy reach Docker before counting
+        # ... and each copy's task has returned: a late-acked message leaves the unacked set only then
+        # (a copy wrongly opening a sandbox would still be in it, creating its container).
+        _wait(lambda: client.llen(broker_fleet.queue) == 0 and client.hlen("unacked") == 0, 120,
+              "every copy to be acked")
         assert len(containers()) == 1
         assert json.loads(client.get(_names.result_key(task_id)))["result"]["handle"]
     finally:
@@ -112,15 +117,17 @@ async def test_a_replayed_stage_runs_each_call_once(broker_fleet, dispatcher, tm
 
 @pytest.mark.parametrize("reply", ["celery-task-meta-x", "toolfleet:reply:../x", "toolfleet:fleet-events", 42],
                          ids=["result-key", "path-like", "fleet-events", "not-a-string"])
-async def test_a_stage_naming_another_channel_runs_nothing(broker_fleet, dispatcher, tmp_path, reply) -> None:  # noqa: F811
+async def test_a_stage_naming_another_channel_runs_nothing(fresh_fleet, dispatcher, tmp_path, reply) -> None:  # noqa: F811
     """A stage message may only name a reply channel (fixed prefix + 32 hex digits), even when signed."""
     path = str(tmp_path / "starts")
-    client = broker_fleet.redis.client()
-    envelope = captured(client, broker_fleet.redis.url, _names.TASK_STAGE, [reply, [_record(path, "x")]],
-                        broker_fleet.queue)
-    client.lpush(broker_fleet.queue, json.dumps(envelope))
-    await legit_call_works(dispatcher, broker_fleet)
-    wait_for_log(broker_fleet.worker, "malformed stage")
+    client = fresh_fleet.redis.client()
+    envelope = captured(client, fresh_fleet.redis.url, _names.TASK_STAGE, [reply, [_record(path, "x")]],
+                        fresh_fleet.queue)
+    mark = log_mark(fresh_fleet.worker)
+    client.lpush(fresh_fleet.queue, json.dumps(envelope))
+    await legit_call_works(dispatcher, fresh_fleet)
+    rejected = await rejections(fresh_fleet.worker, mark)
+    assert [(r["reason"], r["detail"]) for r in rejected] == [("malformed stage", f"stage {envelope['headers']['id']}")]
     assert starts(path) == 0
 
 
@@ -136,23 +143,27 @@ def _signed_at(client, url: str, payload: dict, queue: str, issued: float) -> di
 
 @pytest.mark.parametrize("age, reason", [(1000.0, "stale: expired"), (-300.0, "issued 300 s in the future")],
                          ids=["captured-16-min-ago", "from-the-future"])
-async def test_stale_messages_are_refused(broker_fleet, dispatcher, tmp_path, age, reason) -> None:  # noqa: F811
+async def test_stale_messages_are_refused(fresh_fleet, dispatcher, tmp_path, age, reason) -> None:  # noqa: F811
     path = str(tmp_path / "starts")
-    client = broker_fleet.redis.client()
-    envelope = _signed_at(client, broker_fleet.redis.url, _record(path, "stale"), broker_fleet.queue, time.time() - age)
-    client.lpush(broker_fleet.queue, json.dumps(envelope))
-    await legit_call_works(dispatcher, broker_fleet)
-    wait_for_log(broker_fleet.worker, reason)
+    client = fresh_fleet.redis.client()
+    envelope = _signed_at(client, fresh_fleet.redis.url, _record(path, "stale"), fresh_fleet.queue, time.time() - age)
+    mark = log_mark(fresh_fleet.worker)
+    client.lpush(fresh_fleet.queue, json.dumps(envelope))
+    await legit_call_works(dispatcher, fresh_fleet)
+    [rejected] = await rejections(fresh_fleet.worker, mark)
+    assert reason in rejected["reason"] and rejected["detail"] == "task='toolfleet.call'", rejected
     assert starts(path) == 0
 
 
-async def test_a_message_for_another_queue_is_refused(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
+async def test_a_message_for_another_queue_is_refused(fresh_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
     """Captured on its way to one host (or the shared queue), pushed onto another host's queue."""
     path = str(tmp_path / "starts")
-    client = broker_fleet.redis.client()
-    envelope = captured(client, broker_fleet.redis.url, _names.TASK_CALL, [_record(path, "elsewhere")],
+    client = fresh_fleet.redis.client()
+    envelope = captured(client, fresh_fleet.redis.url, _names.TASK_CALL, [_record(path, "elsewhere")],
                         _names.host_queue("some-other-host"))
-    client.lpush(broker_fleet.queue, json.dumps(envelope))
-    await legit_call_works(dispatcher, broker_fleet)
-    wait_for_log(broker_fleet.worker, "sent to another queue")
+    mark = log_mark(fresh_fleet.worker)
+    client.lpush(fresh_fleet.queue, json.dumps(envelope))
+    await legit_call_works(dispatcher, fresh_fleet)
+    assert await rejections(fresh_fleet.worker, mark) == [
+        {"reason": "sent to another queue", "queue": fresh_fleet.queue, "detail": "task='toolfleet.call'"}]
     assert starts(path) == 0
