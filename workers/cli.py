@@ -31,7 +31,7 @@ from .app import BROKER_ENV, DEFAULT_BROKER, AppConfig, create_worker_app
 from .heartbeat import claim_identity
 from ._tool_modules import IMPORT_ENV, ToolModuleError, ToolModules, imports_from_env
 from ._sandbox_host import SandboxHost
-from .sandbox._docker_pool import HostSandboxes
+from .sandbox.docker import HostSandboxes
 from .sandbox._registry import SandboxRegistry
 
 # Tool modules every worker registers at start-up (the built-in tools); --import adds the user's.

@@ -152,7 +152,7 @@ def _containers_of(owner: str) -> int:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from workers._sandbox_host import SandboxHost
-    from workers.sandbox._docker_pool import HostSandboxes
+    from workers.sandbox.docker import HostSandboxes
 
     owner = f"bench-configs-{uuid.uuid4().hex[:8]}"  # its own label: no other process's reaper takes these
     host = SandboxHost(HostSandboxes(limit=max(8, args.concurrency * 4), owner=owner))

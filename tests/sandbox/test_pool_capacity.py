@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from workers.sandbox import build_driver, DEFAULT_IMAGE, SandboxCapacityError, SandboxRequest, sandbox_config
-from workers.sandbox._docker_pool import HostSandboxes, host_sandboxes
+from workers.sandbox.docker import HostSandboxes, host_sandboxes
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 

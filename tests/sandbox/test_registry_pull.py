@@ -275,7 +275,7 @@ async def test_preflight_embedded_accepts_an_image_it_may_pull(images: Images) -
     ],
 )
 def test_pull_failures_read_as_one_sentence(engine_says: str, sentence: str) -> None:
-    from workers.sandbox._docker_pull import pull_failure
+    from workers.sandbox.docker._pull import pull_failure
 
     message = pull_failure("127.0.0.1:5999/t/x:1", engine_says)
     assert message.startswith(sentence) and "\n" not in message

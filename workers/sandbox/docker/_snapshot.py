@@ -1,7 +1,7 @@
 """Snapshots of docker sandboxes: a running sandbox's filesystem captured as an image on its host.
 
 What a snapshot holds: the container's own layer (``docker commit``, the container paused meanwhile)
-plus the contents of every writable path the sandbox has as a capped tmpfs (``_docker_disk``: a commit
+plus the contents of every writable path the sandbox has as a capped tmpfs (``_disk``: a commit
 does not see tmpfs mounts, and neither does the Engine's archive API). Those are read with ``tar``
 inside the sandbox — as its user, then as root for what the user could not read (the sandbox has no
 capabilities, so neither can read a file only a third user may read: such a file makes the snapshot
@@ -38,11 +38,11 @@ from docker.errors import DockerException, ImageNotFound, NotFound
 
 from orchestrator.util._snapshot import Snapshot, SnapshotError
 
-from ._docker_labels import PREFIX
+from ._labels import PREFIX
 
 if TYPE_CHECKING:
-    from ._docker_api import DockerAPI
-    from .docker import DockerSandboxEnvironment
+    from ._api import DockerAPI
+    from ._driver import DockerSandboxEnvironment
 
 log = structlog.get_logger("toolfleet.sandbox")
 

@@ -1,19 +1,19 @@
 """The ``docker`` driver: one hardened container per sample, on the Docker Engine API (no CLI).
 
-- Exec goes through an in-container agent started once per (container, user) — see ``_docker_exec``;
+- Exec goes through an in-container agent started once per (container, user) — see ``_exec``;
   images without python3 fall back to one ``docker exec`` per call (logged). The agent reaches the
-  host over a socket the HOST listens on (``_docker_direct``): the host never resolves a sandbox path.
+  host over a socket the HOST listens on (``_direct``): the host never resolves a sandbox path.
 - A per-sandbox writable-space cap (``disk_limit``): the layer's size where the storage driver
-  enforces it, else capped tmpfs mounts on the writable paths (``_docker_disk``).
+  enforces it, else capped tmpfs mounts on the writable paths (``_disk``).
 - Hardening by default (``DockerSandboxConfig``): network none, cap-drop ALL, no-new-privileges,
   pids/memory(+swap)/CPU limits, init, the image's non-root USER; the Docker socket is never mounted.
-- Labels and a reaper (``_docker_labels``); a stopped OOM-killed container is ``SandboxOutOfMemoryError``,
+- Labels and a reaper (``_labels``); a stopped OOM-killed container is ``SandboxOutOfMemoryError``,
   an OOM-killed command in a running one ``CommandOutOfMemoryError`` (model-visible, the sample goes on).
 - One driver per distinct config, but what talks to the Engine is shared by all of them: its client,
-  thread pool, host socket and reaper (``_docker_engine``, one per Engine of a ``HostSandboxes``).
+  thread pool, host socket and reaper (``_engine``, one per Engine of a ``HostSandboxes``).
 - A pool of pre-started containers (agent already running) per (image, limits), refilled in the
   background, so ``create()`` usually takes milliseconds; every container counts against one per-host
-  capacity shared by all drivers of the process, and pools are bounded together (``_docker_pool``).
+  capacity shared by all drivers of the process, and pools are bounded together (``_pool``).
 """
 
 from __future__ import annotations
@@ -27,20 +27,20 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from orchestrator.util._sandbox import SandboxUnavailableError
 from orchestrator.util._sandbox_config import DockerSandboxConfig
 
-from ._channel import AgentChannel, ChannelClosed, RawResult
-from ._docker_containers import KEEPALIVE, Containers, container_name
-from ._docker_direct import HostListener
-from ._docker_disk import DiskPlan, layer_quota_supported, plan_disk, seed_command
-from ._docker_exec import open_agent, universal_exec
-from ._docker_labels import container_labels
-from ._docker_pod import Pod, pod_hosts
-from ._docker_pool import ContainerPool, HostSandboxes, host_sandboxes
-from ._docker_pull import ImagePuller
-from ._docker_snapshot import snapshot_present
-from ._driver import SandboxDriver, SandboxRequest
-from ._environment import AgentSandboxEnvironment
-from ._registry import SandboxRegistry, default_registry
-from ._errors import SandboxImageError, SandboxOutOfMemoryError, missing_image_message
+from .._channel import AgentChannel, ChannelClosed, RawResult
+from ._containers import KEEPALIVE, Containers, container_name
+from ._direct import HostListener
+from ._disk import DiskPlan, layer_quota_supported, plan_disk, seed_command
+from ._exec import open_agent, universal_exec
+from ._labels import container_labels
+from ._pod import Pod, pod_hosts
+from ._pool import ContainerPool, HostSandboxes, host_sandboxes
+from ._pull import ImagePuller
+from ._snapshot import snapshot_present
+from .._driver import SandboxDriver, SandboxRequest
+from .._environment import AgentSandboxEnvironment
+from .._registry import SandboxRegistry, default_registry
+from .._errors import SandboxImageError, SandboxOutOfMemoryError, missing_image_message
 
 log = structlog.get_logger("toolfleet.sandbox")
 
@@ -56,10 +56,10 @@ class DockerSandboxEnvironment(AgentSandboxEnvironment):
         self.pod: Pod | None = None  # a multi-service sandbox's other containers
         self.services: dict[str, DockerSandboxEnvironment] = {}  # the pod's containers by service name
         self.eval_id = self.sample_id = ""  # whose sandbox it is (labels snapshots)
-        self.snapshot_layer_used = False  # a snapshot wrote under its tmpfs mounts (_docker_snapshot)
+        self.snapshot_layer_used = False  # a snapshot wrote under its tmpfs mounts (_snapshot)
 
     async def snapshot(self, keep: bool = False) -> Any:
-        from ._docker_snapshot import take_snapshot
+        from ._snapshot import take_snapshot
 
         return await take_snapshot(self, keep)
 
@@ -341,7 +341,7 @@ class DockerSandboxDriver(SandboxDriver):
         return env
 
     async def _seed(self, env: DockerSandboxEnvironment) -> None:
-        """Copy the image's files into the capped tmpfs that now hides them (see ``_docker_disk``)."""
+        """Copy the image's files into the capped tmpfs that now hides them (see ``_disk``)."""
         for path, tar in self.disk.seeds.items():
             # A configured user that is not the image's (e.g. root, without capabilities) may not write in
             # a directory the image's user owns: the directory's owner unpacks it.
