@@ -35,7 +35,7 @@ def snapshot_remove():  # type: ignore[no-untyped-def]
 
 async def remove_eval_snapshots(eval_id: str) -> list[str]:
     """Remove ``eval_id``'s snapshots from this host, and the drivers forks of them used."""
-    from ._sandbox_host import SandboxHost
+    from .sandbox_host import SandboxHost
     from .sandbox.docker import DockerAPI
 
     dockers = {id(h.docker): h.docker for h in SandboxHost.live()}  # hosts may share one

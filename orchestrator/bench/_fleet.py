@@ -24,7 +24,7 @@ from typing import Any
 
 import redis as redis_sync
 
-from workers._names import HOSTS_SET
+from workers.fleet import names
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,10 +81,10 @@ class BenchFleet:
             if self._named:
                 self.hosts.append(host)
         if not self._named:  # learn the identities the workers chose from the fleet's host set
-            self._wait(lambda: client.scard(HOSTS_SET) >= self._n, 60, f"{self._n} workers")
-            names = [h.decode() for h in client.smembers(HOSTS_SET)]
+            self._wait(lambda: client.scard(names.HOSTS_SET) >= self._n, 60, f"{self._n} workers")
+            chosen = [h.decode() for h in client.smembers(names.HOSTS_SET)]
             pids = [str(proc.pid) for proc in self._procs[1:]]  # a default identity is <machine>-<pid>-<hex>
-            self.hosts = sorted(names, key=lambda h: next((i for i, pid in enumerate(pids) if f"-{pid}-" in h), len(pids)))
+            self.hosts = sorted(chosen, key=lambda h: next((i for i, pid in enumerate(pids) if f"-{pid}-" in h), len(pids)))
         for host in self.hosts:
             self._wait(lambda h=host: bool(client.exists(f"toolfleet:host:{h}")), 60, f"worker {host}")
         time.sleep(1.0)  # the Celery consumer starts listening just after the first heartbeat

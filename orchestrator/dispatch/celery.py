@@ -7,11 +7,11 @@
   and Flower see them — and the task id is the first call's id. Publishing runs in one dedicated
   thread (``_publisher``: kombu's producer blocks), so the event loop never waits on the broker.
 * Outcomes come back on this dispatcher's own reply channel, subscribed once by the
-  ``ResultListener`` (``workers._replies``): a worker publishes each call's signed outcome as soon as it
+  ``ResultListener`` (``workers.fleet._replies``): a worker publishes each call's signed outcome as soon as it
   completes; it is verified, then resolves the call's future. Nothing is polled, and nothing is
   subscribed, unsubscribed or deleted per call (stored copies expire). The declared-order splice stays
   in the orchestrator. Sandbox opens/closes still use Celery's result store (pubsub on its channels).
-* Sandbox affinity: ``open_sandbox`` reserves a slot on a live host (``workers.placement``; a burst of
+* Sandbox affinity: ``open_sandbox`` reserves a slot on a live host (``workers.fleet._placement``; a burst of
   opens is mostly served from slots reserved ahead, ``placement_leases``) and sends the open task to
   that host's queue; every call of the sample goes to the same queue.
 * Failure bounds, enforced here whatever the worker does: a per-call deadline (the tool's timeout,
@@ -45,8 +45,23 @@ from orchestrator.tool._registry import GENERATED_TASK_MODULE, not_registered_me
 from orchestrator.tool._tool_call import ToolCallError
 from orchestrator.util._sandbox import SandboxUnavailableError
 from orchestrator.util._timers import call_later
-from workers import _auth, _names, placement
-from workers._replies import parse_items
+from workers.fleet import (
+    NoCapacityError,
+    NoLiveHostError,
+    Placer,
+    SandboxTooLargeError,
+    cancel_mac,
+    keep_evals_alive,
+    live_hosts,
+    load_keyring,
+    names,
+    parse_items,
+    release_eval,
+    release_slots,
+    slot_weight,
+    stop_waiting,
+    verify_outcome,
+)
 from workers.app import AppConfig, create_app
 
 from ._context import current_route
@@ -124,9 +139,9 @@ def _stage_messages(records: list[_Pending], reply: str) -> list[TaskMessage]:
         by_queue.setdefault(rec.queue, []).append(rec)
     messages = []
     for queue, recs in by_queue.items():
-        for start in range(0, len(recs), _names.MAX_STAGE_CALLS):
-            chunk = recs[start:start + _names.MAX_STAGE_CALLS]
-            messages.append(TaskMessage(chunk[0].task_id, _names.TASK_STAGE, [reply, [r.payload for r in chunk]], queue,
+        for start in range(0, len(recs), names.MAX_STAGE_CALLS):
+            chunk = recs[start:start + names.MAX_STAGE_CALLS]
+            messages.append(TaskMessage(chunk[0].task_id, names.TASK_STAGE, [reply, [r.payload for r in chunk]], queue,
                                         _argsrepr(chunk)))
     return messages
 
@@ -178,12 +193,12 @@ class CeleryDispatcher(Dispatcher):
     def __init__(self, broker_url: str | None = None, config: CeleryDispatcherConfig | None = None) -> None:
         self.config = config or CeleryDispatcherConfig(**({"broker_url": broker_url} if broker_url else {}))
         # Workers accept only task messages signed with the fleet secret: without it nothing could run.
-        self._keyring = _auth.load_keyring(self.config.secret.get_secret_value() if self.config.secret else None)
+        self._keyring = load_keyring(self.config.secret.get_secret_value() if self.config.secret else None)
         self.app = create_app(AppConfig(broker_url=self.config.broker_url, max_payload_bytes=self.config.max_payload_bytes),
                               keyring=self._keyring)
         self.app.conf.task_send_sent_event = self.config.send_sent_events
         self.client_id = uuid.uuid4().hex  # owner of the sandboxes this dispatcher opens (lease); names its reply channel
-        self._reply = _names.reply_channel(self.client_id)
+        self._reply = names.reply_channel(self.client_id)
         self._listener = ResultListener(self.config.broker_url, on_reconnect=self._after_reconnect, keyring=self._keyring,
                                         on_event=self._on_fleet_event, reply_channel=self._reply, on_reply=self._on_reply)
         self.unauthenticated = 0  # replies dropped because their MAC did not verify
@@ -210,7 +225,7 @@ class CeleryDispatcher(Dispatcher):
         self._sandbox_evals: dict[str, tuple[str, int]] = {}  # sandbox handle -> (eval id, slots) for fair share
         self._waiters: dict[str, int] = {}  # eval id -> this dispatcher's placements waiting for a slot
         # Live hosts cached briefly; slots taken by one script, and reserved ahead (leases) for a burst.
-        self.placer = placement.Placer(self._listener.redis, leases=self.config.placement_leases)
+        self.placer = Placer(self._listener.redis, leases=self.config.placement_leases)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -255,12 +270,12 @@ class CeleryDispatcher(Dispatcher):
             host, boot = self._sandboxes.get(request.sandbox or "", (None, None))
             queue = route.queue if (route.queue and route.sandbox == request.sandbox) else None
             if queue is None and host is not None:
-                queue = _names.host_queue(host)
+                queue = names.host_queue(host)
             if host is None:
-                host = _names.host_of_queue(queue)
+                host = names.host_of_queue(queue)
             records.append(_Pending(
                 task_id=request.call_id, future=loop.create_future(), kind="call", function=request.function,
-                payload=request.model_dump(mode="json"), queue=queue or _names.SHARED_QUEUE,
+                payload=request.model_dump(mode="json"), queue=queue or names.SHARED_QUEUE,
                 host=host, boot=boot, timeout=request.timeout,
             ))
         # Every stage dispatched this loop tick (any sample) — and while a publish is in flight —
@@ -342,7 +357,7 @@ class CeleryDispatcher(Dispatcher):
         rec = self._pending.get(call_id)
         if rec is None or rec.kind != "call" or rec.future.done():
             return False  # not ours, already answered (a redelivered copy's replay), or given up on
-        if not _auth.verify_outcome(self._keyring, mac, call_id, text):
+        if not verify_outcome(self._keyring, mac, call_id, text):
             self.unauthenticated += 1
             log.warning("dispatch.result_unauthenticated", task_id=call_id[:64], seen=self.unauthenticated)
             return False  # keep waiting: the worker's own (signed) answer may still come
@@ -389,7 +404,7 @@ class CeleryDispatcher(Dispatcher):
             rec.future.set_exception(TimeoutError(f"{rec.function} got no answer within {_shown(bound)} s{why}."))
 
     def _on_fleet_event(self, data: bytes) -> None:
-        """A worker's event (``_fleet_events``): only one about a task this dispatcher waits for counts."""
+        """A worker's event (``workers.fleet.FleetEvents``): only one about a task this dispatcher waits for counts."""
         event = parse_event(data)
         rec = self._pending.get(event.task_id) if event is not None else None
         if event is None or rec is None or rec.future.done():
@@ -433,8 +448,8 @@ class CeleryDispatcher(Dispatcher):
             by_host.setdefault(host, []).append(task_id)
         try:
             for host, ids in by_host.items():
-                destination = [_names.worker_nodename(host)] if host else None
-                await self._publisher.broadcast(_names.CONTROL_CANCEL, {"call_ids": ids, "mac": _auth.cancel_mac(self._keyring, ids)},
+                destination = [names.worker_nodename(host)] if host else None
+                await self._publisher.broadcast(names.CONTROL_CANCEL, {"call_ids": ids, "mac": cancel_mac(self._keyring, ids)},
                                                 destination)
         except Exception as exc:  # noqa: BLE001 - best effort: the worker's own deadline still applies
             log.warning("dispatch.cancel_failed", error=str(exc))
@@ -444,7 +459,7 @@ class CeleryDispatcher(Dispatcher):
     async def open_sandbox(self, spec: SandboxSpec) -> SampleRoute:
         await self.start()
         redis = self._listener.redis
-        weight = placement.slot_weight(spec.config)  # one slot per container of the sandbox
+        weight = slot_weight(spec.config)  # one slot per container of the sandbox
         only = ((spec.config or {}).get("snapshot") or {}).get("host")  # a fork goes where its snapshot is
         for attempt in range(DRAINING_RETRIES + 1):
             try:
@@ -454,7 +469,7 @@ class CeleryDispatcher(Dispatcher):
                 raise SandboxUnavailableError(f"Sandbox placement failed: the broker is unreachable ({exc}).") from exc
             try:
                 await self._hold_lease()
-                meta = await self._lifecycle_task("open", _names.TASK_OPEN_SANDBOX,
+                meta = await self._lifecycle_task("open", names.TASK_OPEN_SANDBOX,
                                                   [spec.model_dump(mode="json"), self.client_id], host.queue, host.host, host.boot)
             except BaseException:
                 await self._release(host.host, weight, spec.eval_id)
@@ -501,11 +516,11 @@ class CeleryDispatcher(Dispatcher):
                     if token is not None:
                         self._waited(eval_id, sample_id, loop.time() - asked, placed=True)
                     return host
-                except placement.NoCapacityError as exc:
+                except NoCapacityError as exc:
                     bound = self.config.placement_wait
-                    if isinstance(exc, placement.NoLiveHostError):
+                    if isinstance(exc, NoLiveHostError):
                         bound = min(bound, self.config.no_host_wait)
-                    if loop.time() - asked >= bound or isinstance(exc, placement.SandboxTooLargeError):
+                    if loop.time() - asked >= bound or isinstance(exc, SandboxTooLargeError):
                         if token is not None:
                             self._waited(eval_id, sample_id, loop.time() - asked, placed=False)
                         raise SandboxUnavailableError(str(exc)) from exc
@@ -513,23 +528,23 @@ class CeleryDispatcher(Dispatcher):
                         token = uuid.uuid4().hex
                         self._waiting(eval_id, sample_id, str(exc))
                         async with redis.pipeline(transaction=False) as pipe:
-                            pipe.rpush(_names.SANDBOX_DEMAND, token)
-                            pipe.expire(_names.SANDBOX_DEMAND, 600)  # a crashed orchestrator's demand fades
+                            pipe.rpush(names.SANDBOX_DEMAND, token)
+                            pipe.expire(names.SANDBOX_DEMAND, 600)  # a crashed orchestrator's demand fades
                             await pipe.execute()
                     await asyncio.sleep(min(1.0, max(0.0, asked + bound - loop.time())))
         finally:
             if token is not None:
                 try:
-                    await redis.lrem(_names.SANDBOX_DEMAND, 0, token)
+                    await redis.lrem(names.SANDBOX_DEMAND, 0, token)
                     if eval_id and not self._waiters.get(eval_id):
-                        await placement.stop_waiting(redis, eval_id)
+                        await stop_waiting(redis, eval_id)
                 except (RedisError, OSError):
                     pass
 
     async def remove_snapshots(self, eval_id: str) -> list[str]:
         """Every live host removes the eval's snapshots it holds (tools on a worker may have taken some)."""
         await self.start()
-        hosts = await placement.live_hosts(self._listener.redis)
+        hosts = await live_hosts(self._listener.redis)
         from ._snapshots import remove_snapshots_on  # deferred: it loads the worker-side snapshot tools
 
         return await remove_snapshots_on(self, eval_id, [h.queue for h in hosts])
@@ -560,7 +575,7 @@ class CeleryDispatcher(Dispatcher):
         await asyncio.shield(self._lease_setting)  # one caller cancelled must not cancel the others' SET
 
     async def _set_lease(self, now: float) -> None:
-        await self._listener.redis.set(_names.lease_key(self.client_id), 1, ex=max(1, int(self.config.lease_ttl)))
+        await self._listener.redis.set(names.lease_key(self.client_id), 1, ex=max(1, int(self.config.lease_ttl)))
         self._lease_set = now
 
     async def preflight(self, needs: SandboxNeeds) -> None:
@@ -569,17 +584,17 @@ class CeleryDispatcher(Dispatcher):
     async def close_sandbox(self, route: SampleRoute) -> None:
         if route.sandbox is None:
             return
-        host, boot = self._sandboxes.pop(route.sandbox, (_names.host_of_queue(route.queue), None))
+        host, boot = self._sandboxes.pop(route.sandbox, (names.host_of_queue(route.queue), None))
         held = self._sandbox_evals.pop(route.sandbox, None)
         if held is not None:  # the eval's fair-share count, whatever becomes of the sandbox itself
             try:
-                await placement.release_eval(self._listener.redis, *held)
+                await release_eval(self._listener.redis, *held)
             except (RedisError, OSError) as exc:
                 log.debug("dispatch.eval_release_failed", error=str(exc))
         if host is None or self._is_lost(host, boot) or self._closed:
             return  # nothing left to close: the host (and the sandbox) is gone
         try:
-            await self._lifecycle_task("close", _names.TASK_CLOSE_SANDBOX, [route.sandbox], _names.host_queue(host), host, boot)
+            await self._lifecycle_task("close", names.TASK_CLOSE_SANDBOX, [route.sandbox], names.host_queue(host), host, boot)
         except (SandboxUnavailableError, TimeoutError, asyncio.CancelledError) as exc:
             if isinstance(exc, asyncio.CancelledError):
                 raise
@@ -605,8 +620,8 @@ class CeleryDispatcher(Dispatcher):
     async def _release(self, host: str, weight: int = 1, eval_id: str | None = None) -> None:
         try:
             if eval_id:
-                await placement.release_eval(self._listener.redis, eval_id, weight)
-            await placement.release(self._listener.redis, host, weight)
+                await release_eval(self._listener.redis, eval_id, weight)
+            await release_slots(self._listener.redis, host, weight)
         except (RedisError, OSError):
             pass  # the host resets its counter at restart
 
@@ -634,9 +649,9 @@ class CeleryDispatcher(Dispatcher):
         if not self._sandboxes:
             return
         try:
-            await self._listener.redis.set(_names.lease_key(self.client_id), 1, ex=max(1, int(self.config.lease_ttl)))
+            await self._listener.redis.set(names.lease_key(self.client_id), 1, ex=max(1, int(self.config.lease_ttl)))
             self._lease_set = time.monotonic()
-            await placement.keep_evals_alive(self._listener.redis, sorted({e for e, _ in self._sandbox_evals.values()}))
+            await keep_evals_alive(self._listener.redis, sorted({e for e, _ in self._sandbox_evals.values()}))
         except (RedisError, OSError) as exc:
             log.debug("dispatch.lease_failed", error=str(exc))
 
@@ -644,7 +659,7 @@ class CeleryDispatcher(Dispatcher):
         redis = self._listener.redis
         async with redis.pipeline(transaction=False) as pipe:
             for host in hosts:
-                pipe.hget(_names.heartbeat_key(host), "boot")
+                pipe.hget(names.heartbeat_key(host), "boot")
             boots = await pipe.execute()
         now = time.monotonic()
         for host, raw in zip(hosts, boots):
@@ -686,7 +701,7 @@ class CeleryDispatcher(Dispatcher):
         try:
             await self._recheck_outcomes(pending)
             pending = [r for r in pending if not r.future.done()]
-            claims = await self._listener.redis.mget([_names.call_key(r.task_id) for r in pending]) if pending else []
+            claims = await self._listener.redis.mget([names.call_key(r.task_id) for r in pending]) if pending else []
         except (RedisError, OSError) as exc:
             log.warning("dispatch.recheck_failed", error=str(exc))
             return

@@ -204,8 +204,7 @@ async def test_a_worker_pulls_only_from_its_registries(images: Images, fleet) ->
 
     from orchestrator.dispatch import CeleryDispatcher, CeleryDispatcherConfig
     from tests.distributed._helpers import bash_request, one
-    from workers import _names
-    from workers.heartbeat import HostRecord
+    from workers.fleet import HostRecord, names
 
     ref = images.ref()
     await asyncio.to_thread(images.publish, ref, "one")
@@ -226,7 +225,7 @@ async def test_a_worker_pulls_only_from_its_registries(images: Images, fleet) ->
         assert not images.present(ref)
 
         pulls = fleet.worker(slots=2, extra_args=(*allow_image, "--registry", images.registry))
-        record = HostRecord.from_hash(redis.Redis.from_url(fleet.redis.url).hgetall(_names.heartbeat_key(pulls.host)))
+        record = HostRecord.from_hash(redis.Redis.from_url(fleet.redis.url).hgetall(names.heartbeat_key(pulls.host)))
         assert record.registries == [images.registry]
         await preflight(None, [Sample(input="x", id="s1", sandbox=config)], embedded=False, broker_url=fleet.redis.url)
         for n in range(2):  # both idle: placement picks the worker that can pull, every time

@@ -16,7 +16,7 @@ import pytest
 from orchestrator._wire import CallRequest
 from orchestrator.tool._registry import ToolRef
 from tests.support import sample_tools
-from workers import _auth, _names
+from workers.fleet import MAC_HEADER, SECRET_ENV, SECRET_FILE_ENV, load_keyring, names, outcome_mac
 from workers.app import create_app
 
 from ._broker_support import WRONG_KEYRING, broker_fleet, captured, dispatcher, legit_call_works, send_raw, wait_for_log  # noqa: F401
@@ -34,12 +34,12 @@ def _record_payload(path: Path, label: str) -> dict:
 async def test_forged_call_is_not_run(broker_fleet, dispatcher, keyring, tmp_path) -> None:  # noqa: F811
     evidence = tmp_path / "ran"
     payload = _record_payload(evidence, "forged")
-    task_id = send_raw(broker_fleet.redis.url, _names.TASK_CALL, [payload], broker_fleet.queue, keyring,
+    task_id = send_raw(broker_fleet.redis.url, names.TASK_CALL, [payload], broker_fleet.queue, keyring,
                        task_id=payload["call_id"])
     await legit_call_works(dispatcher, broker_fleet)  # queued after the forgery: the worker has dealt with it
     wait_for_log(broker_fleet.worker, "unauthenticated")
     assert not evidence.exists()
-    assert broker_fleet.redis.client().get(_names.result_key(task_id)) is None
+    assert broker_fleet.redis.client().get(names.result_key(task_id)) is None
 
 
 async def test_tampered_message_is_not_run(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
@@ -48,8 +48,8 @@ async def test_tampered_message_is_not_run(broker_fleet, dispatcher, tmp_path) -
     legit = tmp_path / "legit"
     evil = tmp_path / "evil"
     payload = _record_payload(legit, "legit")
-    envelope = captured(client, broker_fleet.redis.url, _names.TASK_CALL, [payload], broker_fleet.queue)
-    assert envelope["headers"].get(_auth.MAC_HEADER)
+    envelope = captured(client, broker_fleet.redis.url, names.TASK_CALL, [payload], broker_fleet.queue)
+    assert envelope["headers"].get(MAC_HEADER)
     import base64
 
     original_envelope = json.dumps(envelope)
@@ -72,7 +72,7 @@ async def test_tampered_message_is_not_run(broker_fleet, dispatcher, tmp_path) -
 async def test_junk_queue_item_costs_nothing(broker_fleet, dispatcher, item) -> None:  # noqa: F811
     """Today's 'Unrecoverable error: JSONDecodeError': one LPUSH used to stop the worker."""
     client = broker_fleet.redis.client()
-    for queue in (broker_fleet.queue, _names.SHARED_QUEUE):
+    for queue in (broker_fleet.queue, names.SHARED_QUEUE):
         client.lpush(queue, item)
     await legit_call_works(dispatcher, broker_fleet)
     await legit_call_works(dispatcher, broker_fleet)
@@ -91,11 +91,11 @@ async def test_many_junk_items_are_logged_without_flooding_the_log(broker_fleet,
 @pytest.mark.parametrize("keyring", [None, "fleet"], ids=["unsigned", "signed-with-the-fleet-secret"])
 async def test_celery_builtin_tasks_are_refused(broker_fleet, dispatcher, keyring) -> None:  # noqa: F811
     """``celery.accumulate`` (and every other non-toolfleet name) is refused even when signed."""
-    ring = _auth.load_keyring() if keyring == "fleet" else None
+    ring = load_keyring() if keyring == "fleet" else None
     task_id = send_raw(broker_fleet.redis.url, "celery.accumulate", [1, 2], broker_fleet.queue, ring)
     await legit_call_works(dispatcher, broker_fleet)
     wait_for_log(broker_fleet.worker, "task name not accepted")
-    assert broker_fleet.redis.client().get(_names.result_key(task_id)) is None
+    assert broker_fleet.redis.client().get(names.result_key(task_id)) is None
 
 
 async def test_forged_result_is_not_believed(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
@@ -114,9 +114,9 @@ async def test_forged_result_is_not_believed(broker_fleet, dispatcher, tmp_path)
     # Unsigned, then signed with another secret, on the dispatcher's reply channel and stored where a
     # re-check after a reconnect would read it.
     client.publish(dispatcher._reply, json.dumps([[req.call_id, "", forged]]))
-    wrong = _auth.outcome_mac(WRONG_KEYRING, req.call_id, forged)
+    wrong = outcome_mac(WRONG_KEYRING, req.call_id, forged)
     client.publish(dispatcher._reply, json.dumps([[req.call_id, wrong, forged]]))
-    client.set(_names.outcome_key(req.call_id), json.dumps([req.call_id, wrong, forged]))
+    client.set(names.outcome_key(req.call_id), json.dumps([req.call_id, wrong, forged]))
     await dispatcher._recheck_outcomes([dispatcher._pending[req.call_id]])
     outcome = await asyncio.wait_for(fut, 60)
     assert outcome.result == "done" and marker.exists()
@@ -129,13 +129,13 @@ async def test_unsigned_cancel_and_dangerous_control_commands_are_ignored(broker
     from tests.distributed._helpers import dispatch, request
 
     app = create_app(broker_fleet.redis.url)
-    node = _names.worker_nodename(broker_fleet.worker.host)
+    node = names.worker_nodename(broker_fleet.worker.host)
     try:
         marker = tmp_path / "slept"
         req = request("sleeper", {"seconds": 1.0, "marker": str(marker)})
         [fut] = dispatch(dispatcher, [req], SampleRoute(queue=broker_fleet.queue))
         await asyncio.sleep(0.3)
-        app.control.broadcast(_names.CONTROL_CANCEL, arguments={"call_ids": [req.call_id]}, destination=[node])
+        app.control.broadcast(names.CONTROL_CANCEL, arguments={"call_ids": [req.call_id]}, destination=[node])
         app.control.broadcast("shutdown", destination=[node])
         app.control.broadcast("pool_shrink", arguments={"n": 8}, destination=[node])
         # Control messages are handled in order: a ping answered means the shutdown was handled (ignored).
@@ -161,7 +161,7 @@ async def test_secret_file_and_rotation(broker_fleet, tmp_path) -> None:  # noqa
     secret_file.write_text(f"# newest first\n{new}\n{old}\n")
     worker = WorkerProcess(broker_fleet.redis.url, allow_local=False, secret="",
                            extra_args=("--secret-file", str(secret_file))).start()
-    route = SampleRoute(queue=_names.host_queue(worker.host))
+    route = SampleRoute(queue=names.host_queue(worker.host))
     try:
         for secret, works in ((f"{old},{new}", True), (new, True), ("some-other-secret-" + uuid.uuid4().hex, False)):
             d = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=broker_fleet.redis.url, secret=secret,
@@ -188,7 +188,7 @@ def test_worker_refuses_to_start_without_a_secret(broker_fleet) -> None:  # noqa
 
     from tests.support.fleet import REPO_ROOT
 
-    env = {k: v for k, v in os.environ.items() if k not in (_auth.SECRET_ENV, _auth.SECRET_FILE_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in (SECRET_ENV, SECRET_FILE_ENV)}
     proc = subprocess.run([sys.executable, "-m", "workers.cli", "--broker", broker_fleet.redis.url],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "No fleet secret" in proc.stderr
