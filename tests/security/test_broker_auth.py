@@ -117,7 +117,7 @@ async def test_forged_result_is_not_believed(broker_fleet, dispatcher, tmp_path)
     wrong = outcome_mac(WRONG_KEYRING, req.call_id, forged)
     client.publish(dispatcher._reply, json.dumps([[req.call_id, wrong, forged]]))
     client.set(names.outcome_key(req.call_id), json.dumps([req.call_id, wrong, forged]))
-    await dispatcher._recheck_outcomes([dispatcher._pending[req.call_id]])
+    await dispatcher._calls.recheck_outcomes([dispatcher._calls.pending[req.call_id]])
     outcome = await asyncio.wait_for(fut, 60)
     assert outcome.result == "done" and marker.exists()
 
