@@ -1,7 +1,8 @@
 """The ``docker`` sandbox backend: hardened containers on the Docker Engine API, reached through an
 in-container exec agent.
 
-* ``_driver``: ``DockerSandboxDriver`` and its environments (one container, or a multi-service pod);
+* ``_driver`` and ``_environment``: ``DockerSandboxDriver`` and its environments (one container, or a
+  multi-service pod's other containers);
 * ``_pool``: what a process's docker drivers share (``HostSandboxes``: capacity, warm pools, Engines,
   snapshots);
 * ``_engine`` / ``_api``: one client, thread pool, host socket and reaper per Docker Engine;
@@ -12,7 +13,8 @@ in-container exec agent.
 
 from . import _labels as labels
 from ._api import DockerAPI
-from ._driver import DockerSandboxDriver, DockerSandboxEnvironment, DockerServiceEnvironment
+from ._driver import DockerSandboxDriver
+from ._environment import DockerSandboxEnvironment, DockerServiceEnvironment
 from ._pool import HostSandboxes, host_sandboxes
 
 __all__ = [

@@ -22,16 +22,15 @@ import asyncio
 from typing import Any
 
 import structlog
-from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.errors import APIError, DockerException, ImageNotFound
 
 from orchestrator.util._sandbox import SandboxUnavailableError
 from orchestrator.util._sandbox_config import DockerSandboxConfig
 
-from .._channel import AgentChannel, ChannelClosed, RawResult
 from ._containers import KEEPALIVE, Containers, container_name
 from ._direct import HostListener
 from ._disk import DiskPlan, layer_quota_supported, plan_disk, seed_command
-from ._exec import open_agent, universal_exec
+from ._environment import DockerSandboxEnvironment, DockerServiceEnvironment
 from ._labels import container_labels
 from ._pod import Pod, pod_hosts
 from ._pool import ContainerPool, HostSandboxes, host_sandboxes
@@ -40,107 +39,9 @@ from ._snapshot import snapshot_present
 from .._driver import SandboxDriver, SandboxRequest
 from .._environment import AgentSandboxEnvironment
 from .._registry import SandboxRegistry, default_registry
-from .._errors import SandboxImageError, SandboxOutOfMemoryError, missing_image_message
+from .._errors import SandboxImageError, missing_image_message
 
 log = structlog.get_logger("toolfleet.sandbox")
-
-
-
-class DockerSandboxEnvironment(AgentSandboxEnvironment):
-    def __init__(self, driver: DockerSandboxDriver, container_id: str, sandbox_id: str) -> None:
-        super().__init__(sandbox_id, driver.config.output_cap)
-        self.warm_spares = driver.config.warm_spares
-        self.driver = driver
-        self.container_id = container_id
-        self._has_timeout: bool | None = None
-        self.pod: Pod | None = None  # a multi-service sandbox's other containers
-        self.services: dict[str, DockerSandboxEnvironment] = {}  # the pod's containers by service name
-        self.eval_id = self.sample_id = ""  # whose sandbox it is (labels snapshots)
-        self.snapshot_layer_used = False  # a snapshot wrote under its tmpfs mounts (_snapshot)
-
-    async def snapshot(self, keep: bool = False) -> Any:
-        from ._snapshot import take_snapshot
-
-        return await take_snapshot(self, keep)
-
-    async def _open_channel(self, user: str | None) -> AgentChannel:
-        if not self.driver.config.fast_path:
-            raise ChannelClosed("fast path disabled by configuration")
-        return await open_agent(self.driver.api, self.container_id, user or self.default_user,
-                                listener=self.driver.listener)
-
-    async def _universal_exec(
-        self, argv: list[str], input: bytes | None, cwd: str | None, env: dict[str, str] | None,
-        user: str | None, timeout: float | None, cap: int,
-    ) -> RawResult:
-        api = self.driver.api
-        try:
-            if self._has_timeout is None:
-                probe = await universal_exec(api, self.container_id, ["/bin/sh", "-c", "command -v timeout"],
-                                             None, None, None, None, None, 4096, False)
-                self._has_timeout = probe.returncode == 0
-            user = user or self.default_user
-            return await universal_exec(api, self.container_id, argv, input, cwd, env, user, timeout,
-                                        cap, self._has_timeout)
-        except (APIError, DockerException, ConnectionError, OSError) as exc:
-            failure = await self._sandbox_failure(exc)
-            raise (failure or SandboxUnavailableError(f"Sandbox '{self.sandbox_id}': exec failed ({exc}).")) from exc
-
-    def named_sandboxes(self) -> dict[str, AgentSandboxEnvironment]:
-        """A multi-service sandbox's containers by name (the default one too); {} for one container."""
-        if not self.services:
-            return {}
-        return {self.driver.config.default_service: self, **self.services}
-
-    @property
-    def default_user(self) -> str:
-        """Who commands run as when a call names no user ('' : the container's own user)."""
-        return self.driver.exec_user
-
-    @property
-    def memory_limit(self) -> str:
-        return self.driver.config.mem_limit
-
-    async def _sandbox_failure(self, exc: BaseException) -> BaseException | None:
-        """None while the container runs (a lost agent is restarted); else why the sandbox is gone."""
-        limit = self.driver.config.mem_limit
-        try:
-            state = (await self.driver.api.call(self.driver.api.api.inspect_container, self.container_id))["State"]
-        except NotFound:
-            return SandboxUnavailableError(f"Sandbox '{self.sandbox_id}' is gone: its container was removed.")
-        except DockerException as inspect_exc:
-            return SandboxUnavailableError(f"Sandbox '{self.sandbox_id}' is unreachable: {inspect_exc}")
-        if state.get("Running") and not state.get("Paused") and not state.get("Restarting"):
-            return None
-        if state.get("OOMKilled"):
-            return SandboxOutOfMemoryError(
-                f"The sandbox ran out of memory (limit {limit}) and its container was stopped (OOMKilled)."
-            )
-        return SandboxUnavailableError(
-            f"Sandbox '{self.sandbox_id}' stopped (container exit code {state.get('ExitCode')})."
-        )
-
-
-class DockerServiceEnvironment(DockerSandboxEnvironment):
-    """A service of a multi-service sandbox, reached with ``docker exec`` (its image needs no python3)."""
-
-    def __init__(self, driver: DockerSandboxDriver, container_id: str, sandbox_id: str, service: str,
-                 user: str) -> None:
-        super().__init__(driver, container_id, sandbox_id)
-        self.service = service
-        self.service_user = user  # '': the service image's USER, as its command runs
-        self.fast_path = False
-
-    @property
-    def default_user(self) -> str:
-        return self.service_user
-
-    @property
-    def memory_limit(self) -> str:
-        return self.driver.config.services[self.service].mem_limit
-
-    async def _open_channel(self, user: str | None) -> AgentChannel:
-        raise ChannelClosed("services are reached with docker exec")
 
 
 class DockerSandboxDriver(SandboxDriver):
@@ -376,4 +277,4 @@ class DockerSandboxDriver(SandboxDriver):
         task.add_done_callback(self._background.discard)
 
 
-__all__ = ["DockerSandboxDriver", "DockerSandboxEnvironment", "DockerServiceEnvironment"]
+__all__ = ["DockerSandboxDriver"]
