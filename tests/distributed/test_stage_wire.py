@@ -7,20 +7,20 @@ import json
 
 import pytest
 
-from orchestrator.dispatch.celery import _Pending, _stage_messages
+from orchestrator.dispatch._calls import Pending, _stage_messages
 from workers.fleet import Keyring, names, outcome_mac, parse_items, read_stored
 
 REPLY = names.reply_channel("0" * 32)
 KEYRING = Keyring([b"k" * 32])
 
 
-def _rec(call_id: str, queue: str) -> _Pending:
+def _rec(call_id: str, queue: str) -> Pending:
     loop = asyncio.new_event_loop()
     try:
         future = loop.create_future()
     finally:
         loop.close()
-    return _Pending(task_id=call_id, future=future, kind="call", function="bash",
+    return Pending(task_id=call_id, future=future, kind="call", function="bash",
                     payload={"call_id": call_id, "sample_id": "s", "sandbox": "sb"}, queue=queue, host=None, boot=None)
 
 
