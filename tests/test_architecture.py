@@ -413,3 +413,30 @@ def test_tool_message_fields() -> None:
 
     msg = ChatMessageTool(content="out", tool_call_id="c1", function="bash", error=ToolCallError(type="timeout", message="m"))
     assert (msg.text, msg.tool_call_id, msg.function, msg.error.type) == ("out", "c1", "bash", "timeout")
+
+
+def _private_workers_imports(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Modules outside ``workers`` -> the private ``workers`` modules they import (a path component
+    starting with ``_``), function-level imports included."""
+    found: dict[str, list[str]] = {}
+    for name, deps in graph.items():
+        if name.split(".")[0] == "workers":
+            continue
+        private = sorted(d for d in deps if d.split(".")[0] == "workers"
+                         and any(part.startswith("_") for part in d.split(".")[1:]))
+        if private:
+            found[name] = private
+    return found
+
+
+def test_nothing_outside_workers_imports_a_private_workers_module() -> None:
+    # The worker side's API is what its packages export (``workers.fleet``, ``workers.sandbox``,
+    # ``workers.sandbox.docker``) and its public modules (``workers.app``, ``workers.executor``, ...):
+    # a private module can then be split or renamed without touching the orchestrator. Tests may
+    # still import private modules to table-test a private core (``workers.fleet._leases``).
+    sample = {"orchestrator.a": {"workers.fleet", "workers.fleet._auth"}, "orchestrator.b": {"workers.sandbox.docker"},
+              "orchestrator.c": {"workers._loop"}, "workers.app": {"workers.fleet._names"}}
+    assert _private_workers_imports(sample) == {"orchestrator.a": ["workers.fleet._auth"],
+                                                "orchestrator.c": ["workers._loop"]}
+    bad = _private_workers_imports(module_graph(PRODUCT))
+    assert not bad, f"import private workers modules (use the package's public names): {bad}"

@@ -15,7 +15,7 @@ import pytest
 from orchestrator._wire import SandboxSpec
 from orchestrator.dispatch import CeleryDispatcher, CeleryDispatcherConfig
 from tests.support.waits import until
-from workers import _names
+from workers.fleet import names
 
 from ._helpers import dispatch, local_spec, one, request, starts
 
@@ -45,8 +45,8 @@ async def test_unregistered_tool_is_refused_naming_its_module(celery_dispatcher)
 async def test_malformed_request_is_refused_not_run(celery_dispatcher) -> None:
     task_id = uuid.uuid4().hex
     [raw] = await _expect(celery_dispatcher, task_id)
-    celery_dispatcher.app.send_task(_names.TASK_CALL, args=[{"call_id": task_id, "function": 42}], task_id=task_id,
-                                    queue=_names.SHARED_QUEUE)
+    celery_dispatcher.app.send_task(names.TASK_CALL, args=[{"call_id": task_id, "function": 42}], task_id=task_id,
+                                    queue=names.SHARED_QUEUE)
     meta = await asyncio.wait_for(raw, 30)
     assert meta["status"] == "SUCCESS"
     assert meta["result"]["fatal"]["type"] == "InvalidCallRequest"
@@ -66,8 +66,8 @@ async def test_oversized_payload_is_refused_by_the_worker(celery_dispatcher) -> 
     task_id = uuid.uuid4().hex
     [raw] = await _expect(celery_dispatcher, task_id)
     payload = request("text_of_size", {"n": 1, "char": "x" * (9 * 1024 * 1024)}, call_id=task_id).model_dump(mode="json")
-    await asyncio.to_thread(celery_dispatcher.app.send_task, _names.TASK_CALL, args=[payload], task_id=task_id,
-                            queue=_names.SHARED_QUEUE)
+    await asyncio.to_thread(celery_dispatcher.app.send_task, names.TASK_CALL, args=[payload], task_id=task_id,
+                            queue=names.SHARED_QUEUE)
     meta = await asyncio.wait_for(raw, 60)
     assert meta["result"]["error"]["type"] == "limit" and "payload limit" in meta["result"]["error"]["message"]
 
@@ -118,7 +118,7 @@ async def test_sandbox_results_are_subscribed_while_pending_and_unsubscribed_onc
         await until(started.exists, "the held open's setup to run")
         closing = asyncio.ensure_future(d.close_sandbox(first))  # queued behind the held open
         await until(lambda: len(d._listener.pending_ids()) == 2, "the close to be sent")
-        pending = {_names.result_key(t) for t in d._listener.pending_ids()}
+        pending = {names.result_key(t) for t in d._listener.pending_ids()}
         await until(lambda: _meta_channels(client) == pending, "Redis to list both pending tasks' channels")
         gate.touch()
         second = await asyncio.wait_for(opening, 30)
@@ -137,7 +137,7 @@ async def test_sandbox_results_are_subscribed_while_pending_and_unsubscribed_onc
 
 def _meta_channels(client) -> set[str]:  # type: ignore[no-untyped-def]
     """The Celery result channels someone is subscribed to, as Redis itself reports (PUBSUB CHANNELS)."""
-    return {c.decode() for c in client.pubsub_channels(f"{_names.RESULT_PREFIX}*")}
+    return {c.decode() for c in client.pubsub_channels(f"{names.RESULT_PREFIX}*")}
 
 
 def _celery(broker: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -147,7 +147,7 @@ def _celery(broker: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_celery_inspect_sees_the_fleet_and_its_running_calls(celery_dispatcher, session_worker, tmp_path) -> None:
-    node = _names.worker_nodename(session_worker.host)
+    node = names.worker_nodename(session_worker.host)
     ping = await asyncio.to_thread(_celery, session_worker.broker_url, "inspect", "ping", "-d", node, "--timeout", "10")
     assert ping.returncode == 0 and "pong" in ping.stdout, ping.stdout + ping.stderr
     log = str(tmp_path / "log")
@@ -160,7 +160,7 @@ async def test_celery_inspect_sees_the_fleet_and_its_running_calls(celery_dispat
                                      "--timeout", "10")
     assert active.returncode == 0, active.stderr
     running = json.loads(active.stdout)[node]
-    assert any(t.get("name") == _names.TASK_STAGE for t in running), active.stdout
+    assert any(t.get("name") == names.TASK_STAGE for t in running), active.stdout
     fut.cancel()  # the worker stops it (toolfleet_cancel control command)
 
 
@@ -195,7 +195,7 @@ class _EventTap:
 
 
 async def test_task_events_for_flower_are_off_until_switched_on_as_flower_does(celery_dispatcher, session_worker) -> None:
-    broker, node = session_worker.broker_url, _names.worker_nodename(session_worker.host)
+    broker, node = session_worker.broker_url, names.worker_nodename(session_worker.host)
     tap = _EventTap(broker).start()
     try:
         for _ in range(100):  # the tap is live once it hears the worker's heartbeat (every 2 s)
@@ -223,7 +223,7 @@ async def test_task_events_for_flower_are_off_until_switched_on_as_flower_does(c
             if "task-succeeded" in events and "task-received" in events:
                 break
         assert {"task-received", "task-succeeded"} <= set(events), events
-        assert events["task-received"]["name"] == _names.TASK_STAGE
+        assert events["task-received"]["name"] == names.TASK_STAGE
         assert json.loads(events["task-received"]["args"]) == [
             {"function": "noop", "call_id": seen.call_id, "sample_id": seen.sample_id, "sandbox": None}]
     finally:
@@ -251,7 +251,7 @@ async def _send_again(d: CeleryDispatcher, payload: dict, call_id: str) -> dict:
     task_id = uuid.uuid4().hex
     [raw] = await _expect(d, task_id)
     assert payload["call_id"] == call_id
-    await asyncio.to_thread(d.app.send_task, _names.TASK_CALL, args=[payload], task_id=task_id, queue=_names.SHARED_QUEUE)
+    await asyncio.to_thread(d.app.send_task, names.TASK_CALL, args=[payload], task_id=task_id, queue=names.SHARED_QUEUE)
     meta = await asyncio.wait_for(raw, 30)
     return meta["result"]
 
@@ -308,15 +308,15 @@ async def test_a_thousand_concurrent_fair_share_releases_all_land(session_worker
     """A thousand samples closing at once each give their eval's fair-share count back through the
     dispatcher's connections; none fails for want of a connection (it waits its turn), so the eval's
     count returns to what it holds."""
-    from workers import placement
+    from workers.fleet import release_eval
 
     d = CeleryDispatcher(session_worker.broker_url)
     eval_id = f"e-release-{uuid.uuid4().hex[:8]}"
     try:
         await d.start()
         redis = d._listener.redis
-        await redis.hincrby(_names.EVAL_SLOTS, eval_id, 1000)
-        await asyncio.wait_for(asyncio.gather(*(placement.release_eval(redis, eval_id) for _ in range(1000))), 60)
-        assert int(await redis.hget(_names.EVAL_SLOTS, eval_id)) == 0
+        await redis.hincrby(names.EVAL_SLOTS, eval_id, 1000)
+        await asyncio.wait_for(asyncio.gather(*(release_eval(redis, eval_id) for _ in range(1000))), 60)
+        assert int(await redis.hget(names.EVAL_SLOTS, eval_id)) == 0
     finally:
         await d.aclose()

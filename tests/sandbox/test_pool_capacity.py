@@ -13,8 +13,9 @@ import pytest
 
 from tests.support.waits import until
 from workers.sandbox import build_driver, DEFAULT_IMAGE, SandboxCapacityError, SandboxRequest, sandbox_config
-from workers.sandbox._docker_labels import OWNER, OWNER_PID
-from workers.sandbox._docker_pool import HostSandboxes, host_sandboxes
+from workers.sandbox.docker import HostSandboxes, host_sandboxes, labels
+
+OWNER, OWNER_PID = labels.OWNER, labels.OWNER_PID
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 

@@ -15,8 +15,7 @@ from orchestrator._wire import CallOutcome
 from tests.distributed._helpers import one, request
 from tests.support.fleet import RedisServer, WorkerProcess, ensure_fleet_secret, _wait
 from tests.support.waits import until
-from workers import _names
-from workers._auth import Keyring
+from workers.fleet import DEST_HEADER, ISSUED_HEADER, MAC_HEADER, Keyring, load_keyring, message_mac, names
 from workers.app import create_app
 
 WRONG_KEYRING = Keyring([b"not-the-fleet-secret-0123456789"])
@@ -39,7 +38,7 @@ class BrokerFleet:
     @property
     def queue(self) -> str:
         assert self.worker is not None
-        return _names.host_queue(self.worker.host)
+        return names.host_queue(self.worker.host)
 
     def cleanup(self) -> None:
         if self.worker is not None:
@@ -90,16 +89,14 @@ def captured(client: Any, url: str, name: str, args: list[Any], queue: str, task
     a parking queue no worker reads, popped, and its destination (under the MAC) set to ``queue``."""
     import json
 
-    from workers import _auth
-
-    keyring = _auth.load_keyring()
-    parked = _names.host_queue(f"nobody-{uuid.uuid4().hex[:6]}")
+    keyring = load_keyring()
+    parked = names.host_queue(f"nobody-{uuid.uuid4().hex[:6]}")
     send_raw(url, name, args, parked, keyring, task_id=task_id)
     envelope = json.loads(client.rpop(parked))
     headers = envelope["headers"]
-    headers[_auth.DEST_HEADER] = queue
-    headers[_auth.MAC_HEADER] = _auth.message_mac(keyring, headers["task"], headers["id"], envelope["body"],
-                                                  headers[_auth.ISSUED_HEADER], queue)
+    headers[DEST_HEADER] = queue
+    headers[MAC_HEADER] = message_mac(keyring, headers["task"], headers["id"], envelope["body"],
+                                      headers[ISSUED_HEADER], queue)
     return envelope
 
 

@@ -18,7 +18,7 @@ from orchestrator.tool._registry import ToolRef
 from tests.distributed._helpers import starts
 from tests.support import sample_tools
 from tests.support.waits import until
-from workers import _auth, _names
+from workers.fleet import MAC_HEADER, SECRET_ENV, SECRET_FILE_ENV, load_keyring, names, outcome_mac
 from workers.app import create_app
 
 from ._broker_support import (  # noqa: F401
@@ -40,13 +40,13 @@ async def test_forged_call_is_not_run(fresh_fleet, dispatcher, keyring, tmp_path
     evidence = tmp_path / "ran"
     payload = _record_payload(evidence, "forged")
     mark = log_mark(fresh_fleet.worker)
-    task_id = send_raw(fresh_fleet.redis.url, _names.TASK_CALL, [payload], fresh_fleet.queue, keyring,
+    task_id = send_raw(fresh_fleet.redis.url, names.TASK_CALL, [payload], fresh_fleet.queue, keyring,
                        task_id=payload["call_id"])
     await legit_call_works(dispatcher, fresh_fleet)  # queued after the forgery: the worker has dealt with it
     assert await rejections(fresh_fleet.worker, mark) == [
         {"reason": "unauthenticated", "queue": fresh_fleet.queue, "detail": "task='toolfleet.call'"}]
     assert not evidence.exists()
-    assert fresh_fleet.redis.client().get(_names.result_key(task_id)) is None
+    assert fresh_fleet.redis.client().get(names.result_key(task_id)) is None
 
 
 async def test_tampered_message_is_not_run(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
@@ -55,8 +55,8 @@ async def test_tampered_message_is_not_run(broker_fleet, dispatcher, tmp_path) -
     legit = tmp_path / "legit"
     evil = tmp_path / "evil"
     payload = _record_payload(legit, "legit")
-    envelope = captured(client, broker_fleet.redis.url, _names.TASK_CALL, [payload], broker_fleet.queue)
-    assert envelope["headers"].get(_auth.MAC_HEADER)
+    envelope = captured(client, broker_fleet.redis.url, names.TASK_CALL, [payload], broker_fleet.queue)
+    assert envelope["headers"].get(MAC_HEADER)
     import base64
 
     original_envelope = json.dumps(envelope)
@@ -80,7 +80,7 @@ async def test_junk_queue_item_costs_nothing(broker_fleet, dispatcher, item) -> 
     """Today's 'Unrecoverable error: JSONDecodeError': one LPUSH used to stop the worker."""
     client = broker_fleet.redis.client()
     mark = log_mark(broker_fleet.worker)
-    for queue in (broker_fleet.queue, _names.SHARED_QUEUE):
+    for queue in (broker_fleet.queue, names.SHARED_QUEUE):
         client.lpush(queue, item)
     await legit_call_works(dispatcher, broker_fleet)
     await legit_call_works(dispatcher, broker_fleet)
@@ -101,13 +101,13 @@ async def test_many_junk_items_are_logged_without_flooding_the_log(fresh_fleet, 
 @pytest.mark.parametrize("keyring", [None, "fleet"], ids=["unsigned", "signed-with-the-fleet-secret"])
 async def test_celery_builtin_tasks_are_refused(fresh_fleet, dispatcher, keyring) -> None:  # noqa: F811
     """``celery.accumulate`` (and every other non-toolfleet name) is refused even when signed."""
-    ring = _auth.load_keyring() if keyring == "fleet" else None
+    ring = load_keyring() if keyring == "fleet" else None
     mark = log_mark(fresh_fleet.worker)
     task_id = send_raw(fresh_fleet.redis.url, "celery.accumulate", [1, 2], fresh_fleet.queue, ring)
     await legit_call_works(dispatcher, fresh_fleet)
     assert await rejections(fresh_fleet.worker, mark) == [
         {"reason": "task name not accepted", "queue": fresh_fleet.queue, "detail": "task='celery.accumulate'"}]
-    assert fresh_fleet.redis.client().get(_names.result_key(task_id)) is None
+    assert fresh_fleet.redis.client().get(names.result_key(task_id)) is None
 
 
 async def test_forged_result_is_not_believed(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
@@ -126,9 +126,9 @@ async def test_forged_result_is_not_believed(broker_fleet, dispatcher, tmp_path)
     # Unsigned, then signed with another secret, on the dispatcher's reply channel and stored where a
     # re-check after a reconnect would read it.
     client.publish(dispatcher._reply, json.dumps([[req.call_id, "", forged]]))
-    wrong = _auth.outcome_mac(WRONG_KEYRING, req.call_id, forged)
+    wrong = outcome_mac(WRONG_KEYRING, req.call_id, forged)
     client.publish(dispatcher._reply, json.dumps([[req.call_id, wrong, forged]]))
-    client.set(_names.outcome_key(req.call_id), json.dumps([req.call_id, wrong, forged]))
+    client.set(names.outcome_key(req.call_id), json.dumps([req.call_id, wrong, forged]))
     await dispatcher._recheck_outcomes([dispatcher._pending[req.call_id]])
     await legit_call_works(dispatcher, broker_fleet)  # a later answer on the same reply channel went through
     assert not fut.done()  # none of the forgeries answered the call
@@ -148,7 +148,7 @@ async def test_unsigned_cancel_and_dangerous_control_commands_are_ignored(broker
     from tests.distributed._helpers import dispatch, request
 
     app = create_app(broker_fleet.redis.url)
-    node = _names.worker_nodename(broker_fleet.worker.host)
+    node = names.worker_nodename(broker_fleet.worker.host)
     log, gate = str(tmp_path / "log"), tmp_path / "gate"
     req = request("gated", {"path": log, "label": "running", "gate": str(gate)})
     [fut] = dispatch(dispatcher, [req], SampleRoute(queue=broker_fleet.queue))
@@ -158,7 +158,7 @@ async def test_unsigned_cancel_and_dangerous_control_commands_are_ignored(broker
         def ask(command: str, **arguments: object) -> list[dict]:
             return app.control.broadcast(command, arguments=arguments, destination=[node], reply=True, timeout=10.0)
 
-        assert await asyncio.to_thread(ask, _names.CONTROL_CANCEL, call_ids=[req.call_id]) == [
+        assert await asyncio.to_thread(ask, names.CONTROL_CANCEL, call_ids=[req.call_id]) == [
             {node: {"error": "unauthenticated"}}]
         # Removed from the worker's control panel: Celery answers that it has no such command.
         assert await asyncio.to_thread(ask, "shutdown") == [{node: {"error": "KeyError('shutdown')"}}]
@@ -188,7 +188,7 @@ async def test_secret_file_and_rotation(broker_fleet, tmp_path) -> None:  # noqa
     secret_file.write_text(f"# newest first\n{new}\n{old}\n")
     worker = WorkerProcess(broker_fleet.redis.url, allow_local=False, secret="",
                            extra_args=("--secret-file", str(secret_file))).start()
-    route = SampleRoute(queue=_names.host_queue(worker.host))
+    route = SampleRoute(queue=names.host_queue(worker.host))
     try:
         for secret, works in ((f"{old},{new}", True), (new, True), ("some-other-secret-" + uuid.uuid4().hex, False)):
             d = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=broker_fleet.redis.url, secret=secret,
@@ -215,7 +215,7 @@ def test_worker_refuses_to_start_without_a_secret(broker_fleet) -> None:  # noqa
 
     from tests.support.fleet import REPO_ROOT
 
-    env = {k: v for k, v in os.environ.items() if k not in (_auth.SECRET_ENV, _auth.SECRET_FILE_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in (SECRET_ENV, SECRET_FILE_ENV)}
     proc = subprocess.run([sys.executable, "-m", "workers.cli", "--broker", broker_fleet.redis.url],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "No fleet secret" in proc.stderr

@@ -162,8 +162,8 @@ async def test_a_kept_snapshot_restarts_a_later_sample_from_its_checkpoint(
         assert [i.tags for i in _snapshot_images(log1.eval.eval_id)] == [[kept.image]]  # still kept
     finally:
         if mode == "embedded":  # this process holds it: remove it through its host's store
-            from workers.sandbox._docker_api import DockerAPI
-            from workers.sandbox._docker_pool import host_sandboxes
+            from workers.sandbox.docker import DockerAPI
+            from workers.sandbox.docker import host_sandboxes
 
             api = DockerAPI(None, 2)
             await api.connect()
@@ -190,7 +190,7 @@ def over_budget(results: dict[str, Any]):  # type: ignore[no-untyped-def]
 
 async def test_the_hosts_snapshot_disk_budget_refuses_a_snapshot_that_does_not_fit(tmp_path: Path,
                                                                                      sandbox_image: str) -> None:
-    from workers.sandbox._docker_pool import host_sandboxes
+    from workers.sandbox.docker import host_sandboxes
 
     store = host_sandboxes().snapshots  # embedded mode's docker host (SandboxHost.process())
     budget, store.budget = store.budget, 100_000
