@@ -95,8 +95,8 @@ async def test_fatal_error_cancels_siblings_and_skips_later_stages(dispatcher, t
 
 
 async def test_fatal_error_records_cancelled_events(dispatcher) -> None:
-    from orchestrator.log import Transcript, bind_transcript
     from orchestrator.dispatch import reset_active_dispatcher, set_active_dispatcher
+    from orchestrator.log import Transcript, bind_transcript
     from orchestrator.model import execute_tools
     from tests.support.execution import turn
 

@@ -9,6 +9,7 @@ from orchestrator.eval import Task
 from orchestrator.eval._log_file import EvalSample
 from orchestrator.log import ModelEvent, ToolEvent, Transcript, bind_transcript
 from orchestrator.model import (
+    ChatMessageAssistant,
     ContentDocument,
     ContentReasoning,
     ContentToolUse,
@@ -19,9 +20,12 @@ from orchestrator.model import (
     ModelOutput,
     get_model,
 )
-from orchestrator.model import ChatMessageAssistant
-from orchestrator.util import OutputLimitExceededError, SandboxEnvironment, SandboxEnvironmentLimits
-from orchestrator.util import override_max_read_file_size
+from orchestrator.util import (
+    OutputLimitExceededError,
+    SandboxEnvironment,
+    SandboxEnvironmentLimits,
+    override_max_read_file_size,
+)
 from tests.support import sample_tools as st
 from tests.support.execution import calls, run_turn
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Optional, TypedDict
 
 import pytest
@@ -38,7 +38,7 @@ class Plain:
 
 @tool
 def parity_probe():
-    async def execute(kind: str, when: Optional[datetime] = None, obj: Optional[Plain] = None) -> str:
+    async def execute(kind: str, when: datetime | None = None, obj: Plain | None = None) -> str:
         """Probe a behaviour.
 
         Args:
@@ -101,7 +101,7 @@ class Point(BaseModel):
 @dataclass
 class Box:
     w: int
-    h: Optional[int] = None
+    h: int | None = None
 
 
 class Shape(TypedDict):
@@ -348,4 +348,4 @@ def test_naive_datetime_helper_is_utc() -> None:
     from orchestrator.tool._tool_def import deserialize_arguments
 
     parsed = ToolDef(parity_probe()).parsed
-    assert deserialize_arguments(parsed, {"kind": "k", "when": "2024-01-01T00:00:00"})["when"].tzinfo == timezone.utc
+    assert deserialize_arguments(parsed, {"kind": "k", "when": "2024-01-01T00:00:00"})["when"].tzinfo == UTC

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from orchestrator._glob import match_call
-from orchestrator.tool._depth import exceeds_max_depth
 from orchestrator.execute._planner import plan_stages
 from orchestrator.model._truncate import ENVELOPE, effective_limit, truncate_output
 from orchestrator.tool import ToolApprovalError, ToolError, ToolParsingError
-from orchestrator.util import LimitExceededError, OutputLimitExceededError, SandboxUnavailableError
 from orchestrator.tool._classify import classify_exception
+from orchestrator.tool._depth import exceeds_max_depth
+from orchestrator.util import LimitExceededError, OutputLimitExceededError, SandboxUnavailableError
 from workers.sandbox._channel import _seconds
 
 PARALLEL = {"bash", "python", "p"}

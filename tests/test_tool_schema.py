@@ -171,7 +171,7 @@ def test_deserialisation_into_annotated_types() -> None:
         "person": {"name": "a", "age": 3}, "numbers": [1, 2], "tags": ["a", "a", "b"],
         "pair": [1, "x"], "scores": {"a": 1.5}, "points": [{"x": 0, "y": 0}],
     })
-    assert kwargs["when"] == dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    assert kwargs["when"] == dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     assert kwargs["day"] == dt.date(2024, 1, 2) and kwargs["at"] == dt.time(3, 4, 5)
     assert kwargs["color"] is Color.RED
     assert kwargs["point"] == Point(1, 2) and isinstance(kwargs["points"][0], Point)
@@ -223,7 +223,7 @@ def test_schema_reflection_is_cached_per_code_object() -> None:
 
 
 def test_optional_without_default_is_not_required_in_deserialisation() -> None:
-    async def f(a: Optional[int]) -> str:
+    async def f(a: int | None) -> str:
         """F.
 
         Args:

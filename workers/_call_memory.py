@@ -35,7 +35,6 @@ from orchestrator.tool._tool_call import ToolCallError
 
 from .fleet import Keyring, names, patiently, read_stored, verify_result
 
-
 T = TypeVar("T")
 
 

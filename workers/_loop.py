@@ -22,10 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from ._call_memory import CallMemory
 from ._admission import WorkerPolicy
-from .sandbox_host import SandboxHost
+from ._call_memory import CallMemory
 from .fleet import Heartbeat, HostRecord, Keyring, MissingSecretError, ReplySender, load_keyring, names, release_slots
+from .sandbox_host import SandboxHost
 
 log = structlog.get_logger("toolfleet.worker")
 T = TypeVar("T")

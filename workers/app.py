@@ -14,10 +14,10 @@ sandboxes (calls for one sandbox could land in a process that does not hold it);
 from __future__ import annotations
 
 import functools
-from contextlib import contextmanager
 import os
 import threading
 import time
+from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
 
@@ -29,11 +29,12 @@ from celery.worker.consumer import Consumer
 from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import Empty
 from kombu.transport.virtual import QoS as virtual_QoS
-from kombu.utils.json import dumps as kombu_dumps
 from kombu.utils.encoding import bytes_to_str
+from kombu.utils.json import dumps as kombu_dumps
 from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import ResponseError
 
+from ._rejects import RejectLog, rejects  # noqa: F401 - RejectLog re-exported
 from .fleet import (
     DEFAULT_REPLAY_WINDOW,
     DEST_HEADER,
@@ -53,7 +54,6 @@ from .fleet import (
     result_mac,
     verify_message,
 )
-from ._rejects import RejectLog, rejects  # noqa: F401 - RejectLog re-exported
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
 BROKER_ENV = "TOOLFLEET_BROKER"

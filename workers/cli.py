@@ -24,14 +24,14 @@ import socket
 import sys
 import uuid
 
-from ._loop import HOST_ENV, Runtimes, WorkerConfig
 from ._admission import WorkerPolicy, broker_is_loopback
+from ._loop import HOST_ENV, Runtimes, WorkerConfig
+from ._tool_modules import IMPORT_ENV, ToolModuleError, ToolModules, imports_from_env
 from .app import BROKER_ENV, DEFAULT_BROKER, AppConfig, create_worker_app
 from .fleet import SECRET_ENV, SECRET_FILE_ENV, Keyring, MissingSecretError, claim_identity, load_keyring, names
-from ._tool_modules import IMPORT_ENV, ToolModuleError, ToolModules, imports_from_env
-from .sandbox_host import SandboxHost
-from .sandbox.docker import HostSandboxes
 from .sandbox._registry import SandboxRegistry
+from .sandbox.docker import HostSandboxes
+from .sandbox_host import SandboxHost
 
 # Tool modules every worker registers at start-up (the built-in tools); --import adds the user's.
 BUILTIN_TOOL_MODULES = ("orchestrator.tool._tools", "orchestrator.tool._tools._sandbox_access", "workers.snapshots")

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator._wire import CallOutcome, CallRequest, FatalError
+from orchestrator.tool._classify import classify_exception
 from orchestrator.tool._content import ContentImage, ContentText
 from orchestrator.tool._registry import ToolNotRegisteredError, rebuild_tool
 from orchestrator.tool._tool_call import ToolCallError
@@ -29,10 +30,8 @@ from orchestrator.util._sandbox import (
     _named,
     bind_sandbox,
 )
-
-from orchestrator.tool._classify import classify_exception
-from orchestrator.util._timers import LongDeadlines, arm
 from orchestrator.util._sandbox_recorder import ExecList, RecordingSandbox, recorded_services
+from orchestrator.util._timers import LongDeadlines, arm
 
 HOST = socket.gethostname()
 

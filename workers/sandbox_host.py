@@ -24,14 +24,14 @@ from orchestrator._wire import CallOutcome, CallRequest, SandboxSpec
 from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableError
 from orchestrator.util._sandbox_config import DockerSandboxConfig, LocalSandboxConfig
 from orchestrator.util._sandbox_parse import sandbox_config
+from orchestrator.util._sandbox_recorder import ExecList, RecordingSandbox
 
 from . import executor
-from orchestrator.util._sandbox_recorder import ExecList, RecordingSandbox
 from .sandbox._build import build_driver
-from .sandbox.docker import HostSandboxes, host_sandboxes
-from .sandbox._driver_cache import MAX_IDLE_DRIVERS, DriverCache
 from .sandbox._driver import SandboxDriver, SandboxRequest
+from .sandbox._driver_cache import MAX_IDLE_DRIVERS, DriverCache
 from .sandbox._registry import SandboxRegistry, default_registry
+from .sandbox.docker import HostSandboxes, host_sandboxes
 
 __all__ = ["SETUP_TIMEOUT_S", "SandboxHost", "SandboxSetupError"]
 
@@ -49,8 +49,8 @@ class SandboxHost:
     who owns each open sandbox, and the docker host settings every docker driver it builds shares
     (``docker``)."""
 
-    _process: ClassVar["SandboxHost | None"] = None
-    _live: ClassVar["weakref.WeakSet[SandboxHost]"] = weakref.WeakSet()  # this process's hosts (snapshot removal)
+    _process: ClassVar[SandboxHost | None] = None
+    _live: ClassVar[weakref.WeakSet[SandboxHost]] = weakref.WeakSet()  # this process's hosts (snapshot removal)
 
     def __init__(self, docker: HostSandboxes | None = None, registry: SandboxRegistry | None = None,
                  max_idle_drivers: int = MAX_IDLE_DRIVERS) -> None:
@@ -61,7 +61,7 @@ class SandboxHost:
         SandboxHost._live.add(self)
 
     @classmethod
-    def process(cls) -> "SandboxHost":
+    def process(cls) -> SandboxHost:
         """The host embedded mode shares across dispatchers of this process (as its drivers and pools are)."""
         if cls._process is None:
             cls._process = cls()
@@ -162,7 +162,7 @@ class SandboxHost:
         await self.drivers.close_all()
 
     @classmethod
-    def live(cls) -> list["SandboxHost"]:
+    def live(cls) -> list[SandboxHost]:
         """Every host of this process (a snapshot's removal closes the drivers any of them opened forks with)."""
         return list(cls._live)
 

@@ -35,8 +35,8 @@ def snapshot_remove():  # type: ignore[no-untyped-def]
 
 async def remove_eval_snapshots(eval_id: str) -> list[str]:
     """Remove ``eval_id``'s snapshots from this host, and the drivers forks of them used."""
-    from .sandbox_host import SandboxHost
     from .sandbox.docker import DockerAPI
+    from .sandbox_host import SandboxHost
 
     dockers = {id(h.docker): h.docker for h in SandboxHost.live()}  # hosts may share one
     if not eval_id or not any(d.engines.acquired for d in dockers.values()):

@@ -27,8 +27,8 @@ from typing import Any
 import structlog
 from celery import Celery
 from celery.exceptions import Ignore
-from celery.worker.request import Request
 from celery.worker.control import control_command
+from celery.worker.request import Request
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
@@ -36,12 +36,12 @@ from orchestrator._wire import CallOutcome, CallRequest, FatalError, SandboxSpec
 from orchestrator.tool._registry import is_registered, not_registered_message
 from orchestrator.tool._tool_call import ToolCallError
 
+from ._admission import PolicyRefused, admit_sandbox
 from ._bounds import call_timeout, result_bytes
-from ._rejects import rejects
 from ._call_memory import CallRunningElsewhere
 from ._loop import Runtimes, WorkerRuntime
 from ._outcome_cap import cap_outcome
-from ._admission import PolicyRefused, admit_sandbox
+from ._rejects import rejects
 from .fleet import DEFAULT_REPLAY_WINDOW, first_consumption, names, slot_weight, verify_cancel
 
 log = structlog.get_logger("toolfleet.worker")

@@ -65,18 +65,18 @@ class AgentState:
         """Whether an output was set explicitly (not synthesised from the messages)."""
         return self._output_set
 
-    def copy(self) -> "AgentState":
+    def copy(self) -> AgentState:
         """A deep copy (a run never edits its caller's messages)."""
         state = AgentState(messages=copy.deepcopy(list(self._messages)), output=copy.deepcopy(self._output))
         state._output_set = self._output_set
         return state
 
-    def __copy__(self) -> "AgentState":
+    def __copy__(self) -> AgentState:
         state = AgentState(messages=list(self._messages), output=self.output.model_copy())
         state._output_set = self._output_set
         return state
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> "AgentState":
+    def __deepcopy__(self, memo: dict[int, Any]) -> AgentState:
         return self.copy()
 
     def __repr__(self) -> str:

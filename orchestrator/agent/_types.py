@@ -71,7 +71,7 @@ class AgentAttempts:
 
     attempts: int = 1
     # A string, or an async fn (state, scores: list[Score]) -> message.
-    incorrect_message: str | Callable[["AgentState", list[Any]], Awaitable[str]] = DEFAULT_INCORRECT_MESSAGE
+    incorrect_message: str | Callable[[AgentState, list[Any]], Awaitable[str]] = DEFAULT_INCORRECT_MESSAGE
     # Scores the state (the answer is state.output.completion). None: the scorer bound with
     # ``attempt_scorer`` (the eval runner binds the task's scorer per sample).
     scorer: AttemptScorer | None = None

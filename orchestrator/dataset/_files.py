@@ -127,7 +127,7 @@ def decode_data_uri(sample_id: object, key: str, value: str) -> bytes:
         raise SampleFilesError(f"{_where(sample_id, key)}: invalid data URI ({exc}).") from None
 
 
-def resolve_sample_files(sample: "Sample", base_dir: Path | None = None,
+def resolve_sample_files(sample: Sample, base_dir: Path | None = None,
                          limit: int | None = None) -> dict[str, FileValue] | None:
     """Check a sample's files and return them with path strings made absolute ``Path``s (see module doc)."""
     if not sample.files:
@@ -266,7 +266,7 @@ def pack_sample_files(sample_id: object, files: dict[str, FileValue] | None, set
     return wire, script
 
 
-def resolve_dataset_files(samples: Iterable["Sample"], base_dir: Path | None = None) -> None:
+def resolve_dataset_files(samples: Iterable[Sample], base_dir: Path | None = None) -> None:
     """Check every sample's files when a task loads, storing the resolved form on each sample."""
     limit = sample_files_limit()
     for sample in samples:
@@ -274,6 +274,6 @@ def resolve_dataset_files(samples: Iterable["Sample"], base_dir: Path | None = N
             sample.files = resolve_sample_files(sample, base_dir, limit)
 
 
-def sandbox_files_wire(sample: "Sample", base_dir: Path | None = None) -> tuple[dict[str, str], str | None]:
+def sandbox_files_wire(sample: Sample, base_dir: Path | None = None) -> tuple[dict[str, str], str | None]:
     """A sample's ``(files, setup)`` as they travel in a ``SandboxSpec`` (blocking file I/O: run in a thread)."""
     return pack_sample_files(sample.id, resolve_sample_files(sample, base_dir), sample.setup)

@@ -63,9 +63,9 @@ class Dataset(Sequence[Sample]):
     @overload
     def __getitem__(self, index: int) -> Sample: ...
     @overload
-    def __getitem__(self, index: slice) -> "Dataset": ...
+    def __getitem__(self, index: slice) -> Dataset: ...
 
-    def __getitem__(self, index: int | slice) -> "Sample | Dataset":
+    def __getitem__(self, index: int | slice) -> Sample | Dataset:
         if isinstance(index, slice):
             return type(self)(self.samples[index], self.name, self.location, self.shuffled)
         return self.samples[index]
@@ -80,7 +80,7 @@ class Dataset(Sequence[Sample]):
         random.Random(seed).shuffle(self.samples)
         self.shuffled = True
 
-    def filter(self, predicate: Callable[[Sample], bool], name: str | None = None) -> "Dataset":
+    def filter(self, predicate: Callable[[Sample], bool], name: str | None = None) -> Dataset:
         return type(self)([s for s in self.samples if predicate(s)], name or self.name, self.location, self.shuffled)
 
     def __repr__(self) -> str:

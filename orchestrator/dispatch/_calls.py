@@ -151,7 +151,7 @@ class PendingCalls:
     # --- calls ---------------------------------------------------------------------------------
 
     def dispatch(self, stage: Sequence[Dispatch],
-                 where: Callable[[str], tuple[str | None, str | None]]) -> list["asyncio.Future[CallOutcome]"]:
+                 where: Callable[[str], tuple[str | None, str | None]]) -> list[asyncio.Future[CallOutcome]]:
         """``where(sandbox handle)``: the (host, boot) holding that sandbox, (None, None) if unknown."""
         loop = asyncio.get_running_loop()
         route = current_route()

@@ -41,7 +41,7 @@ class Dispatcher(ABC):
     fleet_error: str | None = None
 
     @abstractmethod
-    def dispatch(self, stage: Sequence[Dispatch]) -> list["asyncio.Future[CallOutcome]"]:
+    def dispatch(self, stage: Sequence[Dispatch]) -> list[asyncio.Future[CallOutcome]]:
         """Start every call of ``stage`` concurrently and return one future per call, in order."""
 
     async def run_one(self, item: Dispatch) -> CallOutcome:
@@ -53,11 +53,11 @@ class Dispatcher(ABC):
             future.cancel()  # no-op once done; stops the call if the caller was cancelled
 
     @abstractmethod
-    async def open_sandbox(self, spec: SandboxSpec) -> "SampleRoute":
+    async def open_sandbox(self, spec: SandboxSpec) -> SampleRoute:
         """Create the sample's sandbox where its calls will run; return the route to it."""
 
     @abstractmethod
-    async def close_sandbox(self, route: "SampleRoute") -> None:
+    async def close_sandbox(self, route: SampleRoute) -> None:
         """Destroy the sample's sandbox (idempotent; never raises for an already-gone sandbox)."""
 
     async def remove_snapshots(self, eval_id: str) -> list[str]:

@@ -177,7 +177,7 @@ class CeleryDispatcher(Dispatcher):
 
     # --- calls and sandboxes -------------------------------------------------------------------
 
-    def dispatch(self, stage: Sequence[Dispatch]) -> list["asyncio.Future[CallOutcome]"]:
+    def dispatch(self, stage: Sequence[Dispatch]) -> list[asyncio.Future[CallOutcome]]:
         return self._calls.dispatch(stage, self._placement.where)
 
     async def open_sandbox(self, spec: SandboxSpec) -> SampleRoute:

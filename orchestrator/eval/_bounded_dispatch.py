@@ -25,7 +25,7 @@ class BoundedDispatcher(Dispatcher):
         self.peak = 0  # most calls seen executing at once (for tests and diagnostics)
         self._running = 0
 
-    def dispatch(self, stage: Sequence[Dispatch]) -> list["asyncio.Future[CallOutcome]"]:
+    def dispatch(self, stage: Sequence[Dispatch]) -> list[asyncio.Future[CallOutcome]]:
         return [asyncio.ensure_future(self._bounded(item)) for item in stage]
 
     async def _bounded(self, item: Dispatch) -> CallOutcome:

@@ -33,6 +33,7 @@ from orchestrator.model._model import Model, model_context
 
 from ._harbor import is_harbor_spec, register_oracle_model
 from ._identity import recordable_args
+from ._load import load_task
 from ._log_file import (
     LOG_SUFFIX,
     EvalError,
@@ -44,18 +45,26 @@ from ._log_file import (
     read_eval_log,
     sample_key,
 )
-from ._plan import _build_spec, _find_resumable, _generate_config, _identity, _Options, _sample_id_list, _sample_ids, _select
+from ._plan import (
+    _build_spec,
+    _find_resumable,
+    _generate_config,
+    _identity,
+    _Options,
+    _sample_id_list,
+    _sample_ids,
+    _select,
+)
 from ._policies import configured_model, resolve_model
 from ._preflight import describe_sandbox_error, probe_model
-from ._sandboxes import SandboxConfigs
 from ._preflight import preflight as run_preflight
 from ._progress import EvalProgress
 from ._reducers import check_reducers
 from ._results import eval_results, eval_stats
 from ._retry_events import reporting_retries
 from ._runner import SampleRunner
+from ._sandboxes import SandboxConfigs
 from ._setup import check_docker, make_dispatcher, resolve_policies
-from ._load import load_task
 from ._task import Task, TaskError, import_task_file
 
 _logger = structlog.get_logger("toolfleet.eval")

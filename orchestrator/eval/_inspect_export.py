@@ -36,7 +36,7 @@ SANDBOX_OUTPUT_CHARS = 10_000
 
 
 def _iso(ts: float | None) -> str | None:
-    return None if ts is None else dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat()
+    return None if ts is None else dt.datetime.fromtimestamp(ts, dt.UTC).isoformat()
 
 
 def _error(message: str, traceback: str | None = None) -> dict[str, Any]:

@@ -284,7 +284,7 @@ class LogWriter:
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def create(cls, path: Path, spec: EvalSpec) -> "LogWriter":
+    async def create(cls, path: Path, spec: EvalSpec) -> LogWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         writer = cls(path)
         header = {"type": "header", "format": LOG_FORMAT, "version": LOG_VERSION, "eval": dump_model(spec)}
@@ -292,7 +292,7 @@ class LogWriter:
         return writer
 
     @classmethod
-    async def resume(cls, path: Path) -> "LogWriter":
+    async def resume(cls, path: Path) -> LogWriter:
         await asyncio.to_thread(_cut_torn_tail, path)
         return cls(path)
 

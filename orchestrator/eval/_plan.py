@@ -22,6 +22,7 @@ from ._log_file import LOG_SUFFIX, EvalConfig, EvalDataset, EvalSpec, LogFormatE
 from ._setup import redact
 from ._task import Task, TaskError
 
+
 @dataclass
 class _Options:
     limit: int | None

@@ -39,7 +39,7 @@ class EvalProgress:
     started: float = field(default_factory=time.monotonic)
     _recent_calls: deque[float] = field(default_factory=deque)
     _live_retries: dict[str | None, int] = field(default_factory=dict)  # model span -> retries seen live
-    listeners: list[Callable[[str, "EvalProgress"], None]] = field(default_factory=list)
+    listeners: list[Callable[[str, EvalProgress], None]] = field(default_factory=list)
 
     def on_event(self, event: BaseEvent) -> None:
         if isinstance(event, ToolEvent):

@@ -36,11 +36,11 @@ from orchestrator.model._model import Model, model_context
 from orchestrator.model._usage import usage_scope
 from orchestrator.review._policy import review_policy_scope
 from orchestrator.scorer._sandbox_proxy import DispatchedSandbox
-from orchestrator.util._fork import bind_fork_opener, reset_fork_opener
 from orchestrator.scorer._score import Score, scorer_info
 from orchestrator.scorer._target import Target
 from orchestrator.solver._solver import make_generate
 from orchestrator.solver._task_state import TaskState, bind_sample_state, initial_messages
+from orchestrator.util._fork import bind_fork_opener, reset_fork_opener
 from orchestrator.util._limit_errors import LimitExceededError, TerminateSampleError
 from orchestrator.util._limits import apply_limits, message_limit, time_limit, token_limit, working_limit
 from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableError, bind_sandbox

@@ -30,7 +30,6 @@ from ._fatal import fatal_exception
 from ._prepare import Prepared, tool_view
 
 
-
 @dataclass
 class FinishContext:
     message: ChatMessageAssistant

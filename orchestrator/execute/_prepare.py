@@ -12,14 +12,14 @@ from typing import Any
 from orchestrator._ids import new_id
 from orchestrator._wire import CallRequest
 from orchestrator.approval._policy import decide
-from orchestrator.tool._errors import ToolApprovalError, ToolError, ToolParsingError
-from orchestrator.tool._guardrails import GuardrailResult, ToolGuardrailTripwire
-from orchestrator.tool._tool_call import ToolCall, ToolCallView
-from orchestrator.tool._tool_def import ToolDef
 from orchestrator.log._events import ToolEvent
 from orchestrator.log._transcript import transcript
 from orchestrator.model._chat_message import ChatMessage, ChatMessageAssistant
 from orchestrator.model._tool_call_parse import depth_error_message, exceeds_max_depth
+from orchestrator.tool._errors import ToolApprovalError, ToolError, ToolParsingError
+from orchestrator.tool._guardrails import GuardrailResult, ToolGuardrailTripwire
+from orchestrator.tool._tool_call import ToolCall, ToolCallView
+from orchestrator.tool._tool_def import ToolDef
 from orchestrator.util._limit_errors import TerminateSampleError
 
 TERMINATED_BY_APPROVER = "Tool call approver requested termination."

@@ -16,7 +16,6 @@ from orchestrator.util._subtask import SUBTASK_TRACE
 
 from ._events import BaseEvent, InfoEvent, ModelEvent, SpanBeginEvent, SpanEndEvent
 
-
 _RECENT_INPUTS = 4  # model inputs remembered for sharing (interleaved agents each have their own)
 
 

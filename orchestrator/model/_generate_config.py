@@ -49,7 +49,7 @@ class GenerateConfig(BaseModel):
             raise ValueError(f"a batch size is at least 1, got {value}")
         return value
 
-    def merge(self, other: "GenerateConfig") -> "GenerateConfig":
+    def merge(self, other: GenerateConfig) -> GenerateConfig:
         """``other``'s set values win."""
         return GenerateConfig(**{**self.model_dump(exclude_none=True), **other.model_dump(exclude_none=True)})
 

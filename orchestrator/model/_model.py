@@ -26,8 +26,8 @@ from orchestrator.tool._tool_call import ToolChoice, ToolFunction
 from orchestrator.tool._tool_def import ToolDef, tool_def
 from orchestrator.tool._tool_info import ToolInfo
 from orchestrator.util._limits import check_message_limit, check_token_limit, record_token_usage, record_turn
-from orchestrator.util._working import report_wait_since, sample_waiting
 from orchestrator.util._timers import arm
+from orchestrator.util._working import report_wait_since, sample_waiting
 
 from ._batch import BatchBackend, BatchError, batch_pool
 from ._chat_message import ChatMessage, ChatMessageUser

@@ -99,7 +99,7 @@ class PriceTable:
             for key, value in (BUILTIN_PRICES if prices is None else prices).items()
         }
 
-    def merged(self, overrides: Mapping[str, ModelPrice]) -> "PriceTable":
+    def merged(self, overrides: Mapping[str, ModelPrice]) -> PriceTable:
         return PriceTable({**self.prices, **overrides})
 
     def price(self, model: str) -> ModelPrice | None:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 from orchestrator._glob import validate_pattern
 from orchestrator._policy_chain import entries_from_config, first_decision, load_policy_file
 from orchestrator.log._events import ReviewEvent

@@ -101,7 +101,7 @@ def resolve_env(values: dict[str, str]) -> dict[str, str]:
 def harbor_verifier() -> Scorer:
     """Run the task's ``tests/test.sh`` in the sample's sandbox and score its rewards (module doc)."""
 
-    async def score(state: "TaskState", target: Target) -> Score:
+    async def score(state: TaskState, target: Target) -> Score:
         from orchestrator.dataset._harbor import pack_directory
 
         meta = state.metadata["harbor"]

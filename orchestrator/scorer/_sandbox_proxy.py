@@ -14,7 +14,6 @@ import uuid
 from typing import Any
 
 from orchestrator._wire import CallOutcome, CallRequest
-from orchestrator.util._snapshot import Snapshot, SnapshotError
 from orchestrator.util._sandbox import (
     ExecResult,
     OutputLimitExceededError,
@@ -22,6 +21,7 @@ from orchestrator.util._sandbox import (
     SandboxTimeoutError,
     SandboxUnavailableError,
 )
+from orchestrator.util._snapshot import Snapshot, SnapshotError
 
 
 class SandboxCallError(RuntimeError):
@@ -40,7 +40,7 @@ async def call_sandbox_tool(name: str, arguments: dict[str, Any], route: Any = N
     factory = {scoring.SCORER_EXEC_TOOL: scoring.scorer_exec, scoring.SANDBOX_FILE_TOOL: scoring.sandbox_file,
                scoring.SANDBOX_SNAPSHOT_TOOL: scoring.sandbox_snapshot}[name]
     instance = factory()
-    request = CallRequest(call_id=uuid.uuid4().hex, function=name, tool=getattr(instance, "__toolfleet_tool__").ref,
+    request = CallRequest(call_id=uuid.uuid4().hex, function=name, tool=instance.__toolfleet_tool__.ref,
                           arguments=arguments, sample_id=route.sample_id, sandbox=route.sandbox)
     [future] = active_dispatcher().dispatch([Dispatch(request, instance)])
     outcome = await future

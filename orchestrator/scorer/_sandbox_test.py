@@ -47,7 +47,7 @@ async def exec_in_sandbox(cmd: list[str], input: str | None = None, files: dict[
     return ExecResult(returncode=data["returncode"], stdout=data["stdout"], stderr=data["stderr"])
 
 
-async def _resolve(value: Any, state: "TaskState", target: Target) -> Any:
+async def _resolve(value: Any, state: TaskState, target: Target) -> Any:
     if callable(value):
         value = value(state, target)
         if inspect.isawaitable(value):
@@ -68,7 +68,7 @@ def sandbox_test(command: CommandSpec, files: dict[str, str] | Callable[..., Any
     into the sandbox first — e.g. the hidden tests. A command that outlives ``timeout`` fails.
     """
 
-    async def score(state: "TaskState", target: Target) -> Score:
+    async def score(state: TaskState, target: Target) -> Score:
         cmd = await _resolve(command, state, target)
         argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         result = await exec_in_sandbox(argv, input=await _resolve(input, state, target),

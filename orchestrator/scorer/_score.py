@@ -30,7 +30,7 @@ class Score(BaseModel):
 
 
 class Scorer(Protocol):
-    async def __call__(self, state: "TaskState", target: Target) -> Score: ...
+    async def __call__(self, state: TaskState, target: Target) -> Score: ...
 
 
 Metric = Callable[[list[Score]], float]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import copy
 import json
 import weakref
-from datetime import datetime, timezone
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timezone
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -57,7 +57,7 @@ class ToolDef:
 
     def __init__(
         self,
-        tool: Callable[..., Any] | "ToolDef",
+        tool: Callable[..., Any] | ToolDef,
         name: str | None = None,
         description: str | None = None,
         parameters: dict[str, str] | ToolParams | None = None,
@@ -216,7 +216,7 @@ def deserialize_arguments(parsed: ParsedFunction, arguments: dict[str, Any]) -> 
             except (TypeError, PydanticUserError):  # unhashable/unsupported hint: the JSON value as given
                 value = arguments[pname]
             if isinstance(value, datetime) and value.tzinfo is None:
-                value = value.replace(tzinfo=timezone.utc)  # as Inspect: a naive time means UTC
+                value = value.replace(tzinfo=UTC)  # as Inspect: a naive time means UTC
             kwargs[pname] = value
         elif pname in parsed.defaults:
             continue
@@ -227,7 +227,7 @@ def deserialize_arguments(parsed: ParsedFunction, arguments: dict[str, Any]) -> 
     return kwargs
 
 
-_TOOLDEF_CACHE: "weakref.WeakKeyDictionary[Any, tuple[Any, int, ToolDef]]" = weakref.WeakKeyDictionary()
+_TOOLDEF_CACHE: weakref.WeakKeyDictionary[Any, tuple[Any, int, ToolDef]] = weakref.WeakKeyDictionary()
 
 
 def tool_def(tool: Callable[..., Any] | ToolDef) -> ToolDef:

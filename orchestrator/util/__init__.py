@@ -1,5 +1,6 @@
 """Utilities shared by tools and agents (mirrors ``inspect_ai.util``)."""
 
+from ._fork import fork
 from ._gc import GcTuning, tune_gc_for_many_samples
 from ._limit_errors import LimitExceededError, TerminateSampleError
 from ._limited_messages import MessageList
@@ -32,11 +33,10 @@ from ._sandbox import (
     bind_sandbox,
     sandbox,
 )
-from ._fork import fork
+from ._sandbox_limits import SandboxEnvironmentLimits, override_max_read_file_size
 from ._snapshot import Snapshot, SnapshotError
 from ._subtask import subtask
 from ._token_metering import TokenLimit
-from ._sandbox_limits import SandboxEnvironmentLimits, override_max_read_file_size
 
 __all__ = [
     "ExecResult",

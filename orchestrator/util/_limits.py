@@ -41,9 +41,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._limit_errors import LimitExceededError, LimitType
-from ._token_metering import TokenLimit as TokenLimitSpec
-from ._token_metering import LimitTokens, NoUsage, TokenMetering, current_limit_tokens, parse_token_limit
 from ._timers import call_later
+from ._token_metering import LimitTokens, NoUsage, TokenMetering, current_limit_tokens, parse_token_limit
+from ._token_metering import TokenLimit as TokenLimitSpec
 from ._working import (
     WorkingClock,
     bind_working_clock,
@@ -74,7 +74,7 @@ class Limit:
             raise ValueError(f"{self.type.capitalize()} limit value must be a non-negative {number} or None: {limit}")
 
     # -- activation ------------------------------------------------------------------------
-    def __enter__(self) -> "Limit":
+    def __enter__(self) -> Limit:
         if self._entered:
             raise RuntimeError(REUSE_MESSAGE)
         self._entered = True
@@ -119,7 +119,7 @@ class Limit:
         return LimitExceededError(self.type, value=value, limit=self.limit, source=self,
                                   message=f"{self.type.capitalize()} limit {status}. value: {value:,}; limit: {self.limit:,}")
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> "Limit":
+    def __deepcopy__(self, memo: dict[int, Any]) -> Limit:
         # A copy is a fresh, inactive limit with the same bound (baselines and timers are not copied).
         return type(self)(self.limit)
 
@@ -211,7 +211,7 @@ class TokenLimit(Limit):
         return LimitExceededError("token", value=value, limit=self.limit, source=self,
                                   message=f"{label}. value: {value:,}; limit: {self.limit:,}")
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> "TokenLimit":
+    def __deepcopy__(self, memo: dict[int, Any]) -> TokenLimit:
         return TokenLimit(self.limit, self.metering)  # type: ignore[arg-type]
 
 

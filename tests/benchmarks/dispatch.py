@@ -58,8 +58,8 @@ def _plain_celery(dispatcher: Any, route: SampleRoute, calls: int, stage: int) -
     """The same task through Celery's own API, waiting with ``.get()`` (a thread: it blocks)."""
     from celery import Celery, group
 
-    from workers.fleet import load_keyring, names
     from workers.app import KEYRING_OPTION, FleetRedisTransport
+    from workers.fleet import load_keyring, names
 
     # Stock Celery (its own Redis result backend and result consumer), not toolfleet's publisher-side
     # app; only its broker transport is the fleet's, because workers drop every task message that is

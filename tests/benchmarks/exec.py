@@ -39,9 +39,9 @@ from typing import Any
 
 from orchestrator._wire import CallRequest
 from orchestrator.tool._registry import tool_meta
-from workers.executor import execute_call
-from workers.sandbox import build_driver, DEFAULT_IMAGE, DockerSandboxConfig, SandboxRequest
 from orchestrator.tool._tools import bash, python
+from workers.executor import execute_call
+from workers.sandbox import DEFAULT_IMAGE, DockerSandboxConfig, SandboxRequest, build_driver
 
 # The floor: spawning the same command from inside the sandbox, no channel at all (same container,
 # same limits). It tells what part of p50 is the process spawn itself on this machine. Prints every

@@ -40,9 +40,8 @@ import time
 from typing import Any
 
 from orchestrator._wire import SandboxSpec
-from orchestrator.dispatch import SampleRoute, reset_active_dispatcher, reset_route, set_active_dispatcher, set_route
-
 from orchestrator.bench import LoopLag, command_usec, percentile_ms, redis_counters, redis_memory_mb
+from orchestrator.dispatch import SampleRoute, reset_active_dispatcher, reset_route, set_active_dispatcher, set_route
 
 from ._broker import add_broker_argument, fleet_or_broker
 

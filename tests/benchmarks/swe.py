@@ -101,7 +101,7 @@ class ContainerCounter:
             await asyncio.sleep(self.interval)
 
     @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator["ContainerCounter"]:
+    async def running(self) -> AsyncIterator[ContainerCounter]:
         task = asyncio.create_task(self.poll())
         try:
             yield self
@@ -121,7 +121,7 @@ class StartCounter:
         self._proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
 
-    async def __aenter__(self) -> "StartCounter":
+    async def __aenter__(self) -> StartCounter:
         self._proc = await asyncio.create_subprocess_exec(
             "docker", "events", "--filter", "type=container", "--filter", "event=start",
             "--filter", "label=toolfleet.managed=1",

@@ -180,7 +180,7 @@ class _EventTap:
             self._receiver = self.app.events.Receiver(conn, handlers={"*": self.events.append})
             self._receiver.capture(limit=None, timeout=None, wakeup=False)
 
-    def start(self) -> "_EventTap":
+    def start(self) -> _EventTap:
         self._thread.start()
         return self
 

@@ -17,6 +17,7 @@ import pytest
 from redis.asyncio import Redis
 
 from orchestrator.eval import eval_async
+from tests.eval.task_files import BASIC
 from workers.fleet import (
     FairShareError,
     HostRecord,
@@ -27,8 +28,6 @@ from workers.fleet import (
     release_slots,
     stop_waiting,
 )
-
-from tests.eval.task_files import BASIC
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(240)]
 

@@ -18,8 +18,7 @@ import time
 import pytest
 from redis.asyncio import Redis
 
-from workers.fleet import FairShareError, HostRecord, NoCapacityError, Placer, names
-from workers.fleet import _reserve
+from workers.fleet import FairShareError, HostRecord, NoCapacityError, Placer, _reserve, names
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(120)]
 

@@ -170,7 +170,6 @@ async def test_a_chatty_tool_is_bounded_per_call(tmp_path: Path) -> None:
     from orchestrator.model import ModelOutput, get_model
     from orchestrator.solver import generate, use_tools
     from orchestrator.util._sandbox_recorder import MAX_SANDBOX_EXECS
-
     from tests.eval.tasks.sandbox_events import exec_n
 
     def policy(messages, tools):  # type: ignore[no-untyped-def]

@@ -15,8 +15,7 @@ from typing import Any
 import pexpect
 import pytest
 
-from orchestrator.eval import eval_async
-from orchestrator.eval import load_task
+from orchestrator.eval import eval_async, load_task
 from orchestrator.log import ReviewEvent, ToolEvent
 from orchestrator.review import Review, ReviewPolicy
 from tests.review import review_tools as rt

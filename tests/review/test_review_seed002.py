@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from orchestrator._wire import CallRequest, ToolExecutionFatal
 from orchestrator.approval import Approval, ApprovalPolicy
 from orchestrator.dispatch import Dispatcher, reset_active_dispatcher, set_active_dispatcher
 from orchestrator.log import InfoEvent, ReviewEvent, ToolEvent, Transcript, bind_transcript
@@ -39,10 +40,8 @@ from orchestrator.review import (
     reviewer,
 )
 from orchestrator.tool import ToolCall
-from orchestrator.util import TerminateSampleError
+from orchestrator.util import LimitExceededError, TerminateSampleError
 from orchestrator.util._limits import check_limits, record_turn, time_limit, token_limit, turn_limit
-from orchestrator.util import LimitExceededError
-from orchestrator._wire import CallRequest, ToolExecutionFatal
 from tests.distributed._helpers import starts
 from tests.review import review_tools as rt
 from tests.support import sample_tools as st
@@ -86,7 +85,7 @@ def _events(log: str) -> list[tuple[str, str]]:
 
 
 def kinds(transcript: Transcript) -> list[str]:
-    return [getattr(e, "event") for e in transcript.events]
+    return [e.event for e in transcript.events]
 
 
 def reviews(transcript: Transcript) -> list[tuple[str | None, str, str]]:
@@ -550,7 +549,7 @@ async def test_s32_python_policies_are_lists_of_review_policy_objects(dispatcher
     review = [ReviewPolicy(rt.no_network(), tools=["curl", "shell"])]
     assert resolve_review(review) is review
     [human] = resolve_review("human")
-    assert human.tools == "*" and getattr(human.reviewer, "__toolfleet_reviewer__") == "human"
+    assert human.tools == "*" and human.reviewer.__toolfleet_reviewer__ == "human"
     with pytest.raises(TerminateSampleError):
         await run(dispatcher, calls(("curl", {"url": "http://x"})), review=resolve_review(review))
 

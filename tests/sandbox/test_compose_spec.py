@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from workers.sandbox import sandbox_config
 from orchestrator.util._compose import ComposeError, config_from_compose, parse_duration
+from workers.sandbox import sandbox_config
 
 IMG = "toolfleet/sandbox:latest"
 

@@ -10,7 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from orchestrator.util import SandboxTimeoutError, SandboxUnavailableError
-from workers.sandbox import build_driver, CommandOutOfMemoryError, ExecAgentLostError, SandboxRequest, sandbox_config
+from workers.sandbox import CommandOutOfMemoryError, ExecAgentLostError, SandboxRequest, build_driver, sandbox_config
 from workers.sandbox.docker._labels import EXPIRY, MANAGED, OWNER, OWNER_PID, container_labels
 
 from .fixtures import BASE_IMAGE

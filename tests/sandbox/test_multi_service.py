@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from orchestrator.util import SandboxUnavailableError
-from workers.sandbox import build_driver, SandboxImageError, SandboxRequest, sandbox_config
+from workers.sandbox import SandboxImageError, SandboxRequest, build_driver, sandbox_config
 from workers.sandbox.docker import host_sandboxes
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.support.waits import until
-from workers.sandbox import build_driver, DEFAULT_IMAGE, SandboxCapacityError, SandboxRequest, sandbox_config
+from workers.sandbox import DEFAULT_IMAGE, SandboxCapacityError, SandboxRequest, build_driver, sandbox_config
 from workers.sandbox.docker import HostSandboxes, host_sandboxes, labels
 
 OWNER, OWNER_PID = labels.OWNER, labels.OWNER_PID

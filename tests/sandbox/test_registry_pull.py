@@ -28,7 +28,7 @@ from orchestrator.util._sandbox import SandboxUnavailableError
 from tests.support.fleet import free_port
 from tests.support.prerequisites import IMAGE
 from tests.support.registry import local_registry  # noqa: F401  (fixture)
-from workers.sandbox import build_driver, SandboxImageError, sandbox_config
+from workers.sandbox import SandboxImageError, build_driver, sandbox_config
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 

@@ -13,10 +13,10 @@ import pytest
 
 from orchestrator._wire import CallOutcome
 from tests.distributed._helpers import one, request
-from tests.support.fleet import RedisServer, WorkerProcess, ensure_fleet_secret, _wait
+from tests.support.fleet import RedisServer, WorkerProcess, _wait, ensure_fleet_secret
 from tests.support.waits import until
-from workers.fleet import DEST_HEADER, ISSUED_HEADER, MAC_HEADER, Keyring, load_keyring, message_mac, names
 from workers.app import create_app
+from workers.fleet import DEST_HEADER, ISSUED_HEADER, MAC_HEADER, Keyring, load_keyring, message_mac, names
 
 WRONG_KEYRING = Keyring([b"not-the-fleet-secret-0123456789"])
 
@@ -31,7 +31,7 @@ class BrokerFleet:
         self.redis = redis if redis is not None else RedisServer().start()
         self.worker: WorkerProcess | None = None
 
-    def start(self, **worker_kwargs: Any) -> "BrokerFleet":
+    def start(self, **worker_kwargs: Any) -> BrokerFleet:
         self.worker = WorkerProcess(self.redis.url, allow_local=False, concurrency=8, **worker_kwargs).start()
         return self
 

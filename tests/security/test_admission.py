@@ -17,9 +17,9 @@ import pytest
 from orchestrator._wire import CallRequest, SandboxSpec
 from orchestrator.tool._tool_def import tool_def
 from orchestrator.util._sandbox import SandboxUnavailableError
+from workers._admission import PolicyRefused, WorkerPolicy, admit_sandbox
 from workers._bounds import LIMITS, parse_user, user_refusal
 from workers._exec_user import ExecUserGate
-from workers._admission import PolicyRefused, WorkerPolicy, admit_sandbox
 
 from ._broker_support import broker_fleet, dispatcher, legit_call_works  # noqa: F401
 

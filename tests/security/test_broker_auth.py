@@ -18,11 +18,19 @@ from orchestrator.tool._registry import ToolRef
 from tests.distributed._helpers import starts
 from tests.support import sample_tools
 from tests.support.waits import until
-from workers.fleet import MAC_HEADER, SECRET_ENV, SECRET_FILE_ENV, load_keyring, names, outcome_mac
 from workers.app import create_app
+from workers.fleet import MAC_HEADER, SECRET_ENV, SECRET_FILE_ENV, load_keyring, names, outcome_mac
 
 from ._broker_support import (  # noqa: F401
-    WRONG_KEYRING, broker_fleet, captured, dispatcher, fresh_fleet, legit_call_works, log_mark, log_since, rejections,
+    WRONG_KEYRING,
+    broker_fleet,
+    captured,
+    dispatcher,
+    fresh_fleet,
+    legit_call_works,
+    log_mark,
+    log_since,
+    rejections,
     send_raw,
 )
 

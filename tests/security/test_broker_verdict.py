@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from workers.fleet import DEST_HEADER, ISSUED_HEADER, MAC_HEADER, Keyring, MissingSecretError, message_mac, names
 from workers.app import _message_verdict
+from workers.fleet import DEST_HEADER, ISSUED_HEADER, MAC_HEADER, Keyring, MissingSecretError, message_mac, names
 
 KEYRING = Keyring([b"the-fleet-secret-for-this-table"])
 OTHER = Keyring([b"somebody-elses-secret-000000000"])

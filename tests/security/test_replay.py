@@ -23,7 +23,14 @@ from tests.support.fleet import _wait
 from workers.fleet import ISSUED_HEADER, MAC_HEADER, load_keyring, message_mac, names, verify_outcome
 
 from ._broker_support import (  # noqa: F401
-    broker_fleet, captured, dispatcher, fresh_fleet, legit_call_works, log_mark, rejections, wait_for_log,
+    broker_fleet,
+    captured,
+    dispatcher,
+    fresh_fleet,
+    legit_call_works,
+    log_mark,
+    rejections,
+    wait_for_log,
 )
 
 pytestmark = pytest.mark.celery

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
+from orchestrator.tool._tools import bash, python
 from tests.sandbox.fixtures import sandbox_factory  # noqa: F401  (fixture)
 from tests.tools.helpers import call
 from workers.sandbox import CommandOutOfMemoryError, ExecAgentLostError
 from workers.sandbox._channel import RUN, U32
-from orchestrator.tool._tools import bash, python
 
 pytestmark = pytest.mark.docker
 

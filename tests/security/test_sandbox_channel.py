@@ -29,7 +29,7 @@ class Bait:
         self.hits = 0
         self.server: asyncio.AbstractServer | None = None
 
-    async def __aenter__(self) -> "Bait":
+    async def __aenter__(self) -> Bait:
         async def hit(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             self.hits += 1
             writer.close()

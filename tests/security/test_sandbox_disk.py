@@ -9,9 +9,9 @@ import docker
 import pytest
 
 import workers.executor
+from orchestrator.tool._tools import bash, text_editor
 from tests.sandbox.fixtures import sandbox_factory  # noqa: F401  (fixture)
 from tests.tools.helpers import call
-from orchestrator.tool._tools import bash, text_editor
 
 pytestmark = pytest.mark.docker
 

@@ -162,8 +162,7 @@ async def test_a_kept_snapshot_restarts_a_later_sample_from_its_checkpoint(
         assert [i.tags for i in _snapshot_images(log1.eval.eval_id)] == [[kept.image]]  # still kept
     finally:
         if mode == "embedded":  # this process holds it: remove it through its host's store
-            from workers.sandbox.docker import DockerAPI
-            from workers.sandbox.docker import host_sandboxes
+            from workers.sandbox.docker import DockerAPI, host_sandboxes
 
             api = DockerAPI(None, 2)
             await api.connect()

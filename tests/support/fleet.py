@@ -119,7 +119,7 @@ class RedisServer:
     def client(self) -> redis_sync.Redis:
         return redis_sync.Redis.from_url(self.url, socket_timeout=5)
 
-    def start(self) -> "RedisServer":
+    def start(self) -> RedisServer:
         binary = require_redis_server()
         self.proc = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
@@ -175,17 +175,17 @@ class WorkerProcess:
         self.log = tempfile.NamedTemporaryFile(prefix=f"toolfleet-{self.host}-", suffix=".log", delete=False)
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 30.0) -> "WorkerProcess":
+    def start(self, timeout: float = 30.0) -> WorkerProcess:
         self.launch()
         return self.wait_ready(timeout)
 
-    def launch(self) -> "WorkerProcess":
+    def launch(self) -> WorkerProcess:
         """Start the process without waiting for it (``wait_ready`` waits): several start side by side."""
         self.proc = subprocess.Popen(self.args, cwd=REPO_ROOT, env=child_env(**{SECRET_ENV: self.secret}),
                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         return self
 
-    def wait_ready(self, timeout: float = 30.0) -> "WorkerProcess":
+    def wait_ready(self, timeout: float = 30.0) -> WorkerProcess:
         client = redis_sync.Redis.from_url(self.broker_url, socket_timeout=5)
         try:
             _wait(lambda: self._ready(client), timeout, f"worker {self.host} to heartbeat")

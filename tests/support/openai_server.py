@@ -256,7 +256,7 @@ class OpenAIServer:
             return data if data is not None else error(404, "no such file")
         return error(404, f"nothing at {method} {path}")
 
-    def start(self) -> "OpenAIServer":
+    def start(self) -> OpenAIServer:
         self._thread.start()
         return self
 
@@ -265,7 +265,7 @@ class OpenAIServer:
         self._httpd.server_close()
         self._thread.join(timeout=5)
 
-    def __enter__(self) -> "OpenAIServer":
+    def __enter__(self) -> OpenAIServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -82,7 +82,7 @@ class LocalRegistry:
         """What an image names it by (and a worker's --registry): ``127.0.0.1:PORT``."""
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> "LocalRegistry":
+    def start(self) -> LocalRegistry:
         binary = require_docker_registry()
         config = self.dir / "config.yml"
         config.write_text(CONFIG.format(root=self.dir / "data", port=self.port))

@@ -260,7 +260,7 @@ def typed():
         pair: tuple[int, str],
         scores: dict[str, float],
         points: list[Point],
-        maybe: Optional[int] = None,
+        maybe: int | None = None,
         maybe_missing: int | None = None,
     ) -> str:
         """Report the Python types the arguments arrived as.

@@ -51,7 +51,7 @@ class HostRecord(BaseModel):
                 for k, v in self.model_dump().items()}
 
     @classmethod
-    def from_hash(cls, data: dict[bytes | str, bytes | str]) -> "HostRecord":
+    def from_hash(cls, data: dict[bytes | str, bytes | str]) -> HostRecord:
         decoded = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
                    for k, v in data.items()}
         decoded["draining"] = decoded.get("draining") in ("1", "True", "true")

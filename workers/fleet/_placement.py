@@ -28,10 +28,10 @@ from redis.exceptions import NoScriptError
 from orchestrator.util._image_names import pulls_from
 
 from . import _names, _reserve
+from ._heartbeat import HostRecord
 from ._leases import IDLE_S as LEASE_IDLE_S
 from ._leases import WINDOW_S as LEASE_WINDOW_S
 from ._leases import Lease, LeaseKey, Leases, lease_key
-from ._heartbeat import HostRecord
 
 
 class NoCapacityError(Exception):
@@ -534,7 +534,7 @@ async def keep_evals_alive(redis: Redis, eval_ids: Sequence[str], ttl: float = E
     if eval_ids:
         now = await redis.time()
         expiry = now[0] + now[1] / 1e6 + ttl
-        await redis.zadd(_names.EVALS_ALIVE, {e: expiry for e in eval_ids})
+        await redis.zadd(_names.EVALS_ALIVE, dict.fromkeys(eval_ids, expiry))
 
 
 async def stop_waiting(redis: Redis, eval_id: str) -> None:

@@ -102,7 +102,7 @@ class AgentChannel:
             self.switched = False
             raise ChannelClosed(f"the agent cannot reach the host's socket: {answer.get('error')}")
 
-    def anchor(self, other: "AgentChannel") -> None:
+    def anchor(self, other: AgentChannel) -> None:
         """Keep ``other`` open as long as this channel, and close it with this one."""
         self._keep = other
 

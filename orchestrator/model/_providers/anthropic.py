@@ -19,9 +19,9 @@ from anthropic import AsyncAnthropic
 from orchestrator.tool._tool_call import ToolChoice
 from orchestrator.tool._tool_info import ToolInfo
 
+from .._batch import BatchBackend
 from .._chat_message import ChatMessage
 from .._generate_config import GenerateConfig
-from .._batch import BatchBackend
 from .._model_output import ModelOutput
 from ._anthropic_wire import build_request, is_context_length_error, parse_message
 from ._sdk_api import DEFAULT_TIMEOUT, LOCAL_API_KEY, SdkModelAPI

@@ -27,6 +27,10 @@ from docker.errors import APIError, DockerException, ImageNotFound
 from orchestrator.util._sandbox import SandboxUnavailableError
 from orchestrator.util._sandbox_config import DockerSandboxConfig
 
+from .._driver import SandboxDriver, SandboxRequest
+from .._environment import AgentSandboxEnvironment
+from .._errors import SandboxImageError, missing_image_message
+from .._registry import SandboxRegistry, default_registry
 from ._containers import KEEPALIVE, Containers, container_name
 from ._direct import HostListener
 from ._disk import DiskPlan, layer_quota_supported, plan_disk, seed_command
@@ -36,10 +40,6 @@ from ._pod import Pod, pod_hosts
 from ._pool import ContainerPool, HostSandboxes, host_sandboxes
 from ._pull import ImagePuller
 from ._snapshot import snapshot_present
-from .._driver import SandboxDriver, SandboxRequest
-from .._environment import AgentSandboxEnvironment
-from .._registry import SandboxRegistry, default_registry
-from .._errors import SandboxImageError, missing_image_message
 
 log = structlog.get_logger("toolfleet.sandbox")
 

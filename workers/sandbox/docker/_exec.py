@@ -14,7 +14,6 @@ import asyncio
 import time
 
 import structlog
-
 from docker.errors import DockerException
 
 from .._channel import AGENT_PATH, AgentChannel, ChannelClosed, RawResult

@@ -25,15 +25,14 @@ import structlog
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from orchestrator.util._sandbox import SandboxUnavailableError
-
 from orchestrator.util._sandbox_config import DockerSandboxConfig, HealthCheck, ServiceConfig
 
+from .._errors import SandboxImageError, missing_image_message
 from ._containers import Container, Containers, container_name
 from ._disk import DEFAULT_WRITABLE, DiskPlan
 from ._labels import container_labels
 from ._pool import HostSandboxes
 from ._pull import ImagePuller
-from .._errors import SandboxImageError, missing_image_message
 
 # Builds the environment of a started service container: (container id, name, service, user).
 ServiceEnvFactory = Callable[[str, str, str, str], Container]
@@ -48,7 +47,7 @@ _NANOS = 1_000_000_000
 
 def pod_hosts(default_service: str, services: dict[str, ServiceConfig]) -> dict[str, str]:
     """``/etc/hosts`` entries of a pod: every service name (and the default's) is this namespace."""
-    return {name: "127.0.0.1" for name in (default_service, *services)}
+    return dict.fromkeys((default_service, *services), "127.0.0.1")
 
 
 def healthcheck_dict(check: HealthCheck) -> dict[str, Any]:

@@ -29,10 +29,10 @@ import structlog
 
 from orchestrator.util._sandbox_config import DEFAULT_IMAGE
 
+from .._errors import SandboxCapacityError
 from ._engine import DockerEngines
 from ._labels import HOST
 from ._snapshot import HostSnapshots
-from .._errors import SandboxCapacityError
 
 log = structlog.get_logger("toolfleet.sandbox")
 
