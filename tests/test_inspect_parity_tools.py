@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Optional, TypedDict
 
 import pytest
@@ -38,7 +38,7 @@ class Plain:
 
 @tool
 def parity_probe():
-    async def execute(kind: str, when: datetime | None = None, obj: Plain | None = None) -> str:
+    async def execute(kind: str, when: Optional[datetime] = None, obj: Optional[Plain] = None) -> str:  # noqa: UP045 - tool authors write typing.Optional: its schema is under test
         """Probe a behaviour.
 
         Args:
@@ -101,7 +101,7 @@ class Point(BaseModel):
 @dataclass
 class Box:
     w: int
-    h: int | None = None
+    h: Optional[int] = None  # noqa: UP045 - tool authors write typing.Optional: its schema is under test
 
 
 class Shape(TypedDict):

@@ -223,7 +223,7 @@ def test_schema_reflection_is_cached_per_code_object() -> None:
 
 
 def test_optional_without_default_is_not_required_in_deserialisation() -> None:
-    async def f(a: int | None) -> str:
+    async def f(a: Optional[int]) -> str:  # noqa: UP045 - tool authors write typing.Optional: its schema is under test
         """F.
 
         Args:

@@ -172,7 +172,7 @@ class WorkerRuntime:
             await self.heartbeat.stop(remove=True)
         try:
             await asyncio.wait_for(self.sandboxes.close_all(), 100.0)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - shutdown goes on: the reaper removes what is left
             log.warning("worker.close_sandboxes_failed", error=str(exc))
         if self.redis is not None:
             await self.redis.aclose()
@@ -185,7 +185,7 @@ class WorkerRuntime:
         weight = 1 + len(getattr(self.sandboxes.lookup(handle), "services", None) or {})  # its containers' slots
         try:
             await self.sandboxes.close(handle)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - reported to the caller as an error reply
             log.warning("worker.close_sandbox_failed", host=host, handle=handle, error=str(exc))
             return {"error": {"type": type(exc).__name__, "message": str(exc)}, "host": host}
         finally:

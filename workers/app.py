@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
 import time
 from contextlib import contextmanager
 from functools import cached_property

@@ -146,7 +146,7 @@ class SandboxHost:
             return 0
         try:
             return await driver.reap()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - reaping is best effort; the next sweep tries again
             log.info("sandbox.reap_skipped", reason=str(exc))
             return 0
         finally:

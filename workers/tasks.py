@@ -132,7 +132,7 @@ async def run_stage(rt: WorkerRuntime, reply: str, payloads: list[Any], task_id:
                 _, text = await answer_call(rt, payload, call_id)
         except CallRunningElsewhere:
             return  # the process running it answers on the same reply channel
-        except Exception as exc:  # noqa: BLE001 - never leave the orchestrator waiting for its deadline
+        except Exception as exc:  # never leave the orchestrator waiting for its deadline
             log.exception("worker.stage_call_failed", call_id=call_id[:64])
             text = _error_json(call_id, rt.config.host, "sandbox_unavailable", f"The worker failed to run the call: {exc}")
         replies.send(reply, call_id, text)

@@ -18,7 +18,7 @@ from typing import Any, Union
 from orchestrator.tool._tool_def import ToolDef
 from orchestrator.util._limits import Limit, turn_limit
 
-from ._agent import Agent, AgentState, agent_description, agent_name
+from ._agent import Agent, AgentState, agent_name
 from ._agent_params import agent_parameters, require_description
 from ._nested import nested_run
 from ._run import run

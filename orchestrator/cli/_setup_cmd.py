@@ -140,7 +140,7 @@ def _require_docker() -> None:
         import docker
 
         docker.from_env(timeout=10).ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means "no usable daemon"; the reason goes in the line
+    except Exception as exc:  # any failure means "no usable daemon"; the reason goes in the line
         raise SetupError(f"no reachable Docker Engine ({type(exc).__name__}): install Docker and start its daemon "
                          "(or set DOCKER_HOST)") from exc
 

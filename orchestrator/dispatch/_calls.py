@@ -246,7 +246,7 @@ class PendingCalls:
         await self._track([rec])
         try:
             await self._publisher.stage([TaskMessage(rec.task_id, name, arg, queue)])
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             rec.future.cancel()
             raise SandboxUnavailableError(f"Could not reach the worker fleet to {kind} a sandbox: {exc}") from exc
         return await rec.future
@@ -413,7 +413,7 @@ class PendingCalls:
             log.warning("dispatch.republish", calls=len(lost))
             try:
                 await self._publisher.stage(_stage_messages(lost, self._reply))
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - kombu/redis raise many kinds; each lost call gets its outcome
                 for rec in lost:
                     self._resolve(rec, _error_outcome(rec.task_id, "sandbox_unavailable",
                         f"The call was lost when the broker restarted and could not be sent again ({exc})."))

@@ -66,7 +66,7 @@ class Publisher:
         while True:
             try:
                 return publish()
-            except Exception as exc:  # noqa: BLE001 - kombu/redis raise many kinds; give up only at the bound
+            except Exception as exc:  # kombu/redis raise many kinds; give up only at the bound
                 if time.monotonic() + delay > deadline:
                     raise
                 log.warning("dispatch.publish_retry", error=str(exc))

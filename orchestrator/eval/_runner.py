@@ -43,7 +43,7 @@ from orchestrator.solver._task_state import TaskState, bind_sample_state, initia
 from orchestrator.util._fork import bind_fork_opener, reset_fork_opener
 from orchestrator.util._limit_errors import LimitExceededError, TerminateSampleError
 from orchestrator.util._limits import apply_limits, message_limit, time_limit, token_limit, working_limit
-from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableError, bind_sandbox
+from orchestrator.util._sandbox import SandboxEnvironment, bind_sandbox
 from orchestrator.util._working import bind_working_clock, reset_working_clock
 
 from ._fork import fork
@@ -193,7 +193,7 @@ class SampleRunner:
                     self.progress.running -= 1
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - every sample error is recorded, then maybe retried
+            except Exception as exc:  # every sample error is recorded, then maybe retried
                 # Inspect records an unexpected exception as its repr (``RuntimeError('kaboom')``); our own
                 # errors (sandbox lost, setup failed, limits) carry sentences written for the user: kept as is.
                 message = str(exc) if _worded(exc) else repr(exc)

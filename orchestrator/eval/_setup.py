@@ -9,7 +9,7 @@ import asyncio
 from typing import Any
 
 from orchestrator.dispatch import Dispatcher, InProcessDispatcher
-from orchestrator.dispatch._preflight import redact  # noqa: F401 - re-exported (the CLI and the log use it)
+from orchestrator.dispatch._preflight import redact  # re-exported (the CLI and the log use it)
 
 from ._errors import BrokerUnreachableError, DockerUnreachableError, PolicyFileError
 
@@ -56,7 +56,7 @@ async def check_docker() -> None:
 
     try:
         await asyncio.wait_for(asyncio.to_thread(ping), PREFLIGHT_TIMEOUT_S + 1)
-    except Exception as exc:  # noqa: BLE001 - docker raises many kinds; all mean "not reachable"
+    except Exception as exc:  # docker raises many kinds; all mean "not reachable"
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DockerUnreachableError(f"Cannot reach the Docker daemon (needed for --sandbox docker): {reason}") from exc
 

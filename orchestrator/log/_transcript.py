@@ -98,7 +98,7 @@ def bind_transcript(t: Transcript) -> Iterator[Transcript]:
         _transcript.reset(token)
 
 
-class span:  # noqa: N801 - used as a function: `with span(name=..., type=...) as span_id:`
+class span:  # used as a function: `with span(name=..., type=...) as span_id:`
     """Open a span; events recorded inside carry its id; nested spans become its children.
 
     A class rather than a generator-based context manager: one opens around every tool call."""

@@ -11,7 +11,7 @@ import copy
 import json
 import weakref
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from functools import cached_property, lru_cache
 from typing import Any
 

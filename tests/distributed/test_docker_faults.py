@@ -18,7 +18,7 @@ IMAGE = "toolfleet/sandbox:latest"
 
 
 @pytest.fixture
-def docker_client(sandbox_image):  # noqa: ANN001 - the fixture provides (or fails loudly on) the image
+def docker_client(sandbox_image):  # the fixture provides (or fails loudly on) the image
     import docker
 
     client = docker.from_env(timeout=30)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from orchestrator.dataset import Sample
-from orchestrator.eval import Task, eval_async, eval_retry_async, read_eval_log
+from orchestrator.eval import Task, eval_async, eval_retry_async
 from orchestrator.eval._reducers import ReducerError, reducer
 from orchestrator.eval._task import TaskError
 from orchestrator.model import ModelOutput, get_model

@@ -92,7 +92,7 @@ async def test_image_on_no_live_worker(tmp_path: Path, fleet, sandbox_image: str
 class _ModelsHandler(http.server.BaseHTTPRequestHandler):
     status = 200
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:  # http.server's name
         body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model", "created": 0, "owned_by": "t"}]}
                           if self.status == 200 else {"error": {"message": "bad key"}}).encode()
         self.send_response(self.status)

@@ -19,13 +19,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from orchestrator.approval import ApprovalPolicy, NoTerminalError, human_approver  # noqa: E402
-from orchestrator.log import ApprovalEvent, ReviewEvent, Transcript, bind_transcript  # noqa: E402
-from orchestrator.model import ChatMessageAssistant, ChatMessageUser, execute_tools  # noqa: E402
-from orchestrator.review import ReviewPolicy, human_reviewer, pending_reviews, review_policy_from_file  # noqa: E402
-from orchestrator.tool import ToolCall  # noqa: E402
-from orchestrator.util import TerminateSampleError  # noqa: E402
-from tests.review import review_tools as rt  # noqa: E402,F401  (registers output_monitor etc.)
+from orchestrator.approval import ApprovalPolicy, NoTerminalError, human_approver
+from orchestrator.log import ApprovalEvent, ReviewEvent, Transcript, bind_transcript
+from orchestrator.model import ChatMessageAssistant, ChatMessageUser, execute_tools
+from orchestrator.review import ReviewPolicy, human_reviewer, pending_reviews, review_policy_from_file
+from orchestrator.tool import ToolCall
+from orchestrator.util import TerminateSampleError
+from tests.review import review_tools as rt  # registers output_monitor etc.
 
 COMMANDS = ["ls -la", "cat SUSPICIOUS.txt", "echo hi"]
 

@@ -193,7 +193,7 @@ async def test_s07_continue_hands_the_result_back_unchanged(dispatcher) -> None:
     specs = calls(("text_of_size", {"n": 40000}), ("add", {"x": 5, "y": 6}), ("fail", {"kind": "not_found"}))
     plain, _ = await run(dispatcher, specs)
     reviewed, transcript = await run(dispatcher, specs, review=[policy("continue")])
-    strip = lambda r: [m.model_dump(exclude={"id"}) for m in r.messages]  # noqa: E731
+    strip = lambda r: [m.model_dump(exclude={"id"}) for m in r.messages]  # noqa: E731 - a one-line local helper
     assert strip(reviewed) == strip(plain)
     assert [d for _, _, d in reviews(transcript)] == ["continue"] * 3
 

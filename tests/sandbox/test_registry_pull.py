@@ -109,7 +109,7 @@ class Images:
 
 
 @pytest.fixture
-def images(docker_client, local_registry) -> Iterator[Images]:  # type: ignore[no-untyped-def]
+def images(docker_client, local_registry) -> Iterator[Images]:  # type: ignore[no-untyped-def]  # noqa: F811 - the imported fixture
     made = Images(docker_client, local_registry.host)
     yield made
     made.cleanup()

@@ -21,7 +21,7 @@ from workers._admission import PolicyRefused, WorkerPolicy, admit_sandbox
 from workers._bounds import LIMITS, parse_user, user_refusal
 from workers._exec_user import ExecUserGate
 
-from ._broker_support import broker_fleet, dispatcher, legit_call_works  # noqa: F401
+from ._broker_support import broker_fleet, dispatcher, legit_call_works  # noqa: F401 - fixtures, requested by name
 
 ROOT_SPELLINGS = ["root", "0", "00", "+0", "-0", "000:1000", "1000:00", "1000:+0", "1000:root", "root:1000",
                   " 0 ", "0:0"]
@@ -146,7 +146,7 @@ ATTACKS = {
 
 @pytest.mark.celery
 @pytest.mark.parametrize("fields", ATTACKS.values(), ids=ATTACKS.keys())
-async def test_edge_values_are_refused_by_a_real_worker(broker_fleet, dispatcher, fields) -> None:  # noqa: F811
+async def test_edge_values_are_refused_by_a_real_worker(broker_fleet, dispatcher, fields) -> None:  # noqa: F811 - the imported fixture
     spec = SandboxSpec(eval_id="edge", sample_id="s", config={"type": "docker", **fields})
     with pytest.raises(SandboxUnavailableError, match="This worker refuses (the )?sandbox"):
         await dispatcher.open_sandbox(spec)
@@ -162,7 +162,7 @@ def _bash(user: str | None, cmd: str, sandbox: str) -> CallRequest:
 
 @pytest.mark.celery
 @pytest.mark.docker
-async def test_exec_time_root_is_refused_and_names_run_as_numbers(broker_fleet, dispatcher, sandbox_image) -> None:  # noqa: F811
+async def test_exec_time_root_is_refused_and_names_run_as_numbers(broker_fleet, dispatcher, sandbox_image) -> None:  # noqa: F811 - the imported fixture
     """``bash(user="root")`` (a tool parameter any message can carry) used to run as root."""
     from tests.distributed._helpers import one
 
@@ -203,7 +203,7 @@ def uid0_alias_image(sandbox_image: str):  # type: ignore[no-untyped-def]
 
 @pytest.mark.celery
 @pytest.mark.docker
-async def test_a_name_resolving_to_uid_0_in_a_real_image_is_refused(broker_fleet, dispatcher, uid0_alias_image) -> None:  # noqa: F811
+async def test_a_name_resolving_to_uid_0_in_a_real_image_is_refused(broker_fleet, dispatcher, uid0_alias_image) -> None:  # noqa: F811 - the imported fixture
     """The same gate as above, against a real container whose /etc/passwd names uid 0 ``toor``: its
     name passes the spelling check, and only the lookup inside the container finds it is root."""
     import docker

@@ -24,7 +24,7 @@ async def _still_works(env) -> None:
 
 
 @pytest.mark.parametrize("cmd", ["kill -9 -1", "pkill -9 python3", "pkill -9 -u $(id -u)"])
-async def test_killing_everything_is_a_model_visible_error_and_the_sample_goes_on(sandbox_factory, cmd):
+async def test_killing_everything_is_a_model_visible_error_and_the_sample_goes_on(sandbox_factory, cmd):  # noqa: F811 - the imported fixture
     env = await sandbox_factory("docker")
     outcome = await call(env, bash(timeout=60), cmd=f"{cmd}; sleep 5")
     assert outcome.fatal is None
@@ -33,7 +33,7 @@ async def test_killing_everything_is_a_model_visible_error_and_the_sample_goes_o
     await _still_works(env)
 
 
-async def test_killing_the_agent_again_and_again_never_ends_the_sandbox(sandbox_factory):
+async def test_killing_the_agent_again_and_again_never_ends_the_sandbox(sandbox_factory):  # noqa: F811 - the imported fixture
     env = await sandbox_factory("docker")
     for _ in range(5):
         with pytest.raises(ExecAgentLostError):
@@ -46,7 +46,7 @@ async def test_killing_the_agent_again_and_again_never_ends_the_sandbox(sandbox_
     (bash, "cmd", "echo \ud83d"),
     (python, "code", "print('\ud83d')"),
 ])
-async def test_unencodable_commands_are_parsing_errors(sandbox_factory, tool, arg, text):
+async def test_unencodable_commands_are_parsing_errors(sandbox_factory, tool, arg, text):  # noqa: F811 - the imported fixture
     """In-process (embedded) the arguments reach the tool as the model wrote them (the wire itself
     cannot carry a lone surrogate): the sandbox layer turns them into a parsing error."""
     import uuid
@@ -67,7 +67,7 @@ async def test_unencodable_commands_are_parsing_errors(sandbox_factory, tool, ar
 
 
 @pytest.mark.parametrize("argv", [["echo", "a\x00b"], ["echo", "\ud83d"], ["echo", 7], "echo", []])
-async def test_the_agent_itself_survives_a_request_no_process_can_take(sandbox_factory, argv):
+async def test_the_agent_itself_survives_a_request_no_process_can_take(sandbox_factory, argv):  # noqa: F811 - the imported fixture
     """Past the host's checks (a hostile or buggy host side): the agent answers with an error."""
     env = await sandbox_factory("docker")
     channel = await env._channel(None)
@@ -81,7 +81,7 @@ async def test_the_agent_itself_survives_a_request_no_process_can_take(sandbox_f
     await _still_works(env)
 
 
-async def test_running_into_the_memory_limit_is_named_with_the_limit(sandbox_factory):
+async def test_running_into_the_memory_limit_is_named_with_the_limit(sandbox_factory):  # noqa: F811 - the imported fixture
     env = await sandbox_factory("docker", mem_limit="96m")
     hog = "x = bytearray(512 * 1024 * 1024); print('survived')"
     with pytest.raises(CommandOutOfMemoryError, match=r"OOM killer.*memory limit 96m"):
@@ -92,7 +92,7 @@ async def test_running_into_the_memory_limit_is_named_with_the_limit(sandbox_fac
     await _still_works(env)
 
 
-async def test_a_500_mb_print_is_captured_as_head_and_tail_within_the_cap(sandbox_factory):
+async def test_a_500_mb_print_is_captured_as_head_and_tail_within_the_cap(sandbox_factory):  # noqa: F811 - the imported fixture
     env = await sandbox_factory("docker")
     cap = env.output_cap
     assert cap <= 1024 * 1024

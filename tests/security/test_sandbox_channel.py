@@ -59,7 +59,7 @@ echo planted
 
 
 @pytest.mark.parametrize("user", [None, "root"])
-async def test_planted_symlinks_and_a_respawn_race_never_redirect_the_host(sandbox_factory, user):
+async def test_planted_symlinks_and_a_respawn_race_never_redirect_the_host(sandbox_factory, user):  # noqa: F811 - the imported fixture
     env = await sandbox_factory("docker")
     mounted = f"{CONTAINER_DIR}/{SOCKET_NAME}"
     async with Bait() as bait:
@@ -75,7 +75,7 @@ async def test_planted_symlinks_and_a_respawn_race_never_redirect_the_host(sandb
         assert bait.hits == 0
 
 
-async def test_a_sandbox_process_connecting_to_the_host_socket_is_turned_away(sandbox_factory):
+async def test_a_sandbox_process_connecting_to_the_host_socket_is_turned_away(sandbox_factory):  # noqa: F811 - the imported fixture
     """Anything but the agent the host is waiting for gets EOF at once; the real channel is untouched."""
     env = await sandbox_factory("docker")
     listener = env.driver.listener

@@ -282,10 +282,10 @@ class OpenAIServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+            def do_GET(self) -> None:  # http.server naming
                 self._serve("GET")
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 self._serve("POST")
 
             def _serve(self, method: str) -> None:

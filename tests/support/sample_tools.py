@@ -260,7 +260,7 @@ def typed():
         pair: tuple[int, str],
         scores: dict[str, float],
         points: list[Point],
-        maybe: int | None = None,
+        maybe: Optional[int] = None,  # noqa: UP045 - tool authors write typing.Optional: its schema is under test
         maybe_missing: int | None = None,
     ) -> str:
         """Report the Python types the arguments arrived as.

@@ -77,7 +77,7 @@ def _local_image_tags() -> list[str]:
     try:
         return sorted({t for image in client.api.images() for t in (image.get("RepoTags") or [])
                        if t and not t.startswith("<none>")})
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - a daemon gone mid-listing offers no images either
         return []
     finally:
         client.close()
