@@ -7,7 +7,7 @@ Plain JSON models, versioned: no pickles, no class paths. Errors that reach the 
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -18,7 +18,7 @@ from orchestrator.util._sandbox_recorder import SandboxExec  # defined with its 
 
 WIRE_VERSION = 1
 
-WireResult = Union[str, int, float, bool, ContentText, ContentImage, list[Union[ContentText, ContentImage, str]], None]
+WireResult = str | int | float | bool | ContentText | ContentImage | list[ContentText | ContentImage | str] | None
 
 
 class CallRequest(BaseModel):

@@ -32,7 +32,7 @@ def agent_parameters(agent: Agent, curried: dict[str, Any], skip: tuple[str, ...
         return [], {}
     try:
         hints = get_type_hints(target)
-    except Exception:  # unresolvable forward references: fall back to raw annotations
+    except Exception:  # noqa: BLE001 - unresolvable forward references: fall back to raw annotations
         hints = dict(getattr(target, "__annotations__", {}))
     docs = {p.arg_name: p.description for p in docstring_parser.parse(inspect.getdoc(target) or "").params}
     params: list[inspect.Parameter] = []

@@ -13,7 +13,7 @@ import inspect
 import itertools
 import types
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Union
+from typing import Any
 
 from orchestrator.tool._tool_def import ToolDef
 from orchestrator.util._limits import Limit, turn_limit
@@ -23,7 +23,7 @@ from ._agent_params import agent_parameters, require_description
 from ._nested import nested_run
 from ._run import run
 
-OutputExtractor = Callable[[AgentState], Union[str, Awaitable[str]]]
+OutputExtractor = Callable[[AgentState], str | Awaitable[str]]
 
 INPUT_DESCRIPTION = "Input message."  # what Inspect tells the model
 

@@ -57,7 +57,7 @@ def react(
     *,
     name: str | None = None,
     description: str | None = None,
-    prompt: str | AgentPrompt | None = AgentPrompt(),
+    prompt: str | AgentPrompt | None = AgentPrompt(),  # noqa: B008 - Inspect's signature; never mutated
     tools: Sequence[Any] | None = None,
     model: str | Model | Agent | None = None,
     attempts: int | AgentAttempts = 1,

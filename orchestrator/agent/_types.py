@@ -93,7 +93,7 @@ class Compaction(ABC):
     @abstractmethod
     async def compact(self, messages: list[ChatMessage], force: bool = False) -> list[ChatMessage] | None: ...
 
-    def record_output(self, output: ModelOutput) -> None:
+    def record_output(self, output: ModelOutput) -> None:  # noqa: B027 - optional hook: does nothing unless overridden
         """Called after each generation (e.g. to calibrate token counts)."""
 
 

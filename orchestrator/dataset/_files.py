@@ -221,18 +221,18 @@ def _read(sample_id: object, files: dict[str, FileValue], limit: int) -> list[tu
 def _archive(members: Iterable[tuple[str, bytes | Link, bool]]) -> bytes:
     buffer = io.BytesIO()
     now = int(time.time())
-    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=now, compresslevel=6) as gz:
-        with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
-            for name, item, executable in members:
-                info = tarfile.TarInfo(name)
-                info.mtime, info.uid, info.gid, info.uname, info.gname = now, 0, 0, "root", "root"
-                if isinstance(item, Link):  # a link, as it was: resolved inside the sandbox, never on the host
-                    info.type, info.linkname, info.mode = tarfile.SYMTYPE, item.target, 0o777
-                    tar.addfile(info)
-                    continue
-                info.size = len(item)
-                info.mode = 0o755 if executable else 0o644
-                tar.addfile(info, io.BytesIO(item))
+    with (gzip.GzipFile(fileobj=buffer, mode="wb", mtime=now, compresslevel=6) as gz,
+          tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar):
+        for name, item, executable in members:
+            info = tarfile.TarInfo(name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = now, 0, 0, "root", "root"
+            if isinstance(item, Link):  # a link, as it was: resolved inside the sandbox, never on the host
+                info.type, info.linkname, info.mode = tarfile.SYMTYPE, item.target, 0o777
+                tar.addfile(info)
+                continue
+            info.size = len(item)
+            info.mode = 0o755 if executable else 0o644
+            tar.addfile(info, io.BytesIO(item))
     return buffer.getvalue()
 
 
@@ -255,7 +255,7 @@ def pack_sample_files(sample_id: object, files: dict[str, FileValue] | None, set
     for members, target in ((relative, ""), (absolute, " -C /")):
         if not members:
             continue
-        carrier = f"/tmp/.toolfleet-files-{uuid.uuid4().hex}.b64"
+        carrier = f"/tmp/.toolfleet-files-{uuid.uuid4().hex}.b64"  # noqa: S108 - in the sandbox; a fresh name
         wire[carrier] = base64.b64encode(_archive(members)).decode("ascii")
         where = "the working directory" if not target else "/"
         lines.append(f"base64 -d {carrier} | tar -xzf -{target} || {{ echo \"toolfleet: could not unpack the "

@@ -77,7 +77,7 @@ class Dataset(Sequence[Sample]):
         return iter(self.samples)
 
     def shuffle(self, seed: int | None = None) -> None:
-        random.Random(seed).shuffle(self.samples)
+        random.Random(seed).shuffle(self.samples)  # noqa: S311 - a reproducible order, no secret
         self.shuffled = True
 
     def filter(self, predicate: Callable[[Sample], bool], name: str | None = None) -> Dataset:

@@ -229,7 +229,7 @@ class PendingCalls:
         lifecycle = [rec for rec in records if rec.kind != "call"]
         if lifecycle:
             raws = await self._listener.expect([rec.task_id for rec in lifecycle])
-            for rec, raw in zip(lifecycle, raws):
+            for rec, raw in zip(lifecycle, raws, strict=True):
                 rec.raw = raw
                 raw.add_done_callback(lambda r, rec=rec: self._on_meta(rec, r))
 
@@ -281,7 +281,7 @@ class PendingCalls:
     async def recheck_outcomes(self, records: list[Pending]) -> None:
         """Resolve calls whose outcome was stored while this dispatcher was not listening."""
         values = await self._listener.stored_outcomes([r.task_id for r in records])
-        for rec, value in zip(records, values):
+        for rec, value in zip(records, values, strict=True):
             for call_id, mac, text in parse_items(value) if value is not None else []:
                 if call_id == rec.task_id:
                     self._answer(call_id, mac, text)
@@ -408,7 +408,7 @@ class PendingCalls:
         except (RedisError, OSError) as exc:
             log.warning("dispatch.recheck_failed", error=str(exc))
             return
-        lost = [r for r, claim in zip(pending, claims) if claim is None]
+        lost = [r for r, claim in zip(pending, claims, strict=True) if claim is None]
         if lost:
             log.warning("dispatch.republish", calls=len(lost))
             try:

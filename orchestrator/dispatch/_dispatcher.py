@@ -68,7 +68,7 @@ class Dispatcher(ABC):
     # (nothing to journal for a later resume to close) and that Docker must answer.
     sandboxes_here: bool = False
 
-    async def preflight(self, needs: SandboxNeeds) -> None:
+    async def preflight(self, needs: SandboxNeeds) -> None:  # noqa: B027 - optional hook: does nothing unless overridden
         """Check, before an eval's first sample, that the sandboxes ``needs`` describes can open where this
         dispatcher runs them (``SandboxPreflightError``: one sentence)."""
 
@@ -82,7 +82,7 @@ class Dispatcher(ABC):
         how many went."""
         return 0
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - optional hook: does nothing unless overridden
         """Release connections and listeners."""
 
 

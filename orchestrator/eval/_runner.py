@@ -277,10 +277,8 @@ class SampleRunner:
         # Shielded and bounded: cancellation (Ctrl-C) must still tear the sandbox down, but a lost
         # worker must not hang the eval (its reaper removes what we could not).
         close = asyncio.ensure_future(self._close_and_record(route))
-        try:
+        with contextlib.suppress(Exception, asyncio.CancelledError):  # best effort
             await asyncio.wait_for(asyncio.shield(close), CLOSE_TIMEOUT_S)
-        except (Exception, asyncio.CancelledError):  # noqa: BLE001 - best effort
-            pass
 
     async def _close_and_record(self, route: SampleRoute) -> None:
         await self.dispatcher.close_sandbox(route)

@@ -118,7 +118,7 @@ def import_task_file(path: str | Path) -> Any:
     file = Path(path).resolve()
     if not file.is_file():
         raise TaskError(f"Task file '{path}' does not exist.")
-    module_name = GENERATED_TASK_MODULE + hashlib.sha1(str(file).encode()).hexdigest()[:12]
+    module_name = GENERATED_TASK_MODULE + hashlib.sha1(str(file).encode(), usedforsecurity=False).hexdigest()[:12]
     if module_name in sys.modules:
         return sys.modules[module_name]
     spec = importlib.util.spec_from_file_location(module_name, file)
@@ -201,5 +201,5 @@ def _check_arg_types(factory: Callable[..., Task], args: dict[str, Any]) -> None
             msg = exc.errors()[0]["msg"] if exc.errors() else str(exc)
             raise TaskError(f"-T {key}={value!r}: task '{getattr(factory, TASK_ATTR)}' expects "
                             f"{getattr(hint, '__name__', None) or hint} ({msg}).") from None
-        except Exception:  # noqa: BLE001 - a type pydantic cannot check: leave it to the task
+        except Exception:  # noqa: BLE001, S112 - a type pydantic cannot check: leave it to the task
             continue

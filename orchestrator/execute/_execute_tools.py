@@ -171,11 +171,11 @@ async def _run_stage(stage: list[Prepared], ctx: FinishContext) -> list[tuple[Pr
     tracks: list[_Track] = []
     if local:
         in_process = InProcessDispatcher.default()
-        for p, fut in zip(local, in_process.dispatch([_dispatch(p) for p in local])):  # type: ignore[arg-type,union-attr]
+        for p, fut in zip(local, in_process.dispatch([_dispatch(p) for p in local]), strict=True):  # type: ignore[arg-type,union-attr]
             tracks.append(_Track(p, fut))
     if remote:
         dispatcher = active_dispatcher()
-        for p, fut in zip(remote, dispatcher.dispatch([Dispatch(p.request, p.tool.tool) for p in remote])):  # type: ignore[arg-type,union-attr]
+        for p, fut in zip(remote, dispatcher.dispatch([Dispatch(p.request, p.tool.tool) for p in remote]), strict=True):  # type: ignore[arg-type,union-attr]
             tracks.append(_Track(p, fut))
 
     if not ctx.review:
@@ -195,7 +195,7 @@ async def _run_stage(stage: list[Prepared], ctx: FinishContext) -> list[tuple[Pr
         # Fatal error, terminate, or cancellation: stop calls still running and reviews still pending.
         await _abandon(tracks, tasks, exc)
         raise
-    return [(t.p, task.result()) for t, task in zip(tracks, tasks)]
+    return [(t.p, task.result()) for t, task in zip(tracks, tasks, strict=True)]
 
 
 async def _as_completed(futures: list[asyncio.Future[CallOutcome]]) -> AsyncIterator[asyncio.Future[CallOutcome]]:

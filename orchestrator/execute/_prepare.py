@@ -52,7 +52,7 @@ def tool_view(tool: ToolDef, call: ToolCall) -> ToolCallView:
     if tool.viewer is not None:
         try:
             return tool.viewer(call)
-        except Exception:  # a broken viewer must not break approval; fall back to the plain call
+        except Exception:  # noqa: BLE001, S110 - a broken viewer must not break approval: the plain call
             pass
     return ToolCallView()
 

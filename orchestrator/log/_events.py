@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -165,10 +165,7 @@ class SampleLimitEvent(BaseEvent):
 
 
 Event = Annotated[
-    Union[
-        ToolEvent, ApprovalEvent, ReviewEvent, ModelEvent, SpanBeginEvent, SpanEndEvent,
-        InfoEvent, ErrorEvent, SampleLimitEvent, SandboxEvent,
-    ],
+    ToolEvent | ApprovalEvent | ReviewEvent | ModelEvent | SpanBeginEvent | SpanEndEvent | InfoEvent | ErrorEvent | SampleLimitEvent | SandboxEvent,
     Field(discriminator="event"),
 ]
 

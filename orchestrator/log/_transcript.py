@@ -68,7 +68,7 @@ class Transcript:
 
 def _common_head(a: list[Any], b: list[Any]) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1

@@ -103,7 +103,7 @@ class ModelAPI(ABC):
         """The provider's batch API, used when ``GenerateConfig.batch`` is on (None: it has none)."""
         return None
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - optional hook: does nothing unless overridden
         """Release clients and connections."""
 
 

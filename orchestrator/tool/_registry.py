@@ -6,6 +6,7 @@ called with); a log names tools the same way.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 from collections.abc import Callable
@@ -93,10 +94,8 @@ def rebuild_tool(ref: ToolRef) -> Any:
     factory = _REGISTRY.get(ref.name)
     if factory is None and ref.module:
         # The module may be importable here but not yet imported (e.g. built-ins).
-        try:
+        with contextlib.suppress(ImportError):
             importlib.import_module(ref.module)
-        except ImportError:
-            pass
         factory = _REGISTRY.get(ref.name)
     if factory is None:
         raise ToolNotRegisteredError(not_registered_message(ref.name, ref.module))

@@ -7,7 +7,7 @@ import inspect
 import re
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeAlias, Union, overload
+from typing import Any, Protocol, TypeAlias, overload
 
 from ._content import ContentImage, ContentText
 from ._registry import (
@@ -20,9 +20,7 @@ from ._registry import (
     tool_meta,
 )
 
-ToolResult: TypeAlias = Union[
-    str, int, float, bool, ContentText, ContentImage, list[Union[str, ContentText, ContentImage]]
-]
+ToolResult: TypeAlias = str | int | float | bool | ContentText | ContentImage | list[str | ContentText | ContentImage]
 
 
 class Tool(Protocol):

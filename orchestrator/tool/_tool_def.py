@@ -43,7 +43,7 @@ def _fast_check_for(schema_json: str) -> Callable[[Any], Any] | None:
         # use_default=False: the check must not write schema defaults into the model's arguments
         # (the ToolCall in the history keeps what the model sent, as in Inspect).
         return fastjsonschema.compile(json.loads(schema_json), use_default=False)
-    except Exception:  # a schema fastjsonschema cannot compile: always take the slow path
+    except Exception:  # noqa: BLE001 - a schema fastjsonschema cannot compile: always take the slow path
         return None
 
 

@@ -6,6 +6,7 @@ one schema, so per-call work never re-reflects a function.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import typing
 from collections.abc import Callable
@@ -139,7 +140,7 @@ def parse_function(func: Callable[..., Any]) -> ParsedFunction:
     signature = inspect.signature(func)
     try:
         hints = get_type_hints(target, include_extras=True)
-    except Exception:  # unresolvable forward refs: fall back to raw annotations
+    except Exception:  # noqa: BLE001 - unresolvable forward refs: fall back to raw annotations
         hints = dict(getattr(target, "__annotations__", {}))
     hints.pop("return", None)
 
@@ -177,10 +178,8 @@ def parse_function(func: Callable[..., Any]) -> ParsedFunction:
             required.append(pname)
         else:
             defaults[pname] = param.default
-            try:
+            with contextlib.suppress(Exception):  # a default pydantic cannot serialise: no "default" key
                 schema["default"] = TypeAdapter(Any).dump_python(param.default, mode="json")
-            except Exception:
-                pass
         properties[pname] = ToolParam(**schema)
 
     parsed = ParsedFunction(

@@ -37,6 +37,6 @@ class TerminateSampleError(Exception):
 def _fmt(value: float | int | None) -> str:
     if value is None:
         return "none"
-    if isinstance(value, bool) or isinstance(value, int):
+    if isinstance(value, bool | int):
         return f"{int(value):,}"
     return f"{value:,.2f}"

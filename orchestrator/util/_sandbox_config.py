@@ -11,7 +11,7 @@ built from one. What one sandbox holds (``containers``, ``images``) is computed 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -183,4 +183,4 @@ _POOL_KEY_FIELDS = {
     "pids_limit", "mem_limit", "memswap_limit", "cpus", "init", "read_only", "disk_limit", "writable_paths", "runtime",
 }
 
-SandboxConfig = Annotated[Union[LocalSandboxConfig, DockerSandboxConfig], Field(discriminator="type")]
+SandboxConfig = Annotated[LocalSandboxConfig | DockerSandboxConfig, Field(discriminator="type")]
