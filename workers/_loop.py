@@ -129,7 +129,7 @@ class WorkerRuntime:
         leases = await self.redis.mget([names.lease_key(o) for o in owners])
         now = asyncio.get_running_loop().time()
         gone: set[str] = set()
-        for owner, lease in zip(owners, leases):
+        for owner, lease in zip(owners, leases, strict=True):
             if lease is not None:
                 self._owner_missing.pop(owner, None)
             elif now - self._owner_missing.setdefault(owner, now) >= self.config.orphan_grace:

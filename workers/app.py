@@ -258,7 +258,7 @@ class FleetRedisChannel(kombu_redis.Channel):
             return super()._brpop_read(**options)
         except (ValueError, TypeError) as exc:  # JSONDecodeError, UnicodeDecodeError: the item is already popped
             rejects.reject("not JSON", None, f"{type(exc).__name__}: {exc}")
-            raise Empty() from None
+            raise Empty from None
 
     def _create_client(self, asynchronous=False):  # type: ignore[no-untyped-def]
         if asynchronous:

@@ -157,7 +157,7 @@ class SandboxHost:
         for handle in list(self._owners):
             try:
                 await self.close(handle)
-            except Exception as exc:  # keep closing the rest
+            except Exception as exc:  # noqa: BLE001 - keep closing the rest
                 log.warning("sandbox.close_failed", handle=handle, error=str(exc))
         await self.drivers.close_all()
 

@@ -224,7 +224,7 @@ def register_tasks(app: Celery, runtimes: Runtimes) -> None:
         try:
             return rt.submit(run_call(rt, payload, task_id), timeout=bound)
         except CallRunningElsewhere:
-            raise Ignore() from None  # the first execution stores the result under this task id
+            raise Ignore from None  # the first execution stores the result under this task id
         except TimeoutError:
             return _error_outcome(task_id, rt.config.host, "timeout", "Command timed out before completing.")
 
@@ -252,7 +252,7 @@ def register_tasks(app: Celery, runtimes: Runtimes) -> None:
                     "host": rt.config.host}
         if rt.redis is not None and not rt.submit(first_consumption(rt.redis, self.request.id, DEFAULT_REPLAY_WINDOW), timeout=30):
             rejects.reject("replayed", self.request.delivery_info.get("routing_key"), f"open_sandbox {self.request.id}")
-            raise Ignore()  # a copy of a consumed open (a replay): nothing opened, nothing stored
+            raise Ignore  # a copy of a consumed open (a replay): nothing opened, nothing stored
         try:
             return rt.submit(run_open(rt, payload, owner), timeout=rt.config.open_timeout)
         except TimeoutError as exc:

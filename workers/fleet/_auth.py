@@ -30,8 +30,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-SECRET_ENV = "TOOLFLEET_SECRET"
-SECRET_FILE_ENV = "TOOLFLEET_SECRET_FILE"
+SECRET_ENV = "TOOLFLEET_SECRET"  # noqa: S105 - the variable's name, not a secret
+SECRET_FILE_ENV = "TOOLFLEET_SECRET_FILE"  # noqa: S105 - the variable's name
 MAC_HEADER = "toolfleet_mac"  # task message header carrying the MAC
 ISSUED_HEADER = "toolfleet_iat"  # when the message was signed (seconds since the epoch), under the MAC
 DEST_HEADER = "toolfleet_dest"  # the queue it was published to, under the MAC (``_replay``)

@@ -13,6 +13,7 @@ key of their own beside the hash (``_tool_manifest``): written once, re-written 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 
@@ -138,15 +139,13 @@ class Heartbeat:
         if time.monotonic() - self._images_at < IMAGES_REFRESH_S:
             return
         self._images_at = time.monotonic()
-        try:
+        with contextlib.suppress(TimeoutError):  # keep the last list
             self.record.images = await asyncio.wait_for(asyncio.to_thread(_local_image_tags), 10.0)
-        except TimeoutError:
-            pass  # keep the last list
 
     async def beat(self) -> None:
         await self._refresh_images()
         self.record.ts = time.time()
-        key, ttl = _names.heartbeat_key(self.record.host), max(1, int(round(self.ttl)))
+        key, ttl = _names.heartbeat_key(self.record.host), max(1, round(self.ttl))
         tools_key = _names.tools_key(self.record.host)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(key, mapping=self.record.to_hash())
@@ -185,9 +184,7 @@ class Heartbeat:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         if remove:
-            try:
+            with contextlib.suppress(RedisError, OSError, TimeoutError):
                 await asyncio.wait_for(self._redis.delete(_names.heartbeat_key(self.record.host),
                                                           _names.identity_key(self.record.host),
                                                           _names.tools_key(self.record.host)), 5.0)
-            except (RedisError, OSError, TimeoutError):
-                pass

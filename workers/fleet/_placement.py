@@ -13,6 +13,7 @@ script calls reserved ahead (``_leases``): no Redis round trip while a burst of 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import itertools
 import random
@@ -116,7 +117,7 @@ async def used_slots(redis: Redis, hosts: Sequence[str]) -> dict[str, int]:
     if not hosts:
         return {}
     values = await redis.mget([_names.slots_used_key(h) for h in hosts])
-    return {h: int(v or 0) for h, v in zip(hosts, values)}
+    return {h: int(v or 0) for h, v in zip(hosts, values, strict=True)}
 
 
 EVAL_ALIVE_TTL_S = 30.0  # an eval's holdings count while its orchestrator renewed them this recently
@@ -154,13 +155,13 @@ class Placer:
         self.redis = redis
         self._ttl = hosts_ttl
         self._sample = sample
-        self._rng = rng or random.Random()
+        self._rng = rng or random.Random()  # noqa: S311 - spreads load over hosts; no secret
         self._hosts: list[HostRecord] = []
         self._by_name: dict[str, HostRecord] = {}
         self._fetched = -1e9
         self._refresh: asyncio.Lock | None = None
         self._refresher: asyncio.Task[Any] | None = None
-        self._sha = hashlib.sha1(_reserve.RESERVE_BATCH_SCRIPT.encode()).hexdigest()
+        self._sha = hashlib.sha1(_reserve.RESERVE_BATCH_SCRIPT.encode(), usedforsecurity=False).hexdigest()
         self._loaded = False
         # Each ask and who gets its answer: a caller's future, or the lease pool of that key.
         self._queue: list[tuple[_reserve.Ask, asyncio.Future[_reserve.Answer] | LeaseKey]] = []
@@ -343,7 +344,7 @@ class Placer:
                     pipe.incrby(_names.slots_used_key(lease.host), 1)
                     pipe.zrem(_names.leased_key(lease.host), lease.token)
                 await pipe.execute()
-        except Exception:  # noqa: BLE001 - best effort: the token expires; the worker's close decrements
+        except Exception:  # noqa: BLE001, S110 - best effort: the token expires; the worker's close decrements
             pass
 
     def _lease_asks(self) -> list[tuple[_reserve.Ask, LeaseKey]]:
@@ -412,12 +413,12 @@ class Placer:
             except Exception as exc:  # noqa: BLE001 - every waiter gets the Redis error, none hangs
                 self._loaded = False
                 answers = [exc] * len(chunks)
-            for chunk, answer in zip(chunks, answers):
+            for chunk, answer in zip(chunks, answers, strict=True):
                 self._settle(chunk, answer)
 
     def _settle(self, chunk: list[tuple[_reserve.Ask, Any]], answer: Any) -> None:
         results = [answer] * len(chunk) if isinstance(answer, BaseException) else answer
-        for (ask, future), result in zip(chunk, results):
+        for (ask, future), result in zip(chunk, results, strict=True):
             if not isinstance(future, asyncio.Future):
                 self._leased_answer(future, ask, result)
                 continue
@@ -458,10 +459,8 @@ class Placer:
         while self._leases.held:
             await asyncio.sleep(self._leases.idle_s / 4)
             await self._release_now(self._leases.expired(loop.time()))
-            try:
+            with contextlib.suppress(Exception):  # best effort: a reservation re-reads it too
                 await self.hosts()  # re-read in the background once half its TTL old
-            except Exception:  # noqa: BLE001 - best effort: a reservation re-reads it too
-                pass
 
     def _in_background(self, work: Any) -> None:
         """Run ``work`` (a coroutine writing to Redis) without waiting for it; ``release_leases`` and
@@ -478,10 +477,8 @@ class Placer:
         """Leased slots back: each token out of its host's leased set, and the eval's count."""
         if not leases:
             return
-        try:
+        with contextlib.suppress(Exception):  # best effort: the tokens expire by themselves
             await release_leased(self.redis, [(lease.host, lease.token, lease.eval_id) for lease in leases])
-        except Exception:  # noqa: BLE001 - best effort: the tokens expire by themselves
-            pass
 
     def _give_back(self, host: str, ask: _reserve.Ask) -> None:
         async def give_back() -> None:
@@ -489,7 +486,7 @@ class Placer:
                 if ask.eval_id:
                     await release_eval(self.redis, ask.eval_id, ask.weight)
                 await release_slots(self.redis, host, ask.weight)
-            except Exception:  # noqa: BLE001 - best effort: the host resets its counter at restart
+            except Exception:  # noqa: BLE001, S110 - best effort: the host resets its counter at restart
                 pass
 
         self._in_background(give_back())
@@ -507,7 +504,7 @@ class Placer:
             replies = await pipe.execute(raise_on_error=False)
         self.batches.append((time.perf_counter() - sent, sum(len(c) for c in chunks)))
         out: list[Any] = []
-        for call, chunk, reply in zip(calls, chunks, replies):
+        for call, chunk, reply in zip(calls, chunks, replies, strict=True):
             if isinstance(reply, BaseException):
                 out.append(reply)
                 continue

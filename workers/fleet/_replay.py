@@ -43,7 +43,7 @@ class ReplayWindow(BaseModel):
     @property
     def ttl(self) -> int:
         """How long a consumed id must be remembered: as long as a copy could still be accepted."""
-        return int(math.ceil(self.max_age + self.max_skew))
+        return math.ceil(self.max_age + self.max_skew)
 
 
 DEFAULT_REPLAY_WINDOW = ReplayWindow()

@@ -122,7 +122,7 @@ class ReplySender:
             log.error("worker.outcome_send_failed", calls=len(batch), error=str(exc)[:200])
             return
         self.sent += len(batch)
-        refused = [(entry, res) for entry, res in zip(batch, results[len(by_channel):]) if isinstance(res, Exception)]
+        refused = [(entry, res) for entry, res in zip(batch, results[len(by_channel):], strict=True) if isinstance(res, Exception)]
         for (_, call_id, item), exc in refused:
             if is_out_of_memory(exc):  # published already; kept and stored once Redis takes writes
                 self._unstored().keep(_names.outcome_key(call_id), item, OUTCOME_TTL, call_id, str(exc))

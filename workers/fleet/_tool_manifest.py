@@ -84,4 +84,4 @@ async def read_tool_manifests(redis: Redis, hosts: Sequence[str]) -> dict[str, T
     if not hosts:
         return {}
     values = await redis.mget([_names.tools_key(h) for h in hosts])
-    return {host: ToolManifest.parse(raw) for host, raw in zip(hosts, values)}
+    return {host: ToolManifest.parse(raw) for host, raw in zip(hosts, values, strict=True)}

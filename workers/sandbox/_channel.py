@@ -8,6 +8,7 @@ subprocess (plain pipes). Everything is asyncio: no thread per call, the loop is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import struct
@@ -87,7 +88,7 @@ class AgentChannel:
 
     async def hello(self, timeout: float = HELLO_TIMEOUT) -> dict[str, Any]:
         """Ping the agent; fails with ChannelClosed if it never answers (e.g. no python3)."""
-        kind, payload = await self._request(PING, b"", timeout)
+        _, payload = await self._request(PING, b"", timeout)
         self.info = json.loads(payload)
         return self.info
 
@@ -169,10 +170,8 @@ class AgentChannel:
         except (asyncio.CancelledError, TimeoutError):
             # Stop the work, not just the waiting: the agent kills the command's process group.
             if kind == RUN and self._closed is None:
-                try:
+                with contextlib.suppress(ConnectionError, RuntimeError):
                     self._writer.write(HEADER.pack(req_id, KILL, 0))
-                except (ConnectionError, RuntimeError):
-                    pass
             raise
         except ChannelClosed:
             raise
@@ -247,20 +246,14 @@ class AgentChannel:
             self._on_close()
 
     def _close_transport(self) -> None:
-        try:
+        with contextlib.suppress(RuntimeError, OSError):
             self._writer.close()
-        except (RuntimeError, OSError):
-            pass
         close = getattr(self._keep, "close", None)
         if close is not None:
-            try:
+            with contextlib.suppress(OSError):
                 close()
-            except OSError:
-                pass
 
     async def aclose(self) -> None:
         self.close()
-        try:
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError, Exception):  # closing anyway
             await asyncio.wait_for(self._task, 5.0)
-        except (asyncio.CancelledError, TimeoutError, Exception):  # noqa: BLE001 - closing anyway
-            pass

@@ -54,7 +54,7 @@ class SandboxDriver(ABC):
     async def reap(self) -> int:
         """Remove expired or orphaned sandboxes; returns how many were removed."""
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - optional hook: does nothing unless overridden
         """Release everything the driver holds (pools, background tasks, clients)."""
 
     async def __aenter__(self) -> SandboxDriver:

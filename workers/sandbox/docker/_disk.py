@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import posixpath
 import tarfile
@@ -32,7 +33,7 @@ from ._api import DockerAPI
 log = structlog.get_logger("toolfleet.sandbox")
 
 QUOTA_DRIVERS = {"btrfs", "zfs", "devicemapper", "windowsfilter"}
-DEFAULT_WRITABLE = ("/tmp", "/var/tmp", "/run/lock")
+DEFAULT_WRITABLE = ("/tmp", "/var/tmp", "/run/lock")  # noqa: S108 - paths inside the container
 SEED_LIMIT = 16 * 1024 * 1024  # a working directory larger than this is not copied into its tmpfs
 SNAPSHOT_SEED_LIMIT = 256 * 1024 * 1024  # a snapshot refuses more (``_snapshot``), so none is dropped
 
@@ -43,7 +44,7 @@ def layer_quota_supported(info: dict) -> bool:
     if driver in QUOTA_DRIVERS:
         return True
     if driver == "overlay2":
-        status = dict((k, v) for k, v in (info.get("DriverStatus") or []) if isinstance(k, str))
+        status = {k: v for k, v in (info.get("DriverStatus") or []) if isinstance(k, str)}
         return status.get("Backing Filesystem") == "xfs"  # and pquota: the create call tells us
     return False
 
@@ -105,10 +106,8 @@ async def _image_contents(api: DockerAPI, image: str, path: str,
     except DockerException:
         return None, None  # no such path in the image: an empty tmpfs
     finally:
-        try:
+        with contextlib.suppress(DockerException):
             await api.call(api.api.remove_container, created["Id"], force=True)
-        except DockerException:
-            pass
     owner = None
     try:
         with tarfile.open(fileobj=io.BytesIO(data[:limit])) as tar:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import posixpath
@@ -273,10 +274,8 @@ async def _commit(env: SnapshotSource, snapshot_id: str, labels: dict[str, str],
                               changes=changes)
         return str(made["Id"])
     finally:
-        try:
+        with contextlib.suppress(DockerException):
             await api.call(api.api.remove_container, scratch["Id"], force=True)
-        except DockerException:
-            pass
 
 
 async def _put(api: DockerAPI, container_id: str, tars: list[bytes]) -> None:
