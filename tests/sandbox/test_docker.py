@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 
 import docker
@@ -132,10 +133,8 @@ async def test_reaper_removes_leaked_containers(sandbox_factory, client, sandbox
         assert kept not in ids and env.container_id in ids
     finally:
         for cid in (orphan, expired, kept):
-            try:
+            with contextlib.suppress(docker.errors.NotFound):
                 client.api.remove_container(cid, force=True)
-            except docker.errors.NotFound:
-                pass
 
 
 async def test_reaper_runs_periodically(sandbox_factory, client, sandbox_image):
@@ -148,10 +147,8 @@ async def test_reaper_runs_periodically(sandbox_factory, client, sandbox_image):
             await asyncio.sleep(0.2)
         assert leaked not in _container_ids(client)
     finally:
-        try:
+        with contextlib.suppress(docker.errors.NotFound):
             client.api.remove_container(leaked, force=True)
-        except docker.errors.NotFound:
-            pass
 
 
 async def test_destroy_removes_the_container(sandbox_factory, client):

@@ -14,6 +14,7 @@ pushed to ``127.0.0.1:PORT/toolfleet/pulltest:<tag>`` and removed locally, so th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import tarfile
 import uuid
@@ -102,10 +103,8 @@ class Images:
         from docker.errors import DockerException
 
         for name in [*self.refs, *self.ids]:
-            try:
+            with contextlib.suppress(DockerException):
                 self.client.api.remove_image(name, force=True)
-            except DockerException:
-                pass
 
 
 @pytest.fixture

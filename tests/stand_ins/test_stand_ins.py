@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import json
@@ -163,10 +164,8 @@ def _pull(client: Any, ref: str) -> None:
 def _untag(client: Any, ref: str) -> None:
     from docker.errors import DockerException
 
-    try:
+    with contextlib.suppress(DockerException):
         client.api.remove_image(ref)
-    except DockerException:
-        pass
 
 
 @pytest.mark.docker

@@ -220,10 +220,8 @@ class WorkerProcess:
     def kill(self) -> None:
         """SIGKILL the whole process group (worker and the sandboxes it started)."""
         if self.proc is not None and self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             self.proc.wait(10)
 
     def terminate(self, timeout: float = 60.0) -> int:
