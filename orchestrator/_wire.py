@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from orchestrator.tool._content import ContentImage, ContentText
 from orchestrator.tool._registry import TimeoutBehavior, ToolRef
 from orchestrator.tool._tool_call import ToolCallError
-from orchestrator.util._sandbox_recorder import SandboxExec  # defined with its recorder; travels in CallOutcome
+from orchestrator.util._sandbox_recorder import SandboxExec as SandboxExec  # defined with its recorder; in CallOutcome
 
 WIRE_VERSION = 1
 

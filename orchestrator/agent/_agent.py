@@ -144,10 +144,11 @@ def _tag(instance: Any, meta: AgentMeta) -> Agent:
         # Bound methods and some callables refuse attributes: wrap once.
         @functools.wraps(instance)
         async def wrapped(state: AgentState, *args: Any, **kwargs: Any) -> AgentState:
-            return await instance(state, *args, **kwargs)
+            result: AgentState = await instance(state, *args, **kwargs)
+            return result
 
         setattr(wrapped, AGENT_META_ATTR, meta)
-        return wrapped  # type: ignore[return-value]
+        return wrapped
 
 
 @overload
@@ -195,13 +196,13 @@ def agent_with(agent: Agent, *, name: str | None = None, description: str | None
     """The same agent with another display name and/or description (the registry name is kept)."""
     meta = agent_meta(agent) or AgentMeta(registry_name=agent_name(agent), name=agent_name(agent))
 
-    @functools.wraps(agent)  # type: ignore[arg-type]
+    @functools.wraps(agent)
     async def renamed(state: AgentState, *args: Any, **kwargs: Any) -> AgentState:
         return await agent(state, *args, **kwargs)
 
     new = replace(meta, name=name or meta.name, description=description or meta.description)
     setattr(renamed, AGENT_META_ATTR, new)
-    return renamed  # type: ignore[return-value]
+    return renamed
 
 
 def _doc_summary(func: Callable[..., Any]) -> str | None:

@@ -21,7 +21,7 @@ def agent_parameters(agent: Agent, curried: dict[str, Any], skip: tuple[str, ...
         signature = inspect.signature(agent)
     except (TypeError, ValueError):
         signature = None
-    target = inspect.unwrap(agent)  # type: ignore[arg-type]
+    target = inspect.unwrap(agent)
     names = list(signature.parameters)[1:] if signature is not None else []
     accepts_any = signature is not None and any(
         p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
@@ -44,7 +44,7 @@ def agent_parameters(agent: Agent, curried: dict[str, Any], skip: tuple[str, ...
             raise ValueError(f"Description not provided for parameter '{pname}' of function '{agent_name(agent)}'.")
         params.append(inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY, default=param.default,
                                         annotation=hints.get(pname, Any)))
-        descriptions[pname] = docs[pname]
+        descriptions[pname] = docs[pname] or ""
     return params, descriptions
 
 

@@ -57,7 +57,7 @@ def as_tool(
             raise limit_error  # → a ``limit`` error for the model (executor classification)
         if output_extractor is not None:
             result = output_extractor(state)
-            return await result if inspect.isawaitable(result) else result  # type: ignore[no-any-return]
+            return await result if inspect.isawaitable(result) else result
         return state.output.completion
 
     signature, descriptions = _signature(agent, agent_kwargs)

@@ -100,7 +100,8 @@ async def decide(
                                           modified=approval.modified, explanation=approval.explanation))
         return approval
 
-    approval, matched = await first_decision(policy, call, ask, lambda a: a.decision == "escalate")
+    decided = await first_decision(policy, call, ask, lambda a: a.decision == "escalate")
+    approval, matched = decided  # in two steps: mypy solves the call's type from an unpacking target wrongly
     if approval is not None:
         if approval.always and approval.decision in ("approve", "reject"):
             store.decisions[call.function] = approval

@@ -143,7 +143,7 @@ def _batch_flag(value: str) -> bool | int | dict[str, Any]:
     except yaml.YAMLError as exc:
         raise argparse.ArgumentTypeError(f"{value} is not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
     except ValueError as exc:
-        first = getattr(exc, "errors", lambda: [{}])()[0]
+        first: dict[str, Any] = getattr(exc, "errors", lambda: [{}])()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "options"
         raise argparse.ArgumentTypeError(f"{value}: {where}: {first.get('msg', exc)}") from None
 

@@ -219,9 +219,9 @@ def log_export(args: argparse.Namespace) -> int:
         if not logs:
             return fail(f"No eval logs under {source}.")
         for log in logs:
-            _say(export_inspect_log(log, args.format))
+            _say(str(export_inspect_log(log, args.format)))
         return 0
-    _say(export_inspect_log(source, args.format, args.output))
+    _say(str(export_inspect_log(source, args.format, args.output)))
     return 0
 
 

@@ -77,7 +77,7 @@ def _where(sample_id: object, key: str) -> str:
     return f"Sample {sample_id!r}, file '{key}'"
 
 
-def _check_key(sample_id: object, key: str) -> None:
+def _check_key(sample_id: object, key: object) -> None:  # a dataset's keys: anything until checked
     if not isinstance(key, str) or not key.strip() or "\0" in key:
         raise SampleFilesError(f"Sample {sample_id!r}: a files key must be a non-empty path, got {key!r}.")
     if ".." in PurePosixPath(key).parts:

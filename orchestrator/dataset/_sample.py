@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, Self, overload
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -63,9 +63,9 @@ class Dataset(Sequence[Sample]):
     @overload
     def __getitem__(self, index: int) -> Sample: ...
     @overload
-    def __getitem__(self, index: slice) -> Dataset: ...
+    def __getitem__(self, index: slice) -> Self: ...
 
-    def __getitem__(self, index: int | slice) -> Sample | Dataset:
+    def __getitem__(self, index: int | slice) -> Sample | Self:
         if isinstance(index, slice):
             return type(self)(self.samples[index], self.name, self.location, self.shuffled)
         return self.samples[index]

@@ -11,6 +11,7 @@ is told whether a host incarnation is lost (``is_lost``) and which calls a lost 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 import uuid
@@ -63,7 +64,7 @@ class Pending:
 
 def _error_outcome(call_id: str, type_: str, message: str, host: str | None = None) -> CallOutcome:
     now = time.time()
-    return CallOutcome(call_id=call_id, error=ToolCallError(type=type_, message=message), started=now, completed=now, host=host)  # type: ignore[arg-type]
+    return CallOutcome(call_id=call_id, error=ToolCallError(type=type_, message=message), started=now, completed=now, host=host)
 
 
 def _stage_messages(records: list[Pending], reply: str) -> list[TaskMessage]:
@@ -189,7 +190,7 @@ class PendingCalls:
         for rec in records:
             if rec.future.done():
                 continue  # cancelled before it was sent: nothing to publish, nothing to stop
-            rec.future.add_done_callback(lambda f, rec=rec: self._on_done(rec, f))
+            rec.future.add_done_callback(functools.partial(self._on_done, rec))
             if self.fleet_error is not None:
                 self._fail_misconfigured(rec)
                 continue
@@ -231,7 +232,7 @@ class PendingCalls:
             raws = await self._listener.expect([rec.task_id for rec in lifecycle])
             for rec, raw in zip(lifecycle, raws, strict=True):
                 rec.raw = raw
-                raw.add_done_callback(lambda r, rec=rec: self._on_meta(rec, r))
+                raw.add_done_callback(functools.partial(self._on_meta, rec))
 
     async def lifecycle(self, kind: Literal["open", "close"], name: str, arg: Any, queue: str,
                         host: str, boot: str | None) -> dict[str, Any]:
@@ -249,7 +250,8 @@ class PendingCalls:
         except Exception as exc:
             rec.future.cancel()
             raise SandboxUnavailableError(f"Could not reach the worker fleet to {kind} a sandbox: {exc}") from exc
-        return await rec.future
+        meta: dict[str, Any] = await rec.future
+        return meta
 
     # --- resolution ----------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import structlog
 from celery import Celery, group
-from kombu import Exchange, Queue
+from kombu.entity import Exchange, Queue
 
 log = structlog.get_logger("toolfleet.dispatch")
 

@@ -48,9 +48,9 @@ class ResultListener:
     def __init__(self, url: str, health_interval: float = 5.0, on_reconnect: Callable[[], Awaitable[None]] | None = None,
                  keyring: Keyring | None = None, on_event: Callable[[bytes], None] | None = None,
                  reply_channel: str | None = None, on_reply: Callable[[bytes], None] | None = None) -> None:
-        self._conn_kwargs = dict(parse_url(url))
+        self._conn_kwargs: dict[str, Any] = dict(parse_url(url))
         # rediss:// gives SSLConnection (TLS to the broker); keep it for the subscribed connection too.
-        self._conn_class = self._conn_kwargs.pop("connection_class", None) or Connection
+        self._conn_class: type[Connection] = self._conn_kwargs.pop("connection_class", None) or Connection
         # Ordinary commands (re-checks, placement, fair-share counts). A blocking pool: a thousand samples
         # closing at once wait their turn for a connection instead of failing "Too many connections"
         # (which would leave their eval's fair-share counts held).

@@ -21,7 +21,7 @@ import traceback
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import structlog
 
@@ -56,8 +56,7 @@ from ._plan import (
     _select,
 )
 from ._policies import configured_model, resolve_model
-from ._preflight import describe_sandbox_error, probe_model
-from ._preflight import preflight as run_preflight
+from ._preflight import describe_sandbox_error, preflight as run_preflight, probe_model
 from ._progress import EvalProgress
 from ._reducers import check_reducers
 from ._results import eval_results, eval_stats
@@ -393,9 +392,9 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
                             eval_stats(results, started_at, model), error)
     _active_logs.remove(path)
     if o.log_format != "jsonl":
-        from ._inspect_export import export_inspect_log
+        from ._inspect_export import ExportFormat, export_inspect_log
 
-        await asyncio.to_thread(export_inspect_log, path, o.log_format)
+        await asyncio.to_thread(export_inspect_log, path, cast(ExportFormat, o.log_format))  # checked by the CLI
     return read_eval_log(path)
 
 

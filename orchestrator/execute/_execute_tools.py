@@ -171,7 +171,7 @@ async def _run_stage(stage: list[Prepared], ctx: FinishContext) -> list[tuple[Pr
     tracks: list[_Track] = []
     if local:
         in_process = InProcessDispatcher.default()
-        for p, fut in zip(local, in_process.dispatch([_dispatch(p) for p in local]), strict=True):  # type: ignore[arg-type,union-attr]
+        for p, fut in zip(local, in_process.dispatch([_dispatch(p) for p in local]), strict=True):
             tracks.append(_Track(p, fut))
     if remote:
         dispatcher = active_dispatcher()
@@ -232,7 +232,7 @@ async def _finish_in_completion_order(tracks: list[_Track], ctx: FinishContext) 
     return [(t.p, t.message) for t in tracks]  # type: ignore[misc]
 
 
-async def _abandon(tracks: list[_Track], tasks: list[asyncio.Future[ChatMessageTool]], cause: BaseException) -> None:
+async def _abandon(tracks: list[_Track], tasks: Sequence[asyncio.Future[ChatMessageTool]], cause: BaseException) -> None:
     """Cancel unfinished calls and reviews; executed results stay on record, the rest become ``cancelled``."""
     futures = [t.future for t in tracks if t.future is not None]
     for task in tasks:
@@ -240,7 +240,8 @@ async def _abandon(tracks: list[_Track], tasks: list[asyncio.Future[ChatMessageT
     for future in futures:
         future.cancel()
     if tasks or futures:
-        await asyncio.wait([*tasks, *futures], timeout=_CANCEL_GRACE_SECONDS)
+        waits: list[asyncio.Future[Any]] = [*tasks, *futures]
+        await asyncio.wait(waits, timeout=_CANCEL_GRACE_SECONDS)
     for task in tasks:  # siblings' own errors are superseded by ``cause``; retrieve them so none is "unretrieved"
         if task.done() and not task.cancelled():
             task.exception()
@@ -248,9 +249,9 @@ async def _abandon(tracks: list[_Track], tasks: list[asyncio.Future[ChatMessageT
         if track.message is not None or track.settled:
             continue  # ToolEvent recorded; a pending review was cancelled (and said so)
         outcome = track.outcome
-        future = track.future
-        if outcome is None and future is not None and future.done() and not future.cancelled() and future.exception() is None:
-            outcome = track.future.result()
+        pending = track.future
+        if outcome is None and pending is not None and pending.done() and not pending.cancelled() and pending.exception() is None:
+            outcome = pending.result()
         if outcome is not None:
             keep_result(track.p, outcome)  # executed, but the sample stopped before it was processed
         else:

@@ -51,7 +51,8 @@ def record_unexecuted(call: ToolCall) -> None:
 def tool_view(tool: ToolDef, call: ToolCall) -> ToolCallView:
     if tool.viewer is not None:
         try:
-            return tool.viewer(call)
+            view: ToolCallView = tool.viewer(call)
+            return view
         except Exception:  # noqa: BLE001, S110 - a broken viewer must not break approval: the plain call
             pass
     return ToolCallView()

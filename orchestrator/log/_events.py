@@ -106,7 +106,7 @@ def full_model_inputs(events: list[Any]) -> dict[str, list[Any]]:
             continue
         ref, count = get("input_ref"), get("input_ref_count") or 0
         head = full.get(ref, [])[:count] if ref else []
-        full[get("uuid")] = head + list(get("input") or [])
+        full[str(get("uuid"))] = head + list(get("input") or [])
     return full
 
 

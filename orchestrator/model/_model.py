@@ -260,7 +260,7 @@ class Model:
             except Exception as ex:
                 # Our own per-attempt timeout is transient by nature, a batch says; anything else the provider judges.
                 batched = isinstance(ex, BatchError)
-                retryable = ex.retryable if batched else isinstance(ex, TimeoutError) or self.api.should_retry(ex)
+                retryable = ex.retryable if isinstance(ex, BatchError) else isinstance(ex, TimeoutError) or self.api.should_retry(ex)
                 if not retryable:
                     raise ModelError(str(self), _describe(ex), retries, False) from ex
                 delay = backoff_delay(policy, retries, self.api.retry_after(ex))
@@ -392,7 +392,7 @@ def get_model(model: str | Model | None = None, *, config: GenerateConfig | None
     key = repr((provider, model_name, base_url, api_key, config, retry, sorted(model_args.items()), env))
     if memoize and cls.memoize and key in _MEMO:
         return _MEMO[key]
-    api = cls(model_name, base_url=base_url, api_key=api_key, config=config, **model_args)  # type: ignore[call-arg]
+    api = cls(model_name, base_url=base_url, api_key=api_key, config=config, **model_args)
     api.provider = provider
     # The provider's config: ``config`` plus what its own arguments set (``-M max_retries=3``).
     resolved = Model(api, api.config, retry)

@@ -76,7 +76,8 @@ async def review_call(
                                         explanation=review.explanation))
         return review
 
-    review, matched = await first_decision(policy, call, ask, lambda r: r.decision == "escalate")
+    decided = await first_decision(policy, call, ask, lambda r: r.decision == "escalate")
+    review, matched = decided  # in two steps: mypy solves the call's type from an unpacking target wrongly
     if review is None:
         if not matched:
             return Review(decision="continue", explanation="No reviewer matched.")

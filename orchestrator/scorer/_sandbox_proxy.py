@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from orchestrator._wire import CallOutcome, CallRequest
+from orchestrator.tool._registry import tool_ref
 from orchestrator.util._sandbox import (
     ExecResult,
     OutputLimitExceededError,
@@ -40,7 +41,7 @@ async def call_sandbox_tool(name: str, arguments: dict[str, Any], route: Any = N
     factory = {scoring.SCORER_EXEC_TOOL: scoring.scorer_exec, scoring.SANDBOX_FILE_TOOL: scoring.sandbox_file,
                scoring.SANDBOX_SNAPSHOT_TOOL: scoring.sandbox_snapshot}[name]
     instance = factory()
-    request = CallRequest(call_id=uuid.uuid4().hex, function=name, tool=instance.__toolfleet_tool__.ref,
+    request = CallRequest(call_id=uuid.uuid4().hex, function=name, tool=tool_ref(instance),
                           arguments=arguments, sample_id=route.sample_id, sandbox=route.sandbox)
     [future] = active_dispatcher().dispatch([Dispatch(request, instance)])
     outcome = await future

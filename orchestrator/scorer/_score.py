@@ -104,7 +104,7 @@ def scorer(metrics: Sequence[Metric] | None = None, name: str | None = None) -> 
 
 
 def scorer_info(instance: Any) -> tuple[str, list[Metric]]:
-    info = getattr(instance, SCORER_ATTR, None)
+    info: tuple[str, list[Metric]] | None = getattr(instance, SCORER_ATTR, None)
     if info is not None:
         return info
     return getattr(instance, "__name__", type(instance).__name__), [accuracy(), stderr()]

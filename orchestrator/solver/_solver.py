@@ -50,7 +50,7 @@ def solver(name: str | Callable[..., Solver] | None = None) -> Any:
 
 
 def solver_name(instance: Any) -> str:
-    return getattr(instance, SOLVER_NAME_ATTR, None) or getattr(instance, "__name__", type(instance).__name__)
+    return str(getattr(instance, SOLVER_NAME_ATTR, None) or getattr(instance, "__name__", type(instance).__name__))
 
 
 def make_generate(model: Model) -> Generate:

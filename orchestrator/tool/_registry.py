@@ -85,6 +85,14 @@ def tool_meta(obj: Any) -> ToolMeta | None:
     return getattr(obj, TOOL_META_ATTR, None)
 
 
+def tool_ref(obj: Any) -> ToolRef:
+    """How a worker rebuilds ``obj``: the reference a registered ``@tool`` factory gave it."""
+    meta = tool_meta(obj)
+    if meta is None or meta.ref is None:
+        raise TypeError(f"{obj!r} was not made by a registered @tool factory: a worker cannot rebuild it.")
+    return meta.ref
+
+
 class ToolNotRegisteredError(LookupError):
     """A tool was asked for by a name no factory is registered under."""
 

@@ -150,4 +150,4 @@ def tool_with(tool: Tool, name: str | None = None, description: str | None = Non
     if parameters:
         new_meta.param_descriptions.update(parameters)
     setattr(wrapped, TOOL_META_ATTR, new_meta)
-    return wrapped  # type: ignore[return-value]
+    return wrapped

@@ -55,6 +55,13 @@ def _adapter_for(hint: Any) -> TypeAdapter[Any]:
 class ToolDef:
     """A tool's complete definition: callable, name, description, parameters and behaviour."""
 
+    tool: Callable[..., Any]
+    meta: ToolMeta
+    parsed: ParsedFunction
+    name: str
+    description: str | None
+    parameters: ToolParams
+
     def __init__(
         self,
         tool: Callable[..., Any] | ToolDef,
@@ -188,7 +195,7 @@ class ToolDef:
         meta.description = self.description
         meta.param_descriptions = {k: p.description or "" for k, p in self.parameters.properties.items()}
         setattr(self.tool, TOOL_META_ATTR, meta)
-        return self.tool  # type: ignore[return-value]
+        return self.tool
 
     def __repr__(self) -> str:
         return f"ToolDef(name={self.name!r}, parallel={self.parallel})"

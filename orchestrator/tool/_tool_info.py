@@ -96,7 +96,7 @@ def _docstring_type_schema(type_name: str | None) -> dict[str, Any]:
 @lru_cache(maxsize=512)
 def _typeddict_clone(hint: Any) -> Any:
     fields = {k: adaptable_hint(v) for k, v in get_type_hints(hint).items()}
-    clone = typing_extensions.TypedDict(hint.__name__, fields, total=hint.__total__)  # type: ignore[operator]
+    clone = typing_extensions.TypedDict(hint.__name__, fields, total=hint.__total__)  # type: ignore[misc]  # built at run time
     clone.__module__ = hint.__module__
     return clone
 

@@ -37,7 +37,7 @@ class MessageList(list):  # type: ignore[type-arg]
         self._grow(1)
         super().insert(index, item)
 
-    def __iadd__(self, items: Iterable[Any]) -> MessageList:  # type: ignore[override,misc]
+    def __iadd__(self, items: Iterable[Any]) -> MessageList:  # type: ignore[misc]  # += takes any iterable, as list's
         self.extend(items)
         return self
 

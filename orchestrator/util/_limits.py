@@ -42,8 +42,14 @@ from typing import Any
 
 from ._limit_errors import LimitExceededError, LimitType
 from ._timers import call_later
-from ._token_metering import LimitTokens, NoUsage, TokenMetering, current_limit_tokens, parse_token_limit
-from ._token_metering import TokenLimit as TokenLimitSpec
+from ._token_metering import (
+    LimitTokens,
+    NoUsage,
+    TokenLimit as TokenLimitSpec,
+    TokenMetering,
+    current_limit_tokens,
+    parse_token_limit,
+)
 from ._working import (
     WorkingClock,
     bind_working_clock,

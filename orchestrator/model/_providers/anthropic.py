@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any
+from types import ModuleType
+from typing import Any, ClassVar
 
 import anthropic
 from anthropic import AsyncAnthropic
@@ -30,7 +31,7 @@ _OVERLOAD_STATUS = {429, 529}
 
 
 class AnthropicAPI(SdkModelAPI):
-    sdk = anthropic
+    sdk: ClassVar[ModuleType] = anthropic
     client_class = AsyncAnthropic
     environment = ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")
 

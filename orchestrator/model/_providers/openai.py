@@ -7,7 +7,8 @@ up in the ``ModelEvent``. A context-window overflow answers a ``model_length`` o
 
 from __future__ import annotations
 
-from typing import Any
+from types import ModuleType
+from typing import Any, ClassVar
 
 import openai
 from openai import AsyncOpenAI
@@ -24,7 +25,7 @@ from ._sdk_api import DEFAULT_TIMEOUT, LOCAL_API_KEY, SdkModelAPI
 
 
 class OpenAIAPI(SdkModelAPI):
-    sdk = openai
+    sdk: ClassVar[ModuleType] = openai
     client_class = AsyncOpenAI
     environment = ("OPENAI_BASE_URL", "OPENAI_API_KEY")
 

@@ -95,6 +95,6 @@ def sandbox_snapshot():  # type: ignore[no-untyped-def]
             The snapshot, as JSON.
         """
         snap = await sandbox().snapshot(keep=keep)
-        return snap.model_dump_json()
+        return str(snap.model_dump_json())
 
     return execute

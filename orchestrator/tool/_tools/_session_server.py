@@ -109,7 +109,7 @@ class Session:
             os.waitpid(self.pid, 0)
 
 
-sessions = {}
+sessions = {}  # type: dict[str, Session]  # a comment: the sandbox's python3 may predate dict[...]
 lock = threading.Lock()
 
 
