@@ -40,7 +40,7 @@ MiB = 1024 * 1024
 class WorkerPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    sandbox_types: list[Literal["docker", "local"]] = Field(default_factory=lambda: ["docker"])
+    sandbox_types: list[Literal["docker", "local"]] = Field(default_factory=lambda: ["docker"])  # type: ignore[arg-type]  # the lambda's list is inferred as list[str]
     images: list[str] = Field(default_factory=lambda: ["toolfleet/*"], description="shell patterns of allowed images")
     network_modes: list[str] = Field(default_factory=lambda: ["none"])
     max_memory: str = Field("4g", description="cap on a sandbox's mem_limit (and memswap_limit)")
@@ -112,7 +112,9 @@ def _own_snapshot(config: dict[str, Any]) -> bool:
     """A sandbox opened from a snapshot runs the snapshot's image, whatever the --image patterns: this host
     made it from a sandbox it admitted (the driver refuses a snapshot the host does not hold)."""
     snapshot = config.get("snapshot")
-    return bool(snapshot) and config.get("image") == f"toolfleet/snapshot:{snapshot['id']}"
+    if not snapshot:
+        return False
+    return bool(config.get("image") == f"toolfleet/snapshot:{snapshot['id']}")
 
 
 def _bounded(policy: WorkerPolicy, field: str, value: Any, bound: Bound) -> Any:

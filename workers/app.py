@@ -26,8 +26,7 @@ from celery.backends.base import BackendStoreError
 from celery.backends.redis import RedisBackend
 from celery.worker.consumer import Consumer
 from kombu.transport import redis as kombu_redis
-from kombu.transport.virtual import Empty
-from kombu.transport.virtual import QoS as virtual_QoS
+from kombu.transport.virtual import Empty, QoS as virtual_QoS
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps as kombu_dumps
 from pydantic import BaseModel, ConfigDict, Field
@@ -294,7 +293,8 @@ class FleetRedisTransport(kombu_redis.Transport):
                 log.warning("worker.ack_flush_failed", error=str(exc)[:200])
 
     def _deliver(self, message, queue):  # type: ignore[no-untyped-def]
-        options = self.client.transport_options
+        client: Any = self.client  # kombu's Channel always has its connection here
+        options = client.transport_options
         if options.get(VERIFY_OPTION):
             reason = _message_verdict(message, queue, options.get(KEYRING_OPTION),
                                       window=options.get(REPLAY_OPTION) or DEFAULT_REPLAY_WINDOW)
@@ -311,8 +311,9 @@ class FleetRedisTransport(kombu_redis.Transport):
         # Tell the orchestrator at once (a wrong secret or clock used to be a silent hang).
         events = getattr(self, "_events", None)
         if events is None:
-            rest = self.client.as_uri(include_password=True).split("://", 1)[1]  # scheme: this transport's class
-            events = self._events = FleetEvents(f"{'rediss' if self.client.ssl else 'redis'}://{rest}")
+            client: Any = self.client  # kombu's Channel always has its connection here
+            rest = client.as_uri(include_password=True).split("://", 1)[1]  # scheme: this transport's class
+            events = self._events = FleetEvents(f"{'rediss' if client.ssl else 'redis'}://{rest}")
         return events
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import structlog
 
@@ -30,6 +30,7 @@ from . import executor
 from .sandbox._build import build_driver
 from .sandbox._driver import SandboxDriver, SandboxRequest
 from .sandbox._driver_cache import MAX_IDLE_DRIVERS, DriverCache
+from .sandbox._environment import AgentSandboxEnvironment
 from .sandbox._registry import SandboxRegistry, default_registry
 from .sandbox.docker import HostSandboxes, host_sandboxes
 
@@ -118,7 +119,7 @@ class SandboxHost:
             self.registry.release(handle)
             return
         try:
-            await driver.destroy(env)
+            await driver.destroy(cast(AgentSandboxEnvironment, env))  # its driver made it: an agent sandbox
         finally:
             await self.drivers.give_back(driver)  # its last sandbox gone: the driver may be closed
 

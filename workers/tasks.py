@@ -58,18 +58,20 @@ def _payload_too_large(app: Celery, payload: Any) -> int | None:
 
 
 def _error_outcome(call_id: str, host: str, type_: str, message: str) -> dict[str, Any]:
-    return json.loads(_error_json(call_id, host, type_, message))
+    outcome: dict[str, Any] = json.loads(_error_json(call_id, host, type_, message))
+    return outcome
 
 
 def _error_json(call_id: str, host: str, type_: str, message: str) -> str:
     now = time.time()
-    error = ToolCallError(type=type_, message=message)  # type: ignore[arg-type]
+    error = ToolCallError(type=type_, message=message)
     return CallOutcome(call_id=call_id, error=error, started=now, completed=now, host=host).model_dump_json()
 
 
 async def run_call(rt: WorkerRuntime, payload: dict[str, Any], task_id: str) -> dict[str, Any]:
     """One call's outcome as JSON data (the ``toolfleet.call`` task's result)."""
-    return json.loads((await answer_call(rt, payload, task_id))[1])
+    outcome: dict[str, Any] = json.loads((await answer_call(rt, payload, task_id))[1])
+    return outcome
 
 
 async def answer_call(rt: WorkerRuntime, payload: Any, task_id: str) -> tuple[str, str]:
@@ -108,7 +110,7 @@ async def answer_call(rt: WorkerRuntime, payload: Any, task_id: str) -> tuple[st
     text = outcome.model_dump_json()
     if len(text) > request.max_result_bytes:
         limit = f"{request.max_result_bytes // (1024 * 1024)} MiB" if request.max_result_bytes >= 1 << 20 else f"{request.max_result_bytes} bytes"
-        text = outcome.model_copy(update={"result": None, "error": ToolCallError(type="limit",  # type: ignore[arg-type]
+        text = outcome.model_copy(update={"result": None, "error": ToolCallError(type="limit",
                                   message=f"The tool exceeded its output limit of {limit}.")}).model_dump_json()
     return call_id, text
 
@@ -193,6 +195,8 @@ class FleetRequest(Request):
     lost the message; otherwise the visibility timeout redelivers it and the call memory answers),
     so treat it as acked. The outcome is stored by the result backend independently of the ack.
     """
+
+    acknowledged: bool  # Celery's own attribute (its Request carries no types)
 
     def acknowledge(self) -> None:
         # Same as Celery's, except that the (deferred) ack also tolerates the AttributeError.

@@ -80,7 +80,8 @@ class Keyring:
         # Length-prefixed, so no two different part lists hash the same bytes.
         mac = keyed.copy()
         mac.update(b"".join(len(part).to_bytes(8, "big") + part for part in parts))
-        return mac.hexdigest()
+        digest: str = mac.hexdigest()
+        return digest
 
 
 def _split(text: str, sep: str | None) -> list[bytes]:

@@ -16,6 +16,8 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import structlog
 from pydantic import BaseModel
@@ -53,8 +55,8 @@ class HostRecord(BaseModel):
 
     @classmethod
     def from_hash(cls, data: dict[bytes | str, bytes | str]) -> HostRecord:
-        decoded = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-                   for k, v in data.items()}
+        decoded: dict[str, Any] = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+                                   for k, v in data.items()}
         decoded["draining"] = decoded.get("draining") in ("1", "True", "true")
         try:
             for field in ("images", "image_patterns", "sandbox_types", "registries"):
@@ -129,7 +131,7 @@ class Heartbeat:
         self.interval = interval
         self.ttl = ttl
         self._task: asyncio.Task[None] | None = None
-        self._hooks: list = []  # async callables run after each beat (e.g. re-assert call claims)
+        self._hooks: list[Callable[[], Awaitable[None]]] = []  # async callables run after each beat (e.g. re-assert call claims)
         self._images_at = float("-inf")
 
     def on_beat(self, hook) -> None:  # type: ignore[no-untyped-def]
@@ -148,7 +150,8 @@ class Heartbeat:
         key, ttl = _names.heartbeat_key(self.record.host), max(1, round(self.ttl))
         tools_key = _names.tools_key(self.record.host)
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping=self.record.to_hash())
+            fields: dict[Any, Any] = self.record.to_hash()  # redis-py's Mapping type is invariant in its keys
+            pipe.hset(key, mapping=fields)
             pipe.expire(key, ttl)
             pipe.sadd(_names.HOSTS_SET, self.record.host)
             pipe.set(_names.identity_key(self.record.host), self.record.boot, ex=ttl)

@@ -30,9 +30,7 @@ from orchestrator.util._image_names import pulls_from
 
 from . import _names, _reserve
 from ._heartbeat import HostRecord
-from ._leases import IDLE_S as LEASE_IDLE_S
-from ._leases import WINDOW_S as LEASE_WINDOW_S
-from ._leases import Lease, LeaseKey, Leases, lease_key
+from ._leases import IDLE_S as LEASE_IDLE_S, WINDOW_S as LEASE_WINDOW_S, Lease, LeaseKey, Leases, lease_key
 
 
 class NoCapacityError(Exception):
@@ -55,7 +53,7 @@ class SnapshotHostLostError(SandboxTooLargeError):
     """The host holding a snapshot is gone: waiting cannot bring it (or the snapshot) back."""
 
 
-def slot_weight(config: dict | None) -> int:
+def slot_weight(config: dict[str, Any] | None) -> int:
     """Slots a sandbox takes on its host: one per container (a multi-service sandbox has several)."""
     services = (config or {}).get("services") if (config or {}).get("type") == "docker" else None
     return 1 + len(services or {})
@@ -93,9 +91,8 @@ def choose_hosts(hosts: Sequence[HostRecord], used: dict[str, int], rng: random.
     ``image_tiers`` (have them, then can pull them; a host that cannot get them all only when no host
     — full or not — can). ``weight``: the slots the sandbox takes (``slot_weight``); only hosts with
     that many free are candidates."""
-    rng = rng or random
     candidates = [h for h in hosts if not h.draining and h.slots - used.get(h.host, 0) >= weight]
-    rng.shuffle(candidates)
+    (rng or random).shuffle(candidates)
     ordered = sorted(candidates, key=lambda h: (used.get(h.host, 0) / h.slots, -(h.slots - used.get(h.host, 0))))
     tier = {h.host: i for i, group in enumerate(image_tiers(hosts, image, pull_policy)) for h in group}
     return sorted((h for h in ordered if h.host in tier), key=lambda h: tier[h.host])

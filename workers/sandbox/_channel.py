@@ -132,10 +132,10 @@ class AgentChannel:
         payload = U32.pack(len(spec)) + spec + (input or b"")
         # The agent enforces `timeout`; the host bound only guards against a wedged agent.
         bound = None if timeout is None else timeout + 30.0
-        _, body = await self._request(RUN, payload, bound, frame_limit=2 * cap + FRAME_SLACK)
+        _, frame = await self._request(RUN, payload, bound, frame_limit=2 * cap + FRAME_SLACK)
         try:
-            (jlen,) = U32.unpack_from(body)
-            status = json.loads(body[4 : 4 + jlen])
+            (jlen,) = U32.unpack_from(frame)
+            status = json.loads(frame[4 : 4 + jlen])
             out_end = 4 + jlen + int(status["stdout_len"])
         except (ValueError, KeyError, TypeError, struct.error) as exc:
             self._fail(ChannelClosed(f"agent protocol error: malformed result ({exc!r})"), exc)
@@ -144,8 +144,8 @@ class AgentChannel:
             self.info["oom_kills"] = status["oom_kills"]
         return RawResult(
             returncode=status["returncode"],
-            stdout=body[4 + jlen : out_end],
-            stderr=body[out_end:],
+            stdout=frame[4 + jlen : out_end],
+            stderr=frame[out_end:],
             truncated=status["truncated"],
             timed_out=status["timed_out"],
             oom=status.get("oom", False),

@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.util._sandbox_config import (  # noqa: F401 - re-exported: the configs drivers are built from
-    DEFAULT_IMAGE,
-    DEFAULT_OUTPUT_CAP,
-    DockerSandboxConfig,
-    HealthCheck,
-    LocalSandboxConfig,
-    SandboxConfig,
-    ServiceConfig,
+from orchestrator.util._sandbox_config import (  # re-exported: the configs drivers are built from
+    DEFAULT_IMAGE as DEFAULT_IMAGE,
+    DEFAULT_OUTPUT_CAP as DEFAULT_OUTPUT_CAP,
+    DockerSandboxConfig as DockerSandboxConfig,
+    HealthCheck as HealthCheck,
+    LocalSandboxConfig as LocalSandboxConfig,
+    SandboxConfig as SandboxConfig,
+    ServiceConfig as ServiceConfig,
 )
-from orchestrator.util._sandbox_parse import sandbox_config  # noqa: F401 - re-exported
+from orchestrator.util._sandbox_parse import sandbox_config as sandbox_config  # re-exported
 
 if TYPE_CHECKING:
     from ._environment import AgentSandboxEnvironment

@@ -68,7 +68,7 @@ class LocalSandboxEnvironment(AgentSandboxEnvironment):
         )
         self._procs.append(proc)
         assert proc.stdin is not None and proc.stdout is not None
-        channel = AgentChannel(proc.stdout, proc.stdin, demux=False)  # type: ignore[arg-type]
+        channel = AgentChannel(proc.stdout, proc.stdin, demux=False)
         try:
             await channel.hello()
         except (ChannelClosed, TimeoutError) as exc:

@@ -252,7 +252,7 @@ def unread_bytes(fd):
 
 
 def stamp(paths):
-    out = []
+    out = []  # type: list[tuple[int, int, int] | None]
     for path in paths:
         try:
             st = os.stat(path)
@@ -377,10 +377,7 @@ class Agent:
         if problem:
             self.refuse(req_id, "toolfleet exec agent: " + problem)
             return
-        env = os.environ
-        if spec.get("env"):
-            env = dict(os.environ)
-            env.update(spec["env"])
+        env = {**os.environ, **spec["env"]} if spec.get("env") else os.environ
         cwd = spec.get("cwd")
         key = self.warm_key(spec, stdin_data)
         if key is not None:
@@ -402,7 +399,7 @@ class Agent:
                     raise
                 pid = self.spawn(argv, env, cwd, actions)
         except (OSError, ValueError, TypeError) as exc:
-            for fd in (out_r, out_w, err_r, err_w) + ((in_r, in_w) if has_input else ()):
+            for fd in (out_r, out_w, err_r, err_w) + ((in_r, in_w) if in_w is not None else ()):
                 os.close(fd)
             if not isinstance(exc, OSError):  # e.g. bytes the kernel cannot take
                 self.refuse(req_id, "toolfleet exec agent: cannot start the command: %s" % (exc,))

@@ -74,7 +74,7 @@ class DockerAPI:
 
     async def open_exec_stream(self, exec_id: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Any]:
         """Start an exec with its streams hijacked; returns asyncio streams over the raw socket."""
-        sock = await self.call(self.api.exec_start, exec_id, socket=True)
+        sock: Any = await self.call(self.api.exec_start, exec_id, socket=True)  # socket=True: a socket
         raw = getattr(sock, "_sock", sock)
         raw.setblocking(False)
         reader, writer = await asyncio.open_connection(sock=raw, limit=1 << 20)

@@ -25,6 +25,7 @@ import socket
 import struct
 import tempfile
 import uuid
+from collections.abc import Mapping
 
 import structlog
 
@@ -70,7 +71,7 @@ class HostListener:
         os.chmod(path, 0o666)  # noqa: S103 - any sandbox uid may connect; SO_PEERCRED decides who is kept
         self.directory, self.path = directory, path
 
-    def bind(self) -> dict[str, dict[str, str]]:
+    def bind(self) -> dict[str, Mapping[str, str]]:
         """The ``binds`` entry a container needs (read-only: the sandbox cannot change the directory)."""
         return {self.directory: {"bind": CONTAINER_DIR, "mode": "ro"}}
 

@@ -24,6 +24,7 @@ import io
 import posixpath
 import tarfile
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 from docker.errors import DockerException
@@ -38,7 +39,7 @@ SEED_LIMIT = 16 * 1024 * 1024  # a working directory larger than this is not cop
 SNAPSHOT_SEED_LIMIT = 256 * 1024 * 1024  # a snapshot refuses more (``_snapshot``), so none is dropped
 
 
-def layer_quota_supported(info: dict) -> bool:
+def layer_quota_supported(info: dict[str, Any]) -> bool:
     """Whether this daemon's storage driver can cap a container's layer (``docker info``)."""
     driver = str(info.get("Driver") or "")
     if driver in QUOTA_DRIVERS:

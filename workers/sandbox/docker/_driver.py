@@ -132,7 +132,7 @@ class DockerSandboxDriver(SandboxDriver):
             if self.config.services:
                 pod = Pod(self.config, self.containers, self.puller, self.host, self.disk, self._service_env)
                 try:
-                    env.services = await pod.start(  # type: ignore[assignment] - it holds what _service_env built
+                    env.services = await pod.start(  # type: ignore[assignment]  # it holds what _service_env built
                         env, spec.eval_id or self.eval_id, spec.sample_id, self.host.owner)
                 except BaseException:
                     await self._remove(env)

@@ -181,10 +181,10 @@ class Pod:
     async def _log_tail(self, container_id: str) -> str:
         api = self.containers.api
         try:
-            raw = await api.call(api.api.logs, container_id, tail=5)
+            raw: Any = await api.call(api.api.logs, container_id, tail=5)  # stream=False: the log as bytes
         except DockerException:
             return ""
-        return raw.decode("utf-8", "replace").strip()[-300:]
+        return str(raw.decode("utf-8", "replace")).strip()[-300:]
 
 
 __all__ = ["Pod", "SERVICE_LABEL", "healthcheck_dict", "pod_hosts"]
