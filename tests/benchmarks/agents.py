@@ -126,6 +126,7 @@ async def _measure(samples: int, turns: int, calls: int, latency: float = 0.0, r
     from orchestrator.model import get_model, usage_scope
 
     model = get_model("scripted", policy=_policy(turns, calls, latency))
+    api: Any = model.api  # the scripted provider counts its calls
     tool = _bench_tool()
     agent = react(tools=[tool], model=model)
     completed: list[int] = []
@@ -138,7 +139,7 @@ async def _measure(samples: int, turns: int, calls: int, latency: float = 0.0, r
         # react joins the answer to the submit turn's text (answer_delimiter): the answer ends it.
         if not state.output.completion.endswith(ANSWER):
             raise RuntimeError(f"sample {i} ended without its answer: {state.output.completion!r}")
-        completed.append(model.api.calls)
+        completed.append(api.calls)
 
     lags: list[float] = []
     stop = asyncio.Event()
@@ -164,7 +165,7 @@ async def _measure(samples: int, turns: int, calls: int, latency: float = 0.0, r
     if watchdog is not None:
         watchdog.stop()
         watchdog.report()
-    generations = model.api.calls
+    generations = api.calls
     lags.sort()
     return {
         "samples": samples,

@@ -21,8 +21,7 @@ import asyncio
 import time
 from typing import Any
 
-from orchestrator.bench._connect import bash_request as _bash_request
-from orchestrator.bench._connect import fleet_dispatcher
+from orchestrator.bench._connect import bash_request as _bash_request, fleet_dispatcher
 from orchestrator.bench._round_trip import add_measure_arguments, open_route, round_trips
 from orchestrator.bench._timing import percentile_ms
 from orchestrator.dispatch import SampleRoute

@@ -110,7 +110,7 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
     cpus = DockerSandboxConfig().cpus if cpus is None else cpus
 
     # Cold start: no pool, so create() pays for container create + start + agent hello.
-    cold_driver = build_driver(DockerSandboxConfig(image=image, pool_size=0, cpus=cpus))
+    cold_driver: Any = build_driver(DockerSandboxConfig(image=image, pool_size=0, cpus=cpus))  # the Docker driver
     cold: list[float] = []
     try:
         await cold_driver.start()
@@ -122,7 +122,7 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
     finally:
         await cold_driver.aclose()
 
-    driver = build_driver(DockerSandboxConfig(image=image, pool_size=2, max_sandboxes=ACQUIRES + 4, cpus=cpus))
+    driver: Any = build_driver(DockerSandboxConfig(image=image, pool_size=2, max_sandboxes=ACQUIRES + 4, cpus=cpus))
     try:
         await driver.start()
         acquire: list[float] = []

@@ -53,7 +53,7 @@ def _measure(calls: int, reps: int) -> dict[str, Any]:
 
     def decide(decision: str) -> Any:
         async def review(message: str, call: Any, result: Any, output: Any, view: Any, history: Any) -> Review:
-            return Review(decision=decision)  # type: ignore[arg-type]
+            return Review(decision=decision)
 
         return review
 

@@ -208,7 +208,7 @@ async def _slots_in_use(url: str, names: Any) -> int:
 
     client = aredis.Redis.from_url(url)
     try:
-        hosts = [h.decode() for h in await client.smembers(names.HOSTS_SET)]
+        hosts = [h.decode() if isinstance(h, bytes) else h for h in await client.smembers(names.HOSTS_SET)]
         values = await client.mget([names.slots_used_key(h) for h in hosts]) if hosts else []
         return sum(int(v or 0) for v in values)
     finally:
@@ -216,7 +216,7 @@ async def _slots_in_use(url: str, names: Any) -> int:
 
 
 async def _calls(dispatcher: Any, routes: list[SampleRoute], calls: int, errors: list[str]) -> dict[str, Any]:
-    from orchestrator.model import ChatMessageAssistant, ChatMessageUser, execute_tools
+    from orchestrator.model import ChatMessage, ChatMessageAssistant, ChatMessageTool, ChatMessageUser, execute_tools
     from orchestrator.tool import ToolCall, bash
 
     tools = [bash()]
@@ -226,12 +226,13 @@ async def _calls(dispatcher: Any, routes: list[SampleRoute], calls: int, errors:
         token = set_route(route)
         try:
             for turn in range(calls):
-                messages = [ChatMessageUser(content="go"), ChatMessageAssistant(
+                messages: list[ChatMessage] = [ChatMessageUser(content="go"), ChatMessageAssistant(
                     content="", tool_calls=[ToolCall(id=f"t{turn}", function="bash", arguments={"cmd": "true"})])]
                 start = time.perf_counter()
                 result = await execute_tools(messages, tools)
                 latencies.append(time.perf_counter() - start)
-                errors.extend(f"call: {m.error.message}" for m in result.messages if m.error is not None)  # type: ignore[attr-defined]
+                errors.extend(f"call: {m.error.message}" for m in result.messages
+                              if isinstance(m, ChatMessageTool) and m.error is not None)
         finally:
             reset_route(token)
 

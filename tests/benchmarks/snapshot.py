@@ -31,8 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from orchestrator.dispatch import CeleryDispatcher, reset_route, set_route
-    from orchestrator.eval._fork import _sandbox_for
-    from orchestrator.eval._fork import fork as open_forks
+    from orchestrator.eval._fork import _sandbox_for, fork as open_forks
     from orchestrator.util import fork
     from orchestrator.util._fork import bind_fork_opener
 

@@ -29,7 +29,7 @@ def bash_request(cmd: str, sandbox: str) -> CallRequest:
     return CallRequest(call_id=uuid.uuid4().hex, function="bash", tool=ref, arguments={"cmd": cmd}, sandbox=sandbox)
 
 
-def dispatch(dispatcher, requests: list[CallRequest], route: SampleRoute | None = None) -> list[asyncio.Future[CallOutcome]]:  # type: ignore[no-untyped-def]
+def dispatch(dispatcher, requests: list[CallRequest], route: SampleRoute | None = None) -> list[asyncio.Future[CallOutcome]]:
     token = set_route(route or SampleRoute())
     try:
         return dispatcher.dispatch([Dispatch(r, None) for r in requests])  # type: ignore[arg-type]
@@ -37,7 +37,7 @@ def dispatch(dispatcher, requests: list[CallRequest], route: SampleRoute | None 
         reset_route(token)
 
 
-async def one(dispatcher, req: CallRequest, route: SampleRoute | None = None, bound: float = BOUND) -> CallOutcome:  # type: ignore[no-untyped-def]
+async def one(dispatcher, req: CallRequest, route: SampleRoute | None = None, bound: float = BOUND) -> CallOutcome:
     [fut] = dispatch(dispatcher, [req], route)
     return await asyncio.wait_for(fut, bound)
 

@@ -110,7 +110,7 @@ def test_react_eval_with_batch_pools_every_request(tmp_path: Path, provider: str
 
 @pytest.mark.celery
 @pytest.mark.parametrize("provider", list(PROVIDERS))
-def test_react_eval_with_batch_pools_every_request_through_workers(tmp_path: Path, provider: str, fleet) -> None:  # type: ignore[no-untyped-def]
+def test_react_eval_with_batch_pools_every_request_through_workers(tmp_path: Path, provider: str, fleet) -> None:
     worker = fleet.worker(concurrency=8, slots=8)
     log = _eval_pools_every_request(tmp_path, provider, "--broker", fleet.redis.url)
     hosts = {e.host for s in log.samples for e in s.events if e.event == "tool" and e.function == "bash"}

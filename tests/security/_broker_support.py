@@ -65,7 +65,7 @@ def fresh_fleet(broker_fleet: BrokerFleet) -> Iterator[BrokerFleet]:
 
 
 @pytest.fixture
-async def dispatcher(broker_fleet: BrokerFleet):  # type: ignore[no-untyped-def]
+async def dispatcher(broker_fleet: BrokerFleet):
     from orchestrator.dispatch import CeleryDispatcher
 
     d = CeleryDispatcher(broker_fleet.redis.url)

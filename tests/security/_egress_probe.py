@@ -182,7 +182,7 @@ def raw6(host, port, token):
 
 
 PROBES = {"tcp": tcp, "http": http, "resolve": resolve, "udp": udp, "icmp": icmp, "raw4": raw4, "raw6": raw6,
-          "download": download}
+          "download": download}  # type: dict[str, Callable[..., Any]]
 
 if __name__ == "__main__":
     results = [PROBES[kind](*args) for kind, *args in json.loads(sys.argv[1])]

@@ -81,7 +81,7 @@ class AnthropicServer(OpenAIServer):
     @property
     def base_url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def _no_reply(self) -> Reply:
         return error(418, "no scripted reply left on the test server")
@@ -162,7 +162,7 @@ class AnthropicServer(OpenAIServer):
             lines.append(json.dumps({"custom_id": cid, "result": result}))
         host, port = self._httpd.server_address[:2]
         batch.update(processing_status="ended", request_counts=counts, ended_at="2026-01-01T00:01:00Z",
-                     results_url=f"http://{host}:{port}/v1/messages/batches/{batch['id']}/results",
+                     results_url=f"http://{host!s}:{port}/v1/messages/batches/{batch['id']}/results",
                      _results="\n".join(lines) + "\n")
         if cancelled:
             batch["cancel_initiated_at"] = "2026-01-01T00:00:30Z"

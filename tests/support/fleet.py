@@ -82,7 +82,7 @@ def require_redis_server() -> str:
     return binary
 
 
-def _wait(predicate, timeout: float, what: str, interval: float = 0.05) -> None:  # type: ignore[no-untyped-def]
+def _wait(predicate, timeout: float, what: str, interval: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -255,13 +255,13 @@ class AnonymousWorker(WorkerProcess):
     """``toolfleet worker`` without ``--hostname``, as a user starts several on one machine: its identity
     is whatever it announces (``<machine>-<pid>-<hex>``)."""
 
-    def __init__(self, broker_url: str, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, broker_url: str, **kwargs) -> None:
         super().__init__(broker_url, **kwargs)
         at = self.args.index("--hostname")
         del self.args[at:at + 2]
         self.host = ""
 
-    def _ready(self, client) -> bool:  # type: ignore[no-untyped-def]
+    def _ready(self, client) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{self.output()}")
         found = READY.search(Path(self.log.name).read_bytes())
@@ -286,18 +286,18 @@ class Fleet:
     def hosts(self) -> list[str]:
         return [w.host for w in self.workers]
 
-    def worker(self, **kwargs) -> WorkerProcess:  # type: ignore[no-untyped-def]
+    def worker(self, **kwargs) -> WorkerProcess:
         w = WorkerProcess(self.redis.url, **kwargs)
         self.workers.append(w)
         return w.start()
 
-    def anonymous_worker(self, **kwargs) -> WorkerProcess:  # type: ignore[no-untyped-def]
+    def anonymous_worker(self, **kwargs) -> WorkerProcess:
         """A worker started without ``--hostname`` (its default identity)."""
         w = AnonymousWorker(self.redis.url, **kwargs)
         self.workers.append(w)
         return w.start()
 
-    def start_workers(self, n: int, named: bool = True, timeout: float = 60.0, **kwargs) -> list[WorkerProcess]:  # type: ignore[no-untyped-def]
+    def start_workers(self, n: int, named: bool = True, timeout: float = 60.0, **kwargs) -> list[WorkerProcess]:
         """``n`` workers started side by side (named ``w-<hex>``, or each with its default identity)."""
         kind: Callable[..., WorkerProcess] = WorkerProcess if named else AnonymousWorker
         started = [kind(self.redis.url, **kwargs) for _ in range(n)]

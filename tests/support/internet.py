@@ -157,7 +157,7 @@ class LocalInternet:
         try:
             image = site_image(self.client)
             self._networks.append(self._create_network(self.network, ALLOWED_RANGE if self.ranges else None))
-            ports = None
+            ports: dict[str, Any] | None = None
             if self.publish:
                 self.gateway = bridge_gateway(self.client)
                 ports = {f"{PORT}/tcp": (self.gateway, None)}

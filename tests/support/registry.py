@@ -46,7 +46,7 @@ def hub_repository(name: str) -> str:
     return path + (at + digest if at else "")
 
 
-def daemon_allows_loopback_registries(client) -> bool:  # type: ignore[no-untyped-def]
+def daemon_allows_loopback_registries(client) -> bool:
     """Whether the Docker daemon pulls from and pushes to ``127.0.0.1:PORT`` over plain http (its default
     insecure-registry range, 127.0.0.0/8, unless the daemon's configuration removed it)."""
     import ipaddress
