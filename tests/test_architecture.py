@@ -108,7 +108,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
                 colour[path.pop()] = 2
                 iters.pop()
             elif colour.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return [*path[path.index(nxt):], nxt]
             elif not colour.get(nxt):
                 colour[nxt] = 1
                 path.append(nxt)
@@ -176,8 +176,8 @@ LAYERS: list[tuple[str, ...]] = [
 # lower package never loads the higher one. importer: (the package it reaches, the names, why)
 LAZY_UPWARD: dict[str, tuple[str, tuple[str, ...], str]] = {
     "orchestrator.model": ("orchestrator.execute", ("ExecuteToolsResult", "execute_tools"),
-                           "Inspect's path (inspect_ai.model.execute_tools) to the engine, which asks "
-                           "approvers and reviewers, and those use models"),
+                           ("Inspect's path (inspect_ai.model.execute_tools) to the engine, which asks "
+                            "approvers and reviewers, and those use models")),
     "orchestrator.model._model": ("orchestrator.execute", ("execute_tools",),
                                   "Model.generate_loop (Inspect's API) runs the tool calls it generates"),
     "orchestrator.log": ("orchestrator.eval", ("export_inspect_log", "write_inspect_log"),
@@ -225,15 +225,15 @@ def layer_violations(graph: dict[str, set[str]], layers: list[tuple[str, ...]],
     [
         ({"orchestrator.model._a": {"orchestrator.util._b", "orchestrator.model._c"}}, None, []),
         ({"orchestrator.util._b": {"orchestrator.model._a"}}, None,
-         ["orchestrator.util._b imports orchestrator.model._a: up, from layer 1 (orchestrator.util) "
-          "to layer 3 (orchestrator.model, orchestrator.dispatch)"]),
+         [("orchestrator.util._b imports orchestrator.model._a: up, from layer 1 (orchestrator.util) "
+           "to layer 3 (orchestrator.model, orchestrator.dispatch)")]),
         ({"orchestrator.model._a": {"orchestrator.dispatch"}}, None,
-         ["orchestrator.model._a imports orchestrator.dispatch: sideways, from layer 3 (orchestrator.model, "
-          "orchestrator.dispatch) to layer 3 (orchestrator.model, orchestrator.dispatch)"]),
+         [("orchestrator.model._a imports orchestrator.dispatch: sideways, from layer 3 (orchestrator.model, "
+           "orchestrator.dispatch) to layer 3 (orchestrator.model, orchestrator.dispatch)")]),
         ({"orchestrator.util": {"orchestrator.model._a"}}, {"orchestrator.util": "orchestrator.model"}, []),
         ({"orchestrator.util._b": {"orchestrator.model._a"}}, {"orchestrator.util": "orchestrator.model"},
-         ["orchestrator.util._b imports orchestrator.model._a: up, from layer 1 (orchestrator.util) "
-          "to layer 3 (orchestrator.model, orchestrator.dispatch)"]),
+         [("orchestrator.util._b imports orchestrator.model._a: up, from layer 1 (orchestrator.util) "
+           "to layer 3 (orchestrator.model, orchestrator.dispatch)")]),
         ({"workers.sandbox.x": {"orchestrator.util._b"}, "orchestrator.dispatch": {"workers.y"}}, None, []),
         ({"orchestrator.new._a": {"orchestrator.util"}}, None,
          ["orchestrator.new._a: its package orchestrator.new is in no layer"]),

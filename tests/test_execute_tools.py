@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from orchestrator._wire import ToolExecutionFatal
@@ -63,7 +65,7 @@ async def test_parallel_runs_concurrently_and_serial_calls_are_barriers(dispatch
     ]
     result, _ = await run_turn(dispatcher, calls(*specs), ALL_TOOLS)
     assert [m.text for m in result.messages] == ["p1", "p2", "s", "p3"]
-    lines = [line.rsplit(" ", 1)[0] for line in open(log).read().splitlines()]
+    lines = [line.rsplit(" ", 1)[0] for line in Path(log).read_text().splitlines()]
     # p1 and p2 overlap (both start before either ends); s starts after both end; p3 after s ends.
     assert set(lines[:2]) == {"start p1", "start p2"}
     assert lines.index("start s") > max(lines.index("end p1"), lines.index("end p2"))
@@ -75,7 +77,7 @@ async def test_unknown_tool_is_a_parsing_error_and_a_barrier(dispatcher, tmp_pat
     specs = [("record", {"path": log, "label": "a", "delay": 0.1}), ("nope", {}), ("record", {"path": log, "label": "b"})]
     result, _ = await run_turn(dispatcher, calls(*specs), ALL_TOOLS)
     assert errors(result) == [None, ("parsing", "Tool nope not found"), None]
-    lines = [line.rsplit(" ", 1)[0] for line in open(log).read().splitlines()]
+    lines = [line.rsplit(" ", 1)[0] for line in Path(log).read_text().splitlines()]
     assert lines == ["start a", "end a", "start b", "end b"]
 
 
@@ -117,7 +119,7 @@ async def test_parse_error_and_validation_errors(dispatcher) -> None:
         ToolCall(id="a", function="add", arguments={}, parse_error="Malformed JSON in arguments"),
         ToolCall(id="b", function="add", arguments={"x": "one", "y": 2, "z": 3}),
     ]
-    result, transcript = await run_turn(dispatcher, tool_calls, ALL_TOOLS)
+    result, _transcript = await run_turn(dispatcher, tool_calls, ALL_TOOLS)
     assert errors(result)[0] == ("parsing", "Malformed JSON in arguments")
     kind, message = errors(result)[1]
     assert kind == "parsing"
@@ -172,7 +174,7 @@ async def test_per_tool_max_output_wins_and_zero_disables(dispatcher) -> None:
 
 
 async def test_default_limit_is_16_kib(dispatcher) -> None:
-    result, transcript = await run_turn(dispatcher, calls(("text_of_size", {"n": 16 * 1024 + 1})), ALL_TOOLS)
+    _result, transcript = await run_turn(dispatcher, calls(("text_of_size", {"n": 16 * 1024 + 1})), ALL_TOOLS)
     assert transcript.find(ToolEvent)[0].truncated == (16 * 1024 + 1, 16 * 1024)
 
 
@@ -214,7 +216,7 @@ async def test_guardrails(dispatcher) -> None:
         return GuardrailResult.reject("[redacted]") if "3" in str(output) else GuardrailResult.allow()
 
     guarded = ToolDef(st.add(), input_guardrails=[no_big_numbers], output_guardrails=[redact])
-    result, transcript = await run_turn(
+    result, _transcript = await run_turn(
         dispatcher, calls(("add", {"x": 101, "y": 1}), ("add", {"x": 1, "y": 2}), ("add", {"x": 1, "y": 1})), [guarded])
     assert [m.text for m in result.messages] == ["Numbers over 100 are not allowed.", "[redacted]", "2"]
     assert [m.error for m in result.messages] == [None, None, None]

@@ -100,7 +100,7 @@ async def test_an_empty_policy_approves(dispatcher) -> None:
 
 async def test_termination_without_a_reason_uses_inspects_text(dispatcher) -> None:
     policy = [ApprovalPolicy(deciding("terminate"), "*")]
-    with pytest.raises(TerminateSampleError, match="^Tool call approver requested termination.$"):
+    with pytest.raises(TerminateSampleError, match=r"^Tool call approver requested termination\.$"):
         await run_turn(dispatcher, ADD, TOOLS, approval=policy)
 
 

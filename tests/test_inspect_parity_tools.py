@@ -190,7 +190,7 @@ async def test_naive_datetime_argument_becomes_utc() -> None:
 
 
 def test_tool_prompt_is_appended_to_the_description() -> None:
-    with pytest.warns(DeprecationWarning):
+    with pytest.warns(DeprecationWarning, match=r"@tool\(prompt=\.\.\.\) is deprecated"):
         @tool(prompt="Use it   wisely.")
         def prompted():
             async def execute() -> str:
@@ -217,7 +217,7 @@ async def test_uncaught_exception_keeps_its_type() -> None:
 
 
 async def test_uncaught_builtin_exception_keeps_its_type_on_every_dispatcher(dispatcher) -> None:
-    with pytest.raises(RuntimeError, match="^boom$"):
+    with pytest.raises(RuntimeError, match=r"^boom$"):
         await run_turn(dispatcher, calls(("fail", {"kind": "fatal"})), [st.fail()])
 
 

@@ -154,7 +154,7 @@ def test_argument_depth(value, depth) -> None:
 
 
 @pytest.mark.parametrize(
-    "reported, admitted",
+    ("reported", "admitted"),
     [(0.25, 0.25), (3, 3.0), (0, 0.0), (None, None), ("0.2", None), (True, None), (-1.0, None),
      (float("inf"), None), (float("nan"), None), ([1], None), ({"s": 1}, None)],
 )

@@ -142,7 +142,7 @@ SLEEP_CASES = {
 }
 
 
-@pytest.mark.parametrize("source, lines", SLEEP_CASES.values(), ids=SLEEP_CASES.keys())
+@pytest.mark.parametrize(("source", "lines"), SLEEP_CASES.values(), ids=SLEEP_CASES.keys())
 def test_a_sleep_directly_before_an_assert_is_found(source: str, lines: list[int]) -> None:
     assert [f.line for f in sleeps_before_asserts(textwrap.dedent(source))] == lines
 
@@ -157,7 +157,7 @@ SKIP_CASES = {
 }
 
 
-@pytest.mark.parametrize("source, lines", SKIP_CASES.values(), ids=SKIP_CASES.keys())
+@pytest.mark.parametrize(("source", "lines"), SKIP_CASES.values(), ids=SKIP_CASES.keys())
 def test_an_importorskip_of_an_installed_dependency_is_found(source: str, lines: list[int]) -> None:
     assert [f.line for f in installed_skips(source, INSTALLED)] == lines
 

@@ -77,7 +77,7 @@ async def test_every_event_carries_its_span(bound) -> None:
         span = begins[event.span_id]
         assert (span.type, span.name) == ("tool", event.function)
     # The child's model call sits under the child's agent span, under the parent's tool span.
-    child_model = [e for e in bound.find(ModelEvent)][1]
+    child_model = list(bound.find(ModelEvent))[1]
     agent_span = begins[begins[child_model.span_id].parent_id]
     assert (agent_span.type, agent_span.name) == ("agent", "child")
     assert (begins[agent_span.parent_id].type, begins[agent_span.parent_id].name) == ("tool", "child")

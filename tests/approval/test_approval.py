@@ -69,7 +69,7 @@ async def test_first_non_escalating_approver_decides_in_order(dispatcher) -> Non
 async def test_reject_with_and_without_explanation(dispatcher) -> None:
     for explanation, message in (("Too risky.", "Too risky."), (None, "Tool call not approved.")):
         policy = [ApprovalPolicy(scripted_approver("reject", explanation), "*")]
-        result, t = await run_turn(dispatcher, calls(("add", {"x": 1, "y": 1})), TOOLS, approval=policy)
+        result, _t = await run_turn(dispatcher, calls(("add", {"x": 1, "y": 1})), TOOLS, approval=policy)
         assert errs(result) == [("approval", message)]
 
 
@@ -106,7 +106,7 @@ async def test_modify_changing_the_function_is_an_error(dispatcher) -> None:
 
 async def test_terminate_ends_the_sample(dispatcher) -> None:
     policy = [ApprovalPolicy(scripted_approver("terminate", "Operator stop."), "*")]
-    with pytest.raises(TerminateSampleError, match="Operator stop."):
+    with pytest.raises(TerminateSampleError, match=r"Operator stop\."):
         await run_turn(dispatcher, calls(("add", {"x": 1, "y": 1})), TOOLS, approval=policy)
 
 

@@ -114,7 +114,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if embedded and embedded["calls_per_s"]:
         out["vs_embedded"] = round(celery["calls_per_s"] / embedded["calls_per_s"], 2)
         # Same calls in both: Celery calls/s over embedded calls/s is embedded wall time over Celery's.
-        out["vs_embedded_by_round"] = [round(e["wall_s"] / c["wall_s"], 2) for c, e in zip(rounds.rounds, embedded_rounds)]
+        out["vs_embedded_by_round"] = [round(e["wall_s"] / c["wall_s"], 2) for c, e in zip(rounds.rounds, embedded_rounds, strict=True)]
     if baseline:
         out["speedup"] = round(celery["calls_per_s"] / baseline["calls_per_s"], 1) if baseline["calls_per_s"] else None
     return out

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.mark.slow  # runs the CLI in a child process
-@pytest.mark.parametrize("flags, needle", [
+@pytest.mark.parametrize(("flags", "needle"), [
     (["-T", "n=abc"], "-T n='abc': task 'basic' expects int"),
     (["-T", "nope=1"], "has no parameter 'nope'"),
     (["-M", "foo=1"], "Model provider 'scripted' has no argument 'foo'"),

@@ -287,7 +287,7 @@ async def test_stages_dispatched_together_share_one_message_and_each_splices_in_
     assert list(celery_dispatcher.published)[before:] == [(1, 12)]
 
 
-@pytest.mark.parametrize("linger, publishes", [(0.0, [(1, 2), (1, 2)]), (0.05, [(1, 4)])])
+@pytest.mark.parametrize(("linger", "publishes"), [(0.0, [(1, 2), (1, 2)]), (0.05, [(1, 4)])])
 async def test_a_busy_dispatcher_lingers_so_later_stages_share_the_message(session_worker, linger, publishes) -> None:
     """From ``busy_calls`` calls in flight (0 here: always), a stage waits up to ``stage_linger`` for
     others; with no linger, a stage dispatched a tick later goes in a message of its own."""

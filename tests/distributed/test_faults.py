@@ -52,7 +52,7 @@ async def test_placement_fills_hosts_by_free_slots_and_calls_follow_the_sandbox(
     assert sorted(hosts) == sorted([a.host, a.host, b.host, b.host])
     with pytest.raises(SandboxUnavailableError, match="all full or draining"):
         await d.open_sandbox(local_spec("s-extra"))
-    for route, host in zip(routes, hosts):
+    for route, host in zip(routes, hosts, strict=True):
         outcome = await one(d, bash_request("echo $TOOLFLEET_HOST", route.sandbox), route)
         assert outcome.host == host and outcome.result.strip() == host
     # A full fleet: the placement waits (and says so in the demand list) until a slot frees up.

@@ -48,9 +48,9 @@ def test_encoding_names_each_candidate_host_once() -> None:
                          1, "a", 12, "t1", 1, 1, 0, 4]
     answers = _reserve.decode(call, 3, [2, b"boot-h2", 0, -1, 3, 2, 0, 0, 0])
     assert answers == [_reserve.Answer(host="h2", boot="boot-h2"), _reserve.Answer(fair_share=(3, 2)), _reserve.Answer()]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="reservation script answered"):
         _reserve.decode(call, 2, [1, b"x", 0])  # too short: never read as some answer
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="reservation script named host 3"):
         _reserve.decode(call, 1, [3, b"x", 0])  # names a host the call did not
 
 

@@ -40,7 +40,7 @@ def test_a_stage_larger_than_a_message_is_split() -> None:
     assert messages[1].task_id == f"c{names.MAX_STAGE_CALLS}"
 
 
-@pytest.mark.parametrize("channel, ok", [
+@pytest.mark.parametrize(("channel", "ok"), [
     (names.reply_channel("ab" * 16), True),
     (names.reply_channel("AB" * 16), False),
     (names.reply_channel("ab" * 15), False),
@@ -54,7 +54,7 @@ def test_only_reply_channels_are_accepted(channel, ok) -> None:  # type: ignore[
     assert names.is_reply_channel(channel) is ok
 
 
-@pytest.mark.parametrize("data, n", [
+@pytest.mark.parametrize(("data", "n"), [
     (b"not json", 0), (b"{}", 0), (b"[]", 0), (b"[1, 2, 3]", 0), (b'["a", "m", "{}"]', 1),
     (b'[["a", "m", "{}"], ["b", "m", "{}"]]', 2), (b'[["a", "m", "{}"], ["b", 7, "{}"], "junk"]', 1), (None, 0),
 ])

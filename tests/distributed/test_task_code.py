@@ -261,8 +261,8 @@ def _start(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
     (["--import", "/nonexistent/task.py"], {}, "toolfleet worker: --import /nonexistent/task.py: no such file"),
     (["--path", "/nonexistent/dir"], {}, "toolfleet worker: --path /nonexistent/dir: not a directory"),
     (["--install", "/etc/hostname"], {},
-     "toolfleet worker: --install /etc/hostname: not a wheel (.whl) or a directory holding wheels "
-     "(build one with `pip wheel --no-deps -w dist .`)"),
+     ("toolfleet worker: --install /etc/hostname: not a wheel (.whl) or a directory holding wheels "
+      "(build one with `pip wheel --no-deps -w dist .`)")),
 ])
 def test_tool_code_that_cannot_load_stops_the_worker_in_one_line(args: list[str], env: dict[str, str], line: str) -> None:
     done = _start(args, **env)

@@ -194,8 +194,8 @@ def test_unmapped_settings_are_one_line_each(tmp_path: Path, sandbox_image: str)
     lines = load_harbor(tmp_path, build=False).lines("DIR")
     assert lines[:2] == [
         "harbor: not mapped, ignored: environment.gpus=1 (sandboxes get no GPUs) (tasks gpu-a, gpu-b)",
-        "harbor: not mapped, ignored: environment.allow_internet=true (toolfleet sandboxes have no network) "
-        "(tasks gpu-a, gpu-b)"]
+        ("harbor: not mapped, ignored: environment.allow_internet=true (toolfleet sandboxes have no network) "
+         "(tasks gpu-a, gpu-b)")]
     assert lines[2].startswith("harbor: 2 tasks from DIR; images: 0 built, 0 cached") and len(lines) == 3
 
 

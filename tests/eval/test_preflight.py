@@ -68,7 +68,7 @@ async def test_missing_image_embedded(tmp_path: Path, sandbox_image: str) -> Non
 
 @pytest.mark.celery
 async def test_no_live_worker(tmp_path: Path, own_redis) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(PreflightError, match="No live worker on the broker .*: start one with `toolfleet worker"):
+    with pytest.raises(PreflightError, match=r"No live worker on the broker .*: start one with `toolfleet worker"):
         await eval_async(_task(sandbox="local"), "scripted", log_dir=tmp_path, broker=own_redis.url)
 
 

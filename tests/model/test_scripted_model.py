@@ -311,6 +311,6 @@ async def test_model_span_is_a_child_of_the_enclosing_span() -> None:
     t = Transcript()
     with bind_transcript(t), span("researcher", type="agent") as agent_span:
         await get_model("scripted").generate("x")
-    model_begin = [e for e in t.find(SpanBeginEvent) if e.type == "model"][0]
+    model_begin = next(e for e in t.find(SpanBeginEvent) if e.type == "model")
     assert model_begin.parent_id == agent_span
     assert t.find(ModelEvent)[0].span_id == model_begin.id

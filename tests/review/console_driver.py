@@ -57,7 +57,7 @@ async def one_round(args: argparse.Namespace, index: int) -> None:
         print(f"OUTCOME terminated: {exc.reason}", flush=True)
     except NoTerminalError as exc:
         print(f"OUTCOME no-terminal: {exc}", flush=True)
-        raise SystemExit(3)
+        raise SystemExit(3) from None
     for e in transcript.find(ReviewEvent):
         print(f"EVENT review {e.call.id} {e.reviewer} {e.decision} {e.explanation}", flush=True)
     for e in transcript.find(ApprovalEvent):

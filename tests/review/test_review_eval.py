@@ -102,7 +102,7 @@ async def test_s24_eval_a_reviewer_exception_ends_the_sample_with_an_error(tmp_p
 async def test_s20a_eval_review_human_without_a_terminal_is_a_clear_error(tmp_path, dispatcher, monkeypatch) -> None:
     """"eval(review="human") reviews every call's result" with a person; with no terminal the sample fails at
     once with a clear error instead of waiting forever."""
-    monkeypatch.setattr(sys, "stdin", open(os.devnull))
+    monkeypatch.setattr(sys, "stdin", open(os.devnull))  # noqa: SIM115 - stdin for the test's duration
     log = await evaluate(task(), tmp_path, dispatcher, review="human")
     [sample] = log.samples
     assert sample.error is not None

@@ -255,7 +255,7 @@ async def test_s11_uncovered_results_and_all_escalations_continue(dispatcher) ->
     """"A result no policy covers, or one every matching reviewer escalates, continues."""
     result, transcript = await run(dispatcher, calls(("add", {"x": 1, "y": 1}), ("curl", {"url": "http://x"})),
                                    review=[policy("escalate", tools="add"), policy("escalate", tools="add")])
-    assert [m.text for m in result.messages][0] == "2" and "HTTP/1.1 200" in result.messages[1].text
+    assert next(m.text for m in result.messages) == "2" and "HTTP/1.1 200" in result.messages[1].text
     # The two escalations are recorded, then the outcome (nobody picked it up: continue); curl: nothing.
     assert reviews(transcript) == [("scripted_review", "c0", "escalate"), ("scripted_review", "c0", "escalate"),
                                    (None, "c0", "continue")]
@@ -288,7 +288,7 @@ async def test_s14_errors_from_executed_tools_are_reviewed_including_parsing_and
     seen: list = []
     specs = calls(("fail", {"kind": "parsing"}), ("raise_approval_error", {"message": "inner approval said no"}),
                   ("fail", {"kind": "timeout"}))
-    result, transcript = await run(dispatcher, specs, review=[policy("continue", seen=seen)])
+    _result, transcript = await run(dispatcher, specs, review=[policy("continue", seen=seen)])
     by_call = {s["call"].id: s["result"].error for s in seen}
     assert {k: (v.type, v.message) for k, v in by_call.items()} == {
         "c0": ("parsing", "bad input shape"),
@@ -304,9 +304,9 @@ async def test_s14_errors_from_executed_tools_are_reviewed_including_parsing_and
 async def test_s22_a_custom_reviewer_is_an_async_function_returning_a_review(dispatcher) -> None:
     """"A reviewer is an async function. It receives the tool call, the call's result and the conversation,
     and returns a Review." (The seed's ``no_network`` example, registered with ``@reviewer``.)"""
-    with pytest.raises(TerminateSampleError, match="The agent reached the network."):
+    with pytest.raises(TerminateSampleError, match=r"The agent reached the network\."):
         await run(dispatcher, calls(("curl", {"url": "http://example.com"})), review=[ReviewPolicy(rt.no_network(), tools="*")])
-    result, transcript = await run(dispatcher, calls(("add", {"x": 1, "y": 1})), review=[ReviewPolicy(rt.no_network())])
+    _result, transcript = await run(dispatcher, calls(("add", {"x": 1, "y": 1})), review=[ReviewPolicy(rt.no_network())])
     assert reviews(transcript) == [("no_network", "c0", "continue")]
 
 
@@ -471,10 +471,9 @@ async def test_s27b_a_time_limit_cancels_pending_reviews_and_keeps_results(dispa
     """"If the sample stops for another reason, unfinished reviewers are cancelled ..." Here: the sample's
     time limit fires while a (human-like) review is pending."""
     transcript = Transcript()
-    with pytest.raises(LimitExceededError) as limit:
-        with time_limit(0.5):
-            await run(dispatcher, calls(("add", {"x": 1, "y": 1}), ("text_of_size", {"n": 3})),
-                      review=[ReviewPolicy(blocking_review())], transcript=transcript)
+    with pytest.raises(LimitExceededError) as limit, time_limit(0.5):
+        await run(dispatcher, calls(("add", {"x": 1, "y": 1}), ("text_of_size", {"n": 3})),
+                  review=[ReviewPolicy(blocking_review())], transcript=transcript)
     assert limit.value.type == "time"
     assert sorted((e.id, e.result) for e in transcript.find(ToolEvent)) == [("c0", "2"), ("c1", "xxx")]
     infos = [e for e in transcript.find(InfoEvent) if e.source == "review"]
@@ -536,7 +535,7 @@ async def test_s31_tools_use_the_approval_glob_syntax_names_and_arguments(dispat
     name together with its arguments."""
     seen: list = []
     review = [policy("terminate", tools=["shell(command='rm *')"], seen=seen), policy("continue", tools="sh*")]
-    result, transcript = await run(dispatcher, calls(("shell", {"command": "ls /"})), review=review)
+    _result, transcript = await run(dispatcher, calls(("shell", {"command": "ls /"})), review=review)
     assert seen == [] and reviews(transcript) == [("scripted_review", "c0", "continue")]
     with pytest.raises(TerminateSampleError):
         await run(dispatcher, calls(("shell", {"command": "rm -rf /"})), review=review)

@@ -48,7 +48,7 @@ async def host(sandbox_image: str) -> AsyncIterator[HostSandboxes]:
         for d in drivers:
             await d.aclose()
         for leftover in _containers(h):  # only if a driver failed to remove its own
-            subprocess.run(["docker", "rm", "-f", leftover], capture_output=True, timeout=60, check=False)  # noqa: ASYNC221 - teardown, nothing else runs
+            subprocess.run(["docker", "rm", "-f", leftover], capture_output=True, timeout=60, check=False)  # teardown, nothing else runs
 
 
 @pytest.fixture

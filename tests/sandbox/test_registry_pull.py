@@ -261,15 +261,15 @@ async def test_preflight_embedded_accepts_an_image_it_may_pull(images: Images) -
          "Registry '127.0.0.1:5999' is unreachable, so sandbox image '127.0.0.1:5999/t/x:1' cannot be pulled"),
         ("manifest for 127.0.0.1:5999/t/x:1 not found: manifest unknown: manifest unknown",
          "Sandbox image '127.0.0.1:5999/t/x:1' was not found in registry '127.0.0.1:5999' (check its name and tag)."),
-        ("pull access denied for 127.0.0.1:5999/t/x, repository does not exist or may require 'docker login': "
-         "denied: requested access to the resource is denied",
-         "Sandbox image '127.0.0.1:5999/t/x:1' was not found in registry '127.0.0.1:5999' (check its name and tag; "
-         "if the registry needs a login: `docker login 127.0.0.1:5999` on this host)."),
+        (("pull access denied for 127.0.0.1:5999/t/x, repository does not exist or may require 'docker login': "
+          "denied: requested access to the resource is denied"),
+         ("Sandbox image '127.0.0.1:5999/t/x:1' was not found in registry '127.0.0.1:5999' (check its name and tag; "
+          "if the registry needs a login: `docker login 127.0.0.1:5999` on this host).")),
         ("unauthorized: authentication required",
-         "Registry '127.0.0.1:5999' does not allow pulling sandbox image '127.0.0.1:5999/t/x:1' (not logged in or no "
-         "access: `docker login 127.0.0.1:5999` on this host)."),
-        ("something\nodd", "Pulling sandbox image '127.0.0.1:5999/t/x:1' from registry '127.0.0.1:5999' failed: "
-         "something odd."),
+         ("Registry '127.0.0.1:5999' does not allow pulling sandbox image '127.0.0.1:5999/t/x:1' (not logged in or no "
+          "access: `docker login 127.0.0.1:5999` on this host).")),
+        ("something\nodd", ("Pulling sandbox image '127.0.0.1:5999/t/x:1' from registry '127.0.0.1:5999' failed: "
+          "something odd.")),
     ],
 )
 def test_pull_failures_read_as_one_sentence(engine_says: str, sentence: str) -> None:

@@ -23,6 +23,8 @@ import struct
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
+from typing import Any
 
 TIMEOUT = float(os.environ.get("PROBE_TIMEOUT", "2"))
 
@@ -181,8 +183,8 @@ def raw6(host, port, token):
         return _err(exc)
 
 
-PROBES = {"tcp": tcp, "http": http, "resolve": resolve, "udp": udp, "icmp": icmp, "raw4": raw4, "raw6": raw6,
-          "download": download}  # type: dict[str, Callable[..., Any]]
+PROBES: dict[str, Callable[..., Any]] = {"tcp": tcp, "http": http, "resolve": resolve, "udp": udp, "icmp": icmp, "raw4": raw4, "raw6": raw6,
+          "download": download}
 
 if __name__ == "__main__":
     results = [PROBES[kind](*args) for kind, *args in json.loads(sys.argv[1])]

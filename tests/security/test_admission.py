@@ -36,7 +36,7 @@ def test_every_spelling_of_root_is_refused(spec) -> None:
     assert user_refusal(spec, allow_root=True) is None  # the worker's own choice (--allow-root-user)
     with pytest.raises(PolicyRefused, match="field 'user'"):
         admit_sandbox(WorkerPolicy(), {"type": "docker", "user": spec})
-    with pytest.raises(PolicyRefused, match="services.db.user"):
+    with pytest.raises(PolicyRefused, match=r"services\.db\.user"):
         admit_sandbox(WorkerPolicy(), {"type": "docker", "services": {"db": {"image": "toolfleet/db", "user": spec}}})
 
 
@@ -45,7 +45,7 @@ def test_unreadable_users_are_refused(spec) -> None:
     assert user_refusal(spec, allow_root=True) is not None
 
 
-@pytest.mark.parametrize("spec,parsed", ADMITTED_USERS.items())
+@pytest.mark.parametrize(("spec", "parsed"), ADMITTED_USERS.items())
 def test_other_users_parse_and_pass(spec, parsed) -> None:
     got = parse_user(spec)
     assert (got.user, got.group) == parsed
@@ -75,7 +75,7 @@ EDGES = {
 POLICY = WorkerPolicy(max_memory="2g", max_cpus=2, max_pids=100, max_output_cap=4096, max_ttl=3600)
 
 
-@pytest.mark.parametrize("field,value", EDGES.keys(), ids=[f"{f}={v!r}" for f, v in EDGES])
+@pytest.mark.parametrize(("field", "value"), EDGES.keys(), ids=[f"{f}={v!r}" for f, v in EDGES])
 def test_every_numeric_field_has_both_bounds(field, value) -> None:
     expected = EDGES[(field, value)]
     config = {"type": "docker", field: value}
@@ -86,7 +86,7 @@ def test_every_numeric_field_has_both_bounds(field, value) -> None:
         assert admit_sandbox(POLICY, config)[field] == expected
 
 
-@pytest.mark.parametrize("field,value", [("mem_limit", "0"), ("cpus", 1e-12), ("pids_limit", -1), ("cpus", 0)])
+@pytest.mark.parametrize(("field", "value"), [("mem_limit", "0"), ("cpus", 1e-12), ("pids_limit", -1), ("cpus", 0)])
 def test_service_limits_have_the_same_bounds(field, value) -> None:
     with pytest.raises(PolicyRefused, match=f"services.db.{field}"):
         admit_sandbox(POLICY, {"type": "docker", "services": {"db": {"image": "toolfleet/db", field: value}}})
@@ -148,7 +148,7 @@ ATTACKS = {
 @pytest.mark.parametrize("fields", ATTACKS.values(), ids=ATTACKS.keys())
 async def test_edge_values_are_refused_by_a_real_worker(broker_fleet, dispatcher, fields) -> None:  # noqa: F811 - the imported fixture
     spec = SandboxSpec(eval_id="edge", sample_id="s", config={"type": "docker", **fields})
-    with pytest.raises(SandboxUnavailableError, match="This worker refuses (the )?sandbox"):
+    with pytest.raises(SandboxUnavailableError, match=r"This worker refuses (the )?sandbox"):
         await dispatcher.open_sandbox(spec)
     await legit_call_works(dispatcher, broker_fleet)
 

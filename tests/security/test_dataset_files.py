@@ -49,8 +49,8 @@ def _hostile_repo(root: Path) -> Path:
 @scorer(metrics=[])
 def what_the_sandbox_got() -> Any:
     async def score(state: Any, target: Target) -> Score:
-        probe = await sandbox().exec(["sh", "-c", "for f in environ key keys; do readlink repo/$f; done; "
-                                            "cat repo/key repo/keys/id_rsa 2>/dev/null; cat repo/src/sibling"])
+        probe = await sandbox().exec(["sh", "-c", ("for f in environ key keys; do readlink repo/$f; done; "
+                                             "cat repo/key repo/keys/id_rsa 2>/dev/null; cat repo/src/sibling")])
         return Score(value=CORRECT if SECRET not in probe.stdout else INCORRECT, explanation=probe.stdout)
 
     return score
@@ -76,7 +76,7 @@ async def test_links_out_of_a_directory_source_arrive_as_links(tmp_path: Path, s
             assert SECRET.encode() not in written.read_bytes(), written
 
 
-@pytest.mark.parametrize("source, message", [
+@pytest.mark.parametrize(("source", "message"), [
     (Path("/proc/self/environ"), "is under /proc"),
     (Path("/proc/kallsyms"), "is under /proc"),
     (Path("/sys/kernel"), "is under /sys"),

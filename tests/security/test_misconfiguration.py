@@ -112,7 +112,7 @@ RETRY_BROKERS = {
 }
 
 
-@pytest.mark.parametrize("args, expected", RETRY_BROKERS.values(), ids=RETRY_BROKERS.keys())
+@pytest.mark.parametrize(("args", "expected"), RETRY_BROKERS.values(), ids=RETRY_BROKERS.keys())
 def test_broker_for_retry(args, expected) -> None:
     assert broker_for_retry(*args) == expected
 

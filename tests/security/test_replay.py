@@ -148,7 +148,7 @@ def _signed_at(client, url: str, payload: dict, queue: str, issued: float) -> di
     return envelope
 
 
-@pytest.mark.parametrize("age, reason", [(1000.0, "stale: expired"), (-300.0, "issued 300 s in the future")],
+@pytest.mark.parametrize(("age", "reason"), [(1000.0, "stale: expired"), (-300.0, "issued 300 s in the future")],
                          ids=["captured-16-min-ago", "from-the-future"])
 async def test_stale_messages_are_refused(fresh_fleet, dispatcher, tmp_path, age, reason) -> None:  # noqa: F811 - the imported fixture
     path = str(tmp_path / "starts")

@@ -41,7 +41,7 @@ async def test_killing_the_agent_again_and_again_never_ends_the_sandbox(sandbox_
     await _still_works(env)
 
 
-@pytest.mark.parametrize("tool,arg,text", [
+@pytest.mark.parametrize(("tool", "arg", "text"), [
     (bash, "cmd", "echo a\x00b"),
     (bash, "cmd", "echo \ud83d"),
     (python, "code", "print('\ud83d')"),
@@ -72,7 +72,7 @@ async def test_the_agent_itself_survives_a_request_no_process_can_take(sandbox_f
     env = await sandbox_factory("docker")
     channel = await env._channel(None)
     spec = json.dumps({"argv": argv, "cwd": None, "env": None, "timeout": 30, "cap": 4096, "input": False}).encode()
-    kind, body = await channel._request(RUN, U32.pack(len(spec)) + spec, 60, frame_limit=1 << 16)
+    _kind, body = await channel._request(RUN, U32.pack(len(spec)) + spec, 60, frame_limit=1 << 16)
     (jlen,) = U32.unpack_from(body)
     status = json.loads(body[4 : 4 + jlen])
     assert status["returncode"] == 126 and status["error"]

@@ -46,7 +46,7 @@ TABLE = {
 }
 
 
-@pytest.mark.parametrize("raw, shown", TABLE.values(), ids=TABLE.keys())
+@pytest.mark.parametrize(("raw", "shown"), TABLE.values(), ids=TABLE.keys())
 def test_terminal_safe(raw: str, shown: str) -> None:
     assert terminal_safe(raw) == shown
 

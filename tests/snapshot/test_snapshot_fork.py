@@ -45,8 +45,8 @@ def branch_rollouts(results: dict[str, Any], n: int = 4):  # type: ignore[no-unt
         prepared = await box.exec(["sh", "-c", PREPARE])
         assert prepared.success, prepared.stderr
         # /opt is not a tmpfs path (the container layer); /tmp/rootonly is one its user cannot read.
-        layer = await box.exec(["sh", "-c", "echo layer > /opt/layer.txt && echo secret > /tmp/rootonly "
-                                "&& chmod 600 /tmp/rootonly"], user="root")
+        layer = await box.exec(["sh", "-c", ("echo layer > /opt/layer.txt && echo secret > /tmp/rootonly "
+                                 "&& chmod 600 /tmp/rootonly")], user="root")
         assert layer.success, layer.stderr
         mounts = await box.exec(["sh", "-c", "grep -E ' (/tmp|/var/tmp|/home/sandbox) ' /proc/mounts | cut -d' ' -f2,3"])
         snap = await box.snapshot()

@@ -39,7 +39,7 @@ import redis as redis_sync
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_TOOLS = "tests.support.sample_tools"
 SESSION_TOOL_MODULES = (SAMPLE_TOOLS, "tests.agent.agent_tools", "tests.review.review_tools")
-SECRET_ENV = "TOOLFLEET_SECRET"
+SECRET_ENV = "TOOLFLEET_SECRET"  # noqa: S105 - the variable's name
 
 
 def ensure_fleet_secret() -> str:
@@ -172,7 +172,7 @@ class WorkerProcess:
             "--loglevel", os.environ.get("TOOLFLEET_TEST_WORKER_LOGLEVEL", "WARNING"),
             *[a for m in imports for a in ("--import", m)], *(["--allow-local"] if allow_local else []), *extra_args,
         ]
-        self.log = tempfile.NamedTemporaryFile(prefix=f"toolfleet-{self.host}-", suffix=".log", delete=False)
+        self.log = tempfile.NamedTemporaryFile(prefix=f"toolfleet-{self.host}-", suffix=".log", delete=False)  # noqa: SIM115 - the worker's log for its lifetime
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> WorkerProcess:

@@ -86,7 +86,7 @@ class LocalRegistry:
         binary = require_docker_registry()
         config = self.dir / "config.yml"
         config.write_text(CONFIG.format(root=self.dir / "data", port=self.port))
-        self.log = open(self.dir / "registry.log", "wb")
+        self.log = open(self.dir / "registry.log", "wb")  # noqa: SIM115 - the registry's log for its lifetime
         self.proc = subprocess.Popen([binary, "serve", str(config)], stdout=self.log, stderr=subprocess.STDOUT)
         try:
             _wait(self._answers, 15.0, f"docker-registry on {self.host}", interval=0.1)

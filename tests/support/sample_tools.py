@@ -153,7 +153,7 @@ def fail():
             case "unicode":
                 b"\xff\xfe".decode("utf-8")
             case "null_byte":
-                open("/tmp/a\x00b")
+                open("/tmp/a\x00b")  # noqa: SIM115 - raises before opening: the null byte is the point
             case "permission":
                 raise PermissionError(13, "Permission denied", "/root/secret")
             case "not_found":
