@@ -52,7 +52,8 @@ class AgentState:
                 self._output = ModelOutput()
             else:
                 self._output = ModelOutput(model=last.model or "",
-                                           choices=[ChatCompletionChoice(message=last.model_copy(), stop_reason="stop")])
+                                           choices=[
+                                               ChatCompletionChoice(message=last.model_copy(), stop_reason="stop")])
         return self._output
 
     @output.setter
@@ -172,7 +173,8 @@ def agent(func: Callable[..., Agent] | None = None, *, name: str | None = None, 
         def wrapper(*args: Any, **kwargs: Any) -> Agent:
             instance = factory(*args, **kwargs)
             if not callable(instance):
-                raise TypeError(f"Agent factory '{registry_name}' must return an async callable, not {type(instance).__name__}.")
+                raise TypeError(
+                    f"Agent factory '{registry_name}' must return an async callable, not {type(instance).__name__}.")
             bound = signature.bind(*args, **kwargs)
             params = dict(bound.arguments)
             existing = agent_meta(instance)

@@ -15,7 +15,8 @@ import docstring_parser
 from ._agent import Agent, agent_description, agent_name
 
 
-def agent_parameters(agent: Agent, curried: dict[str, Any], skip: tuple[str, ...] = ()) -> tuple[list[inspect.Parameter], dict[str, str]]:
+def agent_parameters(agent: Agent, curried: dict[str, Any],
+                     skip: tuple[str, ...] = ()) -> tuple[list[inspect.Parameter], dict[str, str]]:
     """(keyword-only parameters, descriptions) for the agent's un-curried parameters after the state."""
     try:
         signature = inspect.signature(agent)

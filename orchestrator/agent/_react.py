@@ -197,7 +197,8 @@ def react(
     return execute
 
 
-def _system_message(prompt: str | AgentPrompt | None, submit_name: str | None, tools: list[Any]) -> ChatMessageSystem | None:
+def _system_message(prompt: str | AgentPrompt | None, submit_name: str | None,
+                    tools: list[Any]) -> ChatMessageSystem | None:
     """Instructions, the handoff prompt (with handoff tools), then the assistant prompt — followed by
     the submit prompt unless the assistant prompt names ``{submit}`` itself (as Inspect builds it)."""
     if prompt is None:

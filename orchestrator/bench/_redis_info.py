@@ -21,7 +21,8 @@ class RedisCounters:
     by_command: dict[str, int] = field(default_factory=dict)  # calls per command (Lua's inner calls included)
 
     @classmethod
-    def from_info(cls, commandstats: dict[str, Any], stats: dict[str, Any], cpu: dict[str, Any] | None = None) -> RedisCounters:
+    def from_info(cls, commandstats: dict[str, Any], stats: dict[str, Any],
+                  cpu: dict[str, Any] | None = None) -> RedisCounters:
         by_command = {k.removeprefix("cmdstat_"): int(v.get("calls", 0)) for k, v in commandstats.items()
                       if k.startswith("cmdstat_") and isinstance(v, dict)}
         cpu_s = float((cpu or {}).get("used_cpu_user", 0.0)) + float((cpu or {}).get("used_cpu_sys", 0.0))

@@ -110,7 +110,8 @@ def log_show(args: argparse.Namespace) -> int:
     if args.sample is not None:
         return _show_sample(log, args.sample, args.epoch, getattr(args, "events", False))
     row = _summary(log)
-    _say(f"{row['task']} · {row['model']} · {row['status']} · {row['done']}/{row['total']} samples, {row['errors']} errors")
+    _say(f"{row['task']} · {row['model']} · {row['status']} · {row['done']}/{row['total']} samples, {row['errors']} "
+         "errors")
     _say(f"eval id {log.eval.eval_id} · runs {len(log.runs)} · log {log.location}")
     from orchestrator.model._pricing import format_cost
 

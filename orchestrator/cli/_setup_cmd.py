@@ -43,7 +43,8 @@ class SetupError(RuntimeError):
 
 def add_command(commands: Any) -> None:
     p = commands.add_parser(
-        "setup", help="install redis-server, docker-registry and chromium, build the sandbox images (what the tests need)",
+        "setup", help="install redis-server, docker-registry and chromium, build the sandbox images (what the tests "
+                      "need)",
         description="Provide what the test suite and docker mode need on a bare machine: redis-server, "
                     "docker-registry and chromium (apt, as root) and the sandbox images (sandbox_images/build.sh). "
                     "Idempotent.")
@@ -94,7 +95,8 @@ def _ensure_program(package: str, why: str, names: tuple[str, ...] = ()) -> None
 _PROGRAMS = {
     "redis": ("redis-server", "redis-server (the Celery tests start their own on loopback)", ()),
     "registry": ("docker-registry", "docker-registry (the image pull tests start their own on loopback)", ()),
-    "browser": ("chromium", "chromium (the inspect view test renders a log headless)", ("chromium", "chromium-browser")),
+    "browser": ("chromium", "chromium (the inspect view test renders a log headless)",
+                ("chromium", "chromium-browser")),
 }
 
 

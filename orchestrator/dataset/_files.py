@@ -213,7 +213,8 @@ def _read(sample_id: object, files: dict[str, FileValue], limit: int) -> list[tu
         if total > limit:
             raise SampleFilesError(
                 f"Sample {sample_id!r}: files exceed the limit of {limit:,} bytes at '{dest}' (from {source}, "
-                f"at least {size:,} bytes read; {total:,} so far). Put large files in the sample's image, or raise {LIMIT_ENV}.")
+                f"at least {size:,} bytes read; {total:,} so far). Put large files in the sample's image, or raise "
+                f"{LIMIT_ENV}.")
         read.append((dest, item, executable))
     return read
 

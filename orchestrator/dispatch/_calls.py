@@ -64,7 +64,8 @@ class Pending:
 
 def _error_outcome(call_id: str, type_: str, message: str, host: str | None = None) -> CallOutcome:
     now = time.time()
-    return CallOutcome(call_id=call_id, error=ToolCallError(type=type_, message=message), started=now, completed=now, host=host)
+    return CallOutcome(call_id=call_id, error=ToolCallError(type=type_, message=message), started=now, completed=now,
+                       host=host)
 
 
 def _stage_messages(records: list[Pending], reply: str) -> list[TaskMessage]:
@@ -366,7 +367,8 @@ class PendingCalls:
             if rec.kind == "call":
                 self._resolve(rec, self._lost_outcome(rec))
             elif not rec.future.done():
-                rec.future.set_exception(SandboxUnavailableError(f"Worker host '{host}' was lost during {rec.function}."))
+                rec.future.set_exception(
+                    SandboxUnavailableError(f"Worker host '{host}' was lost during {rec.function}."))
 
     # --- cancellation --------------------------------------------------------------------------
 
@@ -385,7 +387,8 @@ class PendingCalls:
         try:
             for host, ids in by_host.items():
                 destination = [names.worker_nodename(host)] if host else None
-                await self._publisher.broadcast(names.CONTROL_CANCEL, {"call_ids": ids, "mac": cancel_mac(self._keyring, ids)},
+                await self._publisher.broadcast(names.CONTROL_CANCEL,
+                                                {"call_ids": ids, "mac": cancel_mac(self._keyring, ids)},
                                                 destination)
         except Exception as exc:  # noqa: BLE001 - best effort: the worker's own deadline still applies
             log.warning("dispatch.cancel_failed", error=str(exc))

@@ -48,7 +48,8 @@ class Publisher:
         await self._run(self._with_retry, lambda: self._publish_stage(messages))
 
     async def broadcast(self, command: str, arguments: dict[str, Any], destination: list[str] | None) -> None:
-        await self._run(lambda: self.app.control.broadcast(command, arguments=arguments, destination=destination, reply=False))
+        await self._run(lambda: self.app.control.broadcast(command, arguments=arguments, destination=destination,
+                                                           reply=False))
 
     def broker_restarted(self) -> None:
         self._declared.clear()  # the bindings went with the old Redis (a set swap is atomic enough across threads)

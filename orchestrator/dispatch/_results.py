@@ -45,7 +45,8 @@ DELETE_BATCH_S = 0.2  # results read are deleted from Redis this often (one UNLI
 
 
 class ResultListener:
-    def __init__(self, url: str, health_interval: float = 5.0, on_reconnect: Callable[[], Awaitable[None]] | None = None,
+    def __init__(self, url: str, health_interval: float = 5.0,
+                 on_reconnect: Callable[[], Awaitable[None]] | None = None,
                  keyring: Keyring | None = None, on_event: Callable[[bytes], None] | None = None,
                  reply_channel: str | None = None, on_reply: Callable[[bytes], None] | None = None) -> None:
         self._conn_kwargs: dict[str, Any] = dict(parse_url(url))
@@ -216,7 +217,8 @@ class ResultListener:
         if not task_ids:
             return 0
         values = await self.redis.mget([names.result_key(t) for t in task_ids])
-        return sum(1 for task_id, value in zip(task_ids, values, strict=True) if value is not None and self._resolve(task_id, value))
+        return sum(1 for task_id, value in zip(task_ids, values, strict=True) if value is not None
+                   and self._resolve(task_id, value))
 
     async def stored_outcomes(self, call_ids: list[str]) -> list[Any]:
         """The stage outcomes stored for these calls (``workers.fleet.read_stored``; None where there is none yet)."""

@@ -358,7 +358,8 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
                 progress.done += 1
                 progress.errors += result.error is not None
                 progress.notify("sample")
-                if getattr(dispatcher, "fleet_error", None) is not None:  # a misconfigured fleet fails every sample: stop, say why
+                # a misconfigured fleet fails every sample: stop, say why
+                if getattr(dispatcher, "fleet_error", None) is not None:
                     from ._errors import FleetMisconfiguredError
 
                     raise FleetMisconfiguredError(str(dispatcher.fleet_error))

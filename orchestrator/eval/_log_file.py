@@ -244,7 +244,8 @@ def read_eval_log(path: str | Path, header_only: bool = False) -> EvalLog:
             if kind != "header" or record.get("format") != LOG_FORMAT:
                 raise LogFormatError(f"'{path}' is not a toolfleet eval log.")
             if record.get("version", 0) > LOG_VERSION:
-                raise LogFormatError(f"'{path}' is log version {record['version']}; this toolfleet reads up to {LOG_VERSION}.")
+                raise LogFormatError(
+                    f"'{path}' is log version {record['version']}; this toolfleet reads up to {LOG_VERSION}.")
             log = EvalLog(eval=EvalSpec.model_validate(record["eval"]), location=str(path))
             if header_only:
                 return log

@@ -159,7 +159,8 @@ def load_task_file(spec: str, task_args: dict[str, Any] | None = None) -> Task:
     elif len(found) == 1:
         factory = next(iter(found.values()))
     else:
-        raise TaskError(f"Task file '{path}' has several tasks ({', '.join(sorted(found))}); pick one with {path}@NAME.")
+        raise TaskError(
+            f"Task file '{path}' has several tasks ({', '.join(sorted(found))}); pick one with {path}@NAME.")
     params = inspect.signature(factory).parameters
     args = dict(task_args or {})
     unknown = [k for k in args if k not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values())]

@@ -218,7 +218,8 @@ async def _as_completed(futures: list[asyncio.Future[CallOutcome]]) -> AsyncIter
         yield done.popleft()
 
 
-async def _finish_in_completion_order(tracks: list[_Track], ctx: FinishContext) -> list[tuple[Prepared, ChatMessageTool]]:
+async def _finish_in_completion_order(tracks: list[_Track],
+                                      ctx: FinishContext) -> list[tuple[Prepared, ChatMessageTool]]:
     by_future = {t.future: t for t in tracks}
     try:
         async for future in _as_completed(list(by_future)):  # type: ignore[arg-type]
@@ -232,7 +233,8 @@ async def _finish_in_completion_order(tracks: list[_Track], ctx: FinishContext) 
     return [(t.p, t.message) for t in tracks]  # type: ignore[misc]
 
 
-async def _abandon(tracks: list[_Track], tasks: Sequence[asyncio.Future[ChatMessageTool]], cause: BaseException) -> None:
+async def _abandon(tracks: list[_Track], tasks: Sequence[asyncio.Future[ChatMessageTool]],
+                   cause: BaseException) -> None:
     """Cancel unfinished calls and reviews; executed results stay on record, the rest become ``cancelled``."""
     futures = [t.future for t in tracks if t.future is not None]
     for task in tasks:

@@ -124,7 +124,8 @@ async def prepare_call(
     for guardrail in tool.input_guardrails:
         verdict: GuardrailResult = await _maybe_await(guardrail(call, tool))
         if verdict.behavior == "reject":
-            return Prepared(call, tool, replacement=verdict.message or f"Tool call {call.function} was rejected by a guardrail.")
+            return Prepared(call, tool, replacement=verdict.message
+                            or f"Tool call {call.function} was rejected by a guardrail.")
         if verdict.behavior == "raise":
             raise ToolGuardrailTripwire(getattr(guardrail, "__name__", "input_guardrail"), verdict.message)
 

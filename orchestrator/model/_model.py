@@ -184,7 +184,8 @@ class Model:
         choice = (tool_choice or "auto") if infos else None
         # Ambient (eval/agent) settings < this model's own < this call's.
         cfg = _merge(_merge(active_generate_config(), self.config), config)
-        policy = self.retry if cfg.max_retries is None else self.retry.model_copy(update={"max_retries": cfg.max_retries})
+        policy = self.retry if cfg.max_retries is None else self.retry.model_copy(
+            update={"max_retries": cfg.max_retries})
         name = str(self)
         # Limits hold wherever the model is called (a hand-written agent loop included): an input
         # already at the message limit, or a token limit already reached, could only be exceeded.
@@ -418,8 +419,11 @@ def _snapshot(output: ModelOutput) -> ModelOutput:
     choices = []
     for choice in output.choices:
         message = choice.message
-        own = {name: list(value) if isinstance(value, list) else dict(value)  # only the containers: fields set stay as they were
-               for name, value in (("content", message.content), ("tool_calls", message.tool_calls), ("metadata", message.metadata))
+        # only the containers: fields set stay as they were
+        own = {name: list(value) if isinstance(value, list) else dict(value)
+               for name, value in (("content", message.content), ("tool_calls", message.tool_calls),
+                                   ("metadata", message.metadata))
                if isinstance(value, (list, dict))}
         choices.append(choice.model_copy(update={"message": message.model_copy(update=own)}))
-    return output.model_copy(update={"choices": choices, **({"metadata": dict(output.metadata)} if output.metadata else {})})
+    return output.model_copy(update={"choices": choices,
+                                     **({"metadata": dict(output.metadata)} if output.metadata else {})})

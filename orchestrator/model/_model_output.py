@@ -73,13 +73,15 @@ class ModelOutput(BaseModel):
         if self.choices:
             self.choices[0].message.text = value
         else:
-            self.choices.append(ChatCompletionChoice(message=ChatMessageAssistant(content=value, model=self.model), stop_reason="stop"))
+            self.choices.append(ChatCompletionChoice(message=ChatMessageAssistant(content=value, model=self.model),
+                                                     stop_reason="stop"))
 
     @staticmethod
     def from_content(model: str, content: str, stop_reason: StopReason = "stop") -> ModelOutput:
         return ModelOutput(
             model=model,
-            choices=[ChatCompletionChoice(message=ChatMessageAssistant(content=content, model=model, source="generate"), stop_reason=stop_reason)],
+            choices=[ChatCompletionChoice(message=ChatMessageAssistant(content=content, model=model, source="generate"),
+                                          stop_reason=stop_reason)],
         )
 
     @staticmethod
@@ -92,7 +94,8 @@ class ModelOutput(BaseModel):
     ) -> ModelOutput:
         if content is None:  # Inspect's default text beside the call (mockllm outputs read the same)
             content = f"tool call for tool {tool_name}"
-        call = ToolCall(id=tool_call_id or f"call_{uuid.uuid4().hex[:12]}", function=tool_name, arguments=tool_arguments)
+        call = ToolCall(id=tool_call_id or f"call_{uuid.uuid4().hex[:12]}", function=tool_name,
+                        arguments=tool_arguments)
         return ModelOutput.for_tool_calls(model, [call], content)
 
     @staticmethod

@@ -54,7 +54,8 @@ class ModelPrice(BaseModel):
         return dollars * (1 - self.batch_discount) if batch else dollars
 
 
-def _p(input: float, output: float, cache_read: float | None = None, cache_write: float | None = None) -> dict[str, Any]:
+def _p(input: float, output: float, cache_read: float | None = None,
+       cache_write: float | None = None) -> dict[str, Any]:
     return {"input": input, "output": output, "cache_read": cache_read, "cache_write": cache_write}
 
 

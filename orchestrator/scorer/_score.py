@@ -88,7 +88,8 @@ def stderr() -> Metric:
     return metric
 
 
-def scorer(metrics: Sequence[Metric] | None = None, name: str | None = None) -> Callable[[Callable[..., Scorer]], Callable[..., Scorer]]:
+def scorer(metrics: Sequence[Metric] | None = None,
+           name: str | None = None) -> Callable[[Callable[..., Scorer]], Callable[..., Scorer]]:
     """Decorate a scorer factory; the instance carries its name and metrics (used for the log's results)."""
 
     def decorate(factory: Callable[..., Scorer]) -> Callable[..., Scorer]:

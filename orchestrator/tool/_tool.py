@@ -132,7 +132,8 @@ def set_tool_description(tool: Tool, description: str | None = None, parameters:
     return tool
 
 
-def tool_with(tool: Tool, name: str | None = None, description: str | None = None, parameters: dict[str, str] | None = None) -> Tool:
+def tool_with(tool: Tool, name: str | None = None, description: str | None = None,
+              parameters: dict[str, str] | None = None) -> Tool:
     """A copy of ``tool`` with another name and/or descriptions (same implementation)."""
     meta = tool_meta(tool)
     if meta is None:

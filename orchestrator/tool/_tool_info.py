@@ -87,7 +87,8 @@ def _strip_titles(schema: Any) -> Any:
 
 
 def _docstring_type_schema(type_name: str | None) -> dict[str, Any]:
-    mapping = {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "list": "array", "dict": "object"}
+    mapping = {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "list": "array",
+               "dict": "object"}
     if type_name and type_name.strip() in mapping:
         return {"type": mapping[type_name.strip()]}
     return {}

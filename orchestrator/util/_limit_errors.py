@@ -21,7 +21,8 @@ class LimitExceededError(Exception):
         self.value_str = _fmt(value)
         self.limit = limit
         self.limit_str = _fmt(limit)
-        self.message = message or (f"Exceeded {type} limit: {limit:,}" if limit is not None else f"Exceeded {type} limit")
+        self.message = message or (
+            f"Exceeded {type} limit: {limit:,}" if limit is not None else f"Exceeded {type} limit")
         self.source = source
         super().__init__(self.message)
 

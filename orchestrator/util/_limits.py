@@ -123,7 +123,8 @@ class Limit:
     def error(self, value: float | int) -> LimitExceededError:
         status = "reached" if value == self.limit else "exceeded"
         return LimitExceededError(self.type, value=value, limit=self.limit, source=self,
-                                  message=f"{self.type.capitalize()} limit {status}. value: {value:,}; limit: {self.limit:,}")
+                                  message=f"{self.type.capitalize()} limit {status}. value: {value:,}; limit: "
+                                          f"{self.limit:,}")
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Limit:
         # A copy is a fresh, inactive limit with the same bound (baselines and timers are not copied).

@@ -104,8 +104,10 @@ class LoopWatchdog:
             if pauses:  # CPU time too: on a loaded machine the wall time includes waiting for a core
                 walls, cpus = [p[0] for p in pauses], [p[1] for p in pauses]
                 worst = sorted(pauses, reverse=True)[:3]
-                print(f"  gc gen{gen}: {len(pauses)} collections, median {sorted(walls)[len(walls) // 2] * 1000:.1f} ms, "
-                      f"max {max(walls) * 1000:.1f} ms (CPU {max(cpus) * 1000:.1f} ms), total {sum(walls) * 1000:.0f} ms "
+                print(f"  gc gen{gen}: {len(pauses)} collections, median {sorted(walls)[len(walls) // 2] * 1000:.1f} "
+                      "ms, "
+                      f"max {max(walls) * 1000:.1f} ms (CPU {max(cpus) * 1000:.1f} ms), total {sum(walls) * 1000:.0f} "
+                      "ms "
                       f"(CPU {sum(cpus) * 1000:.0f} ms); worst (ms, collected): "
                       + ", ".join(f"({w * 1000:.0f}, {n})" for w, _, n in worst), file=out)
         total = sum(self.stacks.values())

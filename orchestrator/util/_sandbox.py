@@ -109,7 +109,8 @@ class SandboxEnvironment(ABC):
         """Called once per task after its samples in Inspect; a no-op by default."""
 
     @classmethod
-    async def sample_init(cls, task_name: str, config: Any | None, metadata: dict[str, str]) -> dict[str, SandboxEnvironment]:
+    async def sample_init(cls, task_name: str, config: Any | None,
+                          metadata: dict[str, str]) -> dict[str, SandboxEnvironment]:
         """Inspect creates a sample's environments here; toolfleet's drivers do (see ``workers.sandbox``)."""
         raise NotImplementedError(
             f"{cls.__name__}.sample_init: toolfleet creates sandboxes through drivers "

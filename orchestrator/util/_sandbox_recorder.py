@@ -107,7 +107,8 @@ class RecordingSandbox(SandboxEnvironment):
     Anything else (``state``, ``sandbox_id``, driver extras) is the wrapped environment's.
     """
 
-    def __init__(self, env: SandboxEnvironment, sink: Callable[[SandboxExec], None], service: str | None = None) -> None:
+    def __init__(self, env: SandboxEnvironment, sink: Callable[[SandboxExec], None],
+                 service: str | None = None) -> None:
         self.wrapped = unwrap(env)
         self._sink = sink
         self._service = service  # a multi-service sandbox's container, named on each record
