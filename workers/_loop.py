@@ -43,7 +43,8 @@ class WorkerConfig(BaseModel):
     max_call_seconds: float = Field(3600.0, gt=0, description="bound on a call that has no timeout of its own")
     call_grace: float = Field(30.0, ge=0, description="extra wait beyond a call's own timeout")
     open_timeout: float = Field(300.0, gt=0, description="bound on creating a sandbox")
-    orphan_grace: float = Field(30.0, gt=0, description="seconds an owner's lease may be missing before its sandboxes are closed")
+    orphan_grace: float = Field(30.0, gt=0,
+                                description="seconds an owner's lease may be missing before its sandboxes are closed")
     policy: WorkerPolicy = Field(default_factory=WorkerPolicy, description="what this worker agrees to run")
     call_memory_bytes: int = Field(64 * 1024 * 1024, gt=0, description="bound on the outcomes kept for redeliveries")
 

@@ -149,7 +149,8 @@ return 1
         events = FleetEvents(self.app.conf.broker_url)
         return UnstoredResults(store=lambda k, v, e: self._store_unless_success(k, v, e),
                                publish=lambda k, v: self.client.publish(k, v),
-                               announce=lambda task_id, error: events.publish("store_failed", task_id=task_id, error=error))
+                               announce=lambda task_id, error: events.publish(
+                                   "store_failed", task_id=task_id, error=error))
 
     @cached_property
     def _store_script(self):  # type: ignore[no-untyped-def]
@@ -190,7 +191,8 @@ class FleetQoS(kombu_redis.QoS):
         with self.pipe_or_acquire() as pipe:
             self._add_acks(pipe)
             pipe.zadd(self.unacked_index_key, {delivery_tag: time.time()})
-            pipe.hset(self.unacked_key, delivery_tag, kombu_dumps([message._raw, delivery["exchange"], delivery["routing_key"]]))
+            pipe.hset(self.unacked_key, delivery_tag,
+                      kombu_dumps([message._raw, delivery["exchange"], delivery["routing_key"]]))
             pipe.execute()
             virtual_QoS.append(self, message, delivery_tag)
 

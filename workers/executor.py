@@ -149,7 +149,8 @@ async def execute_request(request: CallRequest, tool: Callable[..., Any] | None 
         env = (lookup or lookup_sandbox)(request.sandbox)
     except SandboxUnavailableError as exc:
         now = time.time()
-        return CallOutcome(call_id=request.call_id, error=classify_exception(exc, request.function), started=now, completed=now, host=HOST)
+        return CallOutcome(call_id=request.call_id, error=classify_exception(exc, request.function), started=now,
+                           completed=now, host=HOST)
     return await execute_call(request, tool=tool, env=env)
 
 

@@ -92,14 +92,16 @@ async def answer_call(rt: WorkerRuntime, payload: Any, task_id: str) -> tuple[st
     if request.tool is not None and not is_registered(request.tool.name):
         # Only the registry built at start-up (built-ins + --import): a message never causes an import.
         now = time.time()
-        fatal = FatalError(type="ToolNotRegisteredError", message=not_registered_message(request.tool.name, request.tool.module))
+        fatal = FatalError(type="ToolNotRegisteredError",
+                           message=not_registered_message(request.tool.name, request.tool.module))
         return call_id, CallOutcome(call_id=call_id, fatal=fatal, started=now, completed=now, host=host).model_dump_json()
     if rt.memory.was_cancelled(call_id):
         return call_id, _error_json(call_id, host, "cancelled", "The call was cancelled before it started.")
     deadline = (request.timeout or rt.config.max_call_seconds) + rt.config.call_grace
     try:
         # The claim is also the call's replay memory: kept at least as long as a copy could be accepted.
-        outcome = await rt.memory.run_once(call_id, lambda: _capped(rt.sandboxes.execute(request), rt.policy.max_outcome_bytes),
+        outcome = await rt.memory.run_once(call_id,
+                                           lambda: _capped(rt.sandboxes.execute(request), rt.policy.max_outcome_bytes),
                                            claim_ttl=max(deadline, DEFAULT_REPLAY_WINDOW.ttl))
     except asyncio.CancelledError:
         return call_id, _error_json(call_id, host, "cancelled", "The call was cancelled.")
@@ -136,7 +138,8 @@ async def run_stage(rt: WorkerRuntime, reply: str, payloads: list[Any], task_id:
             return  # the process running it answers on the same reply channel
         except Exception as exc:  # never leave the orchestrator waiting for its deadline
             log.exception("worker.stage_call_failed", call_id=call_id[:64])
-            text = _error_json(call_id, rt.config.host, "sandbox_unavailable", f"The worker failed to run the call: {exc}")
+            text = _error_json(call_id, rt.config.host, "sandbox_unavailable",
+                               f"The worker failed to run the call: {exc}")
         replies.send(reply, call_id, text)
 
     await asyncio.gather(*(one(p) for p in payloads))
@@ -150,7 +153,8 @@ async def _capped(run: Any, cap: int) -> CallOutcome:
 async def run_open(rt: WorkerRuntime, payload: dict[str, Any], owner: str | None = None) -> dict[str, Any]:
     host = rt.config.host
     if rt.draining:
-        return {"error": {"type": "draining", "message": f"Worker host '{host}' is draining and takes no new sandboxes."}}
+        return {"error": {"type": "draining",
+                          "message": f"Worker host '{host}' is draining and takes no new sandboxes."}}
     try:
         spec = SandboxSpec.model_validate(payload)
         spec = spec.model_copy(update={"config": admit_sandbox(rt.policy, spec.config)})  # the worker decides
@@ -223,7 +227,8 @@ def register_tasks(app: Celery, runtimes: Runtimes) -> None:
         if cap is not None:
             return _error_outcome(str(payload.get("call_id", task_id)), rt.config.host, "limit",
                                   f"The tool call's arguments exceeded the payload limit of {cap} bytes.")
-        timeout = call_timeout(payload.get("timeout") if isinstance(payload, dict) else None, rt.config.max_call_seconds)
+        timeout = call_timeout(payload.get("timeout") if isinstance(payload, dict) else None,
+                               rt.config.max_call_seconds)
         bound = (timeout or rt.config.max_call_seconds) + 2 * rt.config.call_grace
         try:
             return rt.submit(run_call(rt, payload, task_id), timeout=bound)
@@ -252,9 +257,11 @@ def register_tasks(app: Celery, runtimes: Runtimes) -> None:
         rt = runtimes.get()
         cap = _payload_too_large(app, payload)
         if cap is not None:
-            return {"error": {"type": "limit", "message": f"The sandbox spec (files, setup) exceeded the payload limit of {cap} bytes."},
+            return {"error": {"type": "limit",
+                              "message": f"The sandbox spec (files, setup) exceeded the payload limit of {cap} bytes."},
                     "host": rt.config.host}
-        if rt.redis is not None and not rt.submit(first_consumption(rt.redis, self.request.id, DEFAULT_REPLAY_WINDOW), timeout=30):
+        if rt.redis is not None and not rt.submit(first_consumption(rt.redis, self.request.id, DEFAULT_REPLAY_WINDOW),
+                                                  timeout=30):
             rejects.reject("replayed", self.request.delivery_info.get("routing_key"), f"open_sandbox {self.request.id}")
             raise Ignore  # a copy of a consumed open (a replay): nothing opened, nothing stored
         try:

@@ -184,7 +184,8 @@ def render_allow(key: str, answers: Sequence[tuple[str, int]]) -> str:
     for text, ttl in answers:
         addr = ipaddress.ip_address(text)
         by_family[addr.version].append(f"{addr} timeout {max(1, int(ttl))}s")
-    return "".join(f"add element {_T} {chain}_v{v} {{ {', '.join(items)} }}\n" for v, items in by_family.items() if items)
+    return "".join(
+        f"add element {_T} {chain}_v{v} {{ {', '.join(items)} }}\n" for v, items in by_family.items() if items)
 
 
 async def _run(argv: Sequence[str], stdin: bytes | None = None, timeout: float = NFT_TIMEOUT_S) -> tuple[int, str, str]:

@@ -104,7 +104,8 @@ def load_keyring(secret: str | None = None, secret_file: str | None = None) -> K
             raise MissingSecretError(f"cannot read the fleet secret file {secret_file}: {exc.strerror}") from exc
     raise MissingSecretError(
         f"No fleet secret: set {SECRET_ENV} (or {SECRET_FILE_ENV}, or --secret-file) to the same value on the "
-        "orchestrator and every worker, e.g. `export TOOLFLEET_SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(32))')`."
+        "orchestrator and every worker, e.g. `export TOOLFLEET_SECRET=$(python3 -c 'import secrets; "
+        "print(secrets.token_hex(32))')`."
     )
 
 

@@ -131,7 +131,8 @@ class Heartbeat:
         self.interval = interval
         self.ttl = ttl
         self._task: asyncio.Task[None] | None = None
-        self._hooks: list[Callable[[], Awaitable[None]]] = []  # async callables run after each beat (e.g. re-assert call claims)
+        # async callables run after each beat (e.g. re-assert call claims)
+        self._hooks: list[Callable[[], Awaitable[None]]] = []
         self._images_at = float("-inf")
 
     def on_beat(self, hook) -> None:  # type: ignore[no-untyped-def]

@@ -298,7 +298,8 @@ class Placer:
         alive = len(hosts)
         largest = max((h.slots for h in hosts if not h.draining), default=0)
         if alive and weight > largest:
-            raise SandboxTooLargeError(f"A sandbox of {weight} containers needs {weight} free slots on one worker host; "
+            raise SandboxTooLargeError(f"A sandbox of {weight} containers needs {weight} free slots on one worker "
+                                       "host; "
                                   f"the largest live host has {largest} (start workers with --slots {weight} or more).")
         if not alive:
             raise NoLiveHostError("No worker host is alive (none has heartbeated recently): start `toolfleet worker`.")
@@ -433,7 +434,8 @@ class Placer:
         key's pool (or back, when not kept). Waiters no lease ask in flight can answer any more are
         told to ask Redis themselves."""
         answer = result if isinstance(result, _reserve.Answer) else _reserve.Answer()
-        lease = Lease(answer.host, answer.boot or "", ask.eval_id, answer.at, ask.lease) if answer.host is not None else None
+        lease = Lease(answer.host, answer.boot
+                      or "", ask.eval_id, answer.at, ask.lease) if answer.host is not None else None
         waiter = self._leases.waiter(key) if lease is not None and lease.host in self._by_name else None
         if lease is not None and waiter is not None:
             self._leases.handed(key)

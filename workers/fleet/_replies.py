@@ -129,7 +129,8 @@ class ReplySender:
             else:
                 log.error("worker.outcome_not_stored", call_id=call_id[:64], error=str(err)[:200])
         if any(isinstance(res, Exception) for res in results[:len(by_channel)]):
-            log.error("worker.outcome_publish_failed", error=str(next(r for r in results if isinstance(r, Exception)))[:200])
+            log.error("worker.outcome_publish_failed",
+                      error=str(next(r for r in results if isinstance(r, Exception)))[:200])
 
     def _unstored(self) -> UnstoredResults:
         if self._kept is None:

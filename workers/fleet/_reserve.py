@@ -243,7 +243,8 @@ def decode(call: Call, asks: int, reply: Any, at: float = 0.0) -> list[Answer]:
         elif code == 0:
             out.append(Answer(at=at))
         elif code <= m:
-            out.append(Answer(host=hosts[code - 1], boot=first.decode() if isinstance(first, bytes) else str(first), at=at))
+            out.append(Answer(host=hosts[code - 1], boot=first.decode() if isinstance(first, bytes) else str(first),
+                              at=at))
         else:
             raise ValueError(f"reservation script named host {code} of {m}")
     return out

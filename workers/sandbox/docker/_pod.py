@@ -156,7 +156,8 @@ class Pod:
             if not state.get("Running"):
                 logs = await self._log_tail(env.container_id)
                 raise SandboxUnavailableError(
-                    f"Service '{name}' exited with code {state.get('ExitCode')} while starting" + (f": {logs}" if logs else "."))
+                    f"Service '{name}' exited with code {state.get('ExitCode')} while starting"
+                                              + (f": {logs}" if logs else "."))
             health = state.get("Health") or {}
             status = health.get("Status")
             if check is None:
