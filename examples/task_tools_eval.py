@@ -37,4 +37,5 @@ def call_shout():
 @task
 def shouting() -> Task:
     words = ("hi", "fleet", "tools")
-    return Task(dataset=[Sample(input=w, target=w.upper() + "!") for w in words], solver=call_shout(), scorer=includes())
+    return Task(dataset=[Sample(input=w, target=w.upper() + "!") for w in words], solver=call_shout(),
+                scorer=includes())

@@ -87,7 +87,8 @@ def module_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
                     parts = package.split(".")
                     parts = parts[: len(parts) - (node.level - 1)]
                     base = ".".join([*parts, *([node.module] if node.module else [])])
-                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+                targets = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
             deps.update(m for m in (_owning_module(t, modules) for t in targets) if m and m != name)
         graph[name] = deps
     return graph
@@ -411,7 +412,8 @@ def test_tool_message_fields() -> None:
     from orchestrator.model import ChatMessageTool
     from orchestrator.tool import ToolCallError
 
-    msg = ChatMessageTool(content="out", tool_call_id="c1", function="bash", error=ToolCallError(type="timeout", message="m"))
+    msg = ChatMessageTool(content="out", tool_call_id="c1", function="bash",
+                          error=ToolCallError(type="timeout", message="m"))
     assert (msg.text, msg.tool_call_id, msg.function, msg.error.type) == ("out", "c1", "bash", "timeout")
 
 

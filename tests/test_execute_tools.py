@@ -74,7 +74,8 @@ async def test_parallel_runs_concurrently_and_serial_calls_are_barriers(dispatch
 
 async def test_unknown_tool_is_a_parsing_error_and_a_barrier(dispatcher, tmp_path) -> None:
     log = str(tmp_path / "log")
-    specs = [("record", {"path": log, "label": "a", "delay": 0.1}), ("nope", {}), ("record", {"path": log, "label": "b"})]
+    specs = [("record", {"path": log, "label": "a", "delay": 0.1}), ("nope", {}),
+             ("record", {"path": log, "label": "b"})]
     result, _ = await run_turn(dispatcher, calls(*specs), ALL_TOOLS)
     assert errors(result) == [None, ("parsing", "Tool nope not found"), None]
     lines = [line.rsplit(" ", 1)[0] for line in Path(log).read_text().splitlines()]
@@ -131,8 +132,10 @@ async def test_deeply_nested_arguments_are_rejected(dispatcher) -> None:
     value: object = 1
     for _ in range(101):
         value = [value]
-    result, _ = await run_turn(dispatcher, [ToolCall(id="a", function="add", arguments={"x": value, "y": 1})], ALL_TOOLS)
-    assert errors(result)[0] == ("parsing", "Error parsing tool call arguments: arguments exceed the maximum supported nesting depth of 100")
+    result, _ = await run_turn(dispatcher, [ToolCall(id="a", function="add", arguments={"x": value, "y": 1})],
+                               ALL_TOOLS)
+    assert errors(result)[0] == ("parsing",
+                                 "Error parsing tool call arguments: arguments exceed the maximum supported nesting depth of 100")
 
 
 async def test_deserialisation_on_the_executing_side(dispatcher) -> None:
@@ -151,7 +154,8 @@ async def test_deserialisation_on_the_executing_side(dispatcher) -> None:
 
 
 async def test_kwargs_tool_receives_all_arguments(dispatcher) -> None:
-    params = ToolParams(properties={"a": {"type": "integer", "description": "a"}, "b": {"type": "string", "description": "b"}})
+    params = ToolParams(properties={"a": {"type": "integer", "description": "a"},
+                                    "b": {"type": "string", "description": "b"}})
     tool = ToolDef(st.passthrough(), parameters=params)
     result, _ = await run_turn(dispatcher, calls(("passthrough", {"a": 1, "b": "x"})), [tool])
     assert result.messages[0].text == "a=1,b='x'"
@@ -236,7 +240,8 @@ async def test_tool_events_carry_timing_and_arguments(dispatcher) -> None:
 async def test_only_the_last_assistant_message_is_executed(dispatcher) -> None:
     from orchestrator.model import ChatMessageAssistant, ChatMessageUser, execute_tools
 
-    messages = [ChatMessageAssistant(content="", tool_calls=calls(("add", {"x": 1, "y": 1}))), ChatMessageUser(content="hi")]
+    messages = [ChatMessageAssistant(content="", tool_calls=calls(("add", {"x": 1, "y": 1}))),
+                ChatMessageUser(content="hi")]
     assert (await execute_tools(messages, ALL_TOOLS)).messages == []
 
 

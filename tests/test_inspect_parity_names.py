@@ -70,7 +70,8 @@ def test_eval_sample_transcript_is_its_events() -> None:
 
 
 async def test_tool_event_names_its_message_and_is_not_pending() -> None:
-    result, transcript = await run_turn(InProcessDispatcher(), calls(("add", {"x": 1, "y": 2}), ("nope", {})), [st.add()])
+    result, transcript = await run_turn(InProcessDispatcher(), calls(("add", {"x": 1, "y": 2}), ("nope", {})),
+                                        [st.add()])
     events = transcript.find(ToolEvent)
     assert [e.message_id for e in events] == [m.id for m in result.messages]
     assert [e.pending for e in events] == [None, None]

@@ -72,7 +72,8 @@ async def probe(arguments: dict, **kwargs):
 
 async def test_execute_tools_result_unpacks_and_keeps_attributes() -> None:
     history = [ChatMessageUser(content="hi"),
-               ChatMessageAssistant(content="", tool_calls=[ToolCall(id="a", function="add", arguments={"x": 1, "y": 2})])]
+               ChatMessageAssistant(content="",
+                                    tool_calls=[ToolCall(id="a", function="add", arguments={"x": 1, "y": 2})])]
     messages, output = await execute_tools(history, [st.add()])
     assert [m.text for m in messages] == ["3"] and output is None
     result = await execute_tools(history, [st.add()])

@@ -136,8 +136,10 @@ SLEEP_CASES = {
                    "        await asyncio.sleep(0.05)\n    assert ready()\n"), []),
     "sleep then an action": ("import time\ntime.sleep(0.01)\nsend()\nassert x\n", []),
     "one loop turn then assert": ("import asyncio\nasync def t():\n    await asyncio.sleep(0)\n    assert x\n", []),
-    "a short sleep is still a sleep": ("import asyncio\nasync def t():\n    await asyncio.sleep(0.001)\n    assert x\n", [3]),
-    "a sleep that is not time's": ("class Clock:\n    def sleep(self): pass\nclock = Clock()\nclock.sleep()\nassert x\n", []),
+    "a short sleep is still a sleep": ("import asyncio\nasync def t():\n    await asyncio.sleep(0.001)\n    assert x\n",
+                                       [3]),
+    "a sleep that is not time's": (
+        "class Clock:\n    def sleep(self): pass\nclock = Clock()\nclock.sleep()\nassert x\n", []),
     "a sleep in a sandbox command": ("async def t(env):\n    await env.exec(['sleep', '1'])\n    assert x\n", []),
 }
 

@@ -288,7 +288,8 @@ async def test_token_limit_leaves_no_unanswered_assistant_message(bound) -> None
 
     out = calls(call("add", x=1, y=1), tokens=60)
     with usage_scope("s"):
-        state, error = await run(react(tools=[at.add()], model=get_model("scripted", policy=lambda m, t: out.model_copy(deep=True))),
+        state, error = await run(react(tools=[at.add()],
+                                       model=get_model("scripted", policy=lambda m, t: out.model_copy(deep=True))),
                                  "q", limits=[token_limit(100)])
     assert error is not None and error.message == "Token limit exceeded. value: 120; limit: 100"
     assert roles(state.messages)[-1] == "tool"
@@ -463,7 +464,8 @@ async def test_attempts_in_a_task_hand_the_scorers_score_to_incorrect_message(tm
                 solver=react(attempts=AgentAttempts(attempts=3, incorrect_message=incorrect)))
     [log] = await eval_async(task, scripted(submit("5"), submit("1"), submit("2")), log_dir=tmp_path)
     [sample] = log.samples
-    assert texts(sample.messages, "user") == ["What is 1 + 1?", "Incorrect: Answer is too high", "Incorrect: Answer is too low"]
+    assert texts(sample.messages, "user") == ["What is 1 + 1?", "Incorrect: Answer is too high",
+                                              "Incorrect: Answer is too low"]
 
 
 async def test_content_only_turns_server_tool_use_into_text_and_drops_reasoning() -> None:

@@ -18,7 +18,8 @@ def span_tree(events: list[Any]) -> list[Any]:
         children.setdefault(b.parent_id, []).append(b)
 
     def render(parent: str | None) -> list[Any]:
-        return [("model" if b.type == "model" else f"{b.type}:{b.name}", render(b.id)) for b in children.get(parent, [])]
+        return [
+            ("model" if b.type == "model" else f"{b.type}:{b.name}", render(b.id)) for b in children.get(parent, [])]
 
     return render(None)
 

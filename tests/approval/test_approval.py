@@ -23,7 +23,8 @@ from tests.support.execution import calls, run_turn
 TOOLS = [st.add(), st.text_of_size(), st.noop()]
 
 
-def scripted_approver(decision: str, explanation: str | None = None, modified: dict | None = None, seen: list | None = None, always: bool = False):
+def scripted_approver(decision: str, explanation: str | None = None, modified: dict | None = None,
+                      seen: list | None = None, always: bool = False):
     async def decide(message, call, view, history):
         if seen is not None:
             seen.append(call.function)
@@ -78,7 +79,8 @@ async def test_argument_globs_select_approvers(dispatcher) -> None:
         ApprovalPolicy(scripted_approver("reject", "no big outputs"), "text_of_size(n='1000*')"),
         ApprovalPolicy(auto_approver(), "*"),
     ]
-    result, _ = await run_turn(dispatcher, calls(("text_of_size", {"n": 10000}), ("text_of_size", {"n": 5})), TOOLS, approval=policy)
+    result, _ = await run_turn(dispatcher, calls(("text_of_size", {"n": 10000}), ("text_of_size", {"n": 5})), TOOLS,
+                               approval=policy)
     assert errs(result) == [("approval", "no big outputs"), None]
     assert result.messages[1].text == "xxxxx"
 
@@ -116,7 +118,8 @@ async def test_active_policy_and_replacement(dispatcher) -> None:
         result, _ = await run_turn(dispatcher, calls(("add", {"x": 1, "y": 1})), TOOLS)
         assert errs(result) == [("approval", "outer")]
         # an explicit policy replaces the active one for the duration of the call
-        result, _ = await run_turn(dispatcher, calls(("add", {"x": 1, "y": 1})), TOOLS, approval=[ApprovalPolicy(auto_approver(), "*")])
+        result, _ = await run_turn(dispatcher, calls(("add", {"x": 1, "y": 1})), TOOLS,
+                                   approval=[ApprovalPolicy(auto_approver(), "*")])
         assert errs(result) == [None]
 
 
@@ -147,7 +150,8 @@ def test_yaml_policy(tmp_path) -> None:
         return decide
 
     path = tmp_path / "policy.yaml"
-    path.write_text('approvers:\n  - name: test_reject_all\n    tools: ["bash(command=\'rm*\')"]\n    reason: dangerous\n'
+    path.write_text('approvers:\n  - name: test_reject_all\n    tools: ["bash(command=\'rm*\')"]\n    reason: '
+                    'dangerous\n'
                     "  - name: auto\n    tools: '*'\n")
     policy = policy_from_file(path)
     assert [p.tools for p in policy] == [["bash(command='rm*')"], "*"]

@@ -35,7 +35,8 @@ WATCHDOG_ENV = "TOOLFLEET_LOOP_WATCHDOG"  # orchestrator.util._loop_watchdog.ENV
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--samples", type=int, nargs="+", default=[1000, 5000], help="concurrent samples (one run per N)")
+    parser.add_argument("--samples", type=int, nargs="+", default=[1000, 5000],
+                        help="concurrent samples (one run per N)")
     parser.add_argument("--turns", type=int, default=10, help="tool-calling turns per sample (a submit turn follows)")
     parser.add_argument("--calls", type=int, default=2, help="parallel tool calls per turn")
     parser.add_argument("--latency", type=float, default=DEFAULT_LATENCY,

@@ -63,7 +63,8 @@ def _plain_celery(dispatcher: Any, route: SampleRoute, calls: int, stage: int) -
     # Stock Celery (its own Redis result backend and result consumer), not toolfleet's publisher-side
     # app; only its broker transport is the fleet's, because workers drop every task message that is
     # not signed with the fleet secret (an unsigned baseline never gets an answer).
-    app = Celery("plain", broker=dispatcher.config.broker_url, backend=dispatcher.config.broker_url, set_as_current=False)
+    app = Celery("plain", broker=dispatcher.config.broker_url, backend=dispatcher.config.broker_url,
+                 set_as_current=False)
     app.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"],
                     result_accept_content=["json"],
                     broker_transport=f"{FleetRedisTransport.__module__}:{FleetRedisTransport.__name__}",
@@ -76,7 +77,8 @@ def _plain_celery(dispatcher: Any, route: SampleRoute, calls: int, stage: int) -
             app.send_task(names.TASK_CALL, args=[payload], queue=route.queue).get(timeout=60)
             single.append(time.perf_counter() - start)
         for _ in range(max(1, calls // 10)):
-            sigs = [app.signature(names.TASK_CALL, args=[_bash_request(route).model_dump(mode="json")], queue=route.queue)
+            sigs = [app.signature(names.TASK_CALL, args=[_bash_request(route).model_dump(mode="json")],
+                                  queue=route.queue)
                     for _ in range(stage)]
             start = time.perf_counter()
             group(sigs).apply_async().get(timeout=60)

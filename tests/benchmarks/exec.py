@@ -238,7 +238,8 @@ def _raw_call(env: Any, lat: list[float], split: list[tuple[float, float]]) -> C
     return one
 
 
-def _tool_call(env: Any, tool: Any, function: str, arguments: dict[str, Any], expect: str) -> Callable[[], Awaitable[None]]:
+def _tool_call(env: Any, tool: Any, function: str, arguments: dict[str, Any],
+               expect: str) -> Callable[[], Awaitable[None]]:
     """One call of ``tool`` through the executor into ``env``, checked against its expected result."""
     ref = tool_meta(tool).ref  # type: ignore[union-attr]
 

@@ -130,7 +130,8 @@ async def _docker_exec_baseline(fleet: Any, routes: list[SampleRoute], args: arg
     pool = ThreadPoolExecutor(max_workers=args.samples * args.stage, thread_name_prefix="bench-docker-exec")
     loop = asyncio.get_running_loop()
     try:
-        found = await loop.run_in_executor(pool, lambda: client.containers(filters={"label": f"{labels.EVAL_ID}=bench"}))
+        found = await loop.run_in_executor(pool,
+                                           lambda: client.containers(filters={"label": f"{labels.EVAL_ID}=bench"}))
         containers = [c["Id"] for c in found][: len(routes)]
         if not containers:
             return {"workload": "fanout", "implementation": "docker exec (Engine API)", "calls_per_s": 0.0,

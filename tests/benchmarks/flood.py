@@ -54,7 +54,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         config["pool_size"] = 0
     cmd = f"yes 0123456789abcdefghijklmnopqrstuvwxyz | head -c {args.mb * 1_000_000}"
     unknown: dict[str, float | None] = {"rss_mb": None, "peak_rss_mb": None}
-    async with fleet_or_broker(args.broker, concurrency=max(16, args.in_flight), slots=args.sandboxes + 4) as (url, fleet):
+    async with fleet_or_broker(args.broker, concurrency=max(16, args.in_flight), slots=args.sandboxes
+                               + 4) as (url, fleet):
         dispatcher = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=url))
         routes: list[SampleRoute] = list(await asyncio.gather(*(
             dispatcher.open_sandbox(SandboxSpec(eval_id="bench-flood", sample_id=f"flood-{i}", config=config))

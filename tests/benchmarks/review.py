@@ -60,7 +60,8 @@ def _measure(calls: int, reps: int) -> dict[str, Any]:
     policies: dict[str, list[ReviewPolicy] | None] = {
         "none": None,
         "continue": [ReviewPolicy(decide("continue"))],
-        "chain3": [ReviewPolicy(decide("escalate")), ReviewPolicy(decide("escalate")), ReviewPolicy(decide("continue"))],
+        "chain3": [ReviewPolicy(decide("escalate")), ReviewPolicy(decide("escalate")),
+                   ReviewPolicy(decide("continue"))],
     }
 
     def turn(name: str) -> list[Any]:

@@ -206,7 +206,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     correct = sum(1 for s in log.samples if s.error is None and s.scores["tests_pass"].value == "C")
     containers_per_run = sum(1 + (s.metadata.get("repo") in SERVICE_IMAGES) for s in log.samples)
     return {"workload": "swe", "policy": args.policy, "images": len(names), "samples": total,
-            "workers": args.workers, "worker_hosts": hosts, "slots": args.slots, "correct": correct, "errors": len(errors),
+            "workers": args.workers, "worker_hosts": hosts, "slots": args.slots, "correct": correct,
+            "errors": len(errors),
             **({"first_error": f"{errors[0].id}: {getattr(errors[0].error, 'message', '')}"} if errors else {}),
             "wall_s": round(wall, 3), "samples_per_s": round(total / wall, 3) if wall > 0 else None,
             "container_starts": sum(started), "container_starts_per_worker": started,

@@ -60,7 +60,8 @@ def test_two_workers_started_at_once_under_one_name_one_is_refused(fleet) -> Non
     name = f"twin-{uuid.uuid4().hex[:6]}"
     argv = [sys.executable, "-m", "workers.cli", "--broker", fleet.redis.url, "--hostname", name,
             "--heartbeat-interval", "0.5", "--heartbeat-ttl", "3", "--slots", "1"]
-    procs = [subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    procs = [subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)
              for _ in range(2)]
     try:
         deadline = time.monotonic() + 90

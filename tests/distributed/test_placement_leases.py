@@ -414,7 +414,8 @@ async def test_an_open_refused_by_a_host_that_began_draining_is_placed_again(fle
         assert d.placer.leased == 2
         staying = fleet.worker(slots=4)
         log = str(tmp_path / "log")
-        [fut] = dispatch(d, [request("record", {"path": log, "label": "busy", "delay": 2.0}, sandbox=route.sandbox)], route)
+        [fut] = dispatch(d, [request("record", {"path": log, "label": "busy", "delay": 2.0}, sandbox=route.sandbox)],
+                         route)
         for _ in range(1500):  # bounded (30 s): a running call keeps the draining worker alive
             if starts(log, "busy"):
                 break

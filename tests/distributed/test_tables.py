@@ -290,7 +290,8 @@ def test_lease_pools_are_bounded_refused_keys_give_back_and_idle_leases_expire()
 
     a, b = (None, "missing", "a"), (None, "missing", "b")
     leases = Leases(per_key=2, total=3, idle_s=2.0, backoff_s=0.5)
-    assert [leases.answered(a, _lease("h", taken=t), False, t)[0] for t in (0.0, 1.0, 1.5)] == [True, True, False]  # per key
+    # per key
+    assert [leases.answered(a, _lease("h", taken=t), False, t)[0] for t in (0.0, 1.0, 1.5)] == [True, True, False]
     assert [leases.answered(b, _lease("h", taken=t), False, t)[0] for t in (1.0, 1.0)] == [True, False]  # in total
     for _ in range(3):
         leases.asked(b, 1.0)

@@ -123,7 +123,8 @@ async def test_a_worker_without_a_readable_list_is_not_held_against_a_tool(fleet
     judges by the workers it can read, and lets the eval start."""
     fleet.worker(imports=(SAMPLE_TOOLS, USER_TOOLS))
     older = fleet.worker(imports=(SAMPLE_TOOLS, USER_TOOLS))
-    fleet.redis.client().set(f"toolfleet:host:{older.host}:tools", b"from an older worker: not a manifest", keepttl=True)
+    fleet.redis.client().set(f"toolfleet:host:{older.host}:tools", b"from an older worker: not a manifest",
+                             keepttl=True)
     [log] = await eval_async(_grading_task(task_code_tools.grade()), _grading_model(), broker=fleet.redis.url,
                              log_dir=tmp_path, display="none")
     assert log.status == "success", [s.error for s in log.samples]
@@ -264,7 +265,8 @@ def _start(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
      ("toolfleet worker: --install /etc/hostname: not a wheel (.whl) or a directory holding wheels "
       "(build one with `pip wheel --no-deps -w dist .`)")),
 ])
-def test_tool_code_that_cannot_load_stops_the_worker_in_one_line(args: list[str], env: dict[str, str], line: str) -> None:
+def test_tool_code_that_cannot_load_stops_the_worker_in_one_line(
+    args: list[str], env: dict[str, str], line: str) -> None:
     done = _start(args, **env)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == line

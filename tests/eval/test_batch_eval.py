@@ -119,7 +119,8 @@ def test_react_eval_with_batch_pools_every_request_through_workers(tmp_path: Pat
 
 def _eval_pools_every_request(tmp_path: Path, provider: str, *more: str) -> Any:
     with PROVIDERS[provider][0]() as server:
-        done = subprocess.run(_eval_cmd(tmp_path, _batch_options(tmp_path), provider, *more), env=_env(server, provider),
+        done = subprocess.run(_eval_cmd(tmp_path, _batch_options(tmp_path), provider, *more),
+                              env=_env(server, provider),
                               capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"samples: {N}/{N} completed, 0 errored" in done.stdout
@@ -173,7 +174,8 @@ def test_sigkilled_mid_batch_resumes_and_collects_without_paying_twice(tmp_path:
         assert [r["batch_id"] for r in before.batches] == [first]
 
         server.hold_batches.clear()  # the provider finishes the batch while nobody is watching
-        resumed = subprocess.run(_toolfleet("eval-retry", str(log_path), "--display", "none"), env=_env(server, provider),
+        resumed = subprocess.run(_toolfleet("eval-retry", str(log_path), "--display", "none"),
+                                 env=_env(server, provider),
                                  capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
 

@@ -139,7 +139,8 @@ def _sleepy(messages: list[Any], tools: list[Any]) -> ModelOutput:
     from orchestrator.solver import sample_state
 
     state = sample_state()
-    if state is not None and state.sample_id == "slow-agent" and not any(isinstance(m, ChatMessageTool) for m in messages):
+    if state is not None and state.sample_id == "slow-agent" and not any(
+        isinstance(m, ChatMessageTool) for m in messages):
         return ModelOutput.for_tool_call("scripted", "bash", {"cmd": "sleep 60"})
     return ModelOutput.for_tool_call("scripted", "submit", {"answer": "done"})
 

@@ -67,7 +67,8 @@ async def test_embedded_docker(tmp_path: Path, swe_images: list[str], policy: st
 def _assert_service_was_asked(log: Any) -> None:
     """The "api" sample's tests reached its second container, and its scorer read that container's log."""
     api = next(s for s in log.samples if s.id == "api")
-    reads = [e for e in api.events if e.event == "sandbox" and e.action == "read_file" and e.file == "/tmp/requests.log"]
+    reads = [e for e in api.events if e.event == "sandbox" and e.action == "read_file"
+             and e.file == "/tmp/requests.log"]
     assert len(reads) == 1 and "GET /price/apple" in (reads[0].output or ""), reads
 
 

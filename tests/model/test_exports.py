@@ -3,7 +3,8 @@
 import orchestrator.model as model
 
 MODEL_LAYER = {
-    "BatchConfig", "BatchError", "Model", "ModelAPI", "ModelError", "RetryPolicy", "UsageCounter", "active_model", "current_usage",
+    "BatchConfig", "BatchError", "Model", "ModelAPI", "ModelError", "RetryPolicy", "UsageCounter", "active_model",
+               "current_usage",
     "get_model", "init_active_model", "model_context", "model_providers", "modelapi", "record_model_usage",
     "usage_scope",
 }

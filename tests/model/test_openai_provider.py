@@ -119,7 +119,8 @@ async def test_malformed_arguments_become_parse_error(openai_server: OpenAIServe
     assert ok.parse_error is None and ok.arguments == {"x": 5}
 
 
-@pytest.mark.parametrize(("raw", "arguments"), [("[1, 2]", {"x": [1, 2]}), ("not json at all", {"x": "not json at all"}),
+@pytest.mark.parametrize(("raw", "arguments"), [("[1, 2]", {"x": [1, 2]}),
+                                                ("not json at all", {"x": "not json at all"}),
                                                ('{"x": 1}""', {"x": 1})])
 async def test_non_object_arguments_are_recovered_as_inspect_does(openai_server: OpenAIServer, raw: str,
                                                                   arguments: dict) -> None:

@@ -130,7 +130,8 @@ def test_unknown_provider() -> None:
 
 async def test_model_event_span_and_usage() -> None:
     usage = ModelUsage(input_tokens=7, output_tokens=3, total_tokens=10)
-    model = get_model("scripted", outputs=[ModelOutput(choices=ModelOutput.from_content("s", "hi").choices, usage=usage)])
+    model = get_model("scripted", outputs=[ModelOutput(choices=ModelOutput.from_content("s", "hi").choices,
+                                                       usage=usage)])
     t = Transcript()
     with bind_transcript(t), usage_scope("sample") as counter:
         output = await model.generate("hello", tools=[echo()])

@@ -40,7 +40,8 @@ async def one_round(args: argparse.Namespace, index: int) -> None:
     commands = [args.command, *COMMANDS[1:]] if args.command else COMMANDS
     tool_calls = [ToolCall(id=f"r{index}c{i}", function="shell", arguments={"command": commands[i], "cwd": "data"})
                   for i in range(args.calls)]
-    messages: list[ChatMessage] = [ChatMessageUser(content="go"), ChatMessageAssistant(content="Running the command.", tool_calls=tool_calls)]
+    messages: list[ChatMessage] = [ChatMessageUser(content="go"),
+                                   ChatMessageAssistant(content="Running the command.", tool_calls=tool_calls)]
     kwargs: dict = {}
     if args.mode == "review":
         kwargs["review"] = review_policy_from_file(args.yaml) if args.yaml else [ReviewPolicy(human_reviewer(choices))]
@@ -52,7 +53,8 @@ async def one_round(args: argparse.Namespace, index: int) -> None:
             result = await execute_tools(messages, [rt.shell()], max_output=args.max_output, **kwargs)
         for m in result.messages:
             assert isinstance(m, ChatMessageTool)
-            print(f"OUTCOME result {m.tool_call_id}: {m.error.type + ': ' + m.error.message if m.error else m.text}", flush=True)
+            print(f"OUTCOME result {m.tool_call_id}: {m.error.type + ': ' + m.error.message if m.error else m.text}",
+                  flush=True)
     except TerminateSampleError as exc:
         print(f"OUTCOME terminated: {exc.reason}", flush=True)
     except NoTerminalError as exc:

@@ -41,7 +41,8 @@ def decisions(sample: Any) -> list[tuple[str | None, str]]:
 
 
 async def evaluate(t: Any, tmp_path: Path, dispatcher: Any, **kwargs: Any) -> Any:
-    [log] = await eval_async(t, "scripted/fetch_then_answer", log_dir=tmp_path / "logs", dispatcher=dispatcher, **kwargs)
+    [log] = await eval_async(t, "scripted/fetch_then_answer", log_dir=tmp_path / "logs", dispatcher=dispatcher,
+                             **kwargs)
     return log
 
 
@@ -172,4 +173,5 @@ async def test_s26_eval_cancelling_a_call_under_review_is_an_operator_limit(tmp_
     assert decisions(sample) == []
     [tool_event] = [e for e in sample.events if isinstance(e, ToolEvent)]
     assert "HTTP/1.1 200" in tool_event.result
-    assert any(isinstance(e, InfoEvent) and e.source == "review" and e.data["cancelled_by"] == "operator" for e in sample.events)
+    assert any(isinstance(e, InfoEvent) and e.source == "review"
+               and e.data["cancelled_by"] == "operator" for e in sample.events)

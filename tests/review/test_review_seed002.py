@@ -48,7 +48,8 @@ from tests.support import sample_tools as st
 from tests.support.waits import until
 from workers.executor import execute_call
 
-TOOLS = [st.add(), st.text_of_size(), st.fail(), st.sleeper(), st.gated(), rt.curl(), rt.shell(), rt.raise_approval_error(), rt.chatty()]
+TOOLS = [st.add(), st.text_of_size(), st.fail(), st.sleeper(), st.gated(), rt.curl(), rt.shell(),
+         rt.raise_approval_error(), rt.chatty()]
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -71,7 +72,8 @@ async def run(dispatcher: Dispatcher, tool_calls: list[ToolCall], tools: list[An
     return result, transcript
 
 
-def policy(decision: str = "continue", tools: str | list[str] = "*", seen: list | None = None, **kw: Any) -> ReviewPolicy:
+def policy(decision: str = "continue", tools: str | list[str] = "*", seen: list | None = None,
+           **kw: Any) -> ReviewPolicy:
     return ReviewPolicy(rt.scripted_review(decision, seen=seen, **kw), tools=tools)
 
 
@@ -113,7 +115,8 @@ def blocking_review(release: asyncio.Event | None = None) -> Any:
 # -- the opening summary -------------------------------------------------------------------------
 
 
-async def test_s01_review_happens_after_the_tool_returned_and_before_the_result_reaches_the_model(dispatcher, tmp_path) -> None:
+async def test_s01_review_happens_after_the_tool_returned_and_before_the_result_reaches_the_model(
+    dispatcher, tmp_path) -> None:
     """"Review happens after the tool has returned and before the result is handed back to the model."""
     marker = tmp_path / "side-effect"
     seen: list = []
@@ -130,7 +133,8 @@ async def test_s01_review_happens_after_the_tool_returned_and_before_the_result_
 async def test_s02_results_no_policy_covers_continue(dispatcher) -> None:
     """"Results that no policy covers continue."""
     seen: list = []
-    result, transcript = await run(dispatcher, calls(("add", {"x": 1, "y": 2})), review=[policy("terminate", tools="curl", seen=seen)])
+    result, transcript = await run(dispatcher, calls(("add", {"x": 1, "y": 2})),
+                                   review=[policy("terminate", tools="curl", seen=seen)])
     assert [m.text for m in result.messages] == ["3"]
     assert seen == [] and transcript.find(ReviewEvent) == []
 
@@ -154,13 +158,15 @@ async def test_s04_a_reviewer_can_end_a_sample_on_evidence_only_in_the_tool_outp
 
     async def must_fail(message, call, result, output, view, history) -> Review:
         if result.error is None:
-            return Review(decision="terminate", explanation=f"{call.function} was required to fail but returned {output!r}.")
+            return Review(decision="terminate",
+                          explanation=f"{call.function} was required to fail but returned {output!r}.")
         return Review(decision="continue")
 
     # "none" is not an error kind: the command succeeds, which the policy forbids.
     with pytest.raises(TerminateSampleError, match="required to fail but returned 'no error'"):
         await run(dispatcher, calls(("fail", {"kind": "none"})), review=[ReviewPolicy(must_fail, tools="fail")])
-    result, _ = await run(dispatcher, calls(("fail", {"kind": "tool_error"})), review=[ReviewPolicy(must_fail, tools="fail")])
+    result, _ = await run(dispatcher, calls(("fail", {"kind": "tool_error"})),
+                          review=[ReviewPolicy(must_fail, tools="fail")])
     assert result.messages[0].error.type == "unknown"
 
 
@@ -168,7 +174,8 @@ async def test_s05_policy_is_ordered_and_the_first_non_escalating_reviewer_decid
     """"Each policy names a reviewer and the tools it covers; policies are evaluated in order, and the
     first reviewer that does not escalate decides."""
     first, second, third = [], [], []
-    review = [policy("escalate", seen=first), policy("continue", tools="add", seen=second), policy("terminate", seen=third)]
+    review = [policy("escalate", seen=first), policy("continue", tools="add", seen=second),
+              policy("terminate", seen=third)]
     result, transcript = await run(dispatcher, calls(("add", {"x": 2, "y": 2})), review=review)
     assert [m.text for m in result.messages] == ["4"]
     assert (len(first), len(second), len(third)) == (1, 1, 0)
@@ -179,7 +186,8 @@ async def test_s06_escalate_hands_over_like_an_approver(dispatcher) -> None:
     """"Escalate (not deciding, handing this one to the next reviewer) works as for approvers." An
     escalation skips reviewers whose tools do not match and lands on the next matching one."""
     skipped: list = []
-    review = [policy("escalate"), policy("continue", tools="curl", seen=skipped), policy("terminate", tools=["add", "fail"])]
+    review = [policy("escalate"), policy("continue", tools="curl", seen=skipped),
+              policy("terminate", tools=["add", "fail"])]
     with pytest.raises(TerminateSampleError):
         await run(dispatcher, calls(("add", {"x": 1, "y": 1})), review=review)
     assert skipped == []
@@ -273,7 +281,8 @@ async def test_s12_only_executed_calls_are_reviewed(dispatcher) -> None:
         return Approval(decision="reject" if call.function == "curl" else "approve")
 
     seen: list = []
-    specs = calls(("curl", {"url": "http://x"}), ("add", {"x": "not a number", "y": 1}), ("nope", {}), ("add", {"x": 1, "y": 1}))
+    specs = calls(("curl", {"url": "http://x"}), ("add", {"x": "not a number", "y": 1}), ("nope", {}),
+                  ("add", {"x": 1, "y": 1}))
     specs.append(ToolCall(id="c4", function="add", parse_error="Expecting value: line 1 column 1"))
     result, transcript = await run(dispatcher, specs, review=[policy("continue", seen=seen)],
                                    approval=[ApprovalPolicy(reject_curl, "*")])
@@ -305,8 +314,10 @@ async def test_s22_a_custom_reviewer_is_an_async_function_returning_a_review(dis
     """"A reviewer is an async function. It receives the tool call, the call's result and the conversation,
     and returns a Review." (The seed's ``no_network`` example, registered with ``@reviewer``.)"""
     with pytest.raises(TerminateSampleError, match=r"The agent reached the network\."):
-        await run(dispatcher, calls(("curl", {"url": "http://example.com"})), review=[ReviewPolicy(rt.no_network(), tools="*")])
-    _result, transcript = await run(dispatcher, calls(("add", {"x": 1, "y": 1})), review=[ReviewPolicy(rt.no_network())])
+        await run(dispatcher, calls(("curl", {"url": "http://example.com"})),
+                  review=[ReviewPolicy(rt.no_network(), tools="*")])
+    _result, transcript = await run(dispatcher, calls(("add", {"x": 1, "y": 1})),
+                                    review=[ReviewPolicy(rt.no_network())])
     assert reviews(transcript) == [("no_network", "c0", "continue")]
 
 
@@ -322,7 +333,8 @@ async def test_s23b_call_is_the_executed_call_with_approver_modifications(dispat
 
     async def double_x(message, call, view, history) -> Approval:
         return Approval(decision="modify", modified=ToolCall(id=call.id, function=call.function,
-                                                             arguments={**call.arguments, "x": call.arguments["x"] * 2}))
+                                                             arguments={
+                                                                 **call.arguments, "x": call.arguments["x"] * 2}))
 
     seen: list = []
     result, _ = await run(dispatcher, calls(("add", {"x": 10, "y": 1})), review=[policy(seen=seen)],
@@ -400,7 +412,8 @@ async def test_s25_a_reviewers_own_model_calls_do_not_count_toward_sample_limits
     usage = ModelUsage(input_tokens=400, output_tokens=100, total_tokens=500)
 
     def judge() -> Any:
-        return get_model("scripted", outputs=[ModelOutput.from_content("judge", "fine").model_copy(update={"usage": usage})] * 5)
+        return get_model("scripted",
+                         outputs=[ModelOutput.from_content("judge", "fine").model_copy(update={"usage": usage})] * 5)
 
     @reviewer(name="model_judge")
     def model_judge() -> Any:
@@ -415,7 +428,8 @@ async def test_s25_a_reviewers_own_model_calls_do_not_count_toward_sample_limits
 
     transcript = Transcript()
     with bind_transcript(transcript), usage_scope("sample") as sample, token_limit(100) as tokens, turn_limit(0) as turns:
-        await run(dispatcher, calls(("add", {"x": 1, "y": 1})), review=[ReviewPolicy(model_judge())], transcript=transcript)
+        await run(dispatcher, calls(("add", {"x": 1, "y": 1})), review=[ReviewPolicy(model_judge())],
+                  transcript=transcript)
         check_limits()  # nothing breached
         assert (tokens.usage, turns.usage) == (0, 0)
         assert sample.total_tokens == 500  # still reported in the sample's usage, as a child figure
@@ -432,11 +446,13 @@ async def test_s25_a_reviewers_own_model_calls_do_not_count_toward_sample_limits
 # -- cancellation ----------------------------------------------------------------------------------
 
 
-async def test_s26_cancelling_a_call_while_its_review_is_pending_stops_the_sample_as_an_operator_limit(dispatcher) -> None:
+async def test_s26_cancelling_a_call_while_its_review_is_pending_stops_the_sample_as_an_operator_limit(
+    dispatcher) -> None:
     """"Cancelling a tool call before its review has finished stops the sample with an operator limit. The
     completed tool result stays in the record, with an info event recording that the review was cancelled."""
     transcript = Transcript()
-    task = asyncio.ensure_future(run(dispatcher, calls(("add", {"x": 3, "y": 4})), review=[ReviewPolicy(blocking_review())],
+    task = asyncio.ensure_future(run(dispatcher, calls(("add", {"x": 3, "y": 4})),
+                                     review=[ReviewPolicy(blocking_review())],
                                      transcript=transcript))
     await until_pending("c0")
     # The operator cancels from another thread (a UI would); the cancel is thread-safe.
@@ -486,7 +502,8 @@ async def test_s28_an_interrupted_review_records_no_decision(dispatcher) -> None
     interruption keeps its event; the interrupted one adds none."""
     transcript = Transcript()
     task = asyncio.ensure_future(run(dispatcher, calls(("add", {"x": 1, "y": 1})),
-                                     review=[policy("escalate"), ReviewPolicy(blocking_review())], transcript=transcript))
+                                     review=[policy("escalate"), ReviewPolicy(blocking_review())],
+                                     transcript=transcript))
     await until_pending("c0")
     await asyncio.sleep(0.05)  # let the escalating reviewer's decision land first
     task.cancel()
@@ -561,7 +578,8 @@ async def test_s35_s36_execute_tools_review_replaces_the_policy_and_restores_it(
     outer = [policy("terminate", tools="*")]
     inner = [policy("continue", tools="add")]
     with review_policy_scope(outer):
-        result, transcript = await run(dispatcher, calls(("add", {"x": 1, "y": 1}), ("curl", {"url": "http://x"})), review=inner)
+        result, transcript = await run(dispatcher, calls(("add", {"x": 1, "y": 1}), ("curl", {"url": "http://x"})),
+                                       review=inner)
         assert active_review_policy() is outer  # restored
         # Without the replacement the outer (eval/task-level) policy applies.
         with pytest.raises(TerminateSampleError):
@@ -578,8 +596,10 @@ async def test_s39_review_event_follows_the_tool_event_and_the_tools_own_events(
     of the call it reviewed and after any events the tool itself emitted. The event records the reviewer's
     name, the call, the decision and the reviewer's explanation; the result and the call's view are on the
     ToolEvent with the same call id."""
-    result, transcript = await run(dispatcher, calls(("chatty", {"n": 3}), ("chatty", {"n": 2}), ("add", {"x": 1, "y": 1})),
-                                   review=[policy("escalate", explanation="unsure"), policy("continue", explanation="ok")])
+    result, transcript = await run(dispatcher, calls(("chatty", {"n": 3}), ("chatty", {"n": 2}),
+                                                     ("add", {"x": 1, "y": 1})),
+                                   review=[policy("escalate", explanation="unsure"),
+                                           policy("continue", explanation="ok")])
     events = transcript.events
     for call_id in ("c0", "c1", "c2"):
         tool_event = next(e for e in events if isinstance(e, ToolEvent) and e.id == call_id)
@@ -631,7 +651,8 @@ async def test_s26b_cancelling_one_of_several_parallel_calls_under_review(dispat
 async def test_s26c_a_late_cancel_of_a_finished_review_is_ignored(dispatcher) -> None:
     """Cancelling after the review decided does not touch whatever the sample does next."""
     release = asyncio.Event()
-    task = asyncio.ensure_future(run(dispatcher, calls(("add", {"x": 1, "y": 1})), review=[ReviewPolicy(blocking_review(release))]))
+    task = asyncio.ensure_future(run(dispatcher, calls(("add", {"x": 1, "y": 1})),
+                                     review=[ReviewPolicy(blocking_review(release))]))
     await until_pending("c0")
     [handle] = [p for p in pending_reviews() if p.call.id == "c0"]
     release.set()

@@ -263,7 +263,8 @@ async def test_the_default_image_speaks_utf8_from_its_locale_archive(sandbox_fac
     env = await sandbox_factory("docker")
     shell = await env.exec(["bash", "--login", "-c", 'X="héllo"; echo "${#X} $(locale charmap)"'])
     assert shell.stdout.strip() == "5 UTF-8", shell.stderr
-    py = await env.exec(["python3", "-c", "import locale, sys; print(locale.getpreferredencoding(), sys.stdout.encoding)"])
+    py = await env.exec(["python3", "-c",
+                         "import locale, sys; print(locale.getpreferredencoding(), sys.stdout.encoding)"])
     assert py.stdout.split() == ["UTF-8", "utf-8"]
     assert (await env.exec(["localedef", "--list-archive"])).stdout.split() == ["C.utf8"]
 

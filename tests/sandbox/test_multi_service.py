@@ -19,7 +19,8 @@ from workers.sandbox.docker import host_sandboxes
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
 IMAGE = "toolfleet/sandbox:latest"
-WEB = {"image": IMAGE, "command": ["sh", "-c", "echo up > /tmp/hello.txt; cd /tmp; exec python3 -m http.server 8080 --bind 127.0.0.1"],
+WEB = {"image": IMAGE,
+       "command": ["sh", "-c", "echo up > /tmp/hello.txt; cd /tmp; exec python3 -m http.server 8080 --bind 127.0.0.1"],
        "healthcheck": {"test": ["python3", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:8080/hello.txt')"],
                        "interval": 0.2, "retries": 50}}
 

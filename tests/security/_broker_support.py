@@ -73,7 +73,8 @@ async def dispatcher(broker_fleet: BrokerFleet):
     await d.aclose()
 
 
-def send_raw(url: str, name: str, args: list[Any], queue: str, keyring: Keyring | None, task_id: str | None = None) -> str:
+def send_raw(url: str, name: str, args: list[Any], queue: str, keyring: Keyring | None,
+             task_id: str | None = None) -> str:
     """Publish a task exactly as Celery would, signed with ``keyring`` (None: unsigned)."""
     app = create_app(url, keyring=keyring)
     task_id = task_id or uuid.uuid4().hex
@@ -84,7 +85,8 @@ def send_raw(url: str, name: str, args: list[Any], queue: str, keyring: Keyring 
     return task_id
 
 
-def captured(client: Any, url: str, name: str, args: list[Any], queue: str, task_id: str | None = None) -> dict[str, Any]:
+def captured(client: Any, url: str, name: str, args: list[Any], queue: str,
+             task_id: str | None = None) -> dict[str, Any]:
     """A message signed with the fleet secret for ``queue``, as an eavesdropper captures it: published to
     a parking queue no worker reads, popped, and its destination (under the MAC) set to ``queue``."""
     import json

@@ -183,7 +183,8 @@ def raw6(host, port, token):
         return _err(exc)
 
 
-PROBES: dict[str, Callable[..., Any]] = {"tcp": tcp, "http": http, "resolve": resolve, "udp": udp, "icmp": icmp, "raw4": raw4, "raw6": raw6,
+PROBES: dict[str, Callable[..., Any]] = {"tcp": tcp, "http": http, "resolve": resolve, "udp": udp, "icmp": icmp,
+                                         "raw4": raw4, "raw6": raw6,
           "download": download}
 
 if __name__ == "__main__":

@@ -54,7 +54,8 @@ def test_other_users_parse_and_pass(spec, parsed) -> None:
 
 def test_a_bare_uid_of_a_service_gets_its_own_group_not_root() -> None:
     """Docker runs a uid missing from the image's /etc/passwd with gid 0: the worker names the group."""
-    admitted = admit_sandbox(WorkerPolicy(), {"type": "docker", "services": {"db": {"image": "toolfleet/db", "user": "4321"}}})
+    admitted = admit_sandbox(WorkerPolicy(), {"type": "docker",
+                                              "services": {"db": {"image": "toolfleet/db", "user": "4321"}}})
     assert admitted["services"]["db"]["user"] == "4321:4321"
 
 
@@ -116,11 +117,13 @@ class _FakeLookupEnv:
 
         self.lookups.append((cmd, user))
         line = self.passwd.get(cmd[2], "")
-        return RawResult(returncode=0 if line else 2, stdout=line.encode(), stderr=b"", truncated=False, timed_out=False, oom=False)
+        return RawResult(returncode=0 if line else 2, stdout=line.encode(), stderr=b"", truncated=False,
+                         timed_out=False, oom=False)
 
 
 async def test_a_name_resolving_to_uid_0_is_refused_and_others_are_pinned_to_numbers() -> None:
-    env = _FakeLookupEnv({"toor": "toor:x:0:0::/root:/bin/sh", "sandbox": "sandbox:x:1000:1000::/home/sandbox:/bin/bash",
+    env = _FakeLookupEnv({"toor": "toor:x:0:0::/root:/bin/sh",
+                          "sandbox": "sandbox:x:1000:1000::/home/sandbox:/bin/bash",
                           "wheelie": "wheelie:x:1001:0::/:/bin/sh", "1234": ""})
     gate = ExecUserGate()
     for name in ("toor", "wheelie"):
@@ -138,7 +141,8 @@ async def test_a_name_resolving_to_uid_0_is_refused_and_others_are_pinned_to_num
 ATTACKS = {
     "user 00": {"user": "00"}, "user +0": {"user": "+0"}, "group 00": {"user": "1000:00"},
     "mem_limit 0": {"mem_limit": "0"}, "cpus 1e-12": {"cpus": 1e-12}, "cpus 0": {"cpus": 0},
-    "pids_limit 0": {"pids_limit": 0}, "pids_limit -1": {"pids_limit": -1}, "reap_interval 1e-6": {"reap_interval": 1e-6},
+    "pids_limit 0": {"pids_limit": 0}, "pids_limit -1": {"pids_limit": -1},
+           "reap_interval 1e-6": {"reap_interval": 1e-6},
     "service mem_limit 0": {"services": {"db": {"image": "toolfleet/sandbox:latest", "mem_limit": "0"}}},
     "service pids -1": {"services": {"db": {"image": "toolfleet/sandbox:latest", "pids_limit": -1}}},
 }

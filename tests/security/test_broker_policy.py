@@ -122,7 +122,8 @@ async def test_a_message_never_causes_an_import(broker_fleet, dispatcher) -> Non
     from orchestrator.dispatch import SampleRoute
     from tests.distributed._helpers import one
 
-    req = CallRequest(call_id=uuid.uuid4().hex, function="evil", tool=ToolRef(name="evil", module="tests.security._evil_tools"))
+    req = CallRequest(call_id=uuid.uuid4().hex, function="evil",
+                      tool=ToolRef(name="evil", module="tests.security._evil_tools"))
     outcome = await one(dispatcher, req, route=SampleRoute(queue=broker_fleet.queue))
     assert outcome.fatal is not None and outcome.fatal.type == "ToolNotRegisteredError"
     assert "--import tests.security._evil_tools" in outcome.fatal.message

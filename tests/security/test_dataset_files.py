@@ -118,7 +118,8 @@ def test_a_dataset_string_cannot_name_host_files_outside_the_task_directory(tmp_
     (task_dir / "fixtures" / "ok.txt").write_text("fine")
     (task_dir / "fixtures" / "escape").symlink_to(outside / "credentials")
     rows = [{"input": "x", "id": "ok", "files": {"a.txt": "fixtures/ok.txt"}}]
-    for i, name in enumerate([str(outside / "credentials"), "../outside/credentials", "fixtures/escape", "/etc/passwd"]):
+    for i, name in enumerate([str(outside / "credentials"), "../outside/credentials", "fixtures/escape",
+                              "/etc/passwd"]):
         rows.append({"input": "x", "id": f"evil{i}", "files": {"a.txt": name}})
     for row in rows:
         dataset = task_dir / "data.jsonl"

@@ -37,7 +37,8 @@ pytestmark = pytest.mark.celery
 
 
 def _record(path: str, label: str) -> dict:
-    return CallRequest(call_id=uuid.uuid4().hex, function="record", tool=ToolRef(name="record", module=sample_tools.__name__),
+    return CallRequest(call_id=uuid.uuid4().hex, function="record",
+                       tool=ToolRef(name="record", module=sample_tools.__name__),
                        arguments={"path": path, "label": label}).model_dump(mode="json")
 
 

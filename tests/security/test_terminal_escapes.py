@@ -98,7 +98,8 @@ def test_log_show_escapes_tool_and_model_output(hostile_log: Path) -> None:
 @pytest.mark.slow  # runs the CLI or a console in a child process
 def test_log_dump_to_a_terminal_is_escaped_and_still_json(hostile_log: Path) -> None:
     piped = _cli("log", "dump", str(hostile_log))  # a pipe: exact JSON, as before
-    child = pexpect.spawn(sys.executable, ["-m", "orchestrator.cli", "log", "dump", str(hostile_log)], cwd=str(REPO_ROOT),
+    child = pexpect.spawn(sys.executable, ["-m", "orchestrator.cli", "log", "dump", str(hostile_log)],
+                          cwd=str(REPO_ROOT),
                           encoding="utf-8", timeout=60, dimensions=(50, 200))
     child.expect(pexpect.EOF)
     shown = child.before.replace("\r\n", "\n")

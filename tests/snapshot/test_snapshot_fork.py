@@ -48,7 +48,8 @@ def branch_rollouts(results: dict[str, Any], n: int = 4):  # type: ignore[no-unt
         layer = await box.exec(["sh", "-c", ("echo layer > /opt/layer.txt && echo secret > /tmp/rootonly "
                                  "&& chmod 600 /tmp/rootonly")], user="root")
         assert layer.success, layer.stderr
-        mounts = await box.exec(["sh", "-c", "grep -E ' (/tmp|/var/tmp|/home/sandbox) ' /proc/mounts | cut -d' ' -f2,3"])
+        mounts = await box.exec(["sh", "-c",
+                                 "grep -E ' (/tmp|/var/tmp|/home/sandbox) ' /proc/mounts | cut -d' ' -f2,3"])
         snap = await box.snapshot()
         await box.exec(["sh", "-c", "echo moved-on > /tmp/repo/state.txt"])  # the original goes on
         async with fork(snap, n) as forks:

@@ -73,7 +73,8 @@ def test_hub_repository_refuses_what_is_not_on_docker_hub(name: str) -> None:
     ("RUN echo FROM ubuntu:24.04", "RUN echo FROM ubuntu:24.04"),
 ])
 def test_rewrite_from(line: str, expected: str) -> None:
-    refs = {"ubuntu:24.04": "M/library/ubuntu:24.04", "python:3.13-slim-bookworm": "M/library/python:3.13-slim-bookworm"}
+    refs = {"ubuntu:24.04": "M/library/ubuntu:24.04",
+            "python:3.13-slim-bookworm": "M/library/python:3.13-slim-bookworm"}
     assert rewrite_from(f"# top\n{line}\nWORKDIR /app", refs) == f"# top\n{expected}\nWORKDIR /app"
 
 

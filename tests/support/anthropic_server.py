@@ -50,7 +50,8 @@ def message(*content: dict[str, Any] | str, stop_reason: str | None = None, mode
     })
 
 
-def error(status: int, message: str, kind: str = "invalid_request_error", headers: dict[str, str] | None = None) -> Reply:
+def error(status: int, message: str, kind: str = "invalid_request_error",
+          headers: dict[str, str] | None = None) -> Reply:
     """Anthropic's error envelope."""
     return Reply(status=status, headers=headers or {},
                  body={"type": "error", "error": {"type": kind, "message": message}})
