@@ -1,8 +1,9 @@
 """The Celery app: Redis broker and result store, JSON only, late acks, task events on request.
 
 ``app`` is a worker-side instance (configured from ``TOOLFLEET_BROKER``, so ``celery -A workers.app
-inspect active`` works against the fleet; ``toolfleet worker`` builds its own with ``create_worker_app``); ``create_app(url)`` builds another for a publisher (the
-orchestrator's ``CeleryDispatcher``). Both register the same task names from ``workers.fleet.names``.
+inspect active`` works against the fleet; ``toolfleet worker`` builds its own with ``create_worker_app``);
+``create_app(url)`` builds another for a publisher (the orchestrator's ``CeleryDispatcher``). Both register the same
+task names from ``workers.fleet.names``.
 
 Pool decision: **threads**. A tool call is I/O-bound (it waits on a sandbox channel), and every call of
 a worker process must share one persistent asyncio loop, because sandboxes, their exec channels and

@@ -8,9 +8,9 @@ under an identity another live worker is heartbeating with.
 
 Consumes the shared call queue and this host's own queue (sandbox affinity), loads user tool code
 (``--import``, ``--path``, ``--install``, ``$TOOLFLEET_IMPORT``: ``_tool_modules``) so the registry holds
-it, publishes what it registered (``fleet._tool_manifest``, read by the eval's preflight), reaps orphaned sandboxes and heartbeats capacity at start, and
-drains on SIGTERM: the host is marked draining at once (no new placements), running calls finish,
-then its sandboxes are closed and its heartbeat removed.
+it, publishes what it registered (``fleet._tool_manifest``, read by the eval's preflight), reaps orphaned sandboxes and
+heartbeats capacity at start, and drains on SIGTERM: the host is marked draining at once (no new placements), running
+calls finish, then its sandboxes are closed and its heartbeat removed.
 """
 
 from __future__ import annotations
@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="cap on a sandbox's CPU limit (default: this host's CPUs)")
     trust.add_argument("--max-pids", type=int, default=4096, help="cap on a sandbox's pids limit")
     trust.add_argument("--max-outcome-bytes", type=int, default=512 * 1024,
-                       help="a call's result is cut to this many bytes at the worker (the model sees 16 KiB by default)")
+                       help="a call's result is cut to this many bytes at the worker (the model sees 16 KiB by "
+                            "default)")
     trust.add_argument("--unsafe-remote-control", action="store_true",
                        help="keep all of Celery's remote-control commands (shutdown, revoke, pool_restart, ...), "
                             "which anyone who can write to the broker can send")

@@ -5,7 +5,8 @@
   the sender's ``reply`` channel (and kept under its outcome key) as soon as it completes
   (``workers.fleet._replies``); Celery stores no result. Each call is claimed and remembered exactly as
   below (the claims of one stage in one round trip).
-* ``toolfleet.call(payload)``: one call, for plain Celery clients: ``execute_request(CallRequest.model_validate(payload))`` → the
+* ``toolfleet.call(payload)``: one call, for plain Celery clients:
+``execute_request(CallRequest.model_validate(payload))`` → the
   ``CallOutcome`` as JSON. Only registered tools run (the executor rebuilds them from the registry by
   ``ToolRef``); the call id is the task id, and ``_call_memory`` answers a redelivered copy with the
   stored outcome instead of running the call again.
@@ -84,7 +85,8 @@ async def answer_call(rt: WorkerRuntime, payload: Any, task_id: str) -> tuple[st
     except ValidationError as exc:
         now = time.time()
         fatal = FatalError(type="InvalidCallRequest", message=f"The worker refused a malformed call request: {exc}")
-        return call_id, CallOutcome(call_id=call_id, fatal=fatal, started=now, completed=now, host=host).model_dump_json()
+        outcome = CallOutcome(call_id=call_id, fatal=fatal, started=now, completed=now, host=host)
+        return call_id, outcome.model_dump_json()
     assert rt.memory is not None
     # A message's own numbers, bounded (workers._bounds): a call never outlives the worker's deadline.
     request = request.model_copy(update={"timeout": call_timeout(request.timeout, rt.config.max_call_seconds),
@@ -94,7 +96,8 @@ async def answer_call(rt: WorkerRuntime, payload: Any, task_id: str) -> tuple[st
         now = time.time()
         fatal = FatalError(type="ToolNotRegisteredError",
                            message=not_registered_message(request.tool.name, request.tool.module))
-        return call_id, CallOutcome(call_id=call_id, fatal=fatal, started=now, completed=now, host=host).model_dump_json()
+        outcome = CallOutcome(call_id=call_id, fatal=fatal, started=now, completed=now, host=host)
+        return call_id, outcome.model_dump_json()
     if rt.memory.was_cancelled(call_id):
         return call_id, _error_json(call_id, host, "cancelled", "The call was cancelled before it started.")
     deadline = (request.timeout or rt.config.max_call_seconds) + rt.config.call_grace
@@ -111,7 +114,8 @@ async def answer_call(rt: WorkerRuntime, payload: Any, task_id: str) -> tuple[st
     outcome.host = host
     text = outcome.model_dump_json()
     if len(text) > request.max_result_bytes:
-        limit = f"{request.max_result_bytes // (1024 * 1024)} MiB" if request.max_result_bytes >= 1 << 20 else f"{request.max_result_bytes} bytes"
+        cap = request.max_result_bytes
+        limit = f"{cap // (1024 * 1024)} MiB" if cap >= 1 << 20 else f"{cap} bytes"
         text = outcome.model_copy(update={"result": None, "error": ToolCallError(type="limit",
                                   message=f"The tool exceeded its output limit of {limit}.")}).model_dump_json()
     return call_id, text
@@ -241,10 +245,12 @@ def register_tasks(app: Celery, runtimes: Runtimes) -> None:
     def stage(self: Any, reply: Any, payloads: Any) -> None:
         """A stage's calls for this host: outcomes go to ``reply`` (no Celery result is stored)."""
         rt = runtimes.get()
-        if not names.is_reply_channel(reply) or not isinstance(payloads, list) or not 0 < len(payloads) <= names.MAX_STAGE_CALLS:
+        if not names.is_reply_channel(reply) or not isinstance(payloads, list) \
+                or not 0 < len(payloads) <= names.MAX_STAGE_CALLS:
             rejects.reject("malformed stage", self.request.delivery_info.get("routing_key"), f"stage {self.request.id}")
             return None
-        timeouts = [call_timeout(p.get("timeout") if isinstance(p, dict) else None, rt.config.max_call_seconds) for p in payloads]
+        timeouts = [call_timeout(p.get("timeout") if isinstance(p, dict) else None, rt.config.max_call_seconds)
+                    for p in payloads]
         bound = max(t or rt.config.max_call_seconds for t in timeouts) + 2 * rt.config.call_grace
         try:
             rt.submit(run_stage(rt, reply, payloads, self.request.id, _payload_cap(app)), timeout=bound)

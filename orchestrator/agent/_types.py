@@ -79,7 +79,8 @@ class AgentAttempts:
 
 
 AgentContinue = Callable[["AgentState"], Awaitable[Union[bool, str, "AgentState"]]]
-"""Called after every turn: True continue (nudging if no tool calls), False/None stop, str a message, AgentState a new state."""
+"""Called after every turn: True continue (nudging if no tool calls), False/None stop, str a message, AgentState a new
+state."""
 
 
 class Compaction(ABC):

@@ -1,4 +1,5 @@
-"""``toolfleet setup [redis] [registry] [images] [browser]``: bring a bare machine to what the test suite and docker mode need.
+"""``toolfleet setup [redis] [registry] [images] [browser]``: bring a bare machine to what the test suite and docker
+mode need.
 
 What it provides, each step skipped when already there (so a second run takes a second):
 

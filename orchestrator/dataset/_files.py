@@ -17,9 +17,9 @@ it may not contain ``..``. The value is (Inspect's forms, plus ``bytes`` and ``P
 
 ``resolve_sample_files`` runs when the task loads (``load_task``): it turns path strings into
 absolute ``Path``s, decodes nothing yet, and checks every path exists and is readable and that the
-sample's total (``st_size`` here; the bytes read when packing) stays under ``sample_files_limit()`` (``TOOLFLEET_SAMPLE_FILES_LIMIT`` bytes, default
-4 MiB: the whole sample spec must fit in one broker message). Each problem is a ``SampleFilesError``
-naming the sample and the path.
+sample's total (``st_size`` here; the bytes read when packing) stays under ``sample_files_limit()``
+(``TOOLFLEET_SAMPLE_FILES_LIMIT`` bytes, default 4 MiB: the whole sample spec must fit in one broker message). Each
+problem is a ``SampleFilesError`` naming the sample and the path.
 
 ``pack_sample_files`` runs when the sample's sandbox opens: the files become ONE gzipped tar archive per
 kind of key (relative keys, absolute keys), written into the sandbox as one base64 text file and

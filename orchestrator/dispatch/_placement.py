@@ -67,7 +67,8 @@ def _setup_execs(answer: Any) -> tuple[list[SandboxExec], int]:
 
 def _refused_draining(answer: Any) -> bool:
     """Whether a worker's open answer is its refusal as a draining host (``workers.tasks.run_open``)."""
-    return isinstance(answer, dict) and isinstance(answer.get("error"), dict) and answer["error"].get("type") == "draining"
+    return (isinstance(answer, dict) and isinstance(answer.get("error"), dict)
+            and answer["error"].get("type") == "draining")
 
 
 def _images(config: dict[str, Any] | None) -> list[str] | None:

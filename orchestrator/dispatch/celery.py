@@ -78,7 +78,8 @@ class CeleryDispatcherConfig(BaseModel):
                                 "(autoscaling from zero); at most placement_wait")
     placement_leases: int = Field(128, ge=0, description="sandbox slots per kind of sandbox (image, pull policy, "
                                   "eval) this orchestrator may reserve ahead and hand out without a Redis round trip "
-                                  "(sized by recent demand, given back after 5 s unused); 0: every placement asks Redis")
+                                  "(sized by recent demand, given back after 5 s unused); 0: every placement asks "
+                                  "Redis")
     send_sent_events: bool = Field(False, description="Celery task-sent events (Flower's SENT state; workers' own task "
                                    "events already show every task): each costs ~12% more publisher CPU per call")
     lease_ttl: float = Field(3.0, gt=0,

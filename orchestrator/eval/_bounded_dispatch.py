@@ -2,7 +2,8 @@
 
 A thin wrapper over the eval's dispatcher: each call of a stage waits for a slot, then goes to the
 wrapped dispatcher as a one-call stage (the calls of a stage still run concurrently, up to the bound).
-Cancelling the returned future cancels the wait or the call. Sandboxes (and the other seam methods) pass straight through.
+Cancelling the returned future cancels the wait or the call. Sandboxes (and the other seam methods) pass straight
+through.
 """
 
 from __future__ import annotations

@@ -134,7 +134,8 @@ class LogDisplay:
 @contextlib.asynccontextmanager
 async def open_display(display: Any, progress: EvalProgress) -> AsyncIterator[None]:
     # Inspect's display names: "plain" is line output, "full"/"conversation" the live view.
-    kind = {"plain": "log", "full": "rich", "conversation": "rich"}.get(display, display) if isinstance(display, str) else display
+    kind = ({"plain": "log", "full": "rich", "conversation": "rich"}.get(display, display) if isinstance(display, str)
+            else display)
     if kind == "auto":
         kind = "rich" if sys.stderr.isatty() else "log"
     if kind in (None, "none"):

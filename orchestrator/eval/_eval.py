@@ -104,7 +104,8 @@ def _quiet_unless_configured() -> None:
     if structlog.is_configured():
         return
     level = logging.getLevelName((os.environ.get("TOOLFLEET_LOG_LEVEL") or "warning").upper())
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(level if isinstance(level, int) else logging.WARNING),
+    numeric = level if isinstance(level, int) else logging.WARNING
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(numeric),
                         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
 
 

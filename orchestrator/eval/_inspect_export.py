@@ -206,7 +206,8 @@ def inspect_log(log: Any) -> dict[str, Any]:
                   or "",
                   "model_usage": {k: _usage(v) for k, v in (stats.get("model_usage") or {}).items()}},
         "error": _error(data["error"]["message"], data["error"].get("traceback")) if data.get("error") else None,
-        "samples": [_sample(s, model, spec["eval_id"]) for s in sorted(data["samples"], key=lambda s: (s["epoch"], str(s["id"])))],
+        "samples": [_sample(s, model, spec["eval_id"])
+                    for s in sorted(data["samples"], key=lambda s: (s["epoch"], str(s["id"])))],
     }
     return out
 

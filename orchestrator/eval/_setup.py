@@ -39,7 +39,8 @@ async def _check_broker(url: str) -> None:
     try:
         await asyncio.wait_for(client.ping(), PREFLIGHT_TIMEOUT_S)
     except (RedisError, OSError, TimeoutError) as exc:
-        raise BrokerUnreachableError(f"Cannot reach the broker at {redact(url)}: {str(exc) or type(exc).__name__}") from exc
+        reason = str(exc) or type(exc).__name__
+        raise BrokerUnreachableError(f"Cannot reach the broker at {redact(url)}: {reason}") from exc
     finally:
         await client.aclose()
 

@@ -51,7 +51,8 @@ class Task:
             dataset = [Sample(input="prompt")]
         self.dataset = dataset if isinstance(dataset, Dataset) else MemoryDataset(list(dataset))
         self.solver = _chain(solver)
-        self.scorer: list[Any] = [] if scorer is None else list(scorer) if isinstance(scorer, (list, tuple)) else [scorer]
+        self.scorer: list[Any] = ([] if scorer is None else list(scorer) if isinstance(scorer, (list, tuple))
+                                  else [scorer])
         self.sandbox = sandbox
         self.approval = approval
         self.review = review
@@ -135,7 +136,8 @@ def import_task_file(path: str | Path) -> Any:
         where = ""
         if isinstance(exc, SyntaxError) and exc.lineno:
             where = f" (line {exc.lineno})"
-        raise TaskError(f"Task file '{path}' failed to import{where}: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+        message = f"Task file '{path}' failed to import{where}: {type(exc).__name__}: {exc}"
+        raise TaskError(message.splitlines()[0]) from exc
     finally:
         sys.path.remove(str(file.parent))
     return module

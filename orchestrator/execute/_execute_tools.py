@@ -93,7 +93,8 @@ async def _execute(
         if handoff is not None:
             # A handoff is serial, so it is alone in its stage; later calls still run (as in Inspect).
             with span(name=handoff.call.function, type="tool"):
-                tool_message, extra[handoff.call.id], handoff_output = await _run_handoff(handoff, message, history, ctx)
+                handed = await _run_handoff(handoff, message, history, ctx)
+                tool_message, extra[handoff.call.id], handoff_output = handed
             results[handoff.call.id] = tool_message
             output = handoff_output or output
             continue
@@ -252,7 +253,8 @@ async def _abandon(tracks: list[_Track], tasks: Sequence[asyncio.Future[ChatMess
             continue  # ToolEvent recorded; a pending review was cancelled (and said so)
         outcome = track.outcome
         pending = track.future
-        if outcome is None and pending is not None and pending.done() and not pending.cancelled() and pending.exception() is None:
+        if outcome is None and pending is not None and pending.done() and not pending.cancelled() \
+                and pending.exception() is None:
             outcome = pending.result()
         if outcome is not None:
             keep_result(track.p, outcome)  # executed, but the sample stopped before it was processed

@@ -165,7 +165,8 @@ class SampleLimitEvent(BaseEvent):
 
 
 Event = Annotated[
-    ToolEvent | ApprovalEvent | ReviewEvent | ModelEvent | SpanBeginEvent | SpanEndEvent | InfoEvent | ErrorEvent | SampleLimitEvent | SandboxEvent,
+    ToolEvent | ApprovalEvent | ReviewEvent | ModelEvent | SpanBeginEvent | SpanEndEvent | InfoEvent | ErrorEvent
+    | SampleLimitEvent | SandboxEvent,
     Field(discriminator="event"),
 ]
 

@@ -261,7 +261,8 @@ class Model:
             except Exception as ex:
                 # Our own per-attempt timeout is transient by nature, a batch says; anything else the provider judges.
                 batched = isinstance(ex, BatchError)
-                retryable = ex.retryable if isinstance(ex, BatchError) else isinstance(ex, TimeoutError) or self.api.should_retry(ex)
+                retryable = (ex.retryable if isinstance(ex, BatchError)
+                             else isinstance(ex, TimeoutError) or self.api.should_retry(ex))
                 if not retryable:
                     raise ModelError(str(self), _describe(ex), retries, False) from ex
                 delay = backoff_delay(policy, retries, self.api.retry_after(ex))

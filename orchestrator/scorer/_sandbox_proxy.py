@@ -2,8 +2,8 @@
 
 In distributed mode the sample's sandbox is on a worker host, so the sample runner binds this proxy as the
 sample's ``sandbox()``: each ``exec`` / ``read_file`` / ``write_file`` becomes a call to an internal tool
-(``orchestrator/tool/_tools/_sandbox_access.py``) through the active dispatcher, and errors come back as the exceptions the
-``SandboxEnvironment`` contract names. (Embedded mode binds the real environment instead.)
+(``orchestrator/tool/_tools/_sandbox_access.py``) through the active dispatcher, and errors come back as the exceptions
+the ``SandboxEnvironment`` contract names. (Embedded mode binds the real environment instead.)
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Sandbox-executed scoring: run a command in the sample's sandbox; pass on exit 0.
 
 The command goes through the active dispatcher as a call to the registered ``_scorer_exec`` tool
-(``orchestrator/tool/_tools/_sandbox_access.py``), so it reaches the sandbox in embedded mode and on a worker host alike.
-Scorers that call ``sandbox().exec(...)`` themselves (Inspect style) work too: the sample runner binds
+(``orchestrator/tool/_tools/_sandbox_access.py``), so it reaches the sandbox in embedded mode and on a worker host
+alike. Scorers that call ``sandbox().exec(...)`` themselves (Inspect style) work too: the sample runner binds
 the real sandbox (embedded) or a ``DispatchedSandbox`` proxy (distributed) as the sample's ``sandbox()``.
 """
 

@@ -74,8 +74,8 @@ def harbor_oracle() -> Solver:
                                     timeout=timeout)
         except TimeoutError as exc:
             state.output = ModelOutput.from_content("oracle", f"solve.sh timed out after {timeout:g} s")
-            raise LimitExceededError("time", value=timeout, limit=timeout,
-                                     message=f"solve.sh did not finish within the agent timeout ({timeout:g} s)") from exc
+            message = f"solve.sh did not finish within the agent timeout ({timeout:g} s)"
+            raise LimitExceededError("time", value=timeout, limit=timeout, message=message) from exc
         tail = (result.stdout + result.stderr)[-OUTPUT_TAIL:]
         state.output = ModelOutput.from_content("oracle", f"solve.sh exited {result.returncode}\n{tail}".rstrip())
         state.messages.append(state.output.message)

@@ -197,4 +197,5 @@ def parse_function(func: Callable[..., Any]) -> ParsedFunction:
 
 def is_optional(hint: Any) -> bool:
     origin = typing.get_origin(hint)
-    return origin in (typing.Union, getattr(__import__("types"), "UnionType", None)) and type(None) in typing.get_args(hint)
+    unions = (typing.Union, getattr(__import__("types"), "UnionType", None))
+    return origin in unions and type(None) in typing.get_args(hint)

@@ -77,7 +77,8 @@ class LoopWatchdog:
             self._gc_start = (time.perf_counter(), time.thread_time())
         else:
             wall, cpu = time.perf_counter() - self._gc_start[0], time.thread_time() - self._gc_start[1]
-            self.gc_pauses.setdefault(int(info.get("generation", 0)), []).append((wall, cpu, int(info.get("collected", 0))))
+            pauses = self.gc_pauses.setdefault(int(info.get("generation", 0)), [])
+            pauses.append((wall, cpu, int(info.get("collected", 0))))
 
     def _watch(self) -> None:
         stalled_since: float | None = None
@@ -93,7 +94,8 @@ class LoopWatchdog:
             frame = sys._current_frames().get(self._loop_thread or 0)
             if frame is not None:
                 summary = traceback.extract_stack(frame)[-STACK_DEPTH:]
-                self.stacks[tuple(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in reversed(summary))] += 1
+                frames = tuple(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in reversed(summary))
+                self.stacks[frames] += 1
 
     def report(self, out: TextIO | None = None) -> None:
         out = out or sys.stderr

@@ -16,7 +16,8 @@ Measured in one run, on the same container:
   On a storage driver such as fuse-overlayfs a spawn that follows a pause (any round trip) is slower
   than one right after another, so the back-to-back floor is below what any channel can reach;
   ``vs_in_sandbox`` (``p50_ms`` over ``in_sandbox_p50_ms``) compares like with like;
-- ``channel``: how the calls reached the agent — ``unix`` (its socket, direct) or ``stream`` (the exec stream, through the daemon);
+- ``channel``: how the calls reached the agent — ``unix`` (its socket, direct) or ``stream`` (the exec stream, through
+the daemon);
 - ``baseline``: the same command (``bash --login -c true``, same user) as one ``docker exec`` per
   call through the Engine API (exec_create + exec_start + exec_inspect), same counts;
 - ``python``: ``python`` tool calls (``print(1)``) through the executor: ``warm_p50_ms`` with the

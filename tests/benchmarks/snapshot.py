@@ -1,7 +1,7 @@
 """``toolfleet bench snapshot``: how long taking a sandbox snapshot and forking sandboxes from it take.
 
-In this process (embedded mode), or through the workers of ``--broker``, on one docker sandbox holding ``mib`` MiB on a tmpfs-backed path and as
-much in its container layer:
+In this process (embedded mode), or through the workers of ``--broker``, on one docker sandbox holding ``mib`` MiB on a
+tmpfs-backed path and as much in its container layer:
 - ``snapshot_s``: ``await sandbox.snapshot()`` — the first of a sandbox (one commit) and, as
   ``resnapshot_s``, a second one of the same sandbox (two commits: see ``workers.sandbox.docker._snapshot``);
 - ``fork_first_s``: ``fork(snapshot, forks)`` until all are ready, the first time (the snapshot's driver

@@ -1,8 +1,8 @@
 """``toolfleet eval --batch``: a react eval whose model requests all go through the provider's batch API.
 
 The real CLI in a subprocess, the real openai / anthropic SDK, a batch server on loopback (OpenAI Batch,
-Anthropic Message Batches) whose responder plays the agent (two parallel ``bash`` calls in the sample's sandbox, then submit), embedded and with the
-sandboxes on a Celery worker. Asserted on the server's request log: several samples'
+Anthropic Message Batches) whose responder plays the agent (two parallel ``bash`` calls in the sample's sandbox, then
+submit), embedded and with the sandboxes on a Celery worker. Asserted on the server's request log: several samples'
 requests per batch and not one direct chat completion. Then an orchestrator SIGKILLed after submitting a
 batch: ``eval-retry`` collects that batch's results instead of submitting (paying for) them again.
 """

@@ -225,7 +225,10 @@ class Nft:
         if shutil.which(self.binary) is None:
             return f"{self.binary} is not installed"
         code, _, err = await _run([self.binary, "list", "tables"])
-        return None if code == 0 else f"nft cannot read the ruleset ({_first_error(err)}); the worker needs CAP_NET_ADMIN in the host's network namespace"
+        if code == 0:
+            return None
+        return (f"nft cannot read the ruleset ({_first_error(err)}); the worker needs CAP_NET_ADMIN in the host's "
+                "network namespace")
 
     async def sandbox_keys(self) -> set[str]:
         """Keys of the sandboxes that have a chain in the table (none when the table is absent)."""

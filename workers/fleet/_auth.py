@@ -60,7 +60,8 @@ class Keyring:
         # process-wide connection pools key on repr(transport_options), so apps with different
         # keyrings must not share a pooled producer (it would sign with the other app's key).
         # Computed once: kombu takes it on every producer acquire.
-        self._repr = f"Keyring({len(self._keys)} key{'s' if len(self._keys) != 1 else ''}, signs with {self._signing_id})"
+        plural = "s" if len(self._keys) != 1 else ""
+        self._repr = f"Keyring({len(self._keys)} key{plural}, signs with {self._signing_id})"
 
     def __repr__(self) -> str:
         return self._repr

@@ -55,8 +55,8 @@ class HostRecord(BaseModel):
 
     @classmethod
     def from_hash(cls, data: dict[bytes | str, bytes | str]) -> HostRecord:
-        decoded: dict[str, Any] = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-                                   for k, v in data.items()}
+        decoded: dict[str, Any] = {(k.decode() if isinstance(k, bytes) else k):
+                                   (v.decode() if isinstance(v, bytes) else v) for k, v in data.items()}
         decoded["draining"] = decoded.get("draining") in ("1", "True", "true")
         try:
             for field in ("images", "image_patterns", "sandbox_types", "registries"):

@@ -495,7 +495,8 @@ class Placer:
             await self.redis.script_load(_reserve.RESERVE_BATCH_SCRIPT)
             self._loaded = True
         lease_ttl = 2 * self._leases.idle_s + LEASE_GRACE_S
-        calls = [_reserve.encode([ask for ask, _ in chunk], EVAL_ALIVE_TTL_S, EVAL_WAITING_TTL_S, lease_ttl) for chunk in chunks]
+        calls = [_reserve.encode([ask for ask, _ in chunk], EVAL_ALIVE_TTL_S, EVAL_WAITING_TTL_S, lease_ttl)
+                 for chunk in chunks]
         sent = time.perf_counter()
         async with self.redis.pipeline(transaction=False) as pipe:
             for call in calls:

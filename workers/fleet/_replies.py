@@ -122,7 +122,8 @@ class ReplySender:
             log.error("worker.outcome_send_failed", calls=len(batch), error=str(exc)[:200])
             return
         self.sent += len(batch)
-        refused = [(entry, res) for entry, res in zip(batch, results[len(by_channel):], strict=True) if isinstance(res, Exception)]
+        stored = results[len(by_channel):]
+        refused = [(entry, res) for entry, res in zip(batch, stored, strict=True) if isinstance(res, Exception)]
         for (_, call_id, item), err in refused:
             if is_out_of_memory(err):  # published already; kept and stored once Redis takes writes
                 self._unstored().keep(_names.outcome_key(call_id), item, OUTCOME_TTL, call_id, str(err))

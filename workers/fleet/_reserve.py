@@ -140,7 +140,8 @@ for q = 1, r do
   if not refused then
     local best, best_tier, best_share, best_free = 0, 0, 0, 0
     for c = 0, k - 1 do
-      local h, tier, cap = tonumber(ARGV[first + 3 * c]), tonumber(ARGV[first + 3 * c + 1]), tonumber(ARGV[first + 3 * c + 2])
+      local h = tonumber(ARGV[first + 3 * c])
+      local tier, cap = tonumber(ARGV[first + 3 * c + 1]), tonumber(ARGV[first + 3 * c + 2])
       if best == 0 or tier <= best_tier then
         local u = host_used(h)
         local free = cap - u

@@ -49,7 +49,8 @@ class AnthropicAPI(SdkModelAPI):
                        config: GenerateConfig) -> ModelOutput:
         request = _sdk_arguments(build_request(self.model_name, input, tools, tool_choice, config))
         try:
-            message = await self._client_for_loop().messages.create(**request, timeout=config.timeout or DEFAULT_TIMEOUT)
+            client = self._client_for_loop()
+            message = await client.messages.create(**request, timeout=config.timeout or DEFAULT_TIMEOUT)
         except anthropic.BadRequestError as ex:
             if is_context_length_error(ex.message):
                 return ModelOutput.from_content(self.model_name, ex.message, stop_reason="model_length")
