@@ -134,8 +134,8 @@ async def test_deeply_nested_arguments_are_rejected(dispatcher) -> None:
         value = [value]
     result, _ = await run_turn(dispatcher, [ToolCall(id="a", function="add", arguments={"x": value, "y": 1})],
                                ALL_TOOLS)
-    assert errors(result)[0] == ("parsing",
-                                 "Error parsing tool call arguments: arguments exceed the maximum supported nesting depth of 100")
+    assert errors(result)[0] == ("parsing", ("Error parsing tool call arguments: arguments exceed the maximum "
+                                             "supported nesting depth of 100"))
 
 
 async def test_deserialisation_on_the_executing_side(dispatcher) -> None:
@@ -214,7 +214,9 @@ async def test_disabled_tool_is_hidden_and_a_parsing_error(dispatcher) -> None:
 
 async def test_guardrails(dispatcher) -> None:
     def no_big_numbers(call, tool):
-        return GuardrailResult.reject("Numbers over 100 are not allowed.") if call.arguments["x"] > 100 else GuardrailResult.allow()
+        if call.arguments["x"] > 100:
+            return GuardrailResult.reject("Numbers over 100 are not allowed.")
+        return GuardrailResult.allow()
 
     def redact(call, output):
         return GuardrailResult.reject("[redacted]") if "3" in str(output) else GuardrailResult.allow()
@@ -233,7 +235,8 @@ async def test_guardrails(dispatcher) -> None:
 async def test_tool_events_carry_timing_and_arguments(dispatcher) -> None:
     _, transcript = await run_turn(dispatcher, calls(("add", {"x": 2, "y": 5})), ALL_TOOLS)
     [event] = transcript.find(ToolEvent)
-    assert (event.id, event.function, event.arguments, event.result, event.error) == ("c0", "add", {"x": 2, "y": 5}, "7", None)
+    recorded = (event.id, event.function, event.arguments, event.result, event.error)
+    assert recorded == ("c0", "add", {"x": 2, "y": 5}, "7", None)
     assert event.started <= event.completed and event.working_time >= 0
 
 

@@ -128,7 +128,8 @@ def test_description_precedence() -> None:
     d = ToolDef(renamed)
     assert (d.name, d.description, d.parameters.properties["x"].description) == ("plus", "Sum.", "left")
     explicit = ToolDef(renamed, name="sum2", description="Explicit.", parameters={"x": "LEFT"})
-    assert (explicit.name, explicit.description, explicit.parameters.properties["x"].description) == ("sum2", "Explicit.", "LEFT")
+    described = (explicit.name, explicit.description, explicit.parameters.properties["x"].description)
+    assert described == ("sum2", "Explicit.", "LEFT")
     described = set_tool_description(sample_tools.add(), description="Overridden.")
     assert ToolDef(described).description == "Overridden."
     assert ToolDef(described, description="Top.").description == "Top."

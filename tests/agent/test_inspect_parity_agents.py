@@ -474,5 +474,6 @@ async def test_content_only_turns_server_tool_use_into_text_and_drops_reasoning(
 
     use = ContentToolUse(tool_type="web_search", id="s1", name="web_search", arguments='{"query": "tides"}',
                          result="Found 3 results", error=None)
-    [out] = await content_only([ChatMessageAssistant(content=[ContentReasoning(reasoning="hmm"), ContentText(text="a"), use])])
+    content = [ContentReasoning(reasoning="hmm"), ContentText(text="a"), use]
+    [out] = await content_only([ChatMessageAssistant(content=content)])
     assert [c.text for c in out.content] == ["a", 'web_search {"query": "tides"}\n\nFound 3 results']

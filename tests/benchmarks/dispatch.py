@@ -87,7 +87,8 @@ def _plain_celery(dispatcher: Any, route: SampleRoute, calls: int, stage: int) -
         app.close()
     return {
         "workload": "dispatch",
-        "implementation": "plain Celery (messages signed by the fleet transport): send_task().get() / GroupResult.get()",
+        "implementation": ("plain Celery (messages signed by the fleet transport): send_task().get() / "
+                           "GroupResult.get()"),
         "p50_ms": percentile_ms(single, 0.5),
         "p99_ms": percentile_ms(single, 0.99),
         "group_p50_ms": percentile_ms(grouped, 0.5),

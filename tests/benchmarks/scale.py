@@ -154,8 +154,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "redis_commands_by_type_per_open": redis_opened.minus(redis_start).per(len(routes)),
         # Commands a Lua script runs count as commands too (INFO commandstats counts them).
         "redis_commands_per_call": round(redis_called.minus(redis_before_calls).commands / max(1, calls), 2),
-        "redis_bytes_per_call": round((lambda d: (d.bytes_in
-                                                  + d.bytes_out) / max(1, calls))(redis_called.minus(redis_before_calls))),
+        "redis_bytes_per_call": round((lambda d: (d.bytes_in + d.bytes_out) / max(1, calls))(
+            redis_called.minus(redis_before_calls))),
         "redis_cpu_ms_per_call": round(redis_called.minus(redis_before_calls).cpu_s / max(1, calls) * 1000, 4),
         "redis_cpu_ms_per_open": round(redis_opened.minus(redis_start).cpu_s / max(1, len(routes)) * 1000, 4),
         "worker_peak_rss_mb": max((m["peak_rss_mb"] for m in memory), default=None),

@@ -65,7 +65,8 @@ async def test_oversized_arguments_are_refused_before_sending(session_worker) ->
 async def test_oversized_payload_is_refused_by_the_worker(celery_dispatcher) -> None:
     task_id = uuid.uuid4().hex
     [raw] = await _expect(celery_dispatcher, task_id)
-    payload = request("text_of_size", {"n": 1, "char": "x" * (9 * 1024 * 1024)}, call_id=task_id).model_dump(mode="json")
+    big = request("text_of_size", {"n": 1, "char": "x" * (9 * 1024 * 1024)}, call_id=task_id)
+    payload = big.model_dump(mode="json")
     await asyncio.to_thread(celery_dispatcher.app.send_task, names.TASK_CALL, args=[payload], task_id=task_id,
                             queue=names.SHARED_QUEUE)
     meta = await asyncio.wait_for(raw, 60)

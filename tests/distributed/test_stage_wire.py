@@ -27,7 +27,8 @@ def _rec(call_id: str, queue: str) -> Pending:
 def test_one_message_per_queue_in_declared_order() -> None:
     recs = [_rec("a", "q1"), _rec("b", "q2"), _rec("c", "q1"), _rec("d", "q1")]
     messages = _stage_messages(recs, REPLY)
-    assert [(m.queue, m.task_id, m.name) for m in messages] == [("q1", "a", names.TASK_STAGE), ("q2", "b", names.TASK_STAGE)]
+    assert [(m.queue, m.task_id, m.name) for m in messages] == [("q1", "a", names.TASK_STAGE),
+                                                                ("q2", "b", names.TASK_STAGE)]
     reply, payloads = messages[0].args
     assert reply == REPLY and [p["call_id"] for p in payloads] == ["a", "c", "d"]
     assert [item["call_id"] for item in json.loads(messages[0].argsrepr or "")] == ["a", "c", "d"]

@@ -204,7 +204,8 @@ def _wheel(directory: Path, module: str, source: str) -> Path:
         raw = hashlib.sha256(text.encode()).digest()
         return "sha256=" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
-    record = "".join(f"{path},{digest(text)},{len(text.encode())}\n" for path, text in files.items()) + f"{dist}/RECORD,,\n"
+    record = "".join(f"{path},{digest(text)},{len(text.encode())}\n" for path, text in files.items())
+    record += f"{dist}/RECORD,,\n"
     path = directory / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as whl:
         for member, text in {**files, f"{dist}/RECORD": record}.items():
@@ -256,9 +257,11 @@ def _start(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize(("args", "env", "line"), [
     (["--import", "no_such_module_anywhere"], {},
-     "toolfleet worker: --import no_such_module_anywhere failed: ModuleNotFoundError: No module named 'no_such_module_anywhere'"),
+     ("toolfleet worker: --import no_such_module_anywhere failed: ModuleNotFoundError: "
+      "No module named 'no_such_module_anywhere'")),
     ([], {"TOOLFLEET_IMPORT": "tests.support.sample_tools, not_a_module_either"},
-     "toolfleet worker: --import not_a_module_either failed: ModuleNotFoundError: No module named 'not_a_module_either'"),
+     ("toolfleet worker: --import not_a_module_either failed: ModuleNotFoundError: "
+      "No module named 'not_a_module_either'")),
     (["--import", "/nonexistent/task.py"], {}, "toolfleet worker: --import /nonexistent/task.py: no such file"),
     (["--path", "/nonexistent/dir"], {}, "toolfleet worker: --path /nonexistent/dir: not a directory"),
     (["--install", "/etc/hostname"], {},

@@ -170,7 +170,8 @@ async def test_no_live_worker_runs_local_sandboxes(tmp_path: Path, fleet) -> Non
     fleet.worker(slots=2, allow_local=False)
     with pytest.raises(PreflightError) as caught:
         await eval_async(_task(sandbox="local"), "scripted", log_dir=tmp_path, broker=fleet.redis.url)
-    assert str(caught.value) == "None of the 1 live worker(s) runs 'local' sandboxes (start a worker with --allow-local)."
+    assert str(caught.value) == ("None of the 1 live worker(s) runs 'local' sandboxes "
+                                 "(start a worker with --allow-local).")
 
 
 @pytest.mark.celery

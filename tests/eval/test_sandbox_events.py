@@ -115,7 +115,8 @@ def _check_inspect_copy(log: Any) -> None:
         assert all(e.options["host"] == m.host for e, m in zip(boxes, mine, strict=True))
         assert all(e.completed is not None and e.completed >= e.timestamp for e in boxes)
         models = [e for e in s.events if e.event == "model"]
-        assert [len(e.input) for e in models] == [e.input_messages for e in ours[str(s.id)].events if e.event == "model"]
+        counted = [e.input_messages for e in ours[str(s.id)].events if e.event == "model"]
+        assert [len(e.input) for e in models] == counted
 
 
 @pytest.mark.celery

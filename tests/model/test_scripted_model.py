@@ -140,7 +140,8 @@ async def test_model_event_span_and_usage() -> None:
     [event] = t.find(ModelEvent)
     assert (begin.type, begin.name) == ("model", "scripted/scripted")
     assert event.span_id == begin.id and event.input_messages == 1 and event.retries == 0
-    assert [t.name for t in event.tools] == ["model_test_echo"] and event.tools[0].description and event.tool_choice == "auto"
+    assert [t.name for t in event.tools] == ["model_test_echo"]
+    assert event.tools[0].description and event.tool_choice == "auto"
     assert event.output.completion == "hi"
     # Priced as the price table says (the scripted model costs nothing).
     assert counter.own.total_tokens == 10

@@ -286,7 +286,8 @@ async def test_s12_only_executed_calls_are_reviewed(dispatcher) -> None:
     specs.append(ToolCall(id="c4", function="add", parse_error="Expecting value: line 1 column 1"))
     result, transcript = await run(dispatcher, specs, review=[policy("continue", seen=seen)],
                                    approval=[ApprovalPolicy(reject_curl, "*")])
-    assert [m.error.type if m.error else None for m in result.messages] == ["approval", "parsing", "parsing", None, "parsing"]
+    kinds = [m.error.type if m.error else None for m in result.messages]
+    assert kinds == ["approval", "parsing", "parsing", None, "parsing"]
     assert [s["call"].id for s in seen] == ["c3"]
     assert reviews(transcript) == [("scripted_review", "c3", "continue")]
 
@@ -404,7 +405,8 @@ async def test_s24_a_reviewer_exception_ends_the_sample_with_an_error(dispatcher
     with pytest.raises(RuntimeError, match="approver broke"):
         await run(dispatcher, specs, approval=[ApprovalPolicy(broken_approver, "*")])
     assert transcript.find(ReviewEvent) == []
-    assert {e.id: e.error.type if e.error else None for e in transcript.find(ToolEvent)} == {"c0": None, "c1": "cancelled"}
+    kinds = {e.id: e.error.type if e.error else None for e in transcript.find(ToolEvent)}
+    assert kinds == {"c0": None, "c1": "cancelled"}
 
 
 async def test_s25_a_reviewers_own_model_calls_do_not_count_toward_sample_limits(dispatcher) -> None:
@@ -427,7 +429,8 @@ async def test_s25_a_reviewers_own_model_calls_do_not_count_toward_sample_limits
         return review
 
     transcript = Transcript()
-    with bind_transcript(transcript), usage_scope("sample") as sample, token_limit(100) as tokens, turn_limit(0) as turns:
+    with (bind_transcript(transcript), usage_scope("sample") as sample, token_limit(100) as tokens,
+          turn_limit(0) as turns):
         await run(dispatcher, calls(("add", {"x": 1, "y": 1})), review=[ReviewPolicy(model_judge())],
                   transcript=transcript)
         check_limits()  # nothing breached

@@ -61,7 +61,8 @@ async def test_services_share_a_loopback_only_namespace(drivers: list[Any]) -> N
         links = await env.exec(["sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"])
         assert links.stdout.split() == ["lo"]
         out = await env.exec(["python3", "-c", ("import socket\ns = socket.socket(); s.settimeout(3)\ntry:\n"
-                               "    s.connect(('10.255.255.1', 80)); print('connected')\nexcept OSError as e:\n    print(e)")])
+                                                "    s.connect(('10.255.255.1', 80)); print('connected')\n"
+                                                "except OSError as e:\n    print(e)")])
         assert "unreachable" in out.stdout.lower(), out
         # Each service is its own container (its own processes and files), reached with docker exec.
         named = env.named_sandboxes()

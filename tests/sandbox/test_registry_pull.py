@@ -213,7 +213,8 @@ async def test_a_worker_pulls_only_from_its_registries(images: Images, fleet) ->
     with pytest.raises(PreflightError) as failed:  # found before any sample starts
         await preflight(None, [Sample(input="x", id="s1", sandbox=config)], embedded=False, broker_url=fleet.redis.url)
     assert str(failed.value) == (f"Docker image '{ref}' (sample s1) is on none of the 1 live worker(s), and none pulls "
-                                 f"from its registry '{images.registry}' (start one with --registry {images.registry}): "
+                                 f"from its registry '{images.registry}' "
+                                 f"(start one with --registry {images.registry}): "
                                  "build or pull it where the workers run.")
     d = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=fleet.redis.url, placement_wait=5.0))
     try:

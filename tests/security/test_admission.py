@@ -195,7 +195,8 @@ def uid0_alias_image(sandbox_image: str):  # type: ignore[no-untyped-def]
     client = docker.from_env(timeout=120)
     tag = f"toolfleet/test-uid0-alias-{uuid.uuid4().hex[:8]}:latest"
     dockerfile = (f"FROM {sandbox_image}\nUSER root\n"
-                  "RUN echo 'toor:x:0:0::/root:/bin/sh' >> /etc/passwd && echo 'wheelie:x:1001:0::/:/bin/sh' >> /etc/passwd\n"
+                  "RUN echo 'toor:x:0:0::/root:/bin/sh' >> /etc/passwd"
+                  " && echo 'wheelie:x:1001:0::/:/bin/sh' >> /etc/passwd\n"
                   "USER sandbox\n")
     client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, forcerm=True, pull=False)
     try:
@@ -251,4 +252,5 @@ def test_a_calls_timeout_is_bounded_by_the_worker(value) -> None:
 def test_a_calls_result_cap_can_only_narrow() -> None:
     from workers._bounds import result_bytes
 
-    assert [result_bytes(v) for v in (0, -1, 10, 4096, 10**12, "big")] == [1024, 1024, 1024, 4096, 16 * 1024**2, 16 * 1024**2]
+    assert [result_bytes(v) for v in (0, -1, 10, 4096, 10**12, "big")] == [1024, 1024, 1024, 4096,
+                                                                           16 * 1024**2, 16 * 1024**2]

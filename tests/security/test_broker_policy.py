@@ -103,8 +103,8 @@ async def test_local_sandbox_with_setup_script_is_refused(broker_fleet, dispatch
 
 @celery
 @pytest.mark.parametrize("fields", [REFUSED_DOCKER[k] for k in ("docker endpoint", "privileged", "added capability",
-                                                                "root user", "devices", "mounts", "service foreign image",
-                                                                "service root user")],
+                                                                "root user", "devices", "mounts",
+                                                                "service foreign image", "service root user")],
                          ids=["docker-endpoint", "privileged", "cap-add", "root-user", "devices", "mounts",
                               "service-image", "service-root"])
 async def test_dangerous_docker_config_is_refused_by_the_worker(broker_fleet, dispatcher, fields) -> None:  # noqa: F811 - the imported fixture

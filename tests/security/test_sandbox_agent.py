@@ -88,7 +88,8 @@ async def test_running_into_the_memory_limit_is_named_with_the_limit(sandbox_fac
         await env.exec(["python3", "-c", hog], timeout=60)
     outcome = await call(env, python(timeout=60), code=hog)
     assert outcome.fatal is None and outcome.error is not None
-    assert outcome.error.type == "unknown" and "Out of memory" in outcome.error.message and "96m" in outcome.error.message
+    assert outcome.error.type == "unknown"
+    assert "Out of memory" in outcome.error.message and "96m" in outcome.error.message
     await _still_works(env)
 
 

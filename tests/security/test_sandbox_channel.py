@@ -51,7 +51,9 @@ PLANT = r"""
 ln -sf {bait} {mounted} 2>/dev/null && echo swapped-socket
 rm -f {mounted} 2>/dev/null && echo removed-socket
 for d in /dev/shm /tmp "$HOME"; do
-  for i in 0 1 2 3 4 5 6 7; do mkdir -p "$d/toolfleet-agent-x$i" 2>/dev/null; ln -sf {bait} "$d/toolfleet-agent-x$i/channel" 2>/dev/null; done
+  for i in 0 1 2 3 4 5 6 7; do
+    mkdir -p "$d/toolfleet-agent-x$i" 2>/dev/null; ln -sf {bait} "$d/toolfleet-agent-x$i/channel" 2>/dev/null
+  done
   ln -sf {bait} "$d/channel" 2>/dev/null; ln -sf {bait} "$d/agent.sock" 2>/dev/null
 done
 echo planted

@@ -201,7 +201,8 @@ async def test_the_hosts_snapshot_disk_budget_refuses_a_snapshot_that_does_not_f
     finally:
         store.budget = budget
     assert log.status == "success"
-    assert results["error"].startswith("The snapshot (") and "would exceed this host's snapshot disk budget" in results["error"]
+    assert results["error"].startswith("The snapshot (")
+    assert "would exceed this host's snapshot disk budget" in results["error"]
     assert _snapshot_images(log.eval.eval_id) == []
 
 

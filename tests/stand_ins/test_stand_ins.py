@@ -207,7 +207,9 @@ def test_the_installer_installs_a_runner_that_grades(local_internet: LocalIntern
                                                      docker_client: Any, sandbox_image: str) -> None:
     internet = local_internet
     script = f"""
-fetch() {{ python3 -c 'import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1], timeout=60).read())' "$1"; }}
+fetch() {{
+  python3 -c 'import sys, urllib.request as u; sys.stdout.buffer.write(u.urlopen(sys.argv[1], timeout=60).read())' "$1"
+}}
 fetch {internet.url}/install.sh | sh || exit 10
 . "$HOME/.local/bin/env"
 command -v tbrun
