@@ -140,7 +140,7 @@ def rebuild_agent(registry_name: str, **params: Any) -> Agent:
 def _tag(instance: Any, meta: AgentMeta) -> Agent:
     try:
         setattr(instance, AGENT_META_ATTR, meta)
-        return instance  # type: ignore[no-any-return]
+        return instance  # type: ignore[no-any-return]  # the callable, tagged: now an Agent
     except AttributeError:
         # Bound methods and some callables refuse attributes: wrap once.
         @functools.wraps(instance)

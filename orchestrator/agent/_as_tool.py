@@ -82,7 +82,7 @@ def _with_signature(execute: Callable[..., Any], signature: inspect.Signature, n
     """
     code = execute.__code__.replace(co_name=f"as_tool_{next(_unique)}")
     fn = types.FunctionType(code, execute.__globals__, name, execute.__defaults__, execute.__closure__)
-    fn.__signature__ = signature  # type: ignore[attr-defined]
+    fn.__signature__ = signature  # type: ignore[attr-defined]  # inspect reads it
     fn.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
     fn.__doc__ = None
     return fn

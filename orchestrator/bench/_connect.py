@@ -48,9 +48,9 @@ async def open_sandboxes(dispatcher: Dispatcher, n: int, config: dict[str, Any],
 
 def bash_request(route: SampleRoute, cmd: str = "true") -> CallRequest:
     """One ``bash`` tool call into ``route``'s sandbox, as ``execute_tools`` would send it."""
-    from orchestrator.tool._registry import tool_meta
+    from orchestrator.tool._registry import tool_ref
     from orchestrator.tool._tools import bash
 
-    ref = tool_meta(bash()).ref  # type: ignore[union-attr]
+    ref = tool_ref(bash())
     return CallRequest(call_id=uuid.uuid4().hex, function="bash", tool=ref, arguments={"cmd": cmd},
                        sandbox=route.sandbox, sample_id=route.sample_id)

@@ -105,8 +105,8 @@ class SampleRoute:
 def attach_setup_execs(exc: BaseException, execs: Any, dropped: int, host: str | None) -> None:
     """A failed open carries the execs it ran (a failing setup's output) on its exception."""
     try:
-        exc.sandbox_execs = list(execs or ())  # type: ignore[attr-defined]
-        exc.sandbox_execs_dropped = dropped  # type: ignore[attr-defined]
-        exc.sandbox_host = host  # type: ignore[attr-defined]
+        exc.sandbox_execs = list(execs or ())  # type: ignore[attr-defined]  # carried on any exception
+        exc.sandbox_execs_dropped = dropped  # type: ignore[attr-defined]  # carried on any exception
+        exc.sandbox_host = host  # type: ignore[attr-defined]  # carried on any exception
     except AttributeError:  # an exception type that refuses attributes: nothing to carry
         pass

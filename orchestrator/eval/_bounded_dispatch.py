@@ -45,7 +45,7 @@ class BoundedDispatcher(Dispatcher):
         await self.inner.close_sandbox(route)
 
     @property
-    def sandboxes_here(self) -> bool:  # type: ignore[override]
+    def sandboxes_here(self) -> bool:  # type: ignore[override]  # the wrapped dispatcher's, read through
         return self.inner.sandboxes_here
 
     async def preflight(self, needs: SandboxNeeds) -> None:

@@ -314,7 +314,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     run_id = uuid.uuid4().hex[:12]
     await writer.run(run_id, resumed=bool(finished) or o.log_file is not None)
 
-    todo = [(s, e) for e in range(1, epochs + 1) for s in samples if sample_key(s.id, e) not in finished]  # type: ignore[arg-type]
+    todo = [(s, e) for e in range(1, epochs + 1) for s in samples if sample_key(s.id, e) not in finished]  # type: ignore[arg-type]  # ids are set by now
     progress = EvalProgress(task=spec.task, model=str(model), log=str(path), total=len(samples) * epochs,
                             done=len(finished), resumed=len(finished), notice=notice, limiter=model.connections)
     if o.max_subprocesses is not None:
@@ -380,7 +380,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
             await asyncio.gather(*workers, return_exceptions=True)
             status = "cancelled" if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)) else "error"
             error = EvalError(type=type(exc).__name__, message=str(exc) or type(exc).__name__)
-            await asyncio.shield(writer.footer(status, eval_results(task, results, progress.total, epochs,  # type: ignore[arg-type]
+            await asyncio.shield(writer.footer(status, eval_results(task, results, progress.total, epochs,  # type: ignore[arg-type]  # results holds finished samples only
                                                                     o.epochs_reducer),
                                                eval_stats(results, started_at, model), error))
             if not isinstance(exc, _ErrorThresholdReached):
@@ -390,7 +390,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
             status = "error"
             error = EvalError(type="SampleErrors", message=f"{sum(s.error is not None for s in results.values())} "
                               "sample(s) failed; re-run them with `toolfleet eval-retry LOG`.")
-        await writer.footer(status, eval_results(task, results, progress.total, epochs, o.epochs_reducer),  # type: ignore[arg-type]
+        await writer.footer(status, eval_results(task, results, progress.total, epochs, o.epochs_reducer),  # type: ignore[arg-type]  # results holds finished samples only
                             eval_stats(results, started_at, model), error)
     _active_logs.remove(path)
     if o.log_format != "jsonl":

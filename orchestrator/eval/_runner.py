@@ -292,7 +292,7 @@ class SampleRunner:
     def _finish(self, result: EvalSample, state: TaskState, transcript: Transcript, usage: Any) -> EvalSample:
         result.messages = list(state.messages)
         result.output = state.output
-        result.events = list(transcript.events)  # type: ignore[arg-type]
+        result.events = list(transcript.events)  # type: ignore[arg-type]  # the transcript's events are the log's Event union
         result.model_usage = dict(usage.by_model)
         result.completed_at = time.time()
         result.total_time = result.completed_at - (result.started_at or result.completed_at)

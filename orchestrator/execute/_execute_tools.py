@@ -89,7 +89,7 @@ async def _execute(
                 runnable.append(p)
             else:
                 results[p.call.id] = finish_unexecuted(p)
-        handoff = next((p for p in runnable if hasattr(p.tool.tool, HANDOFF_ATTR)), None)  # type: ignore[union-attr]
+        handoff = next((p for p in runnable if hasattr(p.tooldef.tool, HANDOFF_ATTR)), None)
         if handoff is not None:
             # A handoff is serial, so it is alone in its stage; later calls still run (as in Inspect).
             with span(name=handoff.call.function, type="tool"):
@@ -127,36 +127,36 @@ _CANCEL_GRACE_SECONDS = 30.0
 
 
 async def _finish(track: _Track, ctx: FinishContext) -> ChatMessageTool:
-    track.outcome = await track.future  # type: ignore[misc]
+    track.outcome = await track.future  # type: ignore[misc]  # a dispatched track has its future
     with span(name=track.p.call.function, type="tool"):
         return await _complete(track, ctx)
 
 
 async def _complete(track: _Track, ctx: FinishContext) -> ChatMessageTool:
     try:
-        track.message = await complete_call(track.p, track.outcome, ctx)  # type: ignore[arg-type]
+        track.message = await complete_call(track.p, track.outcome, ctx)  # type: ignore[arg-type]  # set by the await above
     except asyncio.CancelledError:
         raise
     except BaseException:
         track.settled = True
         raise
-    await ctx.review_executed(track.p, track.message, track.outcome.result)  # type: ignore[union-attr]
+    await ctx.review_executed(track.p, track.message, track.outcome.result)  # type: ignore[union-attr]  # both set by now
     return track.message
 
 
 def _dispatch(p: Prepared) -> Dispatch:
     # In this process the ToolDef itself runs, so an explicit name, description or ToolParams given
     # to ToolDef(...) holds at execution as it does in the schema (Inspect executes the ToolDef).
-    if runs_locally(p.tool):  # type: ignore[arg-type]
-        return Dispatch(p.request, p.tool, local=True)  # type: ignore[arg-type]
-    return Dispatch(p.request, p.tool.tool)  # type: ignore[arg-type,union-attr]
+    if runs_locally(p.tooldef):
+        return Dispatch(p.sent, p.tooldef, local=True)  # type: ignore[arg-type]  # a ToolDef: tool_def() takes it as is
+    return Dispatch(p.sent, p.tooldef.tool)
 
 
 async def _run_stage(stage: list[Prepared], ctx: FinishContext) -> list[tuple[Prepared, ChatMessageTool]]:
     if len(stage) == 1:
         # A one-call stage (every serial call) runs inline: no task of its own, no stage bookkeeping.
         p = stage[0]
-        dispatcher = InProcessDispatcher.default() if runs_locally(p.tool) else active_dispatcher()  # type: ignore[arg-type]
+        dispatcher = InProcessDispatcher.default() if runs_locally(p.tooldef) else active_dispatcher()
         track = _Track(p, None)
         # The call runs inside its tool span, so what it does (a nested agent run) nests under it.
         with span(name=p.call.function, type="tool"):
@@ -167,8 +167,8 @@ async def _run_stage(stage: list[Prepared], ctx: FinishContext) -> list[tuple[Pr
                 await _abandon([track], [], exc)
                 raise
 
-    local = [p for p in stage if runs_locally(p.tool)]  # type: ignore[arg-type]
-    remote = [p for p in stage if not runs_locally(p.tool)]  # type: ignore[arg-type]
+    local = [p for p in stage if runs_locally(p.tooldef)]
+    remote = [p for p in stage if not runs_locally(p.tooldef)]
     tracks: list[_Track] = []
     if local:
         in_process = InProcessDispatcher.default()
@@ -176,7 +176,7 @@ async def _run_stage(stage: list[Prepared], ctx: FinishContext) -> list[tuple[Pr
             tracks.append(_Track(p, fut))
     if remote:
         dispatcher = active_dispatcher()
-        for p, fut in zip(remote, dispatcher.dispatch([Dispatch(p.request, p.tool.tool) for p in remote]), strict=True):  # type: ignore[arg-type,union-attr]
+        for p, fut in zip(remote, dispatcher.dispatch([Dispatch(p.sent, p.tooldef.tool) for p in remote]), strict=True):
             tracks.append(_Track(p, fut))
 
     if not ctx.review:
@@ -191,7 +191,7 @@ async def _run_stage(stage: list[Prepared], ctx: FinishContext) -> list[tuple[Pr
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         failed = [t for t in tasks if t in done and not t.cancelled() and t.exception() is not None]
         if failed:
-            raise failed[0].exception()  # type: ignore[misc]
+            raise failed[0].exception()  # type: ignore[misc]  # not None: filtered above
     except BaseException as exc:
         # Fatal error, terminate, or cancellation: stop calls still running and reviews still pending.
         await _abandon(tracks, tasks, exc)
@@ -223,7 +223,7 @@ async def _finish_in_completion_order(tracks: list[_Track],
                                       ctx: FinishContext) -> list[tuple[Prepared, ChatMessageTool]]:
     by_future = {t.future: t for t in tracks}
     try:
-        async for future in _as_completed(list(by_future)):  # type: ignore[arg-type]
+        async for future in _as_completed(list(by_future)):  # type: ignore[arg-type]  # tracks with futures only
             track = by_future[future]
             track.outcome = future.result()
             with span(name=track.p.call.function, type="tool"):
@@ -231,7 +231,7 @@ async def _finish_in_completion_order(tracks: list[_Track],
     except BaseException as exc:
         await _abandon(tracks, [], exc)
         raise
-    return [(t.p, t.message) for t in tracks]  # type: ignore[misc]
+    return [(t.p, t.message) for t in tracks]  # type: ignore[misc]  # every track finished
 
 
 async def _abandon(tracks: list[_Track], tasks: Sequence[asyncio.Future[ChatMessageTool]],
@@ -265,7 +265,7 @@ async def _abandon(tracks: list[_Track], tasks: Sequence[asyncio.Future[ChatMess
 async def _run_handoff(
     p: Prepared, message: ChatMessageAssistant, history: list[ChatMessage], ctx: FinishContext
 ) -> tuple[ChatMessageTool, list[ChatMessage], ModelOutput | None]:
-    handler = getattr(p.tool.tool, HANDOFF_ATTR)  # type: ignore[union-attr]
+    handler = getattr(p.tooldef.tool, HANDOFF_ATTR)
     tool_message, new_messages, output = await handler(p.call, message, history)
     await ctx.review_executed(p, tool_message, tool_message.text)
     return tool_message, new_messages, output

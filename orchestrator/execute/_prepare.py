@@ -42,6 +42,20 @@ class Prepared:
     def runnable(self) -> bool:
         return self.error is None and self.replacement is None
 
+    @property
+    def tooldef(self) -> ToolDef:
+        """The tool of a call that got past lookup (every runnable call has one)."""
+        if self.tool is None:
+            raise RuntimeError(f"tool call {self.call.id} has no tool: it was not runnable")
+        return self.tool
+
+    @property
+    def sent(self) -> CallRequest:
+        """The request of a runnable call, as dispatched."""
+        if self.request is None:
+            raise RuntimeError(f"tool call {self.call.id} has no request: it was not runnable")
+        return self.request
+
 
 def record_unexecuted(call: ToolCall) -> None:
     """The ``ToolEvent`` of a call that ends the sample before running (Inspect logs it too)."""

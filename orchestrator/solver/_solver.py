@@ -140,7 +140,7 @@ def chain(*solvers: Solver | Sequence[Solver]) -> Solver:
     flat: list[Solver] = []
     for s in solvers:
         for item in s if isinstance(s, (list, tuple)) else [s]:
-            flat.append(as_solver(item) if is_agent(item) else item)  # type: ignore[arg-type]
+            flat.append(as_solver(item) if is_agent(item) else item)  # type: ignore[arg-type]  # a non-agent item is a Solver
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         for s in flat:

@@ -143,7 +143,7 @@ class ToolDef:
     runs_on = property(lambda self: self.meta.runs_on)
     input_guardrails = property(lambda self: self.meta.input_guardrails)
     output_guardrails = property(lambda self: self.meta.output_guardrails)
-    ref: ToolRef | None = property(lambda self: self.meta.ref)  # type: ignore[assignment]
+    ref: ToolRef | None = property(lambda self: self.meta.ref)  # type: ignore[assignment]  # a read-only view of meta.ref
 
     def _validate_descriptions(self, check_params: bool = True) -> None:
         if not self.description:

@@ -159,7 +159,7 @@ class MessageLimit(Limit):
         """The last conversation length checked against this limit (Inspect raises here instead)."""
         return self._last
 
-    def check(self, count: int | None = None, raise_for_equal: bool = False) -> None:  # type: ignore[override]
+    def check(self, count: int | None = None, raise_for_equal: bool = False) -> None:  # type: ignore[override]  # Inspect's signature
         """Inspect's form: check a conversation of ``count`` messages (default: the last one checked)."""
         self.check_count(self._last if count is None else count, raise_for_equal)
 
@@ -219,7 +219,7 @@ class TokenLimit(Limit):
                                   message=f"{label}. value: {value:,}; limit: {self.limit:,}")
 
     def __deepcopy__(self, memo: dict[int, Any]) -> TokenLimit:
-        return TokenLimit(self.limit, self.metering)  # type: ignore[arg-type]
+        return TokenLimit(self.limit, self.metering)  # type: ignore[arg-type]  # a copy of a valid limit
 
 
 class TurnLimit(Limit):

@@ -135,7 +135,7 @@ class RecordingSandbox(SandboxEnvironment):
     async def read_file(self, file: str, text: bool = True) -> Any:
         started, t0 = time.time(), time.perf_counter()
         try:
-            contents = await self.wrapped.read_file(file, text=text)  # type: ignore[call-overload]
+            contents = await self.wrapped.read_file(file, text=text)  # type: ignore[call-overload]  # text is a runtime bool: both overloads
         except BaseException as exc:
             self._record("read_file", started, t0, file=file, error=exc)
             raise

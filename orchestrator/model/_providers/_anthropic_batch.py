@@ -88,7 +88,7 @@ class AnthropicBatch(BatchBackend):
             return BatchCheck(state="pending", done=done, total=done + counts.processing, handle=handle)
         state = "cancelled" if batch.cancel_initiated_at is not None else \
             "expired" if done and counts.expired == done else "completed"
-        return BatchCheck(state=state, done=done, total=done, handle=handle,  # type: ignore[arg-type]
+        return BatchCheck(state=state, done=done, total=done, handle=handle,  # type: ignore[arg-type]  # one of the Literal states
                           error=f"{counts.expired} of {done} requests expired" if state == "expired" else None)
 
     async def results(self, batch_id: str, check: BatchCheck) -> dict[str, BatchOutcome]:

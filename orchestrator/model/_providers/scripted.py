@@ -79,7 +79,7 @@ class ScriptedModelAPI(ModelAPI):
     async def _custom_output(self, input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice | None,
                              config: GenerateConfig) -> Any:
         if self._custom_iter is None:
-            result = self._custom(input, tools, tool_choice, config)  # type: ignore[misc,operator]
+            result = self._custom(input, tools, tool_choice, config)  # type: ignore[misc,operator]  # set whenever _custom_iter is not
             return await result if inspect.isawaitable(result) else result
         try:
             output = next(self._custom_iter)

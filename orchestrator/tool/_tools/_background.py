@@ -46,6 +46,6 @@ def background_description(timeout: float | None) -> str:
 
 def with_background_note(execute: T, timeout: float | None) -> T:
     """Give this tool instance the background guidance as its description (the parameters stay)."""
-    setattr(execute, TOOL_META_ATTR, ToolMeta(name=execute.__name__, ref=None,  # type: ignore[attr-defined]
+    setattr(execute, TOOL_META_ATTR, ToolMeta(name=execute.__name__, ref=None,  # type: ignore[attr-defined]  # the tool function has a __name__
                                               description=background_description(timeout)))
     return execute
