@@ -23,6 +23,7 @@ import secrets
 import socket
 import sys
 import uuid
+from typing import Any
 
 from ._admission import WorkerPolicy, broker_is_loopback
 from ._loop import HOST_ENV, Runtimes, WorkerConfig
@@ -235,7 +236,7 @@ def _run(args: argparse.Namespace, keyring: Keyring) -> int:
     return 0
 
 
-def _connect_lifecycle(app, host: str, runtimes: Runtimes) -> None:  # type: ignore[no-untyped-def]
+def _connect_lifecycle(app: Any, host: str, runtimes: Runtimes) -> None:  # app: a Celery app (untyped)
     from celery.signals import worker_ready, worker_shutting_down
 
     @worker_ready.connect(weak=False)

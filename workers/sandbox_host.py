@@ -102,7 +102,7 @@ class SandboxHost:
                     )
         except BaseException as exc:
             with contextlib.suppress(Exception):
-                exc.sandbox_execs = execs  # type: ignore[attr-defined]
+                exc.sandbox_execs = execs  # type: ignore[attr-defined]  # carried on any exception
             await self.close(handle)
             raise
         log.debug("sandbox.opened", handle=handle, sample=spec.sample_id, driver=spec.config.get("type"))

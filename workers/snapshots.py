@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import json
 
-from orchestrator.tool import tool
+from orchestrator.tool import Tool, tool
 from orchestrator.tool._tools._sandbox_access import SANDBOX_SNAPSHOT_TOOL, sandbox_snapshot  # noqa: F401 - re-exported
 
 SNAPSHOT_REMOVE_TOOL = "_snapshot_remove"
 
 
 @tool(name=SNAPSHOT_REMOVE_TOOL)
-def snapshot_remove():  # type: ignore[no-untyped-def]
+def snapshot_remove() -> Tool:
     async def execute(eval_id: str) -> str:
         """Remove an eval's snapshots (those not kept) from this host.
 

@@ -135,7 +135,7 @@ class Heartbeat:
         self._hooks: list[Callable[[], Awaitable[None]]] = []
         self._images_at = float("-inf")
 
-    def on_beat(self, hook) -> None:  # type: ignore[no-untyped-def]
+    def on_beat(self, hook: Callable[[], Awaitable[None]]) -> None:
         self._hooks.append(hook)
 
     async def _refresh_images(self) -> None:

@@ -139,7 +139,7 @@ class AgentChannel:
             out_end = 4 + jlen + int(status["stdout_len"])
         except (ValueError, KeyError, TypeError, struct.error) as exc:
             self._fail(ChannelClosed(f"agent protocol error: malformed result ({exc!r})"), exc)
-            raise self._closed from exc  # type: ignore[misc]
+            raise self._closed from exc  # type: ignore[misc]  # _fail() just set it
         if self.info is not None and status.get("oom_kills") is not None:
             self.info["oom_kills"] = status["oom_kills"]
         return RawResult(

@@ -64,7 +64,7 @@ class LocalSandboxEnvironment(AgentSandboxEnvironment):
             env=env,
             start_new_session=True,  # a Ctrl-C to the orchestrator must not reach sandbox commands
             limit=1 << 20,
-            **kwargs,  # type: ignore[arg-type]
+            **kwargs,  # type: ignore[arg-type]  # user= and friends: the stubs' overloads take them one by one
         )
         self._procs.append(proc)
         assert proc.stdin is not None and proc.stdout is not None

@@ -123,7 +123,7 @@ async def _image_contents(api: DockerAPI, image: str, path: str,
     return data, owner
 
 
-def _read_bounded(stream, limit: int) -> bytes:  # type: ignore[no-untyped-def]
+def _read_bounded(stream: Any, limit: int) -> bytes:  # stream: the SDK's chunk iterator
     out = bytearray()
     for chunk in stream:
         out += chunk
