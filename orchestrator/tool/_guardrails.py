@@ -1,4 +1,4 @@
-"""Tool input/output guardrails (seed 004): allow, reject with a replacement message, or raise.
+"""Tool input/output guardrails: allow, reject with a replacement message, or raise.
 
 An input guardrail is ``(call: ToolCall, tool: ToolDef) -> GuardrailResult`` (sync or async) run
 after validation and before execution; an output guardrail is ``(call, output) -> GuardrailResult``

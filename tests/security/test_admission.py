@@ -1,4 +1,4 @@
-"""Attack 1 (issue 20): edge values that slipped past the worker's policy.
+"""Edge values that slipped past the worker's admission rules (SECURITY.md, "Broker → worker").
 
 Before: a sandbox ``user`` of ``"00"``, ``"+0"`` or ``"1000:00"`` ran as uid/gid 0, ``bash(user="root")``
 ran as root (exec users were never checked), ``mem_limit "0"``, ``cpus 1e-12`` and ``pids_limit -1`` gave an
