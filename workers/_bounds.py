@@ -29,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator._errors import ToolfleetError
+
 __all__ = ["LIMITS", "SERVICE_LIMITS", "Bound", "ParsedUser", "PolicyRefused", "bounded", "call_timeout", "parse_bytes",
            "parse_user", "result_bytes", "user_refusal"]
 
@@ -39,7 +41,7 @@ MAX_ID = 2**31 - 2  # 2**32-1 is (uid_t)-1 ("no change"); ids past 2**31 confuse
 _UNITS = {"": 1, "b": 1, "k": 1024, "m": MiB, "g": 1024 * MiB, "t": 1024 * 1024 * MiB}
 
 
-class PolicyRefused(ValueError):
+class PolicyRefused(ToolfleetError, ValueError):
     """A message asked for something this worker's policy does not allow."""
 
 

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import structlog
 
+from orchestrator._errors import ToolfleetError
 from orchestrator._wire import CallOutcome, CallRequest, SandboxSpec
 from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableError
 from orchestrator.util._sandbox_config import DockerSandboxConfig, LocalSandboxConfig
@@ -40,7 +41,7 @@ log = structlog.get_logger("toolfleet.sandbox")
 SETUP_TIMEOUT_S = 600.0
 
 
-class SandboxSetupError(RuntimeError):
+class SandboxSetupError(ToolfleetError, RuntimeError):
     """A sample's files or setup script could not be put in place."""
 
 

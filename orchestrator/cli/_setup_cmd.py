@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from orchestrator._errors import ToolfleetError
+
 from ._common import fail
 
 __all__ = ["SetupError", "add_command", "ensure_images"]
@@ -37,7 +39,7 @@ APT_TIMEOUT = 900.0
 BUILD_TIMEOUT = 1800.0
 
 
-class SetupError(RuntimeError):
+class SetupError(ToolfleetError, RuntimeError):
     """A prerequisite this command cannot provide; the message is the one line the user sees."""
 
 

@@ -23,13 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator._errors import ToolfleetError
+
 __all__ = ["BuildReport", "DockerImageBuilder", "HarborBuildError", "ImageBuild", "context_hash", "image_name"]
 
 IMAGE_PREFIX = "toolfleet/harbor-"
 LABEL = "toolfleet.harbor.task"
 
 
-class HarborBuildError(RuntimeError):
+class HarborBuildError(ToolfleetError, RuntimeError):
     """A task's image could not be built (or Docker could not be reached); one line says why."""
 
 

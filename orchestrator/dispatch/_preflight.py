@@ -15,6 +15,7 @@ import fnmatch
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from orchestrator._errors import ToolfleetError
 from orchestrator.util._image_names import image_registry, pulls_from
 
 __all__ = ["PROBE_TIMEOUT_S", "SandboxNeeds", "SandboxPreflightError", "check_fleet", "check_local_images",
@@ -24,7 +25,7 @@ PROBE_TIMEOUT_S = 5.0
 FRESH_IMAGE_WAIT_S = 12.0  # > the workers' image-listing period (5 s) plus a heartbeat interval
 
 
-class SandboxPreflightError(RuntimeError):
+class SandboxPreflightError(ToolfleetError, RuntimeError):
     """The sandboxes an eval needs cannot open where its dispatcher runs them (one sentence)."""
 
 

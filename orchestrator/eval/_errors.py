@@ -12,8 +12,10 @@
 
 from __future__ import annotations
 
+from orchestrator._errors import ToolfleetError
 
-class EvalSetupError(ValueError):
+
+class EvalSetupError(ToolfleetError, ValueError):
     """Root of the errors a user can fix by changing the command line or a file."""
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar, Token
 from typing import Any, ClassVar, TypeVar
 
+from orchestrator._errors import ToolfleetError
 from orchestrator.log import InfoEvent, ModelEvent, span, transcript
 from orchestrator.tool._tool_call import ToolChoice, ToolFunction
 from orchestrator.tool._tool_def import ToolDef, tool_def
@@ -45,7 +46,7 @@ MODEL_ENV = "TOOLFLEET_MODEL"  # fallback for get_model() when no model is activ
 ATTEMPT_TIMEOUT_CEILING = 900.0
 
 
-class ModelError(Exception):
+class ModelError(ToolfleetError):
     """A model call failed for good (non-retryable, or retries exhausted)."""
 
     def __init__(self, model: str, message: str, retries: int = 0, retryable: bool = False) -> None:

@@ -13,6 +13,7 @@ import json
 import uuid
 from typing import Any
 
+from orchestrator._errors import ToolfleetError
 from orchestrator._wire import CallOutcome, CallRequest
 from orchestrator.util._snapshot import Snapshot, SnapshotError
 from orchestrator.util._sandbox import (
@@ -24,7 +25,7 @@ from orchestrator.util._sandbox import (
 )
 
 
-class SandboxCallError(RuntimeError):
+class SandboxCallError(ToolfleetError, RuntimeError):
     """An internal sandbox call failed in a way the ``SandboxEnvironment`` contract has no exception for."""
 
 

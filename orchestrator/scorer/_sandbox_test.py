@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from orchestrator._errors import ToolfleetError
 from orchestrator.util._sandbox import ExecResult, SandboxUnavailableError
 
 from ._sandbox_proxy import SandboxCallError, call_sandbox_tool
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 EXPLANATION_TAIL = 4000  # characters of test output kept in the score's explanation
 
 
-class ScorerExecError(RuntimeError):
+class ScorerExecError(ToolfleetError, RuntimeError):
     """The scoring command could not be run (not: it ran and failed)."""
 
 

@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from orchestrator._errors import ToolfleetError
+
 
 class GuardrailResult(BaseModel):
     behavior: Literal["allow", "reject", "raise"] = "allow"
@@ -30,7 +32,7 @@ class GuardrailResult(BaseModel):
         return cls(behavior="raise", message=message)
 
 
-class ToolGuardrailTripwire(Exception):
+class ToolGuardrailTripwire(ToolfleetError):
     """A guardrail asked to stop the sample."""
 
     def __init__(self, guardrail: str, message: str | None) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
+from orchestrator._errors import ToolfleetError
 from orchestrator.util._image_names import pulls_from
 
 from . import _names, _reserve
@@ -34,7 +35,7 @@ from ._leases import Lease, LeaseKey, Leases, lease_key
 from ._heartbeat import HostRecord
 
 
-class NoCapacityError(Exception):
+class NoCapacityError(ToolfleetError):
     """No live, non-draining worker host has a free sandbox slot."""
 
 

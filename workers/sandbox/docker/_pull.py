@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from docker.errors import DockerException, ImageNotFound
 
+from orchestrator._errors import ToolfleetError
 from orchestrator.util._image_names import image_registry, pulls_from
 
 from .._errors import SandboxImageError, missing_image_message
@@ -89,7 +90,7 @@ async def pull(api: DockerAPI, image: str, timeout: float = PULL_TIMEOUT_S) -> N
         raise SandboxImageError(pull_failure(image, str(detail))) from exc
 
 
-class _PullFailed(Exception):
+class _PullFailed(ToolfleetError):
     """An error reported inside the pull's progress stream."""
 
 
