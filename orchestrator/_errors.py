@@ -7,11 +7,17 @@ classes stay next to the code that raises them and every layer still points down
 
 from __future__ import annotations
 
-__all__ = ["ControlFlowSignal", "ToolfleetError"]
+__all__ = ["ControlFlowSignal", "SetupError", "ToolfleetError"]
 
 
 class ToolfleetError(Exception):
     """Root of every failure toolfleet raises; the message is a sentence for the user."""
+
+
+class SetupError(ToolfleetError, ValueError):
+    """Something the user fixes before anything runs: a command-line flag, a task or policy file, a broker or
+    Docker daemon that does not answer, a prerequisite ``toolfleet setup`` cannot install, a sample's setup
+    script that fails. The CLI prints its message as one line (no traceback) and exits 1."""
 
 
 class ControlFlowSignal(Exception):

@@ -1,6 +1,6 @@
 """User-facing eval errors: each is a mistake in the input, shown by the CLI as one line (no traceback).
 
-``EvalSetupError`` (ValueError)
+``SetupError`` (``orchestrator._errors``, a ValueError; ``EvalSetupError`` is its public name here)
  ├─ ``TaskError``            missing/invalid task file or task name, bad ``-T`` args
  ├─ ``UnknownModelError``    a model name that does not resolve
  ├─ ``PolicyFileError``      a malformed approval/review policy (YAML) or unknown approver/reviewer
@@ -12,24 +12,22 @@
 
 from __future__ import annotations
 
-from orchestrator._errors import ToolfleetError
+from orchestrator._errors import SetupError
+
+EvalSetupError = SetupError  # its public name in orchestrator.eval (and before the setup errors were one class)
 
 
-class EvalSetupError(ToolfleetError, ValueError):
-    """Root of the errors a user can fix by changing the command line or a file."""
-
-
-class PolicyFileError(EvalSetupError):
+class PolicyFileError(SetupError):
     pass
 
 
-class BrokerUnreachableError(EvalSetupError):
+class BrokerUnreachableError(SetupError):
     pass
 
 
-class DockerUnreachableError(EvalSetupError):
+class DockerUnreachableError(SetupError):
     pass
 
 
-class FleetMisconfiguredError(EvalSetupError):
+class FleetMisconfiguredError(SetupError):
     """The worker fleet rejects this orchestrator's messages; the eval stops (``Dispatcher.fleet_error``)."""

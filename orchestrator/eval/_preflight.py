@@ -17,7 +17,7 @@
 - the model endpoint answers (openai and anthropic providers: one ``models.list`` with a short
   timeout; scripted models are not probed).
 
-Each problem is a ``PreflightError`` (an ``EvalSetupError``: the CLI prints one line, exit 1).
+Each problem is a ``PreflightError`` (an ``SetupError``: the CLI prints one line, exit 1).
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from orchestrator.dispatch._preflight import (
     check_local_images,
 )
 
-from ._errors import EvalSetupError
+from ._errors import SetupError
 from ._sandboxes import SandboxConfigs
 from ._task_tools import import_hint, worker_tools
 
 
-class PreflightError(EvalSetupError):
+class PreflightError(SetupError):
     """A problem found before the eval started (no sample ran)."""
 
 
