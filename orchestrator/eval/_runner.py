@@ -44,7 +44,7 @@ from orchestrator.solver._solver import make_generate
 from orchestrator.solver._task_state import TaskState, bind_sample_state, initial_messages
 from orchestrator.util._limit_errors import LimitExceededError, TerminateSampleError
 from orchestrator.util._limits import apply_limits, message_limit, time_limit, token_limit, working_limit
-from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableError, bind_sandbox
+from orchestrator.util._sandbox import SandboxEnvironment, SandboxLostError, SandboxUnavailableError, bind_sandbox
 from orchestrator.util._working import bind_working_clock, reset_working_clock
 
 from ._fork import fork
@@ -54,10 +54,6 @@ from ._sandboxes import SandboxConfigs
 from ._task import Task
 
 CLOSE_TIMEOUT_S = 60.0  # bound on tearing a sandbox down (a dead worker must not hang the eval)
-
-
-class SandboxLostError(ToolfleetError, RuntimeError):
-    """The sample's sandbox (or the host holding it) went away mid-sample."""
 
 
 class _SampleFailed(ControlFlowSignal):

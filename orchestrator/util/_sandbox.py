@@ -61,6 +61,11 @@ class SandboxUnavailableError(ToolfleetError):
     """The sandbox (or the worker host holding it) is gone; the sentence says what was lost."""
 
 
+class SandboxLostError(SandboxUnavailableError):
+    """The sample's sandbox, the worker host holding it, or the host holding the snapshot a fork starts
+    from, went away: the sample cannot go on there (it is retried in a new sandbox when it may be)."""
+
+
 class SandboxEnvironment(ABC):
     """One sample's sandbox."""
 
