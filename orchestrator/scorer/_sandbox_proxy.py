@@ -26,7 +26,8 @@ from orchestrator.util._sandbox import (
 
 
 class SandboxCallError(ToolfleetError, RuntimeError):
-    """An internal sandbox call failed in a way the ``SandboxEnvironment`` contract has no exception for."""
+    """An internal sandbox call (a scorer's command, a proxied exec, file read or write) could not be run, in a
+    way the ``SandboxEnvironment`` contract has no exception for (not: the command ran and failed)."""
 
 
 async def call_sandbox_tool(name: str, arguments: dict[str, Any], route: Any = None) -> CallOutcome:
