@@ -125,7 +125,7 @@ class DockerImageBuilder:
                 self._client.ping()
             except DockerException as exc:
                 raise HarborBuildError(f"Cannot reach the Docker daemon to build Harbor task images: "
-                                       f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+                                       f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
         return self._client.api
 
     def close(self) -> None:
@@ -185,7 +185,7 @@ class DockerImageBuilder:
                     raise HarborBuildError(f"building {build.tag} took longer than {build.timeout:g} s "
                                            "(environment.build_timeout_sec)")
         except (APIError, DockerException) as exc:
-            raise HarborBuildError(f"building {build.tag} failed: {str(exc).splitlines()[0]}") from None
+            raise HarborBuildError(f"building {build.tag} failed: {str(exc).splitlines()[0]}") from exc
         if self.image_id(build.tag) is None:
             raise HarborBuildError(f"building {build.tag} failed: no image was produced"
                                    + (f" (last output: {tail[-1]})" if tail else ""))

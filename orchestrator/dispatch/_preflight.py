@@ -85,7 +85,7 @@ async def check_local_images(images: dict[str, list[str]], pullable: Collection[
         gone = [image for image in gone if image not in pullable]  # pulled by its driver when needed
     except Exception as exc:  # noqa: BLE001 - docker raises many kinds; all mean "not reachable"
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise PreflightError(f"Cannot reach the Docker daemon (needed for docker sandboxes): {reason}") from None
+        raise PreflightError(f"Cannot reach the Docker daemon (needed for docker sandboxes): {reason}") from exc
     if gone:
         image = gone[0]
         more = f" (and {len(gone) - 1} more image(s))" if len(gone) > 1 else ""
