@@ -28,7 +28,7 @@ class LimitExceededError(ControlFlowSignal):
         super().__init__(self.message)
 
 
-class TerminateSampleError(ControlFlowSignal):
+class TerminateSampleError(ControlFlowSignal, RuntimeError):  # a RuntimeError as Inspect's
     """An operator decision (approval or review ``terminate``) ends the sample as an operator limit."""
 
     def __init__(self, reason: str) -> None:

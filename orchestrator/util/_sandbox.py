@@ -57,7 +57,7 @@ class OutputLimitExceededError(ToolfleetError):
         self.truncated_output = truncated_output
 
 
-class SandboxUnavailableError(ToolfleetError):
+class SandboxUnavailableError(ToolfleetError, RuntimeError):  # a RuntimeError as Inspect's
     """The sandbox (or the worker host holding it) is gone; the sentence says what was lost."""
 
 
