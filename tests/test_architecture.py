@@ -386,7 +386,8 @@ PUBLIC = {
                            "ModelOutput", "GenerateConfig", "execute_tools", "ExecuteToolsResult"],
     "orchestrator.approval": ["Approval", "Approver", "approver", "ApprovalPolicy", "auto_approver", "human_approver"],
     "orchestrator.review": ["Review", "Reviewer", "reviewer", "ReviewPolicy"],
-    "orchestrator.util": ["sandbox", "SandboxEnvironment", "ExecResult"],
+    "orchestrator.util": ["sandbox", "SandboxEnvironment", "ExecResult", "ToolfleetError", "ControlFlowSignal",
+                          "SetupError"],
     "orchestrator.dispatch": ["Dispatcher", "InProcessDispatcher"],
 }
 

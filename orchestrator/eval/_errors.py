@@ -1,13 +1,12 @@
 """User-facing eval errors: each is a mistake in the input, shown by the CLI as one line (no traceback).
 
-``SetupError`` (``orchestrator._errors``, a ValueError; ``EvalSetupError`` is its public name here)
- ├─ ``TaskError``            missing/invalid task file or task name, bad ``-T`` args
- ├─ ``UnknownModelError``    a model name that does not resolve
- ├─ ``PolicyFileError``      a malformed approval/review policy (YAML) or unknown approver/reviewer
- ├─ ``BrokerUnreachableError``  ``--broker`` does not answer
- ├─ ``DockerUnreachableError``  ``--sandbox docker`` but no Docker daemon answers
- ├─ ``FleetMisconfiguredError``  workers reject this orchestrator's messages (wrong secret, clock skew)
- └─ ``LogFormatError``       not a toolfleet eval log (eval-retry, log show/dump)
+All are ``SetupError`` (``orchestrator._errors``, a ValueError; ``EvalSetupError`` is its public name
+here); ``orchestrator/_errors.py`` draws the whole tree. Defined here:
+
+- ``PolicyFileError``          a malformed approval/review policy (YAML) or unknown approver/reviewer
+- ``BrokerUnreachableError``   ``--broker`` does not answer
+- ``DockerUnreachableError``   ``--sandbox docker`` but no Docker daemon answers
+- ``FleetMisconfiguredError``  workers reject this orchestrator's messages (wrong secret, clock skew)
 """
 
 from __future__ import annotations
