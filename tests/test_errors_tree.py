@@ -140,9 +140,9 @@ def _defined_exceptions() -> tuple[dict[tuple[str, str], type[BaseException]], l
                 continue
             for base in node.bases:
                 try:
-                    value = eval(ast.unparse(base), vars(module))  # noqa: S307 - our own source, names only
+                    value = eval(ast.unparse(base), vars(module))  # our own source: names only
                 except Exception:  # noqa: BLE001 - a base only its scope defines: not one of ours at module level
-                    continue
+                    value = None
                 if isinstance(value, type) and issubclass(value, BaseException):
                     nested.append(f"{name}.{node.name} (line {node.lineno})")
     return found, nested

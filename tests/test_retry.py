@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+from collections.abc import Iterator
 
 import pytest
 
@@ -64,15 +65,15 @@ async def test_each_loop_keeps_its_schedule(policy: RetryPolicy, delays: list[fl
 
 
 @pytest.mark.parametrize(
-    ("policy", "retry", "expected"),
+    ("policy", "number", "expected"),
     [
         (RetryPolicy(initial_delay=0.05, max_delay=1.0, jitter=0.0), 5000, 1.0),  # 2.0**5000 overflows: capped
         (RetryPolicy(initial_delay=0.0, max_delay=1.0, jitter=0.0), 5000, 0.0),
         (RetryPolicy(initial_delay=2.0, multiplier=3.0, max_delay=100.0, jitter=0.0), 2, 18.0),
     ],
 )
-def test_exact_schedule_table(policy: RetryPolicy, retry: int, expected: float) -> None:
-    assert backoff_delay(policy, retry) == expected
+def test_exact_schedule_table(policy: RetryPolicy, number: int, expected: float) -> None:
+    assert backoff_delay(policy, number) == expected
 
 
 @pytest.mark.parametrize(("jitter", "low", "high"), [(0.5, 4.0, 8.0), (0.25, 6.0, 8.0), (1.0, 0.0, 8.0)])
@@ -87,9 +88,9 @@ def test_jitter_is_the_random_share_of_the_step(jitter: float, low: float, high:
 def test_default_jitter_draws_as_equal_jitter_did() -> None:
     policy = RetryPolicy(initial_delay=1.0, multiplier=2.0, max_delay=10.0)
     ours, before = random.Random(3), random.Random(3)
-    for retry in range(6):
-        step = min(10.0, 2.0**retry)
-        assert backoff_delay(policy, retry, rng=ours) == step / 2 + before.uniform(0, step / 2)
+    for number in range(6):
+        step = min(10.0, 2.0**number)
+        assert backoff_delay(policy, number, rng=ours) == step / 2 + before.uniform(0, step / 2)
 
 
 async def test_the_count_bound_gives_up_at_once() -> None:
@@ -127,7 +128,7 @@ async def test_reset_starts_the_schedule_over() -> None:
 
 async def test_retry_returns_after_transient_errors_and_says_so_before_each_wait() -> None:
     time = FakeTime()
-    results = iter([ConnectionError("down"), ConnectionError("still down"), "ok"])
+    results: Iterator[Exception | str] = iter([ConnectionError("down"), ConnectionError("still down"), "ok"])
     seen: list[tuple[str, float]] = []
 
     async def op() -> str:

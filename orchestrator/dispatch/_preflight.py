@@ -83,7 +83,7 @@ async def check_local_images(images: dict[str, list[str]], pullable: Collection[
     try:
         gone = await asyncio.wait_for(asyncio.to_thread(missing), PROBE_TIMEOUT_S * (len(images) + 1))
         gone = [image for image in gone if image not in pullable]  # pulled by its driver when needed
-    except Exception as exc:  # noqa: BLE001 - docker raises many kinds; all mean "not reachable"
+    except Exception as exc:  # docker raises many kinds; all mean "not reachable"
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise PreflightError(f"Cannot reach the Docker daemon (needed for docker sandboxes): {reason}") from exc
     if gone:
