@@ -200,7 +200,7 @@ async def test_secret_file_and_rotation(broker_fleet, tmp_path) -> None:  # noqa
             if works:
                 assert outcome.error is None and outcome.result in (2, "2"), outcome
             else:
-                # Refused, and said so at once (issue 20): not a silent wait until the call's deadline.
+                # Refused, and said so at once: not a silent wait until the call's deadline.
                 assert outcome.fatal is not None and outcome.fatal.type == "FleetMisconfigured", outcome
                 assert "rejects this orchestrator's messages (unauthenticated)" in outcome.fatal.message
         assert worker.alive()
