@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ("orchestrator.tool", "orchestrator.util", "orchestrator._wire", "orchestrator.log", "orchestrator._ids")
+SHARED = ("orchestrator.tool", "orchestrator.util", "orchestrator._wire", "orchestrator.log", "orchestrator._ids",
+          "orchestrator._errors")
 
 
 def _imports(path: Path) -> set[str]:
@@ -155,7 +156,8 @@ def test_no_import_cycles_in_the_product() -> None:
 # package and the packages of the layers below its own; packages sharing a layer may not import each
 # other. Imports inside functions count; imports under ``if TYPE_CHECKING:`` do not.
 LAYERS: list[tuple[str, ...]] = [
-    ("orchestrator", "orchestrator._ids", "orchestrator._glob"),  # the root module holds only __version__
+    # the root module holds only __version__
+    ("orchestrator", "orchestrator._ids", "orchestrator._glob", "orchestrator._errors"),
     ("orchestrator.util",),
     ("orchestrator.tool",),
     ("orchestrator._wire",),
@@ -168,7 +170,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("orchestrator.agent",),
     ("orchestrator.solver",),
     ("orchestrator.eval",),
-    ("orchestrator.bench",),  # leaving the product for tests/benchmarks
+    ("orchestrator.bench",),  # measurements an operator runs against a fleet (toolfleet bench dispatch|fanout)
     ("orchestrator.cli",),
 ]
 
@@ -181,8 +183,6 @@ LAZY_UPWARD: dict[str, tuple[str, tuple[str, ...], str]] = {
                             "approvers and reviewers, and those use models")),
     "orchestrator.model._model": ("orchestrator.execute", ("execute_tools",),
                                   "Model.generate_loop (Inspect's API) runs the tool calls it generates"),
-    "orchestrator.log": ("orchestrator.eval", ("export_inspect_log", "write_inspect_log"),
-                         "their public path from before the export moved to eval, which owns eval log files"),
 }
 
 
@@ -388,7 +388,8 @@ PUBLIC = {
                            "ModelOutput", "GenerateConfig", "execute_tools", "ExecuteToolsResult"],
     "orchestrator.approval": ["Approval", "Approver", "approver", "ApprovalPolicy", "auto_approver", "human_approver"],
     "orchestrator.review": ["Review", "Reviewer", "reviewer", "ReviewPolicy"],
-    "orchestrator.util": ["sandbox", "SandboxEnvironment", "ExecResult"],
+    "orchestrator.util": ["sandbox", "SandboxEnvironment", "ExecResult", "ToolfleetError", "ControlFlowSignal",
+                          "SetupError"],
     "orchestrator.dispatch": ["Dispatcher", "InProcessDispatcher"],
 }
 

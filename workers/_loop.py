@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from ._admission import WorkerPolicy
+from ._admission import AdmissionRules
 from ._call_memory import CallMemory
 from .fleet import Heartbeat, HostRecord, Keyring, MissingSecretError, ReplySender, load_keyring, names, release_slots
 from .sandbox_host import SandboxHost
@@ -45,7 +45,7 @@ class WorkerConfig(BaseModel):
     open_timeout: float = Field(300.0, gt=0, description="bound on creating a sandbox")
     orphan_grace: float = Field(30.0, gt=0,
                                 description="seconds an owner's lease may be missing before its sandboxes are closed")
-    policy: WorkerPolicy = Field(default_factory=WorkerPolicy, description="what this worker agrees to run")
+    admission: AdmissionRules = Field(default_factory=AdmissionRules, description="what this worker agrees to run")
     call_memory_bytes: int = Field(64 * 1024 * 1024, gt=0, description="bound on the outcomes kept for redeliveries")
 
 
@@ -54,7 +54,7 @@ class WorkerRuntime:
                  sandboxes: SandboxHost | None = None) -> None:
         self.config = config
         self.sandboxes = sandboxes or SandboxHost()  # what this worker opened, on its Docker host
-        self.policy = config.policy
+        self.admission = config.admission
         self.keyring = keyring
         self.boot = uuid.uuid4().hex[:12]
         self.owner = f"{config.host}/{self.boot}"
@@ -89,8 +89,8 @@ class WorkerRuntime:
             boot=self.boot,
             slots=self.config.slots,
             # What this worker runs and pulls, in its very first beat (placement and preflight read them).
-            image_patterns=list(self.config.policy.images), sandbox_types=list(self.config.policy.sandbox_types),
-            registries=list(self.config.policy.registries),
+            image_patterns=list(self.config.admission.images), sandbox_types=list(self.config.admission.sandbox_types),
+            registries=list(self.config.admission.registries),
         )
         self.heartbeat = Heartbeat(self.redis, record, self.config.heartbeat_interval, self.config.heartbeat_ttl)
         self.heartbeat.on_beat(self._on_beat)

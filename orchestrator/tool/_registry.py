@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from orchestrator._errors import ToolfleetError
+
 TimeoutBehavior = Literal["error_as_result", "raise"]
 RunsOn = Literal["worker", "orchestrator"]
 
@@ -93,7 +95,7 @@ def tool_ref(obj: Any) -> ToolRef:
     return meta.ref
 
 
-class ToolNotRegisteredError(LookupError):
+class ToolNotRegisteredError(ToolfleetError, LookupError):
     """A tool was asked for by a name no factory is registered under."""
 
 

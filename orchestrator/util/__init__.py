@@ -1,4 +1,6 @@
-"""Utilities shared by tools and agents (mirrors ``inspect_ai.util``)."""
+"""Utilities shared by tools and agents (mirrors ``inspect_ai.util``), and toolfleet's exception roots."""
+
+from orchestrator._errors import ControlFlowSignal, SetupError, ToolfleetError
 
 from ._fork import fork
 from ._gc import GcTuning, tune_gc_for_many_samples
@@ -28,6 +30,7 @@ from ._sandbox import (
     ExecResult,
     OutputLimitExceededError,
     SandboxEnvironment,
+    SandboxLostError,
     SandboxTimeoutError,
     SandboxUnavailableError,
     bind_sandbox,
@@ -39,6 +42,7 @@ from ._subtask import subtask
 from ._token_metering import TokenLimit
 
 __all__ = [
+    "ControlFlowSignal",
     "ExecResult",
     "Limit",
     "LimitScope",
@@ -48,11 +52,14 @@ __all__ = [
     "SandboxEnvironment",
     "SampleLimits",
     "SandboxEnvironmentLimits",
+    "SandboxLostError",
     "SandboxTimeoutError",
     "Snapshot",
     "SnapshotError",
     "SandboxUnavailableError",
+    "SetupError",
     "TerminateSampleError",
+    "ToolfleetError",
     "TokenLimit",
     "active_limits",
     "apply_limits",

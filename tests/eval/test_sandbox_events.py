@@ -1,4 +1,4 @@
-"""Complete transcripts: every exec in a sample's sandbox is a ``SandboxEvent`` (issue 13).
+"""Complete transcripts: every exec in a sample's sandbox is a ``SandboxEvent`` (docs/log-format.md).
 
 A tool's execs are recorded next to the sandbox (on the worker host, or in this process when embedded),
 travel back with the call's outcome and sit in the tool's span just before its ``ToolEvent``, with the
@@ -100,7 +100,7 @@ def _check_model_inputs(sample: Any) -> None:
 def _check_inspect_copy(log: Any) -> None:
     import inspect_ai.log as inspect_log
 
-    from orchestrator.log import export_inspect_log
+    from orchestrator.eval import export_inspect_log
 
     path = export_inspect_log(log.location, "eval")
     with warnings.catch_warnings():

@@ -45,8 +45,9 @@ class HostRecord(BaseModel):
     draining: bool = False
     ts: float = 0.0
     images: list[str] = []  # docker image tags present on the host ([] without Docker)
-    image_patterns: list[str] = []  # images its policy runs (--image); [] = not reported
-    sandbox_types: list[str] = []  # sandbox types its policy runs (docker; local with --allow-local); [] = not reported
+    image_patterns: list[str] = []  # images its admission rules run (--image); [] = not reported
+    # sandbox types its admission rules run (docker; local with --allow-local); [] = not reported
+    sandbox_types: list[str] = []
     registries: list[str] = []  # registries it pulls missing images from (--registry); [] = it never pulls
 
     def to_hash(self) -> dict[str, str]:
