@@ -29,9 +29,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.util._image_names import image_registry, pulls_from  # re-exported: they moved to the shared layer
 
-from ._bounds import LIMITS, SERVICE_LIMITS, Bound, AdmissionRefused, bounded, parse_bytes, parse_user, user_refusal
+from ._bounds import LIMITS, SERVICE_LIMITS, AdmissionRefused, Bound, bounded, parse_bytes, parse_user, user_refusal
 
-__all__ = ["AdmissionRefused", "AdmissionRules", "admit_sandbox", "admit_user", "broker_is_loopback", "image_registry", "parse_bytes",
+__all__ = ["AdmissionRefused", "AdmissionRules", "admit_sandbox", "admit_user", "broker_is_loopback", "image_registry",
+           "parse_bytes",
            "pulls_from"]
 
 MiB = 1024 * 1024
@@ -40,22 +41,26 @@ MiB = 1024 * 1024
 class AdmissionRules(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    sandbox_types: list[Literal["docker", "local"]] = Field(default_factory=lambda: ["docker"])
+    sandbox_types: list[Literal["docker", "local"]] = Field(default_factory=lambda: ["docker"])  # type: ignore[arg-type]  # the lambda's list is inferred as list[str]
     images: list[str] = Field(default_factory=lambda: ["toolfleet/*"], description="shell patterns of allowed images")
     network_modes: list[str] = Field(default_factory=lambda: ["none"])
     max_memory: str = Field("4g", description="cap on a sandbox's mem_limit (and memswap_limit)")
-    max_cpus: float = Field(default_factory=lambda: float(os.cpu_count() or 1), gt=0, description="default: this host's CPUs")
+    max_cpus: float = Field(default_factory=lambda: float(os.cpu_count() or 1), gt=0,
+                            description="default: this host's CPUs")
     max_pids: int = Field(4096, gt=0)
     max_output_cap: int = Field(10 * MiB, gt=0, description="cap on bytes a sandbox command may capture per stream")
     max_pool_size: int = Field(8, ge=0)
     max_sandboxes: int = Field(256, gt=0, description="cap on a docker driver's containers on this host")
     max_ttl: float = Field(24 * 3600.0, gt=0)
-    local_root: str | None = Field(None, description="parent directory of local sandboxes (the worker's choice, never a message's)")
+    local_root: str | None = Field(None,
+                                   description="parent directory of local sandboxes (the worker's choice, never a "
+                                               "message's)")
     allow_runsc: bool = Field(True, description="a message may ask for the gVisor runtime (stronger isolation)")
     max_outcome_bytes: int = Field(512 * 1024, gt=0, description="a call's result is cut to this size at the worker "
                                    "before it is cached or stored (the model sees far less: 16 KiB by default)")
     registries: list[str] = Field(default_factory=list, description="registries (HOST[:PORT]) this worker pulls "
-                                  "sandbox images from (--registry); an image naming any other, or none, is never pulled")
+                                  "sandbox images from (--registry); an image naming any other, or none, is never "
+                                  "pulled")
     allow_root: bool = Field(False, description="a message may ask for uid/gid 0 (--allow-root-user; never by default)")
 
 
@@ -97,7 +102,8 @@ def admit_sandbox(rules: AdmissionRules, config: dict[str, Any]) -> dict[str, An
     if kind == "docker":
         image = admitted.get("image", "")
         if not _own_snapshot(admitted) and not any(fnmatch.fnmatchcase(image, pattern) for pattern in rules.images):
-            raise _refuse("image", f"{image!r} matches none of this worker's image patterns ({', '.join(rules.images)})")
+            raise _refuse("image",
+                          f"{image!r} matches none of this worker's image patterns ({', '.join(rules.images)})")
         if not pulls_from(rules.registries, image):
             admitted["pull_policy"] = "never"  # not a registry this worker pulls from: the image is there or not
         swap = admitted.get("memswap_limit")
@@ -112,7 +118,9 @@ def _own_snapshot(config: dict[str, Any]) -> bool:
     """A sandbox opened from a snapshot runs the snapshot's image, whatever the --image patterns: this host
     made it from a sandbox it admitted (the driver refuses a snapshot the host does not hold)."""
     snapshot = config.get("snapshot")
-    return bool(snapshot) and config.get("image") == f"toolfleet/snapshot:{snapshot['id']}"
+    if not snapshot:
+        return False
+    return bool(config.get("image") == f"toolfleet/snapshot:{snapshot['id']}")
 
 
 def _bounded(rules: AdmissionRules, field: str, value: Any, bound: Bound) -> Any:
@@ -137,7 +145,8 @@ def _admit_field(rules: AdmissionRules, field: str, value: Any, default: Any) ->
             return value
         case "network_mode":
             if value not in rules.network_modes:
-                raise _refuse(field, f"network {value!r} is not allowed here (allowed: {', '.join(rules.network_modes)})")
+                raise _refuse(field,
+                              f"network {value!r} is not allowed here (allowed: {', '.join(rules.network_modes)})")
             return value
         case "cap_drop":
             if "ALL" not in [str(c).upper() for c in value]:

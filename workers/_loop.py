@@ -22,10 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from ._call_memory import CallMemory
 from ._admission import AdmissionRules
-from .sandbox_host import SandboxHost
+from ._call_memory import CallMemory
 from .fleet import Heartbeat, HostRecord, Keyring, MissingSecretError, ReplySender, load_keyring, names, release_slots
+from .sandbox_host import SandboxHost
 
 log = structlog.get_logger("toolfleet.worker")
 T = TypeVar("T")
@@ -43,7 +43,8 @@ class WorkerConfig(BaseModel):
     max_call_seconds: float = Field(3600.0, gt=0, description="bound on a call that has no timeout of its own")
     call_grace: float = Field(30.0, ge=0, description="extra wait beyond a call's own timeout")
     open_timeout: float = Field(300.0, gt=0, description="bound on creating a sandbox")
-    orphan_grace: float = Field(30.0, gt=0, description="seconds an owner's lease may be missing before its sandboxes are closed")
+    orphan_grace: float = Field(30.0, gt=0,
+                                description="seconds an owner's lease may be missing before its sandboxes are closed")
     admission: AdmissionRules = Field(default_factory=AdmissionRules, description="what this worker agrees to run")
     call_memory_bytes: int = Field(64 * 1024 * 1024, gt=0, description="bound on the outcomes kept for redeliveries")
 
@@ -129,7 +130,7 @@ class WorkerRuntime:
         leases = await self.redis.mget([names.lease_key(o) for o in owners])
         now = asyncio.get_running_loop().time()
         gone: set[str] = set()
-        for owner, lease in zip(owners, leases):
+        for owner, lease in zip(owners, leases, strict=True):
             if lease is not None:
                 self._owner_missing.pop(owner, None)
             elif now - self._owner_missing.setdefault(owner, now) >= self.config.orphan_grace:
@@ -172,7 +173,7 @@ class WorkerRuntime:
             await self.heartbeat.stop(remove=True)
         try:
             await asyncio.wait_for(self.sandboxes.close_all(), 100.0)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - shutdown goes on: the reaper removes what is left
             log.warning("worker.close_sandboxes_failed", error=str(exc))
         if self.redis is not None:
             await self.redis.aclose()
@@ -185,7 +186,7 @@ class WorkerRuntime:
         weight = 1 + len(getattr(self.sandboxes.lookup(handle), "services", None) or {})  # its containers' slots
         try:
             await self.sandboxes.close(handle)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - reported to the caller as an error reply
             log.warning("worker.close_sandbox_failed", host=host, handle=handle, error=str(exc))
             return {"error": {"type": type(exc).__name__, "message": str(exc)}, "host": host}
         finally:

@@ -8,9 +8,9 @@ under an identity another live worker is heartbeating with.
 
 Consumes the shared call queue and this host's own queue (sandbox affinity), loads user tool code
 (``--import``, ``--path``, ``--install``, ``$TOOLFLEET_IMPORT``: ``_tool_modules``) so the registry holds
-it, publishes what it registered (``fleet._tool_manifest``, read by the eval's preflight), reaps orphaned sandboxes and heartbeats capacity at start, and
-drains on SIGTERM: the host is marked draining at once (no new placements), running calls finish,
-then its sandboxes are closed and its heartbeat removed.
+it, publishes what it registered (``fleet._tool_manifest``, read by the eval's preflight), reaps orphaned sandboxes and
+heartbeats capacity at start, and drains on SIGTERM: the host is marked draining at once (no new placements), running
+calls finish, then its sandboxes are closed and its heartbeat removed.
 """
 
 from __future__ import annotations
@@ -23,15 +23,16 @@ import secrets
 import socket
 import sys
 import uuid
+from typing import Any
 
-from ._loop import HOST_ENV, Runtimes, WorkerConfig
 from ._admission import AdmissionRules, broker_is_loopback
+from ._loop import HOST_ENV, Runtimes, WorkerConfig
+from ._tool_modules import IMPORT_ENV, ToolModuleError, ToolModules, imports_from_env
 from .app import BROKER_ENV, DEFAULT_BROKER, AppConfig, create_worker_app
 from .fleet import SECRET_ENV, SECRET_FILE_ENV, Keyring, MissingSecretError, claim_identity, load_keyring, names
-from ._tool_modules import IMPORT_ENV, ToolModuleError, ToolModules, imports_from_env
-from .sandbox_host import SandboxHost
-from .sandbox.docker import HostSandboxes
 from .sandbox._registry import SandboxRegistry
+from .sandbox.docker import HostSandboxes
+from .sandbox_host import SandboxHost
 
 # Tool modules every worker registers at start-up (the built-in tools); --import adds the user's.
 BUILTIN_TOOL_MODULES = ("orchestrator.tool._tools", "orchestrator.tool._tools._sandbox_access", "workers.snapshots")
@@ -45,7 +46,8 @@ SAFE_CONTROL = frozenset({"active", "active_queues", "clock", "conf", "hello", "
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="toolfleet worker", description="Run a toolfleet worker (a Celery worker).")
-    p.add_argument("--broker", default=os.environ.get(BROKER_ENV, DEFAULT_BROKER), help="Redis URL (broker and result store)")
+    p.add_argument("--broker", default=os.environ.get(BROKER_ENV, DEFAULT_BROKER),
+                   help="Redis URL (broker and result store)")
     p.add_argument("--concurrency", "-c", type=int, default=64, help="calls executed at once (pool threads)")
     tools = p.add_argument_group("tool code (loaded at start only: a message never imports anything)")
     tools.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
@@ -73,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="disk budget of the sandbox snapshots kept on this host, e.g. 20g (default: "
                    "TOOLFLEET_SNAPSHOT_DISK, else 10g); a snapshot that does not fit is refused")
     p.add_argument("--heartbeat-interval", type=float, default=2.0)
-    p.add_argument("--heartbeat-ttl", type=float, default=10.0, help="seconds without a heartbeat before the host is lost")
+    p.add_argument("--heartbeat-ttl", type=float, default=10.0,
+                   help="seconds without a heartbeat before the host is lost")
     p.add_argument("--orphan-grace", type=float, default=30.0,
                    help="seconds an orchestrator may be gone before the sandboxes it opened here are closed")
     p.add_argument("--pool", choices=["threads", "solo"], default="threads",
@@ -93,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "message can then run commands on this host)")
     trust.add_argument("--allow-root-user", action="store_true",
                        help="let a message run sandbox commands as uid or gid 0 (refused by default, however written)")
-    trust.add_argument("--local-root", metavar="DIR", help="parent directory of local sandboxes (default: the system temp dir)")
+    trust.add_argument("--local-root", metavar="DIR",
+                       help="parent directory of local sandboxes (default: the system temp dir)")
     trust.add_argument("--image", dest="images", action="append", metavar="PATTERN",
                        help="allowed sandbox image pattern (repeatable; default toolfleet/*)")
     trust.add_argument("--registry", dest="registries", action="append", type=_registry_host, metavar="HOST[:PORT]",
@@ -102,10 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     trust.add_argument("--allow-network", dest="networks", action="append", metavar="MODE",
                        help="docker network mode a sandbox may ask for, besides none (repeatable)")
     trust.add_argument("--max-memory", default="4g", help="cap on a sandbox's memory limit")
-    trust.add_argument("--max-cpus", type=float, default=float(os.cpu_count() or 1), help="cap on a sandbox's CPU limit (default: this host's CPUs)")
+    trust.add_argument("--max-cpus", type=float, default=float(os.cpu_count() or 1),
+                       help="cap on a sandbox's CPU limit (default: this host's CPUs)")
     trust.add_argument("--max-pids", type=int, default=4096, help="cap on a sandbox's pids limit")
     trust.add_argument("--max-outcome-bytes", type=int, default=512 * 1024,
-                       help="a call's result is cut to this many bytes at the worker (the model sees 16 KiB by default)")
+                       help="a call's result is cut to this many bytes at the worker (the model sees 16 KiB by "
+                            "default)")
     trust.add_argument("--unsafe-remote-control", action="store_true",
                        help="keep all of Celery's remote-control commands (shutdown, revoke, pool_restart, ...), "
                             "which anyone who can write to the broker can send")
@@ -205,7 +211,8 @@ def _run(args: argparse.Namespace, keyring: Keyring) -> int:
     if args.allow_local:
         print("toolfleet worker: --allow-local: `local` sandboxes run as this user on this host, with NO isolation",
               file=sys.stderr, flush=True)
-    rt = runtimes.start(config, keyring, sandboxes)  # before consuming: the first task must find the loop and the host name
+    # before consuming: the first task must find the loop and the host name
+    rt = runtimes.start(config, keyring, sandboxes)
     if rt is not None and rt.heartbeat is not None:  # what this worker runs, for the orchestrator's preflight
         rt.heartbeat.record.image_patterns = list(config.admission.images)
         rt.heartbeat.record.sandbox_types = list(config.admission.sandbox_types)
@@ -229,7 +236,7 @@ def _run(args: argparse.Namespace, keyring: Keyring) -> int:
     return 0
 
 
-def _connect_lifecycle(app, host: str, runtimes: Runtimes) -> None:  # type: ignore[no-untyped-def]
+def _connect_lifecycle(app: Any, host: str, runtimes: Runtimes) -> None:  # app: a Celery app (untyped)
     from celery.signals import worker_ready, worker_shutting_down
 
     @worker_ready.connect(weak=False)

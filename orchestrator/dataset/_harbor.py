@@ -215,7 +215,8 @@ def _compose_sandbox(name: str, task_dir: Path, settings: HarborSettings, builde
     source = f"environment/{COMPOSE_FILE}"
     memory = settings.sandbox["mem_limit"]
     # Harbor's compose variables (its base file sets CPUS and MEMORY from task.toml), then the environment's.
-    known = {"CPUS": str(settings.sandbox["cpus"]), "MEMORY": memory.upper().rstrip("B"), "TEST_DIR": "/tests",
+    known: dict[str, str] = {"CPUS": str(settings.sandbox["cpus"]), "MEMORY": memory.upper().rstrip("B"),
+                             "TEST_DIR": "/tests",
              **environ}
     text = (env_dir / COMPOSE_FILE).read_text(encoding="utf-8")
     text = _VARIABLE.sub(lambda m: known.get(m.group(1), m.group(2) or ""), text)

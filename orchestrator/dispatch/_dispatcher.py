@@ -41,7 +41,7 @@ class Dispatcher(ABC):
     fleet_error: str | None = None
 
     @abstractmethod
-    def dispatch(self, stage: Sequence[Dispatch]) -> list["asyncio.Future[CallOutcome]"]:
+    def dispatch(self, stage: Sequence[Dispatch]) -> list[asyncio.Future[CallOutcome]]:
         """Start every call of ``stage`` concurrently and return one future per call, in order."""
 
     async def run_one(self, item: Dispatch) -> CallOutcome:
@@ -53,11 +53,11 @@ class Dispatcher(ABC):
             future.cancel()  # no-op once done; stops the call if the caller was cancelled
 
     @abstractmethod
-    async def open_sandbox(self, spec: SandboxSpec) -> "SampleRoute":
+    async def open_sandbox(self, spec: SandboxSpec) -> SampleRoute:
         """Create the sample's sandbox where its calls will run; return the route to it."""
 
     @abstractmethod
-    async def close_sandbox(self, route: "SampleRoute") -> None:
+    async def close_sandbox(self, route: SampleRoute) -> None:
         """Destroy the sample's sandbox (idempotent; never raises for an already-gone sandbox)."""
 
     async def remove_snapshots(self, eval_id: str) -> list[str]:
@@ -68,7 +68,7 @@ class Dispatcher(ABC):
     # (nothing to journal for a later resume to close) and that Docker must answer.
     sandboxes_here: bool = False
 
-    async def preflight(self, needs: SandboxNeeds) -> None:
+    async def preflight(self, needs: SandboxNeeds) -> None:  # noqa: B027 - optional hook: does nothing unless overridden
         """Check, before an eval's first sample, that the sandboxes ``needs`` describes can open where this
         dispatcher runs them (``PreflightError``: one sentence)."""
 
@@ -82,7 +82,7 @@ class Dispatcher(ABC):
         how many went."""
         return 0
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - optional hook: does nothing unless overridden
         """Release connections and listeners."""
 
 
@@ -105,8 +105,8 @@ class SampleRoute:
 def attach_setup_execs(exc: BaseException, execs: Any, dropped: int, host: str | None) -> None:
     """A failed open carries the execs it ran (a failing setup's output) on its exception."""
     try:
-        exc.sandbox_execs = list(execs or ())  # type: ignore[attr-defined]
-        exc.sandbox_execs_dropped = dropped  # type: ignore[attr-defined]
-        exc.sandbox_host = host  # type: ignore[attr-defined]
+        exc.sandbox_execs = list(execs or ())  # type: ignore[attr-defined]  # carried on any exception
+        exc.sandbox_execs_dropped = dropped  # type: ignore[attr-defined]  # carried on any exception
+        exc.sandbox_host = host  # type: ignore[attr-defined]  # carried on any exception
     except AttributeError:  # an exception type that refuses attributes: nothing to carry
         pass

@@ -138,7 +138,8 @@ async def check_worker_tools(client: Any, hosts: Sequence[Any], tools: dict[str,
     if nowhere:
         several = len(nowhere) > 1
         raise PreflightError(f"Tool{'s' if several else ''} {_tool_names(nowhere, tools)} "
-                             f"{'are' if several else 'is'} registered on no live worker: {_imports(nowhere, tools, 'workers')}.")
+                             f"{'are' if several else 'is'} registered on no live worker: "
+                             f"{_imports(nowhere, tools, 'workers')}.")
     partial = [n for n, without in lacking.items() if without]
     if partial:
         hosts_without = sorted({h for n in partial for h in lacking[n]})

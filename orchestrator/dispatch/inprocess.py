@@ -27,7 +27,7 @@ class InProcessDispatcher(Dispatcher):
 
     name = "inprocess"
     sandboxes_here = True
-    _default: ClassVar["InProcessDispatcher | None"] = None
+    _default: ClassVar[InProcessDispatcher | None] = None
 
     def __init__(self, host: SandboxHost | None = None) -> None:
         self._host = host
@@ -42,12 +42,12 @@ class InProcessDispatcher(Dispatcher):
         return self._host
 
     @classmethod
-    def default(cls) -> "InProcessDispatcher":
+    def default(cls) -> InProcessDispatcher:
         if cls._default is None:
             cls._default = cls()
         return cls._default
 
-    def dispatch(self, stage: Sequence[Dispatch]) -> list["asyncio.Future[CallOutcome]"]:
+    def dispatch(self, stage: Sequence[Dispatch]) -> list[asyncio.Future[CallOutcome]]:
         return [asyncio.ensure_future(self._run(item)) for item in stage]
 
     async def run_one(self, item: Dispatch) -> CallOutcome:

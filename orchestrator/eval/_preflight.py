@@ -118,13 +118,13 @@ def _sdk_for(api: Any) -> tuple[Any, Any, str, str] | None:
 
 async def probe_model(model: Any) -> None:
     """One cheap request (``models.list``) to the model's endpoint (openai and anthropic providers)."""
+    api = _provider_api(model)
     try:
-        found = _sdk_for(_provider_api(model))
+        found = _sdk_for(api)
     except ImportError:
         return
-    if found is None:
+    if found is None or api is None:
         return
-    api = _provider_api(model)
     sdk, client_class, default_url, env = found
     client = client_class(api_key=api.api_key, base_url=api.base_url, max_retries=0, timeout=PROBE_TIMEOUT_S)
     where = api.base_url or default_url

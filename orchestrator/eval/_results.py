@@ -48,9 +48,9 @@ def _series(key: str, scored: list[EvalSample]) -> dict[str, list[tuple[EvalSamp
     pairs = [(s, s.scores[key]) for s in scored if key in s.scores]
     if not pairs or not all(isinstance(score.value, dict) for _, score in pairs):
         return {key: pairs}
-    names = list(dict.fromkeys(k for _, score in pairs for k in score.value))  # type: ignore[union-attr]
-    return {name: [(s, Score(value=score.value[name], answer=score.answer))  # type: ignore[index]
-                   for s, score in pairs if name in score.value] for name in names}  # type: ignore[operator]
+    names = list(dict.fromkeys(k for _, score in pairs for k in score.value))  # type: ignore[union-attr]  # all dicts: checked above
+    return {name: [(s, Score(value=score.value[name], answer=score.answer))  # type: ignore[index]  # all dicts: checked above
+                   for s, score in pairs if name in score.value] for name in names}  # type: ignore[operator]  # all dicts: checked above
 
 
 def eval_stats(samples: dict[tuple[str, int], EvalSample], started_at: float, model: Any = None) -> EvalStats:

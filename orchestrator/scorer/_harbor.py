@@ -13,6 +13,7 @@ results show one score per reward name. No reward file, or one that does not par
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -67,10 +68,8 @@ def parse_rewards(reward_json: str | None, reward_txt: str | None) -> dict[str, 
         rewards = {str(k): float(v) for k, v in parsed.items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if "reward" not in rewards and reward_txt is not None:
-            try:
+            with contextlib.suppress(RewardError):  # reward.txt is only a fallback beside a JSON report
                 rewards.update(parse_rewards(None, reward_txt))
-            except RewardError:
-                pass  # reward.txt is only a fallback beside a JSON report
         if not rewards:
             raise RewardError("reward.json holds no numeric reward")
         return _finite(rewards)
@@ -102,7 +101,7 @@ def resolve_env(values: dict[str, str]) -> dict[str, str]:
 def harbor_verifier() -> Scorer:
     """Run the task's ``tests/test.sh`` in the sample's sandbox and score its rewards (module doc)."""
 
-    async def score(state: "TaskState", target: Target) -> Score:
+    async def score(state: TaskState, target: Target) -> Score:
         from orchestrator.dataset._harbor import pack_directory
 
         meta = state.metadata["harbor"]

@@ -97,7 +97,8 @@ def config_from_compose(data: Any, source: str = "compose.yaml") -> DockerSandbo
         raise ComposeError(f"{source}: needs a 'services' mapping with at least one service")
     for key in data:
         if key in ("networks", "volumes", "configs", "secrets"):
-            raise ComposeError(f"{source}: top-level '{key}' is not supported ({_WHY.get(key, 'sandboxes are self-contained')})")
+            raise ComposeError(
+                f"{source}: top-level '{key}' is not supported ({_WHY.get(key, 'sandboxes are self-contained')})")
     services: dict[str, dict[str, Any]] = {}
     for name, body in data["services"].items():
         if not isinstance(body, dict):
@@ -164,7 +165,8 @@ def _fields(body: dict[str, Any], where: str, allowed: set[str], default: bool) 
         else:  # pids_limit, init, read_only
             out[key] = value
     if "image" not in out:
-        raise ComposeError(f"{where}: needs an 'image'" + (" (build it first: docker build -t NAME .)" if "build" in body else ""))
+        raise ComposeError(f"{where}: needs an 'image'"
+                           + (" (build it first: docker build -t NAME .)" if "build" in body else ""))
     return out
 
 

@@ -11,11 +11,12 @@ built from one. What one sandbox holds (``containers``, ``images``) is computed 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["DEFAULT_IMAGE", "DEFAULT_OUTPUT_CAP", "DockerSandboxConfig", "HealthCheck", "LocalSandboxConfig", "SnapshotRef",
+__all__ = ["DEFAULT_IMAGE", "DEFAULT_OUTPUT_CAP", "DockerSandboxConfig", "HealthCheck", "LocalSandboxConfig",
+           "SnapshotRef",
            "SandboxConfig", "ServiceConfig"]
 
 DEFAULT_IMAGE = "toolfleet/sandbox:latest"
@@ -103,7 +104,8 @@ class DockerSandboxConfig(_BaseConfig):
     cap_drop: list[str] = Field(default_factory=lambda: ["ALL"], description="capabilities dropped (must keep ALL "
                                 "when asked through a worker)")
     cap_add: list[str] = Field(default_factory=list, description="capabilities added back (embedded mode only)")
-    security_opt: list[str] = Field(default_factory=lambda: ["no-new-privileges"], description="docker security options")
+    security_opt: list[str] = Field(default_factory=lambda: ["no-new-privileges"],
+                                    description="docker security options")
     pids_limit: int = Field(512, description="processes at once in the container")
     mem_limit: str = Field("1g", description="memory limit (docker notation: 512m, 2g)")
     memswap_limit: str | None = Field(None, description="None: same as mem_limit (no swap)")
@@ -183,4 +185,4 @@ _POOL_KEY_FIELDS = {
     "pids_limit", "mem_limit", "memswap_limit", "cpus", "init", "read_only", "disk_limit", "writable_paths", "runtime",
 }
 
-SandboxConfig = Annotated[Union[LocalSandboxConfig, DockerSandboxConfig], Field(discriminator="type")]
+SandboxConfig = Annotated[LocalSandboxConfig | DockerSandboxConfig, Field(discriminator="type")]

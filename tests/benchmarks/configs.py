@@ -52,7 +52,7 @@ class Usage:
     rss_mb: float
 
     @classmethod
-    def now(cls) -> "Usage":
+    def now(cls) -> Usage:
         proc = psutil.Process()
         return cls(proc.num_threads(), proc.num_fds(), round(proc.memory_info().rss / 2**20, 1))
 
@@ -151,8 +151,8 @@ def _containers_of(owner: str) -> int:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from workers.sandbox_host import SandboxHost
     from workers.sandbox.docker import HostSandboxes
+    from workers.sandbox_host import SandboxHost
 
     owner = f"bench-configs-{uuid.uuid4().hex[:8]}"  # its own label: no other process's reaper takes these
     host = SandboxHost(HostSandboxes(limit=max(8, args.concurrency * 4), owner=owner))

@@ -16,8 +16,8 @@ import docker
 import pytest
 
 from orchestrator.dataset import load_harbor
-from orchestrator.eval._harbor import ORACLE_MODEL
 from orchestrator.eval import eval_async, eval_retry_async, oracle_failures, scripted_policy
+from orchestrator.eval._harbor import ORACLE_MODEL
 from orchestrator.model import ChatMessageTool, ModelOutput
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,7 +139,8 @@ def _sleepy(messages: list[Any], tools: list[Any]) -> ModelOutput:
     from orchestrator.solver import sample_state
 
     state = sample_state()
-    if state is not None and state.sample_id == "slow-agent" and not any(isinstance(m, ChatMessageTool) for m in messages):
+    if state is not None and state.sample_id == "slow-agent" and not any(
+        isinstance(m, ChatMessageTool) for m in messages):
         return ModelOutput.for_tool_call("scripted", "bash", {"cmd": "sleep 60"})
     return ModelOutput.for_tool_call("scripted", "submit", {"answer": "done"})
 
@@ -194,8 +195,8 @@ def test_unmapped_settings_are_one_line_each(tmp_path: Path, sandbox_image: str)
     lines = load_harbor(tmp_path, build=False).lines("DIR")
     assert lines[:2] == [
         "harbor: not mapped, ignored: environment.gpus=1 (sandboxes get no GPUs) (tasks gpu-a, gpu-b)",
-        "harbor: not mapped, ignored: environment.allow_internet=true (toolfleet sandboxes have no network) "
-        "(tasks gpu-a, gpu-b)"]
+        ("harbor: not mapped, ignored: environment.allow_internet=true (toolfleet sandboxes have no network) "
+         "(tasks gpu-a, gpu-b)")]
     assert lines[2].startswith("harbor: 2 tasks from DIR; images: 0 built, 0 cached") and len(lines) == 3
 
 

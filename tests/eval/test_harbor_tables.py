@@ -29,15 +29,15 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize(("toml", "expected"), [
     ("", {"sandbox": {"cpus": 1.0, "mem_limit": "2048m"}, "agent_timeout": 600.0, "verifier_timeout": 600.0,
           "verifier_user": None, "notes": []}),
-    ('[environment]\ncpus = 2\nmemory_mb = 512\n[agent]\ntimeout_sec = 30\nuser = "agent"\n'
-     '[verifier]\ntimeout_sec = 45\nuser = "root"\nenv = { K = "v" }',
+    (('[environment]\ncpus = 2\nmemory_mb = 512\n[agent]\ntimeout_sec = 30\nuser = "agent"\n'
+      '[verifier]\ntimeout_sec = 45\nuser = "root"\nenv = { K = "v" }'),
      {"sandbox": {"cpus": 2.0, "mem_limit": "512m", "user": "agent"}, "agent_timeout": 30.0,
       "verifier_timeout": 45.0, "verifier_user": "root", "verifier_env": {"K": "v"}, "notes": []}),
     ('[environment]\nmemory = "1G"\nenv = { A = "1" }', {"sandbox": {"cpus": 1.0, "mem_limit": "1024m",
                                                                       "environment": {"A": "1"}}}),
     ('[environment]\nallow_internet = false', {"notes": []}),  # no network: what toolfleet sandboxes have
-    ('[environment]\nallow_internet = true', {"notes": ["environment.allow_internet=true (toolfleet sandboxes "
-                                                       "have no network)"]}),
+    ('[environment]\nallow_internet = true', {"notes": [("environment.allow_internet=true (toolfleet sandboxes "
+                                                        "have no network)")]}),
     ('[environment]\ngpus = 1\nstorage_mb = 4096', {"notes": [
         "environment.gpus=1 (sandboxes get no GPUs)",
         "environment.storage_mb (writable space is the sandbox's disk_limit, a worker setting)"]}),
@@ -214,8 +214,8 @@ def test_cli_malformed_task_is_one_line(tmp_path: Path, extra: list[str]) -> Non
                            "--model", "scripted", "--log-dir", str(tmp_path / "logs")],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 1
-    assert done.stderr.splitlines() == [f"toolfleet: error: Harbor task 'broken' ({tmp_path / 'broken'}): "
-                                        "instruction.md is missing"], done.stderr
+    assert done.stderr.splitlines() == [(f"toolfleet: error: Harbor task 'broken' ({tmp_path / 'broken'}): "
+                                         "instruction.md is missing")], done.stderr
 
 
 @pytest.mark.slow  # runs the CLI in a child process
@@ -223,5 +223,5 @@ def test_cli_oracle_needs_a_harbor_task(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "eval", "examples/humaneval.py", "--oracle"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 1
-    assert done.stderr.splitlines() == ["toolfleet: error: --oracle runs Harbor tasks' solutions: give harbor:DIR, "
-                                        "not 'examples/humaneval.py'."]
+    assert done.stderr.splitlines() == [("toolfleet: error: --oracle runs Harbor tasks' solutions: give harbor:DIR, "
+                                         "not 'examples/humaneval.py'.")]

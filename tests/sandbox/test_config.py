@@ -71,8 +71,8 @@ def test_exported_names():
     )
     for name in ws.__all__:
         assert hasattr(ws, name)
-    import workers.tools as wt
     import orchestrator.tool as ot
+    import workers.tools as wt
 
     assert sorted(wt.__all__) == ["bash", "bash_session", "python", "text_editor"]
     for name in wt.__all__:

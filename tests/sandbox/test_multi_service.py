@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 
 from orchestrator.util import SandboxUnavailableError
-from workers.sandbox import build_driver, SandboxImageError, SandboxRequest, sandbox_config
+from workers.sandbox import SandboxImageError, SandboxRequest, build_driver, sandbox_config
 from workers.sandbox.docker import host_sandboxes
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
 IMAGE = "toolfleet/sandbox:latest"
-WEB = {"image": IMAGE, "command": ["sh", "-c", "echo up > /tmp/hello.txt; cd /tmp; exec python3 -m http.server 8080 --bind 127.0.0.1"],
+WEB = {"image": IMAGE,
+       "command": ["sh", "-c", "echo up > /tmp/hello.txt; cd /tmp; exec python3 -m http.server 8080 --bind 127.0.0.1"],
        "healthcheck": {"test": ["python3", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:8080/hello.txt')"],
                        "interval": 0.2, "retries": 50}}
 
@@ -29,7 +30,7 @@ def _containers() -> list[dict[str, str]]:
     out = subprocess.run(["docker", "ps", "-a", "--filter", f"label=toolfleet.owner_pid={os.getpid()}",
                           "--format", '{{.Names}} {{.Label "toolfleet.service"}}'],
                          capture_output=True, text=True, timeout=60, check=True).stdout
-    return [dict(zip(("name", "service"), (line.split(" ") + [""])[:2])) for line in out.splitlines()]
+    return [dict(zip(("name", "service"), ([*line.split(" "), ""])[:2], strict=True)) for line in out.splitlines()]
 
 
 @pytest.fixture
@@ -59,8 +60,9 @@ async def test_services_share_a_loopback_only_namespace(drivers: list[Any]) -> N
         assert [line.split()[0] for line in hosts.stdout.splitlines()] == ["127.0.0.1"] * 3
         links = await env.exec(["sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"])
         assert links.stdout.split() == ["lo"]
-        out = await env.exec(["python3", "-c", "import socket\ns = socket.socket(); s.settimeout(3)\ntry:\n"
-                              "    s.connect(('10.255.255.1', 80)); print('connected')\nexcept OSError as e:\n    print(e)"])
+        out = await env.exec(["python3", "-c", ("import socket\ns = socket.socket(); s.settimeout(3)\ntry:\n"
+                                                "    s.connect(('10.255.255.1', 80)); print('connected')\n"
+                                                "except OSError as e:\n    print(e)")])
         assert "unreachable" in out.stdout.lower(), out
         # Each service is its own container (its own processes and files), reached with docker exec.
         named = env.named_sandboxes()

@@ -23,6 +23,8 @@ import struct
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
+from typing import Any
 
 TIMEOUT = float(os.environ.get("PROBE_TIMEOUT", "2"))
 
@@ -54,7 +56,7 @@ def download(url):
         with urllib.request.urlopen(url, timeout=30) as resp:
             while chunk := resp.read(1 << 20):
                 total += len(chunk)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - the probe reports any failure as its result
         return _err(exc)
     return {"bytes": total, "seconds": time.monotonic() - start}
 
@@ -181,7 +183,8 @@ def raw6(host, port, token):
         return _err(exc)
 
 
-PROBES = {"tcp": tcp, "http": http, "resolve": resolve, "udp": udp, "icmp": icmp, "raw4": raw4, "raw6": raw6,
+PROBES: dict[str, Callable[..., Any]] = {"tcp": tcp, "http": http, "resolve": resolve, "udp": udp, "icmp": icmp,
+                                         "raw4": raw4, "raw6": raw6,
           "download": download}
 
 if __name__ == "__main__":

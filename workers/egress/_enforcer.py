@@ -165,8 +165,10 @@ class EgressEnforcer:
                 protected += await _resolve(loop, value)
         self.operator, self.protected = tuple(operator), tuple(protected)
         self.operator_names = frozenset(allowance.names)
-        upstreams = ([_host_port(u) for u in self.config.upstreams] if self.config.upstreams
-                     else parse_resolv_conf(Path("/etc/resolv.conf").read_text(errors="replace")))
+        if self.config.upstreams:
+            upstreams = [_host_port(u) for u in self.config.upstreams]
+        else:  # a file read: off the event loop, which serves every sandbox's DNS
+            upstreams = parse_resolv_conf(await asyncio.to_thread(Path("/etc/resolv.conf").read_text, errors="replace"))
         reason = await self.nft.usable()
         if reason is None:
             try:

@@ -184,7 +184,8 @@ def render_allow(key: str, answers: Sequence[tuple[str, int]]) -> str:
     for text, ttl in answers:
         addr = ipaddress.ip_address(text)
         by_family[addr.version].append(f"{addr} timeout {max(1, int(ttl))}s")
-    return "".join(f"add element {_T} {chain}_v{v} {{ {', '.join(items)} }}\n" for v, items in by_family.items() if items)
+    return "".join(
+        f"add element {_T} {chain}_v{v} {{ {', '.join(items)} }}\n" for v, items in by_family.items() if items)
 
 
 async def _run(argv: Sequence[str], stdin: bytes | None = None, timeout: float = NFT_TIMEOUT_S) -> tuple[int, str, str]:
@@ -224,7 +225,10 @@ class Nft:
         if shutil.which(self.binary) is None:
             return f"{self.binary} is not installed"
         code, _, err = await _run([self.binary, "list", "tables"])
-        return None if code == 0 else f"nft cannot read the ruleset ({_first_error(err)}); the worker needs CAP_NET_ADMIN in the host's network namespace"
+        if code == 0:
+            return None
+        return (f"nft cannot read the ruleset ({_first_error(err)}); the worker needs CAP_NET_ADMIN in the host's "
+                "network namespace")
 
     async def sandbox_keys(self) -> set[str]:
         """Keys of the sandboxes that have a chain in the table (none when the table is absent)."""

@@ -83,7 +83,7 @@ def collapse(networks: Iterable[IPNetwork]) -> tuple[list[ipaddress.IPv4Network]
 
 def _within(net: IPNetwork, ranges: Iterable[tuple[IPNetwork, str]]) -> str | None:
     for outer, why in ranges:
-        if net.version == outer.version and net.subnet_of(outer):  # type: ignore[arg-type]
+        if net.version == outer.version and net.subnet_of(outer):  # type: ignore[arg-type]  # same IP version: checked first
             return why
     return None
 
@@ -95,9 +95,9 @@ def classify(address: str | IPAddress, operator: Iterable[IPNetwork] = (),
     host = ipaddress.ip_network(ipaddress.ip_address(address))
     if (why := _within(host, NEVER)) is not None:
         return "never", why
-    if any(host.version == n.version and host.subnet_of(n) for n in protected):  # type: ignore[arg-type]
+    if any(host.version == n.version and host.subnet_of(n) for n in protected):  # type: ignore[arg-type]  # same IP version: checked first
         return "never", "protected by the worker"
-    if any(host.version == n.version and host.subnet_of(n) for n in operator):  # type: ignore[arg-type]
+    if any(host.version == n.version and host.subnet_of(n) for n in operator):  # type: ignore[arg-type]  # same IP version: checked first
         return "operator", "allowed by the operator"
     if (why := _within(host, DENIED)) is not None:
         return "denied", why

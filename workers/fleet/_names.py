@@ -47,7 +47,7 @@ TASK_NAMES = frozenset({TASK_CALL, TASK_STAGE, TASK_OPEN_SANDBOX, TASK_CLOSE_SAN
 def is_task_queue(queue: str | None) -> bool:
     """A queue carrying toolfleet task messages (the shared one or a host's), as opposed to Celery's
     own control (pidbox) and event queues."""
-    return bool(queue) and (queue == SHARED_QUEUE or queue.startswith(f"{PREFIX}.host."))  # type: ignore[union-attr]
+    return queue is not None and (queue == SHARED_QUEUE or queue.startswith(f"{PREFIX}.host."))
 
 # --- Redis keys ---------------------------------------------------------------------------------
 HOSTS_SET = f"{PREFIX}:hosts"  # every host that ever heartbeated (liveness is the heartbeat key)

@@ -27,6 +27,10 @@ from docker.errors import APIError, DockerException, ImageNotFound
 from orchestrator.util._sandbox import SandboxUnavailableError
 from orchestrator.util._sandbox_config import DockerSandboxConfig
 
+from .._driver import SandboxDriver, SandboxRequest
+from .._environment import AgentSandboxEnvironment
+from .._errors import SandboxImageError, missing_image_message
+from .._registry import SandboxRegistry, default_registry
 from ._containers import KEEPALIVE, Containers, container_name
 from ._direct import HostListener
 from ._disk import DiskPlan, layer_quota_supported, plan_disk, seed_command
@@ -36,10 +40,6 @@ from ._pod import Pod, pod_hosts
 from ._pool import ContainerPool, HostSandboxes, host_sandboxes
 from ._pull import ImagePuller
 from ._snapshot import snapshot_present
-from .._driver import SandboxDriver, SandboxRequest
-from .._environment import AgentSandboxEnvironment
-from .._registry import SandboxRegistry, default_registry
-from .._errors import SandboxImageError, missing_image_message
 
 log = structlog.get_logger("toolfleet.sandbox")
 
@@ -132,7 +132,7 @@ class DockerSandboxDriver(SandboxDriver):
             if self.config.services:
                 pod = Pod(self.config, self.containers, self.puller, self.host, self.disk, self._service_env)
                 try:
-                    env.services = await pod.start(  # type: ignore[assignment] - it holds what _service_env built
+                    env.services = await pod.start(  # type: ignore[assignment]  # it holds what _service_env built
                         env, spec.eval_id or self.eval_id, spec.sample_id, self.host.owner)
                 except BaseException:
                     await self._remove(env)

@@ -25,15 +25,14 @@ import structlog
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from orchestrator.util._sandbox import SandboxUnavailableError
-
 from orchestrator.util._sandbox_config import DockerSandboxConfig, HealthCheck, ServiceConfig
 
+from .._errors import SandboxImageError, missing_image_message
 from ._containers import Container, Containers, container_name
 from ._disk import DEFAULT_WRITABLE, DiskPlan
 from ._labels import container_labels
 from ._pool import HostSandboxes
 from ._pull import ImagePuller
-from .._errors import SandboxImageError, missing_image_message
 
 # Builds the environment of a started service container: (container id, name, service, user).
 ServiceEnvFactory = Callable[[str, str, str, str], Container]
@@ -48,7 +47,7 @@ _NANOS = 1_000_000_000
 
 def pod_hosts(default_service: str, services: dict[str, ServiceConfig]) -> dict[str, str]:
     """``/etc/hosts`` entries of a pod: every service name (and the default's) is this namespace."""
-    return {name: "127.0.0.1" for name in (default_service, *services)}
+    return dict.fromkeys((default_service, *services), "127.0.0.1")
 
 
 def healthcheck_dict(check: HealthCheck) -> dict[str, Any]:
@@ -157,7 +156,8 @@ class Pod:
             if not state.get("Running"):
                 logs = await self._log_tail(env.container_id)
                 raise SandboxUnavailableError(
-                    f"Service '{name}' exited with code {state.get('ExitCode')} while starting" + (f": {logs}" if logs else "."))
+                    f"Service '{name}' exited with code {state.get('ExitCode')} while starting"
+                                              + (f": {logs}" if logs else "."))
             health = state.get("Health") or {}
             status = health.get("Status")
             if check is None:
@@ -182,10 +182,10 @@ class Pod:
     async def _log_tail(self, container_id: str) -> str:
         api = self.containers.api
         try:
-            raw = await api.call(api.api.logs, container_id, tail=5)
+            raw: Any = await api.call(api.api.logs, container_id, tail=5)  # stream=False: the log as bytes
         except DockerException:
             return ""
-        return raw.decode("utf-8", "replace").strip()[-300:]
+        return str(raw.decode("utf-8", "replace")).strip()[-300:]
 
 
 __all__ = ["Pod", "SERVICE_LABEL", "healthcheck_dict", "pod_hosts"]

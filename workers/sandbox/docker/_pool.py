@@ -19,6 +19,7 @@ One ``HostSandboxes`` per process (a worker, or an embedded eval) is shared by e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fnmatch
 import time
 from collections import deque
@@ -29,10 +30,10 @@ import structlog
 
 from orchestrator.util._sandbox_config import DEFAULT_IMAGE
 
+from .._errors import SandboxCapacityError
 from ._engine import DockerEngines
 from ._labels import HOST
 from ._snapshot import HostSnapshots
-from .._errors import SandboxCapacityError
 
 log = structlog.get_logger("toolfleet.sandbox")
 
@@ -280,9 +281,7 @@ class ContainerPool:
         for task in (self._task, self._expiry):
             if task is not None:
                 task.cancel()
-                try:
+                with contextlib.suppress(asyncio.CancelledError, TimeoutError, Exception):  # closing anyway
                     await asyncio.wait_for(task, 30)
-                except (asyncio.CancelledError, TimeoutError, Exception):  # noqa: BLE001 - closing anyway
-                    pass
         while self._ready:
             await self.evict_oldest("closed")
