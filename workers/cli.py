@@ -29,6 +29,7 @@ from ._admission import WorkerPolicy, broker_is_loopback
 from .app import BROKER_ENV, DEFAULT_BROKER, AppConfig, create_worker_app
 from .fleet import SECRET_ENV, SECRET_FILE_ENV, Keyring, MissingSecretError, claim_identity, load_keyring, names
 from ._tool_modules import IMPORT_ENV, ToolModuleError, ToolModules, imports_from_env
+from .egress import EgressEnforcer, EgressError
 from .sandbox_host import SandboxHost
 from .sandbox.docker import HostSandboxes
 from .sandbox._registry import SandboxRegistry
@@ -99,8 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
     trust.add_argument("--registry", dest="registries", action="append", type=_registry_host, metavar="HOST[:PORT]",
                        help="registry this worker pulls sandbox images from when a sample's image names it and is "
                             "missing here (repeatable; default: none: the worker never pulls)")
-    trust.add_argument("--allow-network", dest="networks", action="append", metavar="MODE",
-                       help="docker network mode a sandbox may ask for, besides none (repeatable)")
+    trust.add_argument("--allow-network", dest="networks", action="append", choices=["public", "allowlist"],
+                       help="sandbox network mode a sandbox may ask for besides none (repeatable): allowlist (only "
+                            "its allowed_hosts) or public (the internet; allowlist too). Either way never this "
+                            "host, the broker, other sandboxes, metadata or private ranges (docs/egress.md); "
+                            "enforced with nftables, which needs CAP_NET_ADMIN in the host's network namespace")
+    trust.add_argument("--egress-allow", dest="egress_allow", action="append", default=[], metavar="CIDR|HOST",
+                       help="a private network or host sandboxes with a network may reach besides the internet "
+                            "(repeatable), e.g. a package mirror on 10.0.0.0/8; never link-local, metadata, this "
+                            "host or the broker")
     trust.add_argument("--max-memory", default="4g", help="cap on a sandbox's memory limit")
     trust.add_argument("--max-cpus", type=float, default=float(os.cpu_count() or 1), help="cap on a sandbox's CPU limit (default: this host's CPUs)")
     trust.add_argument("--max-pids", type=int, default=4096, help="cap on a sandbox's pids limit")
@@ -112,11 +120,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def network_modes(asked: list[str] | None) -> list[str]:
+    """``--allow-network`` values as the modes admitted: none always; public brings allowlist (narrower)."""
+    modes = {"none", *(asked or [])}
+    if "public" in modes:
+        modes.add("allowlist")
+    return [m for m in ("none", "public", "allowlist") if m in modes]
+
+
 def build_policy(args: argparse.Namespace) -> WorkerPolicy:
     return WorkerPolicy(
         sandbox_types=["docker", "local"] if args.allow_local else ["docker"],
         images=args.images or ["toolfleet/*"],
-        network_modes=["none", *(args.networks or [])],
+        network_modes=network_modes(args.networks),
         max_memory=args.max_memory, max_cpus=args.max_cpus, max_pids=args.max_pids,
         max_outcome_bytes=args.max_outcome_bytes, local_root=args.local_root, registries=args.registries or [],
         allow_root=args.allow_root_user,
@@ -138,6 +154,27 @@ def _registry_host(value: str) -> str:
     if not re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)(:\d{1,5})?", value):
         raise argparse.ArgumentTypeError(f"{value!r} is not HOST[:PORT] (no scheme, no path), e.g. 127.0.0.1:5000")
     return value
+
+
+def build_egress(args: argparse.Namespace, owner: str) -> EgressEnforcer:
+    """The worker's one egress enforcer: the operator's allowances, and its broker's host protected
+    (never reachable from a sandbox, whatever the operator allows)."""
+    from .egress import EgressConfig, EgressEnforcer
+    from .sandbox.docker import DockerAPI
+
+    config = EgressConfig(allow=tuple(args.egress_allow), protect=broker_hosts(args.broker))
+    return EgressEnforcer(config, DockerAPI(None, 4), owner=owner)
+
+
+def broker_hosts(url: str) -> tuple[str, ...]:
+    """The broker's host as a URL names it (an address or a name, resolved when the enforcer starts);
+    none for a unix socket or loopback (sandboxes never reach the host's own addresses anyway)."""
+    from urllib.parse import urlsplit
+
+    if broker_is_loopback(url):
+        return ()
+    host = (urlsplit(url).hostname or "").strip("[]")
+    return (host,) if host else ()
 
 
 def default_identity() -> str:
@@ -194,9 +231,14 @@ def _run(args: argparse.Namespace, keyring: Keyring) -> int:
     os.environ[HOST_ENV] = config.host  # what a `local` sandbox's commands see as $TOOLFLEET_HOST
     # This worker's sandboxes: its slots and spares; containers labelled with its identity; pulls from its
     # registries only (none by default). Built here and handed to the runtime its tasks run on.
+    try:
+        egress = build_egress(args, config.host)
+    except ValueError as exc:  # an --egress-allow that is neither a network nor a host, or never reachable
+        print(f"toolfleet worker: {str(exc).splitlines()[0]}", file=sys.stderr, flush=True)
+        return 2
     sandboxes = SandboxHost(HostSandboxes(limit=args.slots, max_spares=args.warm_pool, idle_ttl=args.pool_idle_ttl,
                                           pooled_images=args.pool_images or (), owner=config.host,
-                                          registries=config.policy.registries), SandboxRegistry())
+                                          registries=config.policy.registries, egress=egress), SandboxRegistry())
     if args.snapshot_disk:
         sandboxes.docker.snapshots.budget = args.snapshot_disk  # bytes (--snapshot-disk, parsed)
     runtimes = Runtimes(args.broker)
@@ -205,7 +247,12 @@ def _run(args: argparse.Namespace, keyring: Keyring) -> int:
     if args.allow_local:
         print("toolfleet worker: --allow-local: `local` sandboxes run as this user on this host, with NO isolation",
               file=sys.stderr, flush=True)
-    rt = runtimes.start(config, keyring, sandboxes)  # before consuming: the first task must find the loop and the host name
+    try:
+        rt = runtimes.start(config, keyring, sandboxes)  # before consuming: the first task must find the loop and the host name
+    except EgressError as exc:  # e.g. an --egress-allow name that does not resolve
+        runtimes.stop()
+        print(f"toolfleet worker: {exc}", file=sys.stderr, flush=True)
+        return 2
     if rt is not None and rt.heartbeat is not None:  # what this worker runs, for the orchestrator's preflight
         rt.heartbeat.record.image_patterns = list(config.policy.images)
         rt.heartbeat.record.sandbox_types = list(config.policy.sandbox_types)

@@ -45,6 +45,9 @@ class HostRecord(BaseModel):
     image_patterns: list[str] = []  # images its policy runs (--image); [] = not reported
     sandbox_types: list[str] = []  # sandbox types its policy runs (docker; local with --allow-local); [] = not reported
     registries: list[str] = []  # registries it pulls missing images from (--registry); [] = it never pulls
+    # Network modes it gives a sandbox a network of its own for (--allow-network, enforced by its host);
+    # [] = its host enforces no policy (or it does not report): only lone 'none' sandboxes there.
+    network_modes: list[str] = []
 
     def to_hash(self) -> dict[str, str]:
         return {k: json.dumps(v) if isinstance(v, list) else str(int(v) if isinstance(v, bool) else v)
@@ -56,10 +59,10 @@ class HostRecord(BaseModel):
                    for k, v in data.items()}
         decoded["draining"] = decoded.get("draining") in ("1", "True", "true")
         try:
-            for field in ("images", "image_patterns", "sandbox_types", "registries"):
+            for field in ("images", "image_patterns", "sandbox_types", "registries", "network_modes"):
                 decoded[field] = json.loads(decoded.get(field) or "[]")
         except ValueError:
-            decoded.update(images=[], image_patterns=[], sandbox_types=[], registries=[])
+            decoded.update(images=[], image_patterns=[], sandbox_types=[], registries=[], network_modes=[])
         return cls.model_validate(decoded)
 
 
