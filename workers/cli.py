@@ -109,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a private network or host sandboxes with a network may reach besides the internet "
                             "(repeatable), e.g. a package mirror on 10.0.0.0/8; never link-local, metadata, this "
                             "host or the broker")
+    trust.add_argument("--egress-dns", dest="egress_dns", action="append", default=[], metavar="ADDR[:PORT]",
+                       help="resolver the sandboxes' DNS filter asks (repeatable; default: this host's "
+                            "/etc/resolv.conf)")
     trust.add_argument("--max-memory", default="4g", help="cap on a sandbox's memory limit")
     trust.add_argument("--max-cpus", type=float, default=float(os.cpu_count() or 1), help="cap on a sandbox's CPU limit (default: this host's CPUs)")
     trust.add_argument("--max-pids", type=int, default=4096, help="cap on a sandbox's pids limit")
@@ -162,7 +165,8 @@ def build_egress(args: argparse.Namespace, owner: str) -> EgressEnforcer:
     from .egress import EgressConfig, EgressEnforcer
     from .sandbox.docker import DockerAPI
 
-    config = EgressConfig(allow=tuple(args.egress_allow), protect=broker_hosts(args.broker))
+    config = EgressConfig(allow=tuple(args.egress_allow), protect=broker_hosts(args.broker),
+                          upstreams=tuple(getattr(args, "egress_dns", ())))
     return EgressEnforcer(config, DockerAPI(None, 4), owner=owner)
 
 
