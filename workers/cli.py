@@ -112,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     trust.add_argument("--egress-dns", dest="egress_dns", action="append", default=[], metavar="ADDR[:PORT]",
                        help="resolver the sandboxes' DNS filter asks (repeatable; default: this host's "
                             "/etc/resolv.conf)")
+    trust.add_argument("--egress-pool", dest="egress_pool", default="10.213.0.0/16", metavar="CIDR",
+                       help="IPv4 network the sandboxes' own networks are carved from (a /27 each); it must "
+                            "overlap none of this host's, the cluster's or the test internet's networks")
     trust.add_argument("--max-memory", default="4g", help="cap on a sandbox's memory limit")
     trust.add_argument("--max-cpus", type=float, default=float(os.cpu_count() or 1), help="cap on a sandbox's CPU limit (default: this host's CPUs)")
     trust.add_argument("--max-pids", type=int, default=4096, help="cap on a sandbox's pids limit")
@@ -162,12 +165,25 @@ def _registry_host(value: str) -> str:
 def build_egress(args: argparse.Namespace, owner: str) -> EgressEnforcer:
     """The worker's one egress enforcer: the operator's allowances, and its broker's host protected
     (never reachable from a sandbox, whatever the operator allows)."""
+    from pydantic import ValidationError
+
     from .egress import EgressConfig, EgressEnforcer
     from .sandbox.docker import DockerAPI
 
-    config = EgressConfig(allow=tuple(args.egress_allow), protect=broker_hosts(args.broker),
-                          upstreams=tuple(getattr(args, "egress_dns", ())))
+    try:
+        config = EgressConfig(allow=tuple(args.egress_allow), protect=broker_hosts(args.broker),
+                              upstreams=tuple(getattr(args, "egress_dns", ())),
+                              subnet_pool=getattr(args, "egress_pool", "10.213.0.0/16"))
+    except ValidationError as exc:  # one line naming the flag
+        error = exc.errors()[0]
+        flag = _EGRESS_FLAGS.get(str(error["loc"][0]) if error["loc"] else "", "--egress-*")
+        message = str(error["msg"]).removeprefix("Value error, ")
+        raise ValueError(message if message.startswith("--") else f"{flag}: {message}") from None
     return EgressEnforcer(config, DockerAPI(None, 4), owner=owner)
+
+
+_EGRESS_FLAGS = {"allow": "--egress-allow", "upstreams": "--egress-dns", "subnet_pool": "--egress-pool",
+                 "protect": "--broker"}
 
 
 def broker_hosts(url: str) -> tuple[str, ...]:
