@@ -16,6 +16,7 @@ from orchestrator.util._sandbox_config import DockerSandboxConfig
 from workers._admission import PolicyRefused, WorkerPolicy, admit_network, admit_sandbox
 from workers.cli import broker_hosts, build_parser, network_modes
 from workers.fleet import HostRecord
+from workers.sandbox.docker import host_sandboxes
 from workers.sandbox.docker._capabilities import dropped_capabilities, runs_as_root
 
 OPEN = WorkerPolicy(network_modes=["none", "public", "allowlist"])
@@ -203,3 +204,27 @@ def test_preflight_names_the_missing_network_mode(hosts: list[Any], mode, says):
         assert why is None
     else:
         assert why is not None and says in why and why.startswith(f"Network mode '{mode}' (samples s1, s2)")
+
+
+# --- an embedded eval's --egress-allow -----------------------------------------------------------------
+
+async def test_egress_allow_on_an_eval_is_embedded_modes_and_checked_in_one_line():
+    from orchestrator.cli import build_parser as eval_parser
+    from orchestrator.cli._eval_cmd import _common_kwargs
+    from orchestrator.eval._errors import EvalSetupError
+    from orchestrator.eval._setup import make_dispatcher
+
+    args = eval_parser().parse_args(["eval", "task.py", "--egress-allow", "10.0.0.0/8", "--egress-allow", "mirror.lan"])
+    assert _common_kwargs(args)["egress_allow"] == ["10.0.0.0/8", "mirror.lan"]
+    with pytest.raises(EvalSetupError) as caught:
+        await make_dispatcher(None, ["169.254.169.254"])
+    assert str(caught.value) == ("--egress-allow '169.254.169.254': link-local (cloud metadata) addresses are never "
+                                 "reachable from a sandbox")
+    with pytest.raises(EvalSetupError, match="--egress-allow is for embedded mode: with --broker each worker's own"):
+        await make_dispatcher("redis://127.0.0.1:1/0", ["10.0.0.0/8"])  # refused before any connection
+    d = await make_dispatcher(None, ["10.0.0.0/8"])
+    try:
+        assert d.host.docker.egress.config.allow == ("10.0.0.0/8",)  # an enforcer of the eval's own
+        assert d.host.docker is not host_sandboxes()  # and a docker host of its own, closed with it
+    finally:
+        await d.aclose()

@@ -138,6 +138,15 @@ async def _resolve(loop: asyncio.AbstractEventLoop, name: str) -> list[IPNetwork
     return [ipaddress.ip_network(str(info[4][0]).split("%")[0]) for info in infos]
 
 
+def _host_resolvers() -> list[tuple[str, int]]:
+    """The host's resolvers ([] without a readable resolv.conf: the DNS filter then refuses to start,
+    and the enforcer offers only ``none``, saying why)."""
+    try:
+        return parse_resolv_conf(Path("/etc/resolv.conf").read_text(errors="replace"))
+    except OSError:
+        return []
+
+
 class EgressEnforcer:
     """Sandbox networks under a policy on one host. ``start`` (or ``ready``) first; ``modes`` says
     what it enforces. One per process (a worker, an embedded eval), built by its owner and handed down."""
@@ -208,8 +217,7 @@ class EgressEnforcer:
                 protected += await _resolve(loop, value)
         self.operator, self.protected = tuple(operator), tuple(protected)
         self.operator_names = frozenset(allowance.names)
-        upstreams = ([_host_port(u) for u in self.config.upstreams] if self.config.upstreams
-                     else parse_resolv_conf(Path("/etc/resolv.conf").read_text(errors="replace")))
+        upstreams = [_host_port(u) for u in self.config.upstreams] or _host_resolvers()
         reason = await self.nft.usable()
         if reason is None:
             try:
