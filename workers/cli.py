@@ -171,9 +171,9 @@ def build_egress(args: argparse.Namespace, owner: str) -> EgressEnforcer:
     from .sandbox.docker import DockerAPI
 
     try:
+        pool = getattr(args, "egress_pool", None)
         config = EgressConfig(allow=tuple(args.egress_allow), protect=broker_hosts(args.broker),
-                              upstreams=tuple(getattr(args, "egress_dns", ())),
-                              subnet_pool=getattr(args, "egress_pool", "10.213.0.0/16"))
+                              upstreams=tuple(getattr(args, "egress_dns", ())), **({"subnet_pool": pool} if pool else {}))
     except ValidationError as exc:  # one line naming the flag
         error = exc.errors()[0]
         flag = _EGRESS_FLAGS.get(str(error["loc"][0]) if error["loc"] else "", "--egress-*")
