@@ -193,7 +193,7 @@ async def run_network(rt: WorkerRuntime, handle: Any, request: Any) -> dict[str,
         if not isinstance(handle, str) or not isinstance(request, dict):
             raise PolicyRefused("This worker refuses a malformed sandbox network request.")
         mode, hosts = admit_network(rt.policy, request.get("network_mode"), request.get("allowed_hosts", []))
-        await rt.sandboxes.set_network(handle, EgressPolicy(mode=mode, allowed_hosts=tuple(hosts)))  # type: ignore[arg-type]
+        await rt.sandboxes.set_network(handle, EgressPolicy(mode=mode, allowed_hosts=tuple(hosts)))
     except PolicyRefused as exc:
         log.warning("worker.network_refused", host=host, reason=str(exc))
         return {"error": {"type": "PolicyRefused", "message": str(exc)}, "host": host}

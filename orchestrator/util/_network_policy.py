@@ -16,7 +16,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 __all__ = ["MODES", "HostPattern", "NetworkMode", "normalise_hosts", "parse_network"]
 
@@ -73,7 +73,7 @@ def parse_network(mode: object, allowed_hosts: object) -> tuple[NetworkMode, lis
     if allowed_hosts and mode != "allowlist":
         raise ValueError(f"allowed_hosts is for network_mode 'allowlist', not {mode!r}")
     try:
-        return mode, normalise_hosts(list(allowed_hosts))  # type: ignore[return-value]  # mode is in MODES
+        return cast(NetworkMode, mode), normalise_hosts(list(allowed_hosts))  # one of MODES, checked above
     except ValueError as exc:
         raise ValueError(f"allowed_hosts: {exc}") from None
 

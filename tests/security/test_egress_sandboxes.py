@@ -324,8 +324,8 @@ async def test_a_worker_that_does_not_allow_a_mode_refuses_it_at_preflight_and_a
         needs.kinds, needs.networks = {"docker"}, {"public": ["task-a"]}
         with pytest.raises(SandboxPreflightError) as caught:
             await d.preflight(needs)
-        assert str(caught.value) == (f"Network mode 'public' (sample task-a) is allowed by none of the 1 live "
-                                     f"worker(s): start workers with --allow-network public.")
+        assert str(caught.value) == ("Network mode 'public' (sample task-a) is allowed by none of the 1 live "
+                                     "worker(s): start workers with --allow-network public.")
         for config in ({"type": "docker", "image": IMAGE, "network_mode": "public"},
                        {"type": "docker", "image": IMAGE, "phase_network_modes": ["public"]}):
             with pytest.raises(SandboxUnavailableError, match="start the worker with --allow-network public"):

@@ -25,7 +25,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from orchestrator.util._network_policy import MODES, HostPattern, NetworkMode, normalise_hosts
+from orchestrator.util._network_policy import (
+    MODES,
+    HostPattern,
+    NetworkMode,
+    normalise_hosts,
+)
 
 __all__ = ["DENIED", "MODES", "NEVER", "AddressClass", "EgressMode", "EgressPolicy", "HostPattern",
            "IPNetwork", "OperatorAllowance", "classify", "collapse", "parse_allowance"]
