@@ -312,11 +312,11 @@ async def test_a_phases_policy_takes_effect_at_once_even_on_connections_opened_b
 
 
 @pytest.mark.celery
-async def test_a_worker_that_does_not_allow_a_mode_refuses_it_at_preflight_and_at_the_worker(broker, internet,
+async def test_a_worker_that_does_not_allow_a_mode_refuses_it_at_preflight_and_at_the_worker(own_redis, internet,
                                                                                              upstream):
     from orchestrator.dispatch import CeleryDispatcher
 
-    ensure_fleet_secret()
+    broker = own_redis.url  # a fleet of this one worker (the module's open worker is on another broker)
     worker = worker_for(broker, internet, upstream).start(timeout=60)  # no --allow-network
     d = CeleryDispatcher(broker)
     try:
@@ -344,10 +344,10 @@ async def test_a_worker_that_does_not_allow_a_mode_refuses_it_at_preflight_and_a
 
 
 @pytest.mark.celery
-async def test_a_crashed_workers_networks_and_rules_are_reaped_by_the_next_worker(broker, internet, upstream):
+async def test_a_crashed_workers_networks_and_rules_are_reaped_by_the_next_worker(own_redis, internet, upstream):
     from orchestrator.dispatch import CeleryDispatcher
 
-    ensure_fleet_secret()
+    broker = own_redis.url
     crashed = worker_for(broker, internet, upstream, "--allow-network", "public").start(timeout=60)
     d = CeleryDispatcher(broker)
     try:
