@@ -6,10 +6,12 @@ host's addresses (a worker stand-in, UDP, a real redis-server)."""
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import docker
 import pytest
 import redis
+from docker.errors import APIError
 
 from tests.security._egress_support import (
     HTTP_PORT,
@@ -51,8 +53,19 @@ def internet(client):
 def metadata(internet):
     """A listener at 169.254.169.254 (port 8080), on a Docker network of its own, as a cloud's would be:
     routed off the host, not one of the host's addresses."""
-    net = internet.network("meta", "169.254.169.0/24")
-    internet.serve("meta", "metadata-stand-in", [net], ip="169.254.169.254")
+    made: list[Any] = []
+
+    def claimed() -> bool:  # the subnet is one: another egress test module's stand-in may still be going away
+        try:
+            made.append(internet.network("meta", "169.254.169.252/30"))
+            return True
+        except APIError as exc:
+            if "overlap" not in str(exc).lower():
+                raise
+            return False
+
+    wait_for(claimed, 60, "the metadata stand-in's subnet (169.254.169.252/30) to be free")
+    internet.serve("meta", "metadata-stand-in", made, ip="169.254.169.254")
     wait_for(lambda: reachable_from_host("169.254.169.254"), 30, "the metadata stand-in")
     return "169.254.169.254"
 
