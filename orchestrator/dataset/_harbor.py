@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator._errors import ToolfleetError
+
 from ._harbor_config import HarborSettings, TaskConfigError, map_task_config, parse_task_config
 from ._harbor_images import IMAGE_PREFIX, BuildReport, DockerImageBuilder, HarborBuildError, ImageBuild
 from ._sample import MemoryDataset, Sample
@@ -34,7 +36,7 @@ MAIN_SERVICE = "main"  # Harbor's name for the agent's container in a compose en
 _TASK_MARKERS = ("task.toml", "instruction.md", "environment", "tests")
 
 
-class HarborTaskError(ValueError):
+class HarborTaskError(ToolfleetError, ValueError):
     """A Harbor task directory cannot be used; one line names it and says why."""
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from orchestrator._errors import ToolfleetError
+
 __all__ = ["HarborSettings", "HarborTaskConfig", "TaskConfigError", "map_task_config", "parse_task_config"]
 
 DEFAULT_AGENT_TIMEOUT_S = 600.0
@@ -25,7 +27,7 @@ DEFAULT_BUILD_TIMEOUT_S = 600.0
 DEFAULT_MEMORY_MB = 2048  # Harbor's default; toolfleet's own sandbox default is 1g
 
 
-class TaskConfigError(ValueError):
+class TaskConfigError(ToolfleetError, ValueError):
     """``task.toml`` cannot be read (syntax, or a value of the wrong type); the message says where."""
 
 

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator._errors import ToolfleetError
 from orchestrator.util._sandbox import sandbox
 
 from ._score import Score, Scorer, mean, scorer, stderr
@@ -47,7 +48,7 @@ chmod 777 {VERIFIER_DIR}
 """
 
 
-class RewardError(ValueError):
+class RewardError(ToolfleetError, ValueError):
     """The verifier's reward file does not say a reward."""
 
 

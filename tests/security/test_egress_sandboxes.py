@@ -25,7 +25,7 @@ import pytest
 
 from orchestrator._wire import SandboxSpec
 from orchestrator.dispatch import InProcessDispatcher, SampleRoute
-from orchestrator.dispatch._preflight import SandboxNeeds, SandboxPreflightError
+from orchestrator.dispatch._preflight import PreflightError, SandboxNeeds
 from orchestrator.util._sandbox import SandboxUnavailableError
 from tests.security._egress_fixtures import OWNER
 from tests.security._egress_support import (
@@ -322,7 +322,7 @@ async def test_a_worker_that_does_not_allow_a_mode_refuses_it_at_preflight_and_a
     try:
         needs = SandboxNeeds()
         needs.kinds, needs.networks = {"docker"}, {"public": ["task-a"]}
-        with pytest.raises(SandboxPreflightError) as caught:
+        with pytest.raises(PreflightError) as caught:
             await d.preflight(needs)
         assert str(caught.value) == ("Network mode 'public' (sample task-a) is allowed by none of the 1 live "
                                      "worker(s): start workers with --allow-network public.")

@@ -13,13 +13,13 @@ from pydantic import ValidationError
 
 from orchestrator.dispatch._preflight import network_refusal
 from orchestrator.util._sandbox_config import DockerSandboxConfig
-from workers._admission import PolicyRefused, WorkerPolicy, admit_network, admit_sandbox
+from workers._admission import AdmissionRefused, AdmissionRules, admit_network, admit_sandbox
 from workers.cli import broker_hosts, build_parser, network_modes
 from workers.fleet import HostRecord
 from workers.sandbox.docker import host_sandboxes
 from workers.sandbox.docker._capabilities import dropped_capabilities, runs_as_root
 
-OPEN = WorkerPolicy(network_modes=["none", "public", "allowlist"])
+OPEN = AdmissionRules(network_modes=["none", "public", "allowlist"])
 
 
 # --- the config --------------------------------------------------------------------------------------
@@ -64,20 +64,20 @@ def test_services_may_have_a_way_out_now():
 # --- what a worker admits ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("policy", "fields", "refused"), [
-    (WorkerPolicy(), {"network_mode": "public"}, "--allow-network public"),
-    (WorkerPolicy(), {"network_mode": "allowlist", "allowed_hosts": ["pypi.org"]}, "--allow-network allowlist"),
-    (WorkerPolicy(), {"phase_network_modes": ["public"]}, "--allow-network public"),
-    (WorkerPolicy(network_modes=["none", "allowlist"]), {"network_mode": "public"}, "--allow-network public"),
-    (WorkerPolicy(network_modes=["none", "allowlist"]), {"network_mode": "allowlist"}, None),
+    (AdmissionRules(), {"network_mode": "public"}, "--allow-network public"),
+    (AdmissionRules(), {"network_mode": "allowlist", "allowed_hosts": ["pypi.org"]}, "--allow-network allowlist"),
+    (AdmissionRules(), {"phase_network_modes": ["public"]}, "--allow-network public"),
+    (AdmissionRules(network_modes=["none", "allowlist"]), {"network_mode": "public"}, "--allow-network public"),
+    (AdmissionRules(network_modes=["none", "allowlist"]), {"network_mode": "allowlist"}, None),
     (OPEN, {"network_mode": "public", "phase_network_modes": ["none", "allowlist"]}, None),
-    (WorkerPolicy(), {"phase_network_modes": ["none"]}, None),  # only asks for a network of its own
+    (AdmissionRules(), {"phase_network_modes": ["none"]}, None),  # only asks for a network of its own
 ])
 def test_network_modes_are_the_workers_to_allow(policy, fields, refused):
     config = {"type": "docker", **fields}
     if refused is None:
         assert admit_sandbox(policy, config)["network_mode"] == fields.get("network_mode", "none")
     else:
-        with pytest.raises(PolicyRefused) as caught:
+        with pytest.raises(AdmissionRefused) as caught:
             admit_sandbox(policy, config)
         assert refused in str(caught.value)
 
@@ -85,9 +85,9 @@ def test_network_modes_are_the_workers_to_allow(policy, fields, refused):
 @pytest.mark.parametrize(("policy", "mode", "hosts", "expected"), [
     (OPEN, "public", [], ("public", [])),
     (OPEN, "none", [], ("none", [])),
-    (WorkerPolicy(), "none", [], ("none", [])),  # narrowing is always admitted
+    (AdmissionRules(), "none", [], ("none", [])),  # narrowing is always admitted
     (OPEN, "allowlist", ["PyPI.org", "*.Example.org"], ("allowlist", ["pypi.org", "*.example.org"])),
-    (WorkerPolicy(), "public", [], "--allow-network public"),
+    (AdmissionRules(), "public", [], "--allow-network public"),
     (OPEN, "bridge", [], "is not one of none, public, allowlist"),
     (OPEN, None, [], "is not one of"),
     (OPEN, "public", ["pypi.org"], "allowed_hosts is for network_mode 'allowlist'"),
@@ -98,7 +98,7 @@ def test_a_phases_network_is_admitted_by_the_same_rules(policy, mode, hosts, exp
     if isinstance(expected, tuple):
         assert admit_network(policy, mode, hosts) == expected
     else:
-        with pytest.raises(PolicyRefused) as caught:
+        with pytest.raises(AdmissionRefused) as caught:
             admit_network(policy, mode, hosts)
         assert expected in str(caught.value) and "\n" not in str(caught.value)
 
@@ -113,9 +113,9 @@ def test_a_phases_network_is_admitted_by_the_same_rules(policy, mode, hosts, exp
     (True, {"cap_add": ["SYS_ADMIN"]}, "it can only be set in the worker's own configuration"),
 ])
 def test_capabilities_a_worker_admits(allow_root, fields, expected):
-    policy = WorkerPolicy(allow_root=allow_root)
+    policy = AdmissionRules(allow_root=allow_root)
     if isinstance(expected, str):
-        with pytest.raises(PolicyRefused, match=expected):
+        with pytest.raises(AdmissionRefused, match=expected):
             admit_sandbox(policy, {"type": "docker", **fields})
     else:
         assert admit_sandbox(policy, {"type": "docker", **fields})["cap_drop"] == expected
