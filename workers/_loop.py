@@ -90,7 +90,7 @@ class WorkerRuntime:
             slots=self.config.slots,
             # What this worker runs and pulls, in its very first beat (placement and preflight read them).
             image_patterns=list(self.config.admission.images), sandbox_types=list(self.config.admission.sandbox_types),
-            registries=list(self.config.admission.registries),
+            registries=list(self.config.admission.registries), network_modes=await self._network_modes(),
         )
         self.heartbeat = Heartbeat(self.redis, record, self.config.heartbeat_interval, self.config.heartbeat_ttl)
         self.heartbeat.on_beat(self._on_beat)
@@ -98,6 +98,18 @@ class WorkerRuntime:
         await self._first_beat()
         self.heartbeat.start()
         log.info("worker.ready", host=self.config.host, boot=self.boot, slots=self.config.slots)
+
+    async def _network_modes(self) -> list[str]:
+        """The network modes this worker gives sandboxes networks of their own for: those its policy
+        allows, [] when its host cannot enforce a policy (then only lone 'none' sandboxes run here).
+        The egress enforcer is started here, on the loop its DNS filter serves on (docs/egress.md)."""
+        egress = self.sandboxes.docker.egress
+        await egress.start()
+        if not egress.enforcing:
+            log.warning("worker.network_policies_unenforceable", host=self.config.host,
+                        allowed=self.config.admission.network_modes, reason=egress.unavailable)
+            return []
+        return [m for m in self.config.admission.network_modes if m in egress.modes]
 
     async def _first_beat(self, timeout: float = 120.0) -> None:
         """Announce the host; in a fresh deployment Redis may still be starting, so retry (bounded)."""
@@ -175,6 +187,11 @@ class WorkerRuntime:
             await asyncio.wait_for(self.sandboxes.close_all(), 100.0)
         except Exception as exc:  # noqa: BLE001 - shutdown goes on: the reaper removes what is left
             log.warning("worker.close_sandboxes_failed", error=str(exc))
+        if self.sandboxes.docker.has_egress:  # what is still open goes now (the next start reaps the rest)
+            try:
+                await asyncio.wait_for(self.sandboxes.docker.egress.aclose(), 30.0)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("worker.close_networks_failed", error=str(exc))
         if self.redis is not None:
             await self.redis.aclose()
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import structlog
 
@@ -34,6 +34,9 @@ from .sandbox._driver_cache import MAX_IDLE_DRIVERS, DriverCache
 from .sandbox._environment import AgentSandboxEnvironment
 from .sandbox._registry import SandboxRegistry, default_registry
 from .sandbox.docker import HostSandboxes, host_sandboxes
+
+if TYPE_CHECKING:
+    from .egress import EgressPolicy
 
 __all__ = ["SETUP_TIMEOUT_S", "SandboxHost", "SandboxSetupError"]
 
@@ -122,6 +125,15 @@ class SandboxHost:
             await driver.destroy(cast(AgentSandboxEnvironment, env))  # its driver made it: an agent sandbox
         finally:
             await self.drivers.give_back(driver)  # its last sandbox gone: the driver may be closed
+
+    async def set_network(self, handle: str, policy: EgressPolicy) -> None:
+        """Change the network policy of the sandbox ``handle`` (``SandboxUnavailableError`` if it is gone,
+        or its backend or host cannot; the previous policy then stays)."""
+        env = self.registry.get(handle)
+        driver = self._owners.get(handle)
+        if driver is None:
+            raise SandboxUnavailableError(f"Sandbox '{handle}' is not one this host opened.")
+        await driver.set_network(cast(AgentSandboxEnvironment, env), policy)  # its driver made it: an agent sandbox
 
     def lookup(self, handle: str) -> SandboxEnvironment:
         """The live sandbox for a handle in this process (``SandboxUnavailableError`` if gone)."""

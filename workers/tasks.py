@@ -11,6 +11,9 @@
   ``ToolRef``); the call id is the task id, and ``_call_memory`` answers a redelivered copy with the
   stored outcome instead of running the call again.
 * ``toolfleet.open_sandbox(spec)`` / ``toolfleet.close_sandbox(handle)``: sandbox lifecycle on this host.
+* ``toolfleet.sandbox_network(handle, policy)``: a live sandbox's new network policy (a Harbor phase's),
+  admitted as ``network_mode`` is at open (``--allow-network``) and enforced by this host; a replayed
+  copy changes nothing (remembered as an open is).
 * remote-control ``toolfleet_cancel(call_ids)``: cancel running calls (the sandbox kills the process
   group). Celery's own ``revoke(terminate=True)`` cannot stop a call in the threads pool.
 
@@ -37,7 +40,7 @@ from orchestrator._wire import CallOutcome, CallRequest, FatalError, SandboxSpec
 from orchestrator.tool._registry import is_registered, not_registered_message
 from orchestrator.tool._tool_call import ToolCallError
 
-from ._admission import AdmissionRefused, admit_sandbox
+from ._admission import AdmissionRefused, admit_network, admit_sandbox
 from ._bounds import call_timeout, result_bytes
 from ._call_memory import CallRunningElsewhere
 from ._loop import Runtimes, WorkerRuntime
@@ -192,6 +195,26 @@ async def run_close(rt: WorkerRuntime, handle: str) -> dict[str, Any]:
     return await rt.close_sandbox(handle)
 
 
+async def run_network(rt: WorkerRuntime, handle: Any, request: Any) -> dict[str, Any]:
+    """Change a sandbox's network policy: ``{"network_mode": mode, "host": ...}`` or ``{"error": ...}``."""
+    from .egress import EgressPolicy
+
+    host = rt.config.host
+    try:
+        if not isinstance(handle, str) or not isinstance(request, dict):
+            raise AdmissionRefused("This worker refuses a malformed sandbox network request.")
+        mode, hosts = admit_network(rt.admission, request.get("network_mode"), request.get("allowed_hosts", []))
+        await rt.sandboxes.set_network(handle, EgressPolicy(mode=mode, allowed_hosts=tuple(hosts)))
+    except AdmissionRefused as exc:
+        log.warning("worker.network_refused", host=host, reason=str(exc))
+        return {"error": {"type": "PolicyRefused", "message": str(exc)}, "host": host}  # the wire's name, kept
+    except Exception as exc:  # noqa: BLE001 - reported to the orchestrator as data
+        log.warning("worker.network_failed", host=host, error=str(exc))
+        return {"error": {"type": type(exc).__name__, "message": str(exc)}, "host": host}
+    log.info("worker.network_changed", host=host, sandbox=handle, mode=mode)
+    return {"network_mode": mode, "host": host}
+
+
 log_ack_errors = logging.getLogger("toolfleet.worker.ack")
 
 
@@ -273,6 +296,20 @@ def register_tasks(app: Celery, runtimes: Runtimes) -> None:
             raise Ignore  # a copy of a consumed open (a replay): nothing opened, nothing stored
         try:
             return rt.submit(run_open(rt, payload, owner), timeout=rt.config.open_timeout)
+        except TimeoutError as exc:
+            return {"error": {"type": "TimeoutError", "message": str(exc)}, "host": rt.config.host}
+
+    @app.task(name=names.TASK_SANDBOX_NETWORK, bind=True, acks_late=True, Request=_REQUEST)
+    def sandbox_network(self: Any, handle: Any, request: Any) -> dict[str, Any]:
+        rt = runtimes.get()
+        first = rt.submit(first_consumption(rt.redis, self.request.id, DEFAULT_REPLAY_WINDOW), timeout=30) \
+            if rt.redis is not None else True
+        if not first:
+            rejects.reject("replayed", self.request.delivery_info.get("routing_key"),
+                           f"sandbox_network {self.request.id}")
+            raise Ignore  # a copy of a consumed change (a replay): it must not undo a later phase's policy
+        try:
+            return rt.submit(run_network(rt, handle, request), timeout=rt.config.open_timeout)
         except TimeoutError as exc:
             return {"error": {"type": "TimeoutError", "message": str(exc)}, "host": rt.config.host}
 

@@ -74,6 +74,10 @@ def _add_run_flags(p: argparse.ArgumentParser, defaults_from_log: bool = False) 
     p.add_argument("--broker", default=None if defaults_from_log else os.environ.get("TOOLFLEET_BROKER") or None,
                    help="Redis URL: run tool calls on toolfleet workers (distributed mode; default: "
                         "$TOOLFLEET_BROKER)" + note)
+    p.add_argument("--egress-allow", dest="egress_allow", action="append", metavar="CIDR|HOST",
+                   help="embedded mode: a private network or host sandboxes with a network may reach besides the "
+                        "internet (repeatable), e.g. a local package mirror; with --broker the workers' own "
+                        "--egress-allow decides (docs/egress.md)")
     p.add_argument("--approval", metavar="FILE|human|auto", help="approval policy (overrides the task's)" + note)
     p.add_argument("--review", metavar="FILE|human", help="review policy (overrides the task's)" + note)
     p.add_argument("--message-limit", type=int, help="per-sample message limit" + note)
@@ -172,7 +176,7 @@ def _common_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 epochs_reducer=args.epochs_reducer.split(",") if args.epochs_reducer else None,
                 fail_on_error=parse_fail_on_error(args.fail_on_error), max_connections=args.max_connections,
                 max_subprocesses=args.max_subprocesses, config=config or None, log_format=args.log_format,
-                preflight=args.preflight, model_prices=args.model_prices)
+                preflight=args.preflight, model_prices=args.model_prices, egress_allow=args.egress_allow)
 
 
 def parse_fail_on_error(value: str | None) -> bool | float | None:

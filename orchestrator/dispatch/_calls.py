@@ -49,7 +49,7 @@ PUBLISH_SAMPLES = 100_000  # (messages, calls) per publish kept (two ints each)
 class Pending:
     task_id: str
     future: asyncio.Future[Any]
-    kind: Literal["call", "open", "close"]
+    kind: Literal["call", "open", "close", "network"]
     function: str
     payload: Any
     queue: str
@@ -225,7 +225,7 @@ class PendingCalls:
             bound = (rec.timeout or self.config.max_call_seconds) + self.config.call_grace
             if rec.kind == "open":
                 bound = self.config.open_timeout
-            elif rec.kind == "close":
+            elif rec.kind in ("close", "network"):
                 bound = self.config.close_timeout
             rec.deadline = call_later(bound, self._expire, rec.task_id, bound)  # holds no sample once cancelled
         lifecycle = [rec for rec in records if rec.kind != "call"]
@@ -235,9 +235,9 @@ class PendingCalls:
                 rec.raw = raw
                 raw.add_done_callback(functools.partial(self._on_meta, rec))
 
-    async def lifecycle(self, kind: Literal["open", "close"], name: str, arg: Any, queue: str,
+    async def lifecycle(self, kind: Literal["open", "close", "network"], name: str, arg: Any, queue: str,
                         host: str, boot: str | None) -> dict[str, Any]:
-        """Send a sandbox open/close task to ``queue`` and wait for the worker's Celery result."""
+        """Send a sandbox open/close/network task to ``queue`` and wait for the worker's Celery result."""
         await self._start()  # a resumed eval may close a dead run's sandboxes before anything else
         loop = asyncio.get_running_loop()
         rec = Pending(task_id=uuid.uuid4().hex, future=loop.create_future(), kind=kind, function=f"{kind}_sandbox",

@@ -60,6 +60,18 @@ class Dispatcher(ABC):
     async def close_sandbox(self, route: SampleRoute) -> None:
         """Destroy the sample's sandbox (idempotent; never raises for an already-gone sandbox)."""
 
+    @abstractmethod
+    async def set_sandbox_network(self, route: SampleRoute, network_mode: str,
+                                  allowed_hosts: Sequence[str] = ()) -> None:
+        """Change the network policy of the sample's live sandbox, all its containers at once:
+        ``network_mode`` ``none`` | ``public`` | ``allowlist`` (with ``allowed_hosts``), as a sandbox
+        config names it (docs/egress.md); e.g. a Harbor task's ``[agent]`` / ``[verifier]`` phase. Where
+        the sandbox lives decides, as for ``network_mode`` at open: a worker admits the mode only with
+        ``--allow-network`` and its host enforces it. A connection the old policy allowed is judged by
+        the new one from its next packet on. The sandbox must have a network of its own (opened with
+        ``phase_network_modes``, services, or a mode other than ``none``). Refused or impossible:
+        ``SandboxUnavailableError`` (one sentence), and the previous policy stays."""
+
     async def remove_snapshots(self, eval_id: str) -> list[str]:
         """Remove ``eval_id``'s snapshots (those not kept) where they are; returns their ids."""
         return []

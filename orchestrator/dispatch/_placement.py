@@ -252,6 +252,28 @@ class SandboxPlacement:
         except (RedisError, OSError) as exc:
             log.debug("dispatch.lease_failed", error=str(exc))
 
+    # --- a phase's network ----------------------------------------------------------------------
+
+    async def set_network(self, route: SampleRoute, network_mode: str, allowed_hosts: list[str]) -> None:
+        """Ask the host holding the sandbox to change its network policy (a signed task it admits)."""
+        if route.sandbox is None:
+            raise SandboxUnavailableError("This sample has no sandbox whose network could change.")
+        host, boot = self._sandboxes.get(route.sandbox, (names.host_of_queue(route.queue), None))
+        if host is None or self._is_lost(host, boot):
+            raise SandboxUnavailableError(f"The worker host holding sandbox '{route.sandbox}' is gone.")
+        try:
+            answer = await self._calls.lifecycle(
+                "network", names.TASK_SANDBOX_NETWORK,
+                [route.sandbox, {"network_mode": network_mode, "allowed_hosts": list(allowed_hosts)}],
+                names.host_queue(host), host, boot)
+        except TimeoutError as exc:
+            raise SandboxUnavailableError(f"Worker host '{host}' did not change the sandbox's network: {exc}") from exc
+        result = answer.get("result") if answer.get("status") == "SUCCESS" else None
+        if not isinstance(result, dict) or result.get("network_mode") != network_mode:
+            reason = result.get("error", {}).get("message") if isinstance(result, dict) else answer.get("result")
+            raise SandboxUnavailableError(f"Worker host '{host}' did not change the sandbox's network to "
+                                          f"'{network_mode}': {reason}")
+
     # --- closing -------------------------------------------------------------------------------
 
     async def close(self, route: SampleRoute) -> None:

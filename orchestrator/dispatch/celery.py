@@ -196,6 +196,10 @@ class CeleryDispatcher(Dispatcher):
     async def close_sandbox(self, route: SampleRoute) -> None:
         await self._placement.close(route)
 
+    async def set_sandbox_network(self, route: SampleRoute, network_mode: str,
+                                  allowed_hosts: Sequence[str] = ()) -> None:
+        await self._placement.set_network(route, network_mode, list(allowed_hosts))
+
     async def remove_snapshots(self, eval_id: str) -> list[str]:
         """Every live host removes the eval's snapshots it holds (tools on a worker may have taken some)."""
         await self.start()
@@ -205,7 +209,8 @@ class CeleryDispatcher(Dispatcher):
         return await remove_snapshots_on(self, eval_id, [h.queue for h in hosts])
 
     async def preflight(self, needs: SandboxNeeds) -> None:
-        await check_fleet(self.config.broker_url, needs.images, needs.kinds, needs.pullable, needs.pods, needs.tools)
+        await check_fleet(self.config.broker_url, needs.images, needs.kinds, needs.pullable, needs.pods, needs.tools,
+                          needs.networks)
 
     # --- what the result listener hears --------------------------------------------------------
 

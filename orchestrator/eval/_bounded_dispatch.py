@@ -44,6 +44,10 @@ class BoundedDispatcher(Dispatcher):
     async def close_sandbox(self, route: SampleRoute) -> None:
         await self.inner.close_sandbox(route)
 
+    async def set_sandbox_network(self, route: SampleRoute, network_mode: str,
+                                  allowed_hosts: Sequence[str] = ()) -> None:
+        await self.inner.set_sandbox_network(route, network_mode, allowed_hosts)
+
     @property
     def sandboxes_here(self) -> bool:  # type: ignore[override]  # the wrapped dispatcher's, read through
         return self.inner.sandboxes_here

@@ -144,6 +144,7 @@ async def eval_async(
     skip_complete: bool = False,
     preflight: bool = True,
     model_prices: str | Path | None = None,
+    egress_allow: Sequence[str] | None = None,
 ) -> list[EvalLog]:
     """Run every task; see the module docstring for concurrency and resume semantics.
 
@@ -160,7 +161,9 @@ async def eval_async(
     same identity in ``log_dir`` is returned instead of running again (what ``eval_set`` relies on).
     ``preflight``: before the first sample, check sandbox specs, images, live workers and the model
     endpoint once (see ``_preflight``); False skips it. ``model_prices``: a price file over the built-in
-    table (see ``orchestrator.model._pricing``; default ``$TOOLFLEET_MODEL_PRICES``).
+    table (see ``orchestrator.model._pricing``; default ``$TOOLFLEET_MODEL_PRICES``). ``egress_allow``:
+    embedded mode's ``--egress-allow`` (networks or hosts sandboxes with a network may reach besides the
+    internet; docs/egress.md).
     """
     _quiet_unless_configured()
     task_list = [tasks] if isinstance(tasks, (Task, str)) else list(tasks)
@@ -190,7 +193,7 @@ async def eval_async(
         await probe_model(resolved_model)
     own_dispatcher = dispatcher is None
     if dispatcher is None:
-        dispatcher = await make_dispatcher(broker)
+        dispatcher = await make_dispatcher(broker, egress_allow)
     logs: list[EvalLog] = []
     try:
         for task in resolved:

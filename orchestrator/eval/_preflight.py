@@ -12,8 +12,9 @@
   ``_task_tools.worker_tools``) is registered on every live worker (workers publish their registry at
   start); a tool on none, or on only some, is one line naming it and the ``--import`` that provides it;
 - distributed mode: the broker has live workers; if sandboxes are needed, one of them accepts them,
-  runs their type (``local`` needs ``--allow-local``), allows each image (``--image`` patterns) and
-  has slots for the largest multi-service sandbox (one per container);
+  runs their type (``local`` needs ``--allow-local``), allows each image (``--image`` patterns),
+  offers each network mode a sandbox asks for (``--allow-network``, on a host that enforces it; embedded
+  mode: this machine enforces it) and has slots for the largest multi-service sandbox (one per container);
 - the model endpoint answers (openai and anthropic providers: one ``models.list`` with a short
   timeout; scripted models are not probed).
 
@@ -86,6 +87,8 @@ def sandbox_needs(task_sandbox: Any, samples: Sequence[Any], base_dir: Any = Non
                 needs.images.setdefault(image, []).append(str(sample.id))
         if config.containers > 1:
             needs.pods.setdefault(config.containers, []).append(str(sample.id))
+        for mode in getattr(config, "enforced_modes", ()):
+            needs.networks.setdefault(mode, []).append(str(sample.id))
     return needs
 
 
@@ -156,7 +159,8 @@ async def preflight(task_sandbox: Any, samples: Sequence[Any], *, dispatcher: Di
     elif embedded:
         await check_local_images(needs.images, needs.pullable)
     elif broker_url:
-        await check_fleet(broker_url, needs.images, needs.kinds, needs.pullable, needs.pods, needs.tools)
+        await check_fleet(broker_url, needs.images, needs.kinds, needs.pullable, needs.pods, needs.tools,
+                          needs.networks)
 
 
 __all__ = ["PreflightError", "preflight", "probe_model"]

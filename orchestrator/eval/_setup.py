@@ -6,20 +6,31 @@ Failures here are user mistakes (``SetupError`` subclasses) with one clear sente
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.dispatch import Dispatcher, InProcessDispatcher
 from orchestrator.dispatch._preflight import redact as redact  # re-exported (the CLI and the log use it)
 
-from ._errors import BrokerUnreachableError, DockerUnreachableError, PolicyFileError
+from ._errors import BrokerUnreachableError, DockerUnreachableError, EvalSetupError, PolicyFileError
 
 PREFLIGHT_TIMEOUT_S = 5.0
 
 
-async def make_dispatcher(broker: str | None) -> Dispatcher:
-    """Embedded (in-process) without a broker; the Celery dispatcher with one (checked reachable first)."""
+async def make_dispatcher(broker: str | None, egress_allow: Sequence[str] | None = None) -> Dispatcher:
+    """Embedded (in-process) without a broker; the Celery dispatcher with one (checked reachable first).
+    ``egress_allow`` (``--egress-allow``): embedded mode's own sandbox host, whose egress enforcer lets
+    sandboxes reach those networks too; with a broker the workers' flags decide, so it is refused."""
     if broker is None:
+        if egress_allow:
+            try:
+                return InProcessDispatcher.with_egress_allowances(egress_allow)
+            except ValueError as exc:
+                raise EvalSetupError(str(exc)) from None
         return InProcessDispatcher()
+    if egress_allow:
+        raise EvalSetupError("--egress-allow is for embedded mode: with --broker each worker's own --egress-allow "
+                             "decides what its sandboxes reach (docs/egress.md).")
     await _check_broker(broker)
     try:
         from orchestrator.dispatch.celery import CeleryDispatcher

@@ -1,6 +1,7 @@
-"""``harbor:DIR`` end to end with real Docker: ``examples/harbor --oracle`` scores 1.0 embedded and on two
-real workers through Redis; a broken solution is reported by name; the default solver is a react agent
-with bash, python and text_editor; the verifier ignores a reward the agent planted; the image cache.
+"""``harbor:DIR`` end to end with real Docker: ``examples/harbor --oracle`` scores what it scores under Harbor
+(1.0, and kv-store 0) embedded and on two real workers through Redis; a broken solution is reported by name;
+the default solver is a react agent with bash, python and text_editor; the verifier ignores a reward the agent
+planted; the image cache.
 """
 
 from __future__ import annotations
@@ -35,11 +36,13 @@ def _rewards(log: Any) -> dict[str, dict[str, float]]:
 
 def _check_examples(log: Any) -> None:
     assert log.status == "success"
+    # kv-store scores 0, as under Harbor: its service listens on 127.0.0.1 in its own network namespace, so the
+    # agent's container reaching http://kv:8000 is refused (services run as compose runs them).
     assert _rewards(log) == {"fix-word-count": {"reward": 1.0, "cases_passed": 1.0}, "hello-world": {"reward": 1.0},
-                             "kv-store": {"reward": 1.0}}
+                             "kv-store": {"reward": 0.0}}
     means = {s.name: s.metrics["mean"].value for s in log.results.scores}
-    assert means == {"reward": 1.0, "cases_passed": 1.0}
-    assert oracle_failures(log) == []
+    assert means == {"reward": pytest.approx(2 / 3), "cases_passed": 1.0}
+    assert oracle_failures(log) == ["kv-store (reward 0)"]
     by_id = {str(s.id): s for s in log.samples}
     for sid, sample in by_id.items():  # each task ran on its own content-addressed image
         [opened] = [e.data for e in sample.events if e.event == "info" and e.source == "sandbox"]

@@ -49,6 +49,9 @@ class HostRecord(BaseModel):
     # sandbox types its admission rules run (docker; local with --allow-local); [] = not reported
     sandbox_types: list[str] = []
     registries: list[str] = []  # registries it pulls missing images from (--registry); [] = it never pulls
+    # Network modes it gives a sandbox a network of its own for (--allow-network, enforced by its host);
+    # [] = its host enforces no policy (or it does not report): only lone 'none' sandboxes there.
+    network_modes: list[str] = []
 
     def to_hash(self) -> dict[str, str]:
         return {k: json.dumps(v) if isinstance(v, list) else str(int(v) if isinstance(v, bool) else v)
@@ -60,10 +63,10 @@ class HostRecord(BaseModel):
                                    (v.decode() if isinstance(v, bytes) else v) for k, v in data.items()}
         decoded["draining"] = decoded.get("draining") in ("1", "True", "true")
         try:
-            for field in ("images", "image_patterns", "sandbox_types", "registries"):
+            for field in ("images", "image_patterns", "sandbox_types", "registries", "network_modes"):
                 decoded[field] = json.loads(decoded.get(field) or "[]")
         except ValueError:
-            decoded.update(images=[], image_patterns=[], sandbox_types=[], registries=[])
+            decoded.update(images=[], image_patterns=[], sandbox_types=[], registries=[], network_modes=[])
         return cls.model_validate(decoded)
 
 

@@ -25,6 +25,8 @@ from orchestrator.util._sandbox_config import (  # re-exported: the configs driv
 from orchestrator.util._sandbox_parse import sandbox_config as sandbox_config  # re-exported
 
 if TYPE_CHECKING:
+    from workers.egress import EgressPolicy
+
     from ._environment import AgentSandboxEnvironment
 
 
@@ -53,6 +55,13 @@ class SandboxDriver(ABC):
     @abstractmethod
     async def reap(self) -> int:
         """Remove expired or orphaned sandboxes; returns how many were removed."""
+
+    async def set_network(self, env: AgentSandboxEnvironment, policy: EgressPolicy) -> None:
+        """Change a live sandbox's network policy (docs/egress.md). A backend without one refuses."""
+        from orchestrator.util._sandbox import SandboxUnavailableError
+
+        raise SandboxUnavailableError(f"Sandbox '{env.sandbox_id}' ({type(self).__name__}) has no network policy "
+                                      "to change: only docker sandboxes have one.")
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook: does nothing unless overridden
         """Release everything the driver holds (pools, background tasks, clients)."""
