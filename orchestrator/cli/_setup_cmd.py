@@ -1,4 +1,4 @@
-"""``toolfleet setup [redis] [registry] [images] [browser]``: bring a bare machine to what the test suite and docker mode need.
+"""``toolfleet setup [redis] [registry] [images] [browser] [faketime]``: bring a bare machine to what the test suite and docker mode need.
 
 What it provides, each step skipped when already there (so a second run takes a second):
 
@@ -9,6 +9,8 @@ What it provides, each step skipped when already there (so a second run takes a 
 - ``registry`` — Debian's ``docker-registry`` (the Distribution registry server): the pull tests start
   their own on a free loopback port (``docker-registry serve``); installed with apt like redis-server.
 - ``browser`` — Debian's ``chromium``, headless, for the test that opens a log in ``inspect view``.
+- ``faketime`` — Debian's ``faketime`` (libfaketime): the chaos suite (``tests/chaos``) skews a worker's
+  clock by preloading it into that worker process, a real skew no code of ours can special-case.
 - ``images`` — the sandbox images (``sandbox_images/build.sh``: debootstrap + ``docker import`` +
   ``docker build``, no registry). ``debootstrap`` is installed with apt the same way when it is missing
   and an image has to be built. Cached by tag (and by recipe hash for ``toolfleet/sandbox:latest``).
@@ -30,7 +32,7 @@ from ._common import fail
 
 __all__ = ["SetupError", "add_command", "ensure_images"]
 
-COMPONENTS = ("redis", "registry", "images", "browser")
+COMPONENTS = ("redis", "registry", "images", "browser", "faketime")
 # The tags build.sh produces; `images` is done when all of them exist with the current recipe.
 IMAGES = ("toolfleet/debian-base:bookworm", "toolfleet/sandbox:latest")
 APT_TIMEOUT = 900.0
@@ -43,12 +45,12 @@ class SetupError(RuntimeError):
 
 def add_command(commands: Any) -> None:
     p = commands.add_parser(
-        "setup", help="install redis-server, docker-registry and chromium, build the sandbox images (what the tests need)",
+        "setup", help="install redis-server, docker-registry, chromium and faketime, build the sandbox images (what the tests need)",
         description="Provide what the test suite and docker mode need on a bare machine: redis-server, "
-                    "docker-registry and chromium (apt, as root) and the sandbox images (sandbox_images/build.sh). "
+                    "docker-registry, chromium and faketime (apt, as root) and the sandbox images (sandbox_images/build.sh). "
                     "Idempotent.")
     p.add_argument("components", nargs="*", metavar="COMPONENT",
-                   help="any of redis, registry, images, browser (default: all)")
+                   help="any of redis, registry, images, browser, faketime (default: all)")
     p.add_argument("--force-images", action="store_true", help="rebuild the images even if they exist")
     p.set_defaults(handler=run_setup)
 
@@ -95,6 +97,7 @@ _PROGRAMS = {
     "redis": ("redis-server", "redis-server (the Celery tests start their own on loopback)", ()),
     "registry": ("docker-registry", "docker-registry (the image pull tests start their own on loopback)", ()),
     "browser": ("chromium", "chromium (the inspect view test renders a log headless)", ("chromium", "chromium-browser")),
+    "faketime": ("faketime", "faketime (libfaketime: the chaos suite skews a worker's clock)", ()),
 }
 
 

@@ -20,7 +20,7 @@ def test_unknown_component_is_one_line() -> None:
     done = _setup("redis", "postgres")
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        "toolfleet: error: unknown setup component 'postgres' (choose from: redis, registry, images, browser)"]
+        "toolfleet: error: unknown setup component 'postgres' (choose from: redis, registry, images, browser, faketime)"]
 
 
 def test_everything_present_is_a_quick_no_op() -> None:
