@@ -33,4 +33,5 @@ def test_everything_present_is_a_quick_no_op() -> None:
         "toolfleet setup: docker-registry: present",
         "toolfleet setup: sandbox images: present (toolfleet/debian-base:bookworm, toolfleet/sandbox:latest)",
         "toolfleet setup: chromium: present",
+        "toolfleet setup: faketime: present",
     ]
