@@ -72,6 +72,27 @@ async def test_an_eval_over_its_fair_share_waits_while_another_eval_waits(own_re
         await redis.aclose()
 
 
+async def test_an_evals_count_restarted_by_a_redis_restart_never_goes_negative(own_redis) -> None:  # type: ignore[no-untyped-def]
+    """Redis restarts while an eval holds three sandboxes (its count starts again from nothing); as those
+    close, the count stays at zero and its entry goes, instead of reading -3 (three slots beyond the
+    eval's fair share) and staying behind after the eval."""
+    redis = Redis.from_url(own_redis.url)
+    try:
+        await _host(redis, "h1", slots=4)
+        placer = Placer(redis, hosts_ttl=0.0)
+        for _ in range(3):
+            await placer.reserve(eval_id="a")
+        assert int(await redis.hget(names.EVAL_SLOTS, "a")) == 3
+        await asyncio.to_thread(own_redis.restart)
+        await _host(redis, "h1", slots=4)
+        assert (await placer.reserve(eval_id="a")).host == "h1"  # a sample opened after the restart counts
+        for _ in range(4):  # all four close
+            await release_eval(redis, "a")
+        assert await redis.hget(names.EVAL_SLOTS, "a") is None
+    finally:
+        await redis.aclose()
+
+
 async def test_placement_survives_redis_forgetting_its_script(own_redis) -> None:  # type: ignore[no-untyped-def]
     redis = Redis.from_url(own_redis.url)
     try:

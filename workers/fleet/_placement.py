@@ -524,9 +524,19 @@ async def reserve(redis: Redis, image: str | Sequence[str] | None = None, pull_p
     return await Placer(redis, hosts_ttl=0.0).reserve(image, pull_policy, weight, only=only)
 
 
+# An eval's fair-share count never goes below zero, and its entry goes at zero: after a Redis restart
+# the count starts again from nothing while the eval's sandboxes are still open, and their closes must
+# not leave it negative (more than its share) or behind for good.
+_RELEASE_EVAL = """
+local left = redis.call('HINCRBY', KEYS[1], ARGV[1], -tonumber(ARGV[2]))
+if left <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
+return left
+"""
+
+
 async def release_eval(redis: Redis, eval_id: str, weight: int = 1) -> None:
     """The orchestrator gives an eval's fair-share count back when it closes (or failed to open) a sandbox."""
-    await redis.hincrby(_names.EVAL_SLOTS, eval_id, -weight)
+    await redis.eval(_RELEASE_EVAL, 1, _names.EVAL_SLOTS, eval_id, weight)
 
 
 async def keep_evals_alive(redis: Redis, eval_ids: Sequence[str], ttl: float = EVAL_ALIVE_TTL_S) -> None:
@@ -553,7 +563,7 @@ async def release_leased(redis: Redis, leases: Sequence[tuple[str, str, str]]) -
         for host, token, _ in leases:
             pipe.zrem(_names.leased_key(host), token)
         for eval_id, n in per_eval.items():
-            pipe.hincrby(_names.EVAL_SLOTS, eval_id, -n)
+            pipe.eval(_RELEASE_EVAL, 1, _names.EVAL_SLOTS, eval_id, n)
         await pipe.execute()
 
 
