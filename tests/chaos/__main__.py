@@ -11,6 +11,7 @@ every fault was injected and recovered from. Needs Docker, redis-server and fake
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from ._faults import KINDS
@@ -18,7 +19,12 @@ from ._report import run
 from ._soak import Options
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM as Ctrl-C: the soak's cleanup (workers, Redis, containers) still runs
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _interrupted)
     p = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__.split("\n\n")[0])
     p.add_argument("--bounded", action="store_true", help="CI's form: 40 samples, each fault once, no baseline")
     p.add_argument("--samples", type=int, default=1000)

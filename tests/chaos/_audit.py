@@ -35,7 +35,7 @@ ALLOWED: tuple[tuple[str, str, bool], ...] = (
     ("toolfleet:evals:alive", "fair share: evals with a live orchestrator (scored by expiry)", False),
     ("toolfleet:evals:waiting", "fair share: evals waiting for a slot (scored by expiry)", False),
     ("celery-task-meta-*", "an open/close result nobody read", True),
-    ("_kombu.binding.*", "kombu's queue bindings (one per queue)", False),
+    ("_kombu.binding*", "kombu's queue bindings and their deadlines (one per queue)", False),
     ("unacked_mutex", "kombu's restore lock", True),
     ("*.reply.celery.pidbox", "a Celery control reply queue", True),
 )

@@ -8,8 +8,7 @@ calls ran in. What a call may look like:
 
 * ``bash`` / ``python`` (parallel-safe, so consecutive ones share a stage), some sleeping a little first so
   a fault lands while calls run;
-* ``note`` (serial: a barrier between stages; runs in the orchestrator and reaches the sandbox through the
-  dispatcher, as a scorer does);
+* ``note`` (serial: a barrier between stages; task code the workers import);
 * a ``bash`` call the approver rejects (``# deny``: it never runs, no line) or modifies (``# modify``: the
   line gets an ``m``), and ``python`` calls a reviewer looks at after they ran.
 """

@@ -157,7 +157,7 @@ class Soak:
         self.fleet.start_workers(self.o.workers, **self._worker_options())
 
     def _worker_options(self) -> dict[str, Any]:
-        return {"slots": self.o.slots, "concurrency": 4 * self.o.slots, "imports": (),
+        return {"slots": self.o.slots, "concurrency": 4 * self.o.slots, "imports": ("tests.chaos.tools",),
                 "heartbeat_interval": 0.5, "heartbeat_ttl": HEARTBEAT_TTL_S, "orphan_grace": 2.0,
                 "allow_local": False, "extra_args": ("--snapshot-disk", SNAPSHOT_DISK, "--warm-pool", "1")}
 
@@ -199,13 +199,16 @@ class Soak:
                 "--max-samples", str(self.o.workers * self.o.slots), "--time-limit", "900",
                 *(["--broker", self.redis.url] if distributed else []), *more]
 
-    def env(self, **extra: str) -> dict[str, str]:
-        return child_env(TOOLFLEET_BROKER=self.redis.url, **extra)
+    def env(self, distributed: bool = True, **extra: str) -> dict[str, str]:
+        """A child's environment; a distributed run's ``eval-retry`` finds the broker's password here."""
+        env = child_env(**extra)
+        env.pop("TOOLFLEET_BROKER", None)
+        return {**env, "TOOLFLEET_BROKER": self.redis.url} if distributed else env
 
     def reference(self) -> dict[str, Any]:
         """The embedded run of the same samples (local sandboxes): the tool messages every run must equal."""
         log_dir = self.work / "reference"
-        done = subprocess.run(self.eval_cmd(log_dir, "local", distributed=False), cwd=REPO_ROOT, env=self.env(),
+        done = subprocess.run(self.eval_cmd(log_dir, "local", distributed=False), cwd=REPO_ROOT, env=self.env(False),
                               capture_output=True, text=True, timeout=3600)
         if done.returncode != 0:
             raise RuntimeError(f"the embedded reference run failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")

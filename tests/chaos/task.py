@@ -1,7 +1,7 @@
 """The chaos soak's task file: scripted agents whose every tool call leaves one countable line in its sandbox.
 
 ``--model scripted/chaos`` plays each sample's script (``_script.script``); ``chaos`` is the task. Tools:
-``bash`` and ``python`` (parallel), ``note`` (serial, run by the orchestrator through the sample's sandbox);
+``bash`` and ``python`` (parallel), ``note`` (serial, from ``tests/chaos/tools.py``, which the workers import);
 an approver rejects ``# deny`` commands and modifies ``# modify`` ones; a reviewer reads every ``python``
 result. Every ``snapshot_every``-th sample also snapshots its sandbox after its first turn and reads its log
 in a fork (a docker sandbox only; a refusal, such as a full snapshot disk, is recorded in the sample's
@@ -21,9 +21,10 @@ from orchestrator.model import ModelOutput
 from orchestrator.review import Review, ReviewPolicy
 from orchestrator.scorer import Score, Target, scorer
 from orchestrator.solver import TaskState, sample_state, solver, use_tools
-from orchestrator.tool import ToolCall, bash, python, tool
+from orchestrator.tool import ToolCall, bash, python
 from orchestrator.util import SnapshotError, fork, sandbox
 
+from tests.chaos.tools import note
 from tests.chaos._script import DENY, LOG, MODIFY, expected_lines, line_faults, modified, script
 
 SAMPLE_PREFIX = "c"
@@ -36,22 +37,6 @@ def sample_ids(n: int) -> list[str]:
 def sample_input(sample_id: str, seed: int) -> str:
     """The first user message: what a provider's stand-in reads to play the same script (batch mode)."""
     return f"chaos sample {sample_id} seed {seed}: run your script."
-
-
-@tool(parallel=False, runs_on="orchestrator")
-def note():  # type: ignore[no-untyped-def]
-    async def execute(line: str) -> str:
-        """Append a line to the sample's log, through its sandbox.
-
-        Args:
-            line: The line.
-        """
-        result = await sandbox().exec(["sh", "-c", f"printf '%s\\n' {line} >> {LOG}"])
-        if not result.success:
-            raise RuntimeError(f"note failed: {result.stderr.strip()[:200]}")
-        return f"noted {line}"
-
-    return execute
 
 
 @scripted_policy("chaos")
