@@ -31,7 +31,6 @@ from workers.fleet import (
     keep_evals_alive,
     names,
     release_eval,
-    release_slots,
     slot_weight,
     stop_waiting,
 )
@@ -136,8 +135,16 @@ class SandboxPlacement:
                 await self._hold_lease()
                 meta = await self._calls.lifecycle("open", names.TASK_OPEN_SANDBOX,
                                                    [spec.model_dump(mode="json"), self._client_id], host.queue, host.host, host.boot)
-            except BaseException:
+            except BaseException as exc:
                 await self._release(host.host, weight, spec.eval_id)
+                if (isinstance(exc, SandboxUnavailableError) and only is None and attempt < DRAINING_RETRIES
+                        and self._is_lost(host.host, host.boot)):
+                    # The host died after placement last saw it alive (a cached host list, a leased slot);
+                    # whatever it opened went with it (its reaper or restart removes the container): place
+                    # the sandbox again, as for a host that began draining.
+                    log.info("dispatch.open_placed_again", host=host.host, sample=spec.sample_id)
+                    self.placer.host_lost(host.host)
+                    continue
                 raise
             answer = meta.get("result") if meta.get("status") == "SUCCESS" else None
             if only is None and attempt < DRAINING_RETRIES and _refused_draining(answer):
@@ -271,8 +278,6 @@ class SandboxPlacement:
 
     async def _release(self, host: str, weight: int = 1, eval_id: str | None = None) -> None:
         try:
-            if eval_id:
-                await release_eval(self._redis, eval_id, weight)
-            await release_slots(self._redis, host, weight)
+            await self.placer.release(host, weight, eval_id)  # after a leased slot's own count, never before
         except (RedisError, OSError):
             pass  # the host resets its counter at restart

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown fault {unknown[0]!r} (choose from: {', '.join(KINDS)})")
     if args.bounded:
         options = Options(samples=40, workers=3, slots=5, seed=args.seed, kinds=kinds, repeats=1, baseline=False,
-                          batch_kills=1, keep=args.keep)
+                          batch_kills=1 if args.batch_kills is None else args.batch_kills, keep=args.keep)
     else:
         options = Options(samples=args.samples, workers=args.workers, slots=args.slots, seed=args.seed, kinds=kinds,
                           repeats=args.repeats, baseline=args.baseline,

@@ -236,6 +236,7 @@ class Soak:
             if pending and progress.eval_id and done >= pending[0].at * self.o.samples:
                 planned = pending.pop(0)
                 time.sleep(planned.delay)
+                progress.read(orch.log)  # what finished meanwhile is not the recovery's
                 result.faults.append(self.inject(planned.kind, orch, progress))
                 continue
             time.sleep(0.2)

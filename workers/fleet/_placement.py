@@ -129,6 +129,7 @@ SETTLE_S = 5.0  # how long giving the leases back waits for lease asks still in 
 # the script is not asked whether its host still lives. A dead host's heartbeat lingers for its TTL
 # (10 s by default) anyway, and a host that began draining refuses the open, which is placed again.
 LEASE_HOSTS_S = 3.0
+WAITING_CHECK_S = 1.0  # while leases are held, how often whether another eval waits is read
 # A leased slot counts in Redis this long beyond twice the idle time (after which this orchestrator
 # gives it back itself): what one that died holding leases keeps from the fleet, and for how long.
 LEASE_GRACE_S = 2.0
@@ -167,6 +168,7 @@ class Placer:
         self._leases = Leases(leases, leases_total, idle_s=lease_idle_s, window_s=lease_window_s)
         self._tokens = (f"{uuid.uuid4().hex[:12]}:{n}" for n in itertools.count())  # one per lease ask
         self._handed: list[Lease] = []  # leases handed out, to be counted as reservations in Redis
+        self._counting: asyncio.Future[None] | None = None  # the task counting them
         self._sweeper: asyncio.Task[None] | None = None
         self._sender: asyncio.Task[None] | None = None
         self._releases: set[asyncio.Future[None]] = set()  # Redis writes running in the background
@@ -225,6 +227,21 @@ class Placer:
         self._hosts = [record if h.host == host else h for h in self._hosts]
         self._by_name[host] = record
         self._give_back_leases(self._leases.on_hosts(self._by_name))
+
+    def host_lost(self, host: str) -> None:
+        """``host`` is known to be gone (its heartbeat stopped, or it restarted): out of the cached list
+        until its next read, and the leases on it go back. A lease is otherwise handed out by a list up to
+        ``LEASE_HOSTS_S`` old, which may still name a host that died since."""
+        if host not in self._by_name:
+            return
+        self._hosts = [h for h in self._hosts if h.host != host]
+        del self._by_name[host]
+        self._give_back_leases(self._leases.on_hosts(self._by_name))
+
+    @property
+    def lease_hosts(self) -> dict[str, int]:
+        """Leased slots held now, per host."""
+        return self._leases.per_host()
 
     async def aclose(self) -> None:
         """Stop a background re-read of the hosts, if one is running; stop leasing and give every
@@ -327,8 +344,10 @@ class Placer:
         """``lease`` goes to a caller: in Redis it moves from the leased set to the slot counter (in
         the background, this tick's together); its host's record, with the newer of the two boots."""
         self._handed.append(lease)
-        if len(self._handed) == 1:
-            self._in_background(self._count_handed())
+        if self._counting is None or self._counting.done():
+            self._counting = asyncio.ensure_future(self._count_handed())
+            self._releases.add(self._counting)
+            self._counting.add_done_callback(self._releases.discard)
         record = self._by_name[lease.host]
         if record.boot != lease.boot and lease.taken > self._fetched:
             record = record.model_copy(update={"boot": lease.boot})  # restarted before the list was read
@@ -336,15 +355,26 @@ class Placer:
 
     async def _count_handed(self) -> None:
         await asyncio.sleep(0)  # the leases handed out in this tick go together
-        handed, self._handed = self._handed, []
-        try:
-            async with self.redis.pipeline(transaction=True) as pipe:  # never counted twice, nor not at all
-                for lease in handed:
-                    pipe.incrby(_names.slots_used_key(lease.host), 1)
-                    pipe.zrem(_names.leased_key(lease.host), lease.token)
-                await pipe.execute()
-        except Exception:  # noqa: BLE001 - best effort: the token expires; the worker's close decrements
-            pass
+        while self._handed:  # (and those handed out while a pipeline was in flight, after it)
+            handed, self._handed = self._handed, []
+            try:
+                async with self.redis.pipeline(transaction=True) as pipe:  # never counted twice, nor not at all
+                    for lease in handed:
+                        pipe.incrby(_names.slots_used_key(lease.host), 1)
+                        pipe.zrem(_names.leased_key(lease.host), lease.token)
+                    await pipe.execute()
+            except Exception:  # noqa: BLE001 - best effort: the token expires; the worker's close decrements
+                pass
+
+    async def release(self, host: str, weight: int = 1, eval_id: str | None = None) -> None:
+        """Give back a reservation (its sandbox closed, or failed to open): the eval's fair-share count and
+        the host's slot counter. A slot handed out from a lease is moved to the counter in the background;
+        its give-back waits for that move, or the counter — clamped at zero — would come out one high."""
+        while self._counting is not None and not self._counting.done():
+            await asyncio.shield(self._counting)
+        if eval_id:
+            await release_eval(self.redis, eval_id, weight)
+        await release_slots(self.redis, host, weight)
 
     def _lease_asks(self) -> list[tuple[_reserve.Ask, LeaseKey]]:
         """The lease asks due now (keys asked for since the last batch, under their target): the
@@ -452,13 +482,18 @@ class Placer:
             stranded.set_result(None)
 
     async def _sweep(self) -> None:
-        """While leases are held: give back those held ``IDLE_S`` without being handed out, and keep
-        the host list fresh (after a lull, the next reservation still finds its lease usable)."""
+        """While leases are held: give back those held ``IDLE_S`` without being handed out, and those
+        of an eval while another eval waits for a slot (an idle pool sends no lease ask the script could
+        refuse, so it would hold them until they expire); keep the host list fresh (after a lull, the
+        next reservation still finds its lease usable)."""
         loop = asyncio.get_running_loop()
         while self._leases.held:
-            await asyncio.sleep(self._leases.idle_s / 4)
+            await asyncio.sleep(min(self._leases.idle_s / 4, WAITING_CHECK_S))
             await self._release_now(self._leases.expired(loop.time()))
             try:
+                waiting = await self.redis.zrangebyscore(_names.EVALS_WAITING, (await _redis_now(self.redis)), "+inf")
+                await self._release_now(self._leases.yield_to({w.decode() if isinstance(w, bytes) else w for w in waiting},
+                                                              loop.time()))
                 await self.hosts()  # re-read in the background once half its TTL old
             except Exception:  # noqa: BLE001 - best effort: a reservation re-reads it too
                 pass
@@ -516,6 +551,11 @@ class Placer:
             except ValueError as exc:
                 out.append(exc)
         return out
+
+
+async def _redis_now(redis: Redis) -> float:
+    seconds, micros = await redis.time()
+    return seconds + micros / 1e6
 
 
 async def reserve(redis: Redis, image: str | Sequence[str] | None = None, pull_policy: str = "missing",
