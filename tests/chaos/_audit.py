@@ -128,7 +128,7 @@ def audit_samples(expected_ids: list[str], samples: dict[str, Any], reference: d
         score = next(iter((sample.scores or {}).values()), None)
         meta = (score.metadata or {}) if score is not None else {}
         audit.duplicated += int(meta.get("duplicated", 0)) + int(meta.get("foreign", 0))
-        probe = str((sample.metadata or {}).get("snapshot", "")).split(":")[0]
+        probe = str(meta.get("snapshot", "")).split(":")[0]
         if probe:
             audit.snapshots[probe] = audit.snapshots.get(probe, 0) + 1
         ref = reference.get(sid)

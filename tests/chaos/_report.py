@@ -51,7 +51,7 @@ def run(o: Options) -> bool:
 
 
 def _owned(host: str) -> list[str]:
-    done = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=toolfleet.owner={host}"], capture_output=True,
+    done = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=toolfleet.owner={host}"], check=False, capture_output=True,
                           text=True, timeout=60)
     return done.stdout.split()
 

@@ -25,10 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.eval import read_eval_log
-from tests.support.fleet import REPO_ROOT, Fleet, RedisServer, WorkerProcess, child_env, ensure_fleet_secret
+from tests.support.fleet import (
+    REPO_ROOT,
+    Fleet,
+    RedisServer,
+    WorkerProcess,
+    child_env,
+    ensure_fleet_secret,
+)
 
 from . import _audit
-from ._faults import KINDS, LIBFAKETIME, SKEW_S, Planned, schedule
+from ._faults import KINDS, LIBFAKETIME, SKEW_S, Planned
 
 TASK = str(Path(__file__).with_name("task.py"))
 HEARTBEAT_TTL_S = 3.0
@@ -209,7 +216,7 @@ class Soak:
         """The embedded run of the same samples (local sandboxes): the tool messages every run must equal."""
         log_dir = self.work / "reference"
         done = subprocess.run(self.eval_cmd(log_dir, "local", distributed=False), cwd=REPO_ROOT, env=self.env(False),
-                              capture_output=True, text=True, timeout=3600)
+                              check=False, capture_output=True, text=True, timeout=3600)
         if done.returncode != 0:
             raise RuntimeError(f"the embedded reference run failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
         [path] = log_dir.glob("*.jsonl")
@@ -275,7 +282,7 @@ class Soak:
             ids = self._containers(progress.eval_id, running=True)
             record.detail = f"{len(ids)} running"
             if ids:
-                subprocess.run(["docker", "kill", self.rng.choice(ids)], capture_output=True, timeout=60)
+                subprocess.run(["docker", "kill", self.rng.choice(ids)], check=False, capture_output=True, timeout=60)
         elif kind == "snapshot-disk-full":
             self._end_filler()
             log_dir = self.work / f"filler-{len(self.skewed)}-{time.monotonic_ns()}"
@@ -325,14 +332,15 @@ class Soak:
         if not eval_id:
             return []
         done = subprocess.run(["docker", "ps", "-q", *([] if running else ["-a"]), "--filter",
-                               f"label=toolfleet.eval_id={eval_id}"], capture_output=True, text=True, timeout=60)
+                               f"label=toolfleet.eval_id={eval_id}"], check=False, capture_output=True, text=True,
+                              timeout=60)
         return done.stdout.split()
 
     def _snapshot_images(self, eval_ids: set[str]) -> list[str]:
         out: list[str] = []
         for eval_id in eval_ids:
             done = subprocess.run(["docker", "images", "-q", "--filter", f"label=toolfleet.snapshot.eval_id={eval_id}"],
-                                  capture_output=True, text=True, timeout=60)
+                                  check=False, capture_output=True, text=True, timeout=60)
             out += done.stdout.split()
         return out
 

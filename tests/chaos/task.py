@@ -23,9 +23,16 @@ from orchestrator.scorer import Score, Target, scorer
 from orchestrator.solver import TaskState, sample_state, solver, use_tools
 from orchestrator.tool import ToolCall, bash, python
 from orchestrator.util import SnapshotError, fork, sandbox
-
+from tests.chaos._script import (
+    DENY,
+    LOG,
+    MODIFY,
+    expected_lines,
+    line_faults,
+    modified,
+    script,
+)
 from tests.chaos.tools import note
-from tests.chaos._script import DENY, LOG, MODIFY, expected_lines, line_faults, modified, script
 
 SAMPLE_PREFIX = "c"
 
@@ -99,7 +106,9 @@ def side_effects():  # type: ignore[no-untyped-def]
         found = read.stdout.split()
         expected = expected_lines(script(str(state.sample_id), int(state.metadata["seed"])))
         faults = line_faults(expected, found)
-        return Score(value="C" if not any(faults.values()) else "I", metadata={**faults, "lines": len(found)})
+        probe = state.metadata.get("snapshot")
+        return Score(value="C" if not any(faults.values()) else "I",
+                     metadata={**faults, "lines": len(found), **({"snapshot": probe} if probe else {})})
 
     return score
 

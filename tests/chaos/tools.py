@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from orchestrator.tool import tool
 from orchestrator.util import sandbox
-
 from tests.chaos._script import LOG
 
 
