@@ -197,11 +197,11 @@ class Soak:
     # --- runs ------------------------------------------------------------------------------------
 
     def eval_cmd(self, log_dir: Path, sandbox: str, distributed: bool, samples: int | None = None,
-                 task: str = "chaos", more: tuple[str, ...] = ()) -> list[str]:
+                 task: str = "chaos", more: tuple[str, ...] = (), model: str = "scripted/chaos") -> list[str]:
         n = self.o.samples if samples is None else samples
         args = ["-T", f"samples={n}", "-T", f"seed={self.o.seed}", "-T", f"sandbox={sandbox}",
                 "-T", f"snapshot_every={self.o.snapshot_every}"] if task == "chaos" else []
-        return [sys.executable, "-P", "-m", "orchestrator.cli", "eval", f"{TASK}@{task}", "--model", "scripted/chaos",
+        return [sys.executable, "-P", "-m", "orchestrator.cli", "eval", f"{TASK}@{task}", "--model", model,
                 *args, "--log-dir", str(log_dir), "--display", "none", "--retry-on-error", str(self.o.retry_on_error),
                 "--max-samples", str(self.o.workers * self.o.slots), "--time-limit", "900",
                 *(["--broker", self.redis.url] if distributed else []), *more]
@@ -285,6 +285,7 @@ class Soak:
                 subprocess.run(["docker", "kill", self.rng.choice(ids)], check=False, capture_output=True, timeout=60)
         elif kind == "snapshot-disk-full":
             self._end_filler()
+            before = -1  # recovered once the filler's eval ended (its snapshots removed) and a sample finished
             log_dir = self.work / f"filler-{len(self.skewed)}-{time.monotonic_ns()}"
             cmd = self.eval_cmd(log_dir, "docker", distributed=True, task="fill_snapshots",
                                 more=("-T", "hold=20", "-T", "mb=24"))
@@ -309,6 +310,11 @@ class Soak:
         deadline = time.monotonic() + RECOVERY_BOUND_S
         while time.monotonic() < deadline:
             done = progress.read(orch.log)
+            if before < 0 and self.filler is not None:
+                if self.filler.poll() is None:
+                    time.sleep(0.2)
+                    continue
+                self.filler, before = None, done
             if self.whole() and (done > before or (orch.proc.poll() is not None and orch.finished())):
                 record.recovery_s = round(time.monotonic() - record.injected_at, 1)
                 break
