@@ -15,7 +15,13 @@ import uuid
 import docker
 import pytest
 
-from workers.sandbox.docker._snapshot import LABEL, LABEL_CREATED, LABEL_EVAL, LABEL_KEEP, SNAPSHOT_REPO
+from workers.sandbox.docker._snapshot import (
+    LABEL,
+    LABEL_CREATED,
+    LABEL_EVAL,
+    LABEL_KEEP,
+    SNAPSHOT_REPO,
+)
 from workers.sandbox_host import SandboxHost
 from workers.snapshots import remove_eval_snapshots
 
@@ -39,7 +45,7 @@ def _exists(client: docker.DockerClient, snapshot_id: str) -> bool:
     return bool(client.images.list(name=f"{SNAPSHOT_REPO}:{snapshot_id}"))
 
 
-async def test_an_evals_snapshots_taken_by_a_dead_worker_process_are_removed_at_its_end(sandbox_image) -> None:  # noqa: ANN001
+async def test_an_evals_snapshots_taken_by_a_dead_worker_process_are_removed_at_its_end(sandbox_image) -> None:
     client = docker.from_env(timeout=60)
     eval_id, other = f"e-gone-{uuid.uuid4().hex[:8]}", f"e-other-{uuid.uuid4().hex[:8]}"
     made: list[str] = []
