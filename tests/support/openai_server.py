@@ -322,7 +322,10 @@ class OpenAIServer:
                 for name, value in reply.headers.items():
                     self.send_header(name, value)
                 self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client is gone (a test killed it mid-request): nobody to answer
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # keep test output clean
