@@ -290,6 +290,10 @@ class Leases:
                 pool.quiet_until = now + self.backoff_s
         return out
 
+    def holding(self, eval_id: str) -> int:
+        """Leases held for ``eval_id``, and lease asks for it in flight."""
+        return sum(len(p.leases) + p.in_flight for (_, _, e), p in self._pools.items() if e == eval_id)
+
     def per_host(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for pool in self._pools.values():

@@ -169,6 +169,7 @@ class Placer:
         self._tokens = (f"{uuid.uuid4().hex[:12]}:{n}" for n in itertools.count())  # one per lease ask
         self._handed: list[Lease] = []  # leases handed out, to be counted as reservations in Redis
         self._counting: asyncio.Future[None] | None = None  # the task counting them
+        self._asking: dict[str, int] = {}  # eval id -> slots its callers' reservations in flight ask for
         self._sweeper: asyncio.Task[None] | None = None
         self._sender: asyncio.Task[None] | None = None
         self._releases: set[asyncio.Future[None]] = set()  # Redis writes running in the background
@@ -237,6 +238,11 @@ class Placer:
         self._hosts = [h for h in self._hosts if h.host != host]
         del self._by_name[host]
         self._give_back_leases(self._leases.on_hosts(self._by_name))
+
+    def holding(self, eval_id: str) -> int:
+        """Slots this placer may have counted for ``eval_id`` in the fleet's fair-share count beyond the
+        sandboxes handed out: leased, asked for a lease, or asked for by a caller and not answered yet."""
+        return self._leases.holding(eval_id) + self._asking.get(eval_id, 0)
 
     @property
     def lease_hosts(self) -> dict[str, int]:
@@ -407,7 +413,15 @@ class Placer:
         future: asyncio.Future[_reserve.Answer] = asyncio.get_running_loop().create_future()
         self._queue.append((ask, future))
         self._wake_sender()
-        answer = await future
+        if eval_id:
+            self._asking[eval_id] = self._asking.get(eval_id, 0) + weight
+        try:
+            answer = await future
+        finally:
+            if eval_id:
+                self._asking[eval_id] -= weight
+                if not self._asking[eval_id]:
+                    del self._asking[eval_id]
         if answer.fair_share is not None:
             held, fair = answer.fair_share
             raise FairShareError(f"Waiting for a fair share of the fleet: eval '{eval_id}' holds {held} of "
@@ -577,6 +591,21 @@ return left
 async def release_eval(redis: Redis, eval_id: str, weight: int = 1) -> None:
     """The orchestrator gives an eval's fair-share count back when it closes (or failed to open) a sandbox."""
     await redis.eval(_RELEASE_EVAL, 1, _names.EVAL_SLOTS, eval_id, weight)
+
+
+async def set_eval_counts(redis: Redis, counts: dict[str, int]) -> None:
+    """Each eval's fair-share count as its one orchestrator knows it (0: the entry goes). Written with the
+    orchestrator's lease: a count that a killed orchestrator of the same eval (resumed by ``eval-retry``)
+    left, or that a Redis restart lost, is right again within a renewal."""
+    if not counts:
+        return
+    async with redis.pipeline(transaction=False) as pipe:
+        for eval_id, n in counts.items():
+            if n > 0:
+                pipe.hset(_names.EVAL_SLOTS, eval_id, n)
+            else:
+                pipe.hdel(_names.EVAL_SLOTS, eval_id)
+        await pipe.execute()
 
 
 async def keep_evals_alive(redis: Redis, eval_ids: Sequence[str], ttl: float = EVAL_ALIVE_TTL_S) -> None:
