@@ -169,7 +169,7 @@ class BatchPool:
                 await self._send_ready()
                 await self._check_due()
                 now = time.monotonic()
-                wake_at = [b.next_check for b in [*self._batches.values(), *self._intents.values()]]
+                wake_at = [b.next_check for b in self._batches.values()] + [i.next_check for i in self._intents.values()]
                 if self._queue and len(self._batches) < self.settings.max_batches:
                     wake_at.append(self._queue[0].since + self.settings.send_delay)
                 delay = min([self.settings.tick, *(t - now for t in wake_at)])
@@ -179,8 +179,8 @@ class BatchPool:
                     pass
         except Exception as exc:  # noqa: BLE001 - a bug here must not leave turns waiting forever
             _logger.error("batch.pool_failed", model=self.model, error=f"{type(exc).__name__}: {exc}")
-            for waiter in [*self._queue, *(w for b in [*self._batches.values(), *self._intents.values()]
-                                           for w in b.waiters.values())]:
+            for waiter in [*self._queue, *(w for b in self._batches.values() for w in b.waiters.values()),
+                           *(w for i in self._intents.values() for w in i.waiters.values())]:
                 _settle(waiter.future, BatchError(f"batch pool failed: {type(exc).__name__}: {exc}"))
             self._queue.clear()
             self._batches.clear()
