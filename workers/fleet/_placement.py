@@ -505,9 +505,9 @@ class Placer:
             await asyncio.sleep(min(self._leases.idle_s / 4, WAITING_CHECK_S))
             await self._release_now(self._leases.expired(loop.time()))
             try:
-                waiting: list[bytes] = await self.redis.zrangebyscore(_names.EVALS_WAITING, await _redis_now(self.redis),
-                                                                     "+inf")
-                await self._release_now(self._leases.yield_to({w.decode() for w in waiting}, loop.time()))
+                waiting = await self.redis.zrangebyscore(_names.EVALS_WAITING, await _redis_now(self.redis), "+inf")
+                evals = {w.decode() if isinstance(w, bytes) else str(w) for w in waiting}
+                await self._release_now(self._leases.yield_to(evals, loop.time()))
                 await self.hosts()  # re-read in the background once half its TTL old
             except Exception:  # noqa: BLE001 - best effort: a reservation re-reads it too
                 pass
