@@ -25,6 +25,7 @@ ALLOWED: tuple[tuple[str, str, bool], ...] = (
     ("toolfleet:hosts", "every host name that ever heartbeated (one per worker identity)", False),
     ("toolfleet:host:*:used", "a host's slot counter (must read 0 once its sandboxes are closed)", False),
     ("toolfleet:host:*:tools", "a live host's tool manifest", True),
+    ("toolfleet:host:*:leased", "slots reserved ahead (the set expires with its last token)", True),
     ("toolfleet:host:*", "a live host's heartbeat", True),
     ("toolfleet:identity:*", "a live worker's claim on its name", True),
     ("toolfleet:call:*", "a call's claim: its replay memory", True),

@@ -65,6 +65,7 @@ def _table(o: Options, chaos: RunResult, baseline: RunResult | None, audit: _aud
     if batch is not None:
         rows.append(("batch-kill", batch.kills, f"{batch.recovery_s:.1f} (eval-retry to the end)"))
     injected = {kind for kind, n, _ in rows if n}
+    rows += [(kind, 0, "not injected: the eval ended first") for kind in o.kinds if kind not in injected]
     unrecovered = [f for f in chaos.faults if f.recovery_s is None]
     say("")
     say(f"chaos soak, seed {o.seed}: {o.samples} samples on {o.workers} workers x {o.slots} slots (docker sandboxes)")

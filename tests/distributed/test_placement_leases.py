@@ -354,6 +354,9 @@ async def test_the_leases_of_an_orchestrator_that_died_expire(redis) -> None:  #
     while await _leased(redis, ["h1"]) != {"h1": 0} and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     assert await _leased(redis, ["h1"]) == {"h1": 0}  # expired by themselves
+    while await redis.exists(names.leased_key("h1")) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert not await redis.exists(names.leased_key("h1"))  # and the set itself with them: nothing left behind
     room = [await other.reserve(eval_id="b") for _ in range(10 - 2 - 4)]  # b's first 4 hold their slots
     assert len(room) == 4 and await _used(redis, ["h1"]) == {"h1": 10}
 
