@@ -30,6 +30,7 @@ from workers.fleet import (
     SandboxTooLargeError,
     keep_evals_alive,
     names,
+    patiently,
     release_eval,
     set_eval_counts,
     slot_weight,
@@ -132,15 +133,17 @@ class SandboxPlacement:
         redis = self._redis
         weight = slot_weight(spec.config)  # one slot per container of the sandbox
         only = ((spec.config or {}).get("snapshot") or {}).get("host")  # a fork goes where its snapshot is
+        images, pull_policy = _images(spec.config), (spec.config or {}).get("pull_policy", "missing")
         for attempt in range(DRAINING_RETRIES + 1):
             try:
-                host = await self._place(redis, _images(spec.config), (spec.config or {}).get("pull_policy", "missing"),
-                                         weight, spec.eval_id, spec.sample_id, only)
+                # A broker restart (seconds) is ridden out, as publishing is: only a longer outage fails the open.
+                host = await patiently(lambda: self._place(redis, images, pull_policy, weight, spec.eval_id,
+                                                           spec.sample_id, only), self.config.publish_timeout)
             except (RedisError, OSError) as exc:
                 raise SandboxUnavailableError(f"Sandbox placement failed: the broker is unreachable ({exc}).") from exc
             self._count_opening(spec.eval_id, weight)
             try:
-                await self._hold_lease()
+                await patiently(self._hold_lease, self.config.publish_timeout)
                 meta = await self._calls.lifecycle("open", names.TASK_OPEN_SANDBOX,
                                                    [spec.model_dump(mode="json"), self._client_id], host.queue, host.host, host.boot)
             except BaseException as exc:

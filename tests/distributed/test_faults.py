@@ -193,3 +193,28 @@ async def test_sandboxes_of_a_vanished_orchestrator_are_closed_by_their_host(fle
     assert list(boxes.iterdir()) == []
     assert int(client.get(names.slots_used_key(worker.host)) or 0) == 0
     assert route.sandbox is not None
+
+
+async def test_sandboxes_opened_while_redis_restarts_wait_for_it(fleet, make_dispatcher) -> None:
+    """Samples that start while Redis restarts (a second down, everything in it lost) get their
+    sandboxes once it is back and the worker has announced itself again, instead of failing at once
+    with "the broker is unreachable" (and burning their retries within the outage)."""
+    fleet.worker(slots=4)
+    d = make_dispatcher()
+    first = await d.open_sandbox(local_spec("before"))  # the dispatcher is up and placing
+    down = asyncio.ensure_future(asyncio.to_thread(fleet.redis.restart, 1.0))
+    try:
+        client = fleet.redis.client()
+        for _ in range(500):  # bounded (10 s): until the server is really down
+            try:
+                client.ping()
+            except Exception:  # noqa: BLE001 - down: what the opens below must ride out
+                break
+            await asyncio.sleep(0.02)
+        routes = await asyncio.wait_for(asyncio.gather(*(d.open_sandbox(local_spec(f"during{i}")) for i in range(3))), 90)
+    finally:
+        await down
+    for route in routes:
+        assert (await one(d, bash_request("echo up", route.sandbox), route)).result.strip() == "up"
+        await d.close_sandbox(route)
+    await d.close_sandbox(first)
