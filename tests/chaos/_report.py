@@ -75,6 +75,8 @@ def _table(o: Options, chaos: RunResult, baseline: RunResult | None, audit: _aud
     if audit.snapshots:
         say("  snapshots    " + ", ".join(f"{k}: {v}" for k, v in sorted(audit.snapshots.items())))
     say(f"  orchestrator {chaos.orchestrator_runs} process(es) (eval + eval-retry)")
+    for line in chaos.unplanned:
+        say(f"    ended on its own, then eval-retry: {line}")
     say(f"  {'fault':<20} {'injected':>8}  recovery s (median / max)")
     for kind, n, shown in rows:
         say(f"  {kind:<20} {n:>8}  {shown}")
@@ -90,6 +92,6 @@ def _table(o: Options, chaos: RunResult, baseline: RunResult | None, audit: _aud
         say(f"    failed {sid}: {why}")
     for leak in leaks[:30]:
         say(f"    leaked: {leak}")
-    ok = not lost and not duplicated and not leaks and not unrecovered and injected >= set(o.kinds)
+    ok = not lost and not duplicated and not leaks and not unrecovered and injected >= set(o.kinds) and not chaos.unplanned
     say(f"  verdict      {'PASS' if ok else 'FAIL'}")
     return ok

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,7 @@ class RunResult:
     eval_ids: set[str] = field(default_factory=set)
     faults: list[FaultRecord] = field(default_factory=list)
     orchestrator_runs: int = 1
+    unplanned: list[str] = field(default_factory=list)  # the orchestrator ended on its own before the eval was done
 
 
 class Orchestrator:
@@ -215,7 +217,8 @@ class Soak:
     def reference(self) -> dict[str, Any]:
         """The embedded run of the same samples (local sandboxes): the tool messages every run must equal."""
         log_dir = self.work / "reference"
-        done = subprocess.run(self.eval_cmd(log_dir, "local", distributed=False), cwd=REPO_ROOT, env=self.env(False),
+        cmd = [*self.eval_cmd(log_dir, "local", distributed=False), "--max-samples", "64"]  # in-process: no fleet bound
+        done = subprocess.run(cmd, cwd=REPO_ROOT, env=self.env(False),
                               check=False, capture_output=True, text=True, timeout=3600)
         if done.returncode != 0:
             raise RuntimeError(f"the embedded reference run failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
@@ -237,7 +240,11 @@ class Soak:
                     break
                 if orch.runs > 3 * (len(plan) + 1):
                     raise RuntimeError(f"{name}: the orchestrator keeps failing; see {orch.out}")
-                self.o.say(f"[chaos] {name}: orchestrator exited {orch.proc.returncode}: eval-retry")
+                errors = _sample_errors(orch.log)
+                result.unplanned.append(f"exit {orch.proc.returncode}, {sum(errors.values())} sample error(s): "
+                                        + "; ".join(f"{n} x {why}" for why, n in errors.most_common(3)))
+                self.o.say(f"[chaos] {name}: orchestrator exited {orch.proc.returncode} on its own: eval-retry "
+                           f"({result.unplanned[-1]})")
                 orch.retry()
                 continue
             if pending and progress.eval_id and done >= pending[0].at * self.o.samples:
@@ -370,6 +377,13 @@ class Soak:
             with open(path) as f:
                 out.add(json.loads(f.readline())["eval"]["eval_id"])
         return out
+
+
+def _sample_errors(log: Path | None) -> Counter[str]:
+    """The errored samples' reasons in a log (first line of each)."""
+    if log is None:
+        return Counter()
+    return Counter((s.error.message or "").splitlines()[0][:160] for s in read_eval_log(log).samples if s.error)
 
 
 def recovery_table(faults: list[FaultRecord]) -> list[tuple[str, int, str]]:
