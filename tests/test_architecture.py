@@ -167,7 +167,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("orchestrator.agent",),
     ("orchestrator.solver",),
     ("orchestrator.eval",),
-    ("orchestrator.bench",),  # leaving the product for tests/benchmarks
+    ("orchestrator.bench",),  # measurements an operator runs against a fleet (toolfleet bench dispatch|fanout)
     ("orchestrator.cli",),
 ]
 
@@ -180,8 +180,6 @@ LAZY_UPWARD: dict[str, tuple[str, tuple[str, ...], str]] = {
                            "approvers and reviewers, and those use models"),
     "orchestrator.model._model": ("orchestrator.execute", ("execute_tools",),
                                   "Model.generate_loop (Inspect's API) runs the tool calls it generates"),
-    "orchestrator.log": ("orchestrator.eval", ("export_inspect_log", "write_inspect_log"),
-                         "their public path from before the export moved to eval, which owns eval log files"),
 }
 
 

@@ -100,7 +100,7 @@ def _check_model_inputs(sample: Any) -> None:
 def _check_inspect_copy(log: Any) -> None:
     import inspect_ai.log as inspect_log
 
-    from orchestrator.log import export_inspect_log
+    from orchestrator.eval import export_inspect_log
 
     path = export_inspect_log(log.location, "eval")
     with warnings.catch_warnings():
