@@ -78,7 +78,9 @@ async def test_sigkill_during_a_long_call_resolves_sandbox_unavailable_and_never
     d = make_dispatcher()
     route = await d.open_sandbox(local_spec("victim"))
     assert names.host_of_queue(route.queue) == first.host
-    second = fleet.worker(slots=1)  # started after placement: the retry has somewhere to go
+    # Started after placement (the retry has somewhere to go), off the loop: the dispatcher keeps renewing
+    # its lease meanwhile (a loaded machine takes longer to start a worker than the lease outlives a pause).
+    second = await asyncio.to_thread(fleet.worker, slots=1)
     log = str(tmp_path / "log")
     [fut] = dispatch(d, [request("record", {"path": log, "label": "long", "delay": 60.0}, sandbox=route.sandbox)], route)
     await _until_started(log, "long")
@@ -158,7 +160,7 @@ async def test_sigterm_drains_running_calls_and_takes_no_new_sandboxes(fleet, ma
     leaving = fleet.worker(slots=4)
     d = make_dispatcher()
     route = await d.open_sandbox(local_spec("drain"))
-    staying = fleet.worker(slots=4)
+    staying = await asyncio.to_thread(fleet.worker, slots=4)  # off the loop: the dispatcher's lease is renewed meanwhile
     log = str(tmp_path / "log")
     [fut] = dispatch(d, [request("record", {"path": log, "label": "finishing", "delay": 2.0}, sandbox=route.sandbox)], route)
     await _until_started(log, "finishing")

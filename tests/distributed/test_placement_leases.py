@@ -415,7 +415,7 @@ async def test_an_open_refused_by_a_host_that_began_draining_is_placed_again(fle
         route, _ = await asyncio.gather(d.open_sandbox(local_spec("first")), d.open_sandbox(local_spec("first-b")))
         await _settled(d.placer)
         assert d.placer.leased == 2
-        staying = fleet.worker(slots=4)
+        staying = await asyncio.to_thread(fleet.worker, slots=4)  # off the loop: the lease is renewed meanwhile
         log = str(tmp_path / "log")
         [fut] = dispatch(d, [request("record", {"path": log, "label": "busy", "delay": 2.0}, sandbox=route.sandbox)], route)
         for _ in range(1500):  # bounded (30 s): a running call keeps the draining worker alive
@@ -494,7 +494,7 @@ async def test_an_open_sent_on_a_lease_to_a_host_that_just_died_is_placed_again(
     failing as lost."""
     from orchestrator.dispatch import CeleryDispatcher, CeleryDispatcherConfig
 
-    workers = fleet.start_workers(2, slots=6)
+    workers = await asyncio.to_thread(fleet.start_workers, 2, slots=6)
     d = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=fleet.url, lost_grace=1.0, watch_interval=0.25))
     routes = []
     try:
