@@ -230,6 +230,13 @@ class Soak:
         started = time.monotonic()
         orch = Orchestrator(self.eval_cmd(log_dir, "docker", distributed=True), self.env(), log_dir,
                             self.work / f"{name}.out")
+        try:
+            return self._drive(name, orch, plan, started)
+        except BaseException:
+            orch.kill()  # interrupted: no orchestrator outlives the soak
+            raise
+
+    def _drive(self, name: str, orch: Orchestrator, plan: list[Planned], started: float) -> RunResult:
         progress = Progress()
         result = RunResult(0.0, None)
         pending = list(plan)
