@@ -29,7 +29,7 @@ def run(o: Options) -> bool:
         baseline = soak.soak("baseline", []) if o.baseline else None
         if baseline is not None:
             say(f"[chaos] baseline (no faults): {baseline.wall_s:.0f} s")
-        plan = schedule(list(o.kinds), o.repeats, o.seed)
+        plan = schedule(list(o.kinds), o.repeats, o.seed, last=o.last)
         say("[chaos] plan: " + ", ".join(f"{p.kind}@{p.at:.2f}+{p.delay:g}s" for p in plan))
         chaos = soak.soak("chaos", plan)
         batch = None

@@ -55,6 +55,7 @@ class Options:
     repeats: int = 1
     baseline: bool = False
     snapshot_every: int = 8
+    last: float = 0.7  # the last fault fires by this share of the samples (room for its recovery after)
     retry_on_error: int = 6
     batch_kills: int = 1  # batch-mode evals killed between the provider's accepting a batch and the log line
     batch_samples: int = 6
@@ -302,7 +303,7 @@ class Soak:
             before = -1  # recovered once the filler's eval ended (its snapshots removed) and a sample finished
             log_dir = self.work / f"filler-{len(self.skewed)}-{time.monotonic_ns()}"
             cmd = self.eval_cmd(log_dir, "docker", distributed=True, task="fill_snapshots",
-                                more=("-T", "hold=20", "-T", "mb=24"))
+                                more=("-T", "hold=10", "-T", "mb=24"))
             self.filler = subprocess.Popen(cmd, cwd=REPO_ROOT, env=self.env(), stdout=subprocess.DEVNULL,
                                            stderr=subprocess.DEVNULL, start_new_session=True)
             record.detail = str(log_dir)
