@@ -88,6 +88,8 @@ class AnthropicBatch(BatchBackend):
             if batch.created_at.timestamp() < since - FIND_SLACK_S:
                 break
             if batch.processing_status != "ended":
+                batch = await self._api.client().messages.batches.retrieve(batch.id)  # the list may lag behind
+            if batch.processing_status != "ended":
                 undecided = True
                 continue
             if batch.results_url and wanted & set(parse_results_file(
