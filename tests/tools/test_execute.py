@@ -67,7 +67,8 @@ async def test_per_call_timeout_stops_the_work(env):
 
 
 async def test_python_timeout(env):
-    outcome = await call(env, python(timeout=1), code="import time\nprint('x', flush=True)\ntime.sleep(100)")
+    # 5 s: the interpreter must start and print before the timeout on a loaded machine (1 s did not, at load 20)
+    outcome = await call(env, python(timeout=5), code="import time\nprint('x', flush=True)\ntime.sleep(100)")
     assert outcome.error is not None and outcome.error.type == "timeout"
     assert outcome.result == "x\n"
 
