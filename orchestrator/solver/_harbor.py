@@ -1,7 +1,9 @@
 """Solvers for Harbor tasks: the ``/logs`` layout before the agent, and the oracle (``solution/solve.sh``).
 
-``harbor_logs()`` makes ``/logs/agent`` and ``/logs/verifier`` (as root; writable by every user, so by
-the task's user whoever it is), which Harbor mounts into every trial. ``harbor_oracle()`` is what runs
+``harbor_logs()`` makes ``/logs`` (as root, 0755) and ``/logs/agent`` (writable by every user, so by the
+task's user whoever it is), as Harbor mounts it into every trial; ``/logs/verifier`` is made afresh for
+the verifier only (``orchestrator.scorer._harbor``), so nothing the agent writes there can pass for a
+reward. ``harbor_oracle()`` is what runs
 instead of an agent under ``--oracle``: the task's ``solution/`` is copied to ``/solution`` and
 ``bash /solution/solve.sh`` runs as the task's user with ``[solution] env``, within the agent timeout
 (a timeout ends the solver as a ``time`` limit: the verifier still runs, as under Harbor). A task
@@ -9,8 +11,6 @@ without ``solution/solve.sh`` fails its sample, so the summary lists it.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from orchestrator.model._model_output import ModelOutput
 from orchestrator.util._limit_errors import LimitExceededError
@@ -24,7 +24,7 @@ __all__ = ["HarborOracleError", "harbor_logs", "harbor_oracle"]
 SETUP_TIMEOUT_S = 120.0
 OUTPUT_TAIL = 2000
 
-MAKE_LOGS = "mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier"
+MAKE_LOGS = "mkdir -p /logs/agent && chmod 0755 /logs && chmod 0777 /logs/agent"
 COPY_SOLUTION = """set -e
 rm -rf /solution
 mkdir -p /solution
@@ -56,22 +56,22 @@ def harbor_oracle() -> Solver:
     """Run the task's reference solution instead of an agent (see the module doc)."""
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
-        from orchestrator.dataset._harbor import pack_directory
+        from orchestrator.dataset._harbor import pack_task_dir
         from orchestrator.scorer._harbor import resolve_env
 
         meta = state.metadata["harbor"]
         if not meta.get("has_solution"):
             raise HarborOracleError(f"Task '{state.sample_id}' has no solution/solve.sh: the oracle cannot run.")
         box = sandbox()
-        copied = await box.exec(["sh", "-c", COPY_SOLUTION], input=pack_directory(Path(meta["dir"]) / "solution"),
+        copied = await box.exec(["sh", "-c", COPY_SOLUTION], input=pack_task_dir(meta["dir"], "solution"),
                                 user="root", timeout=SETUP_TIMEOUT_S)
         if copied.returncode != 0:
             raise HarborOracleError(f"Could not copy solution/ to /solution (exit {copied.returncode}): "
                                     f"{(copied.stderr or copied.stdout)[-500:]}")
         timeout = float(meta["agent_timeout"])
+        env = resolve_env(meta.get("solution_env") or {}, meta.get("task_env"))
         try:
-            result = await box.exec(["bash", "/solution/solve.sh"], env=resolve_env(meta.get("solution_env") or {}),
-                                    timeout=timeout)
+            result = await box.exec(["bash", "/solution/solve.sh"], env=env, timeout=timeout)
         except TimeoutError:
             state.output = ModelOutput.from_content("oracle", f"solve.sh timed out after {timeout:g} s")
             raise LimitExceededError("time", value=timeout, limit=timeout,
