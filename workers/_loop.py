@@ -91,7 +91,7 @@ class WorkerRuntime:
             slots=self.config.slots,
             # What this worker runs and pulls, in its very first beat (placement and preflight read them).
             image_patterns=list(self.config.policy.images), sandbox_types=list(self.config.policy.sandbox_types),
-            registries=list(self.config.policy.registries),
+            registries=list(self.config.policy.registries), allow_root=self.config.policy.allow_root,
         )
         self.heartbeat = Heartbeat(self.redis, record, self.config.heartbeat_interval, self.config.heartbeat_ttl)
         self.heartbeat.on_beat(self._on_beat)

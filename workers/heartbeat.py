@@ -45,6 +45,7 @@ class HostRecord(BaseModel):
     image_patterns: list[str] = []  # images its policy runs (--image); [] = not reported
     sandbox_types: list[str] = []  # sandbox types its policy runs (docker; local with --allow-local); [] = not reported
     registries: list[str] = []  # registries it pulls missing images from (--registry); [] = it never pulls
+    allow_root: bool = False  # a sandbox command may run as root here (--allow-root-user)
 
     def to_hash(self) -> dict[str, str]:
         return {k: json.dumps(v) if isinstance(v, list) else str(int(v) if isinstance(v, bool) else v)
@@ -55,6 +56,7 @@ class HostRecord(BaseModel):
         decoded = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
                    for k, v in data.items()}
         decoded["draining"] = decoded.get("draining") in ("1", "True", "true")
+        decoded["allow_root"] = decoded.get("allow_root") in ("1", "True", "true")
         try:
             for field in ("images", "image_patterns", "sandbox_types", "registries"):
                 decoded[field] = json.loads(decoded.get(field) or "[]")

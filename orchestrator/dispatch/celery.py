@@ -564,7 +564,8 @@ class CeleryDispatcher(Dispatcher):
         self._lease_set = now
 
     async def preflight(self, needs: SandboxNeeds) -> None:
-        await check_fleet(self.config.broker_url, needs.images, needs.kinds, needs.pullable, needs.pods, needs.tools)
+        await check_fleet(self.config.broker_url, needs.images, needs.kinds, needs.pullable, needs.pods, needs.tools,
+                          root=needs.root)
 
     async def close_sandbox(self, route: SampleRoute) -> None:
         if route.sandbox is None:
