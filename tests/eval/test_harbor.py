@@ -38,7 +38,11 @@ def _check_examples(log: Any) -> None:
     assert _rewards(log) == {"fix-word-count": {"reward": 1.0, "cases_passed": 1.0}, "hello-world": {"reward": 1.0},
                              "kv-store": {"reward": 1.0}}
     means = {s.name: s.metrics["mean"].value for s in log.results.scores}
-    assert means == {"reward": 1.0, "cases_passed": 1.0}
+    assert means == {"reward": 1.0, "cases_passed": pytest.approx(1 / 3)}  # tasks without the name count 0, as Harbor
+    for sample in log.samples:  # the verifier's files are in the log: its output, and the reward file it wrote
+        files = {f["name"]: f for f in sample.scores["harbor"].metadata["verifier_files"]}
+        assert "test-stdout.txt" in files and ({"reward.txt", "reward.json"} & set(files)), files
+        assert all(f["whole"] for f in files.values())
     assert oracle_failures(log) == []
     by_id = {str(s.id): s for s in log.samples}
     for sid, sample in by_id.items():  # each task ran on its own content-addressed image
@@ -146,7 +150,7 @@ def _sleepy(messages: list[Any], tools: list[Any]) -> ModelOutput:
 
 async def test_agent_and_verifier_timeouts_from_task_toml(tmp_path: Path, sandbox_image: str) -> None:
     for name, agent, verifier, test in (("slow-agent", 3, 60, "echo 1 > /logs/verifier/reward.txt"),
-                                        ("slow-verifier", 60, 2, "sleep 30; echo 1 > /logs/verifier/reward.txt")):
+                                        ("slow-verifier", 60, 2, "echo 1 > /logs/verifier/reward.txt; sleep 30")):
         task = tmp_path / "tasks" / name
         shutil.copytree(BROKEN, task)
         (task / "task.toml").write_text(f"[agent]\ntimeout_sec = {agent}\n[verifier]\ntimeout_sec = {verifier}\n"
@@ -158,12 +162,15 @@ async def test_agent_and_verifier_timeouts_from_task_toml(tmp_path: Path, sandbo
     # The agent's time limit ends the sample as a limit; the verifier still runs and scores it.
     assert slow_agent.error is None and slow_agent.limit is not None and slow_agent.limit.type == "time"
     assert slow_agent.limit.limit == 3 and slow_agent.scores["harbor"].value == {"reward": 1.0}
-    # A verifier past its timeout is killed: no reward file, reward 0, and the explanation says so.
+    # A verifier past its timeout is killed and, as under Harbor, gives no reward (not even one it wrote before
+    # the timeout): reward 0, and the explanation says so.
     score = slow_verifier.scores["harbor"]
     assert slow_verifier.error is None and score.value == {"reward": 0.0}
-    assert score.explanation is not None and score.explanation.startswith("test.sh timed out after 2 s; no reward file")
-    assert score.metadata == {"returncode": 124, "timed_out": True,
-                              "verifier_error": "no reward file (/logs/verifier/reward.txt or reward.json)"}
+    assert score.explanation == "test.sh timed out after 2 s; no reward is taken from a verifier that timed out."
+    assert score.metadata is not None
+    assert {k: v for k, v in score.metadata.items() if k != "verifier_files"} == {
+        "returncode": 124, "timed_out": True, "verifier_error": "no reward is taken from a verifier that timed out"}
+    assert {f["name"] for f in score.metadata["verifier_files"]} == {"test-stdout.txt", "reward.txt"}
 
 
 def test_examples_map_to_samples(sandbox_image: str) -> None:
@@ -177,7 +184,7 @@ def test_examples_map_to_samples(sandbox_image: str) -> None:
     assert hello.metadata is not None and hello.metadata["difficulty"] == "easy"
     assert {k: v for k, v in hello.metadata["harbor"].items() if k != "dir"} == {
         "agent_timeout": 300.0, "verifier_timeout": 60.0, "verifier_user": None, "verifier_env": {},
-        "solution_env": {}, "has_solution": True}
+        "solution_env": {}, "task_env": [], "has_solution": True}
     pod = by_id["kv-store"].sandbox
     assert isinstance(pod, dict) and pod["default_service"] == "main" and pod["mem_limit"] == "512m"
     assert pod["image"].startswith("toolfleet/harbor-kv-store:") and list(pod["services"]) == ["kv"]
