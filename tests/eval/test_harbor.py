@@ -18,6 +18,7 @@ import pytest
 from orchestrator.dataset import load_harbor
 from orchestrator.eval._harbor import ORACLE_MODEL
 from orchestrator.eval import eval_async, eval_retry_async, oracle_failures, scripted_policy
+from orchestrator.eval._preflight import PreflightError
 from orchestrator.model import ChatMessageTool, ModelOutput
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,6 +85,24 @@ async def test_examples_oracle_on_two_workers(tmp_path: Path, sandbox_image: str
         fresh = load_harbor(tasks, build=False).samples
         image = next(s.sandbox["image"] for s in fresh if s.id == "hello-world")  # type: ignore[index]
         docker.from_env().images.remove(image, noprune=False)  # this test's own image
+
+
+@pytest.mark.celery
+async def test_fleet_without_root_is_refused_at_preflight(tmp_path: Path, sandbox_image: str, fleet) -> None:  # type: ignore[no-untyped-def]
+    # Harbor's set-up, the sweep of the agent's processes and the verifier's directories run as root: a fleet
+    # that does not allow it would fail every sample with a bare PermissionError. One line instead, naming the flag.
+    fleet.worker(slots=2)
+    args: dict[str, Any] = dict(log_dir=tmp_path / "logs", task_args={"oracle": True}, broker=fleet.redis.url,
+                                sample_id="hello-world")
+    with pytest.raises(PreflightError) as caught:
+        await eval_async("harbor:examples/harbor", ORACLE_MODEL, **args)
+    assert str(caught.value) == ("The task runs commands as root in its sandboxes (sample hello-world), which no "
+                                 "live worker allows: start the workers with --allow-root-user.")
+    root = fleet.worker(slots=2, extra_args=("--allow-root-user",))  # a mixed fleet: a sample may land anywhere
+    with pytest.raises(PreflightError, match=r"which 1 of the 2 live workers \(w-\w+\) do not allow, and a sample "
+                                             "may be placed on any: start every worker with --allow-root-user"):
+        await eval_async("harbor:examples/harbor", ORACLE_MODEL, **args)
+    assert root.alive()
 
 
 def test_cli_reports_a_broken_solution(tmp_path: Path, sandbox_image: str) -> None:
