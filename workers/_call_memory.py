@@ -33,9 +33,7 @@ from redis.exceptions import RedisError
 from orchestrator._wire import CallOutcome
 from orchestrator.tool._tool_call import ToolCallError
 
-from . import _auth, _names
-from ._patience import patiently
-from ._replies import read_stored
+from .fleet import Keyring, names, patiently, read_stored, verify_result
 
 
 T = TypeVar("T")
@@ -51,7 +49,7 @@ class CallRunningElsewhere(Exception):
 class CallMemory:
     def __init__(self, redis: Redis | None, owner: str, max_entries: int = 10_000, max_age: float = 3600.0,
                  redis_patience: float = 30.0, max_bytes: int = 64 * 1024 * 1024,
-                 keyring: _auth.Keyring | None = None) -> None:
+                 keyring: Keyring | None = None) -> None:
         self._redis = redis
         self._redis_patience = redis_patience
         self._owner = owner  # "<host>/<boot id>": identifies this process across restarts
@@ -151,11 +149,11 @@ class CallMemory:
         claims), instead of one SET per running call."""
         if self._redis is None or not self._running:
             return
-        if not await self._redis.set(_names.claims_marker_key(self._owner), 1, nx=True, ex=CLAIMS_MARKER_TTL):
+        if not await self._redis.set(names.claims_marker_key(self._owner), 1, nx=True, ex=CLAIMS_MARKER_TTL):
             return  # the marker survived: so did the claims
         async with self._redis.pipeline(transaction=False) as pipe:
             for call_id in self._running:
-                pipe.set(_names.call_key(call_id), self._owner, ex=max(1, int(ttl)))
+                pipe.set(names.call_key(call_id), self._owner, ex=max(1, int(ttl)))
             await pipe.execute()
 
     async def _patiently(self, op: Callable[[], Awaitable[T]]) -> T:
@@ -191,7 +189,7 @@ class CallMemory:
         one more round trip, only then."""
         redis = self._redis
         assert redis is not None
-        keys = [_names.call_key(call_id) for call_id, _ in claims]
+        keys = [names.call_key(call_id) for call_id, _ in claims]
         async with redis.pipeline(transaction=False) as pipe:
             for key, (_, ttl) in zip(keys, claims):
                 pipe.set(key, self._owner, nx=True, ex=ttl)
@@ -207,9 +205,9 @@ class CallMemory:
         assert self._redis is not None
         redis = self._redis
         answer, stored, owner = await self._patiently(
-            lambda: redis.mget(_names.outcome_key(call_id), _names.result_key(call_id), _names.call_key(call_id)))
+            lambda: redis.mget(names.outcome_key(call_id), names.result_key(call_id), names.call_key(call_id)))
         outcome = read_stored(self._keyring, call_id, answer) if answer is not None else None
-        if outcome is not None:  # a stage call's answer (workers._replies)
+        if outcome is not None:  # a stage call's answer (workers.fleet._replies)
             return CallOutcome.model_validate_json(outcome).model_copy(update={"replayed": True})
         if stored is not None:  # a single call's Celery result (toolfleet.call)
             try:
@@ -217,7 +215,7 @@ class CallMemory:
             except ValueError:
                 meta = None
             if (isinstance(meta, dict) and meta.get("status") == "SUCCESS" and isinstance(meta.get("result"), dict)
-                    and (self._keyring is None or _auth.verify_result(self._keyring, meta, call_id))):
+                    and (self._keyring is None or verify_result(self._keyring, meta, call_id))):
                 return CallOutcome.model_validate(meta["result"]).model_copy(update={"replayed": True})
         owner = owner.decode() if isinstance(owner, bytes) else owner
         if owner is not None and owner != self._owner and await self._owner_alive(owner):
@@ -241,7 +239,7 @@ class CallMemory:
         """The owner is ``host/boot``: alive when that host heartbeats with the same boot id."""
         assert self._redis is not None
         host, _, boot = owner.partition("/")
-        current = await self._redis.hget(_names.heartbeat_key(host), "boot")
+        current = await self._redis.hget(names.heartbeat_key(host), "boot")
         current = current.decode() if isinstance(current, bytes) else current
         return current is not None and current == boot
 

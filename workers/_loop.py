@@ -22,12 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from . import _auth, _names, placement
 from ._call_memory import CallMemory
-from ._replies import ReplySender
 from ._admission import WorkerPolicy
-from ._sandbox_host import SandboxHost
-from .heartbeat import Heartbeat, HostRecord
+from .sandbox_host import SandboxHost
+from .fleet import Heartbeat, HostRecord, Keyring, MissingSecretError, ReplySender, load_keyring, names, release_slots
 
 log = structlog.get_logger("toolfleet.worker")
 T = TypeVar("T")
@@ -51,7 +49,7 @@ class WorkerConfig(BaseModel):
 
 
 class WorkerRuntime:
-    def __init__(self, config: WorkerConfig, keyring: _auth.Keyring | None = None,
+    def __init__(self, config: WorkerConfig, keyring: Keyring | None = None,
                  sandboxes: SandboxHost | None = None) -> None:
         self.config = config
         self.sandboxes = sandboxes or SandboxHost()  # what this worker opened, on its Docker host
@@ -63,7 +61,7 @@ class WorkerRuntime:
         self._thread = threading.Thread(target=self._run_loop, name="toolfleet-loop", daemon=True)
         self.redis: Redis | None = None
         self.memory: CallMemory | None = None
-        self.replies: ReplySender | None = None  # stage outcomes back to their dispatchers (``_replies``)
+        self.replies: ReplySender | None = None  # stage outcomes back to their dispatchers (``fleet._replies``)
         self.heartbeat: Heartbeat | None = None
         self.draining = False
         self.owners: dict[str, str] = {}  # sandbox handle -> the orchestrator lease that owns it
@@ -85,8 +83,8 @@ class WorkerRuntime:
         self.replies = ReplySender(self.redis, self.keyring, self.config.broker_url)
         record = HostRecord(
             host=self.config.host,
-            queue=_names.host_queue(self.config.host),
-            node=_names.worker_nodename(self.config.host),
+            queue=names.host_queue(self.config.host),
+            node=names.worker_nodename(self.config.host),
             boot=self.boot,
             slots=self.config.slots,
             # What this worker runs and pulls, in its very first beat (placement and preflight read them).
@@ -128,7 +126,7 @@ class WorkerRuntime:
         owners = sorted(set(self.owners.values()))
         if not owners or self.redis is None:
             return
-        leases = await self.redis.mget([_names.lease_key(o) for o in owners])
+        leases = await self.redis.mget([names.lease_key(o) for o in owners])
         now = asyncio.get_running_loop().time()
         gone: set[str] = set()
         for owner, lease in zip(owners, leases):
@@ -195,7 +193,7 @@ class WorkerRuntime:
             if self.heartbeat is not None:
                 self.heartbeat.record.sandboxes = max(0, self.heartbeat.record.sandboxes - weight)
             if self.redis is not None:
-                await placement.release(self.redis, host, weight)
+                await release_slots(self.redis, host, weight)
         return {"closed": handle, "host": host}
 
     # --- running coroutines from pool threads -------------------------------------------------
@@ -227,14 +225,14 @@ class Runtimes:
         self.current: WorkerRuntime | None = None
         self._lock = threading.Lock()
 
-    def start(self, config: WorkerConfig, keyring: _auth.Keyring | None = None,
+    def start(self, config: WorkerConfig, keyring: Keyring | None = None,
               sandboxes: SandboxHost | None = None) -> WorkerRuntime:
         with self._lock:
             if self.current is None:
                 if keyring is None:
                     try:
-                        keyring = _auth.load_keyring()
-                    except _auth.MissingSecretError:
+                        keyring = load_keyring()
+                    except MissingSecretError:
                         keyring = None  # such a worker verifies nothing as authentic: it rejects every task
                 runtime = WorkerRuntime(config, keyring, sandboxes)
                 runtime.start()

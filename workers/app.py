@@ -2,7 +2,7 @@
 
 ``app`` is a worker-side instance (configured from ``TOOLFLEET_BROKER``, so ``celery -A workers.app
 inspect active`` works against the fleet; ``toolfleet worker`` builds its own with ``create_worker_app``); ``create_app(url)`` builds another for a publisher (the
-orchestrator's ``CeleryDispatcher``). Both register the same task names from ``workers._names``.
+orchestrator's ``CeleryDispatcher``). Both register the same task names from ``workers.fleet.names``.
 
 Pool decision: **threads**. A tool call is I/O-bound (it waits on a sandbox channel), and every call of
 a worker process must share one persistent asyncio loop, because sandboxes, their exec channels and
@@ -34,12 +34,26 @@ from kombu.utils.encoding import bytes_to_str
 from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import ResponseError
 
-from . import _auth, _names
-from ._auth import Keyring
-from ._fleet_events import FleetEvents
+from .fleet import (
+    DEFAULT_REPLAY_WINDOW,
+    DEST_HEADER,
+    ISSUED_HEADER,
+    MAC_HEADER,
+    RESULT_MAC_FIELD,
+    FleetEvents,
+    Keyring,
+    MissingSecretError,
+    ReplayWindow,
+    UnstoredResults,
+    freshness_refusal,
+    is_out_of_memory,
+    load_keyring,
+    message_mac,
+    names,
+    result_mac,
+    verify_message,
+)
 from ._rejects import RejectLog, rejects  # noqa: F401 - RejectLog re-exported
-from ._replay import DEFAULT_WINDOW, ReplayWindow, freshness_refusal
-from ._result_store import UnstoredResults, is_out_of_memory
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
 BROKER_ENV = "TOOLFLEET_BROKER"
@@ -50,7 +64,7 @@ REPLAY_OPTION = "toolfleet_replay"  # broker transport option: the ReplayWindow 
 log = structlog.get_logger("toolfleet.worker")
 
 def _message_verdict(message: Any, queue: str | None, keyring: Keyring | None, now: float | None = None,
-                     window: ReplayWindow = DEFAULT_WINDOW) -> str | None:
+                     window: ReplayWindow = DEFAULT_REPLAY_WINDOW) -> str | None:
     """Why a decoded broker envelope must be dropped (None: deliver it). Pure but for the clock; table-tested."""
     if not isinstance(message, dict):
         return "not an envelope"
@@ -59,17 +73,17 @@ def _message_verdict(message: Any, queue: str | None, keyring: Keyring | None, n
         return "malformed envelope"
     if not isinstance(message.get("body", ""), str) or not isinstance(properties.get("delivery_info", {}), dict):
         return "malformed envelope"
-    if not _names.is_task_queue(queue):
+    if not names.is_task_queue(queue):
         return None  # Celery's own control/event traffic: shape checked, not signed (see SECURITY.md)
     if not isinstance(headers, dict) or message.get("content-type") != "application/json":
         return "not a JSON task message"
-    if headers.get("task") not in _names.TASK_NAMES:
+    if headers.get("task") not in names.TASK_NAMES:
         return "task name not accepted"
     if keyring is None:
         return "no fleet secret on this worker"
-    issued, dest = headers.get(_auth.ISSUED_HEADER), headers.get(_auth.DEST_HEADER)
-    if not _auth.verify_message(keyring, headers.get(_auth.MAC_HEADER), headers.get("task"), headers.get("id"),
-                                message.get("body", ""), issued, dest):
+    issued, dest = headers.get(ISSUED_HEADER), headers.get(DEST_HEADER)
+    if not verify_message(keyring, headers.get(MAC_HEADER), headers.get("task"), headers.get("id"),
+                          message.get("body", ""), issued, dest):
         return "unauthenticated"
     if dest != queue:
         return "sent to another queue"  # a captured message pushed onto another host's queue
@@ -117,7 +131,7 @@ return 1
         meta["task_id"] = bytes_to_str(task_id)
         keyring = (self.app.conf.broker_transport_options or {}).get(KEYRING_OPTION)
         if keyring is not None:  # the orchestrator trusts only results a secret-holder wrote
-            meta[_auth.RESULT_MAC_FIELD] = _auth.result_mac(keyring, meta["task_id"], state, meta.get("result"))
+            meta[RESULT_MAC_FIELD] = result_mac(keyring, meta["task_id"], state, meta.get("result"))
         value = self.encode(meta)
         if isinstance(value, str) and len(value) > self._MAX_STR_VALUE_SIZE:
             raise BackendStoreError("value too large for Redis backend", state=state, task_id=task_id)
@@ -133,7 +147,7 @@ return 1
 
     @cached_property
     def _unstored(self) -> UnstoredResults:
-        """Results Redis refused at maxmemory: published now, stored when it takes them (``_result_store``)."""
+        """Results Redis refused at maxmemory: published now, stored when it takes them (``fleet._result_store``)."""
         events = FleetEvents(self.app.conf.broker_url)
         return UnstoredResults(store=lambda k, v, e: self._store_unless_success(k, v, e),
                                publish=lambda k, v: self.client.publish(k, v),
@@ -234,10 +248,10 @@ class FleetRedisChannel(kombu_redis.Channel):
         keyring = self.connection.client.transport_options.get(KEYRING_OPTION)
         headers = message.get("headers")
         if keyring is not None and isinstance(headers, dict) and "task" in headers:
-            issued = headers[_auth.ISSUED_HEADER] = f"{time.time():.3f}"
-            headers[_auth.DEST_HEADER] = queue
-            headers[_auth.MAC_HEADER] = _auth.message_mac(keyring, headers.get("task"), headers.get("id"),
-                                                          message.get("body", ""), issued, queue)
+            issued = headers[ISSUED_HEADER] = f"{time.time():.3f}"
+            headers[DEST_HEADER] = queue
+            headers[MAC_HEADER] = message_mac(keyring, headers.get("task"), headers.get("id"),
+                                              message.get("body", ""), issued, queue)
         return super()._put(queue, message, **kwargs)
 
     def _brpop_read(self, **options):  # type: ignore[no-untyped-def]
@@ -284,7 +298,7 @@ class FleetRedisTransport(kombu_redis.Transport):
         options = self.client.transport_options
         if options.get(VERIFY_OPTION):
             reason = _message_verdict(message, queue, options.get(KEYRING_OPTION),
-                                      window=options.get(REPLAY_OPTION) or DEFAULT_WINDOW)
+                                      window=options.get(REPLAY_OPTION) or DEFAULT_REPLAY_WINDOW)
             if reason is not None:
                 headers = message.get("headers") if isinstance(message, dict) else None
                 task = headers.get("task") if isinstance(headers, dict) else None
@@ -366,7 +380,7 @@ def create_app(config: AppConfig | str | None = None, main: str = "toolfleet", k
                                   VERIFY_OPTION: verify},
         task_publish_retry=True,
         task_publish_retry_policy={"max_retries": 20, "interval_start": 0.1, "interval_step": 0.5, "interval_max": 2.0},
-        task_default_queue=_names.SHARED_QUEUE,
+        task_default_queue=names.SHARED_QUEUE,
         worker_hijack_root_logger=False,
         worker_consumer=f"{FleetConsumer.__module__}:{FleetConsumer.__name__}",
         broker_transport=f"{FleetRedisTransport.__module__}:{FleetRedisTransport.__name__}",
@@ -391,8 +405,8 @@ def create_worker_app(config: AppConfig | str | None = None, keyring: Keyring | 
 
     if keyring is None:
         try:
-            keyring = _auth.load_keyring()
-        except _auth.MissingSecretError:
+            keyring = load_keyring()
+        except MissingSecretError:
             keyring = None  # e.g. `celery -A workers.app inspect`: control commands need no secret
     worker_app = create_app(config, keyring=keyring, verify=True)
     register_tasks(worker_app, runtimes or Runtimes(worker_app.conf.broker_url))
@@ -404,7 +418,7 @@ def _drop_builtin_tasks(app: Celery) -> None:
     """Celery registers its own tasks (``celery.accumulate``, ``celery.chord_unlock``, ...) in every
     app; a worker runs only toolfleet's (the transport refuses other names first; this is the second
     lock)."""
-    for name in [n for n in app.tasks if n not in _names.TASK_NAMES]:
+    for name in [n for n in app.tasks if n not in names.TASK_NAMES]:
         app.tasks.unregister(name)
 
 

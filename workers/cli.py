@@ -8,7 +8,7 @@ under an identity another live worker is heartbeating with.
 
 Consumes the shared call queue and this host's own queue (sandbox affinity), loads user tool code
 (``--import``, ``--path``, ``--install``, ``$TOOLFLEET_IMPORT``: ``_tool_modules``) so the registry holds
-it, publishes what it registered (``_tool_manifest``, read by the eval's preflight), reaps orphaned sandboxes and heartbeats capacity at start, and
+it, publishes what it registered (``fleet._tool_manifest``, read by the eval's preflight), reaps orphaned sandboxes and heartbeats capacity at start, and
 drains on SIGTERM: the host is marked draining at once (no new placements), running calls finish,
 then its sandboxes are closed and its heartbeat removed.
 """
@@ -24,14 +24,13 @@ import socket
 import sys
 import uuid
 
-from . import _auth, _names
 from ._loop import HOST_ENV, Runtimes, WorkerConfig
 from ._admission import WorkerPolicy, broker_is_loopback
 from .app import BROKER_ENV, DEFAULT_BROKER, AppConfig, create_worker_app
-from .heartbeat import claim_identity
+from .fleet import SECRET_ENV, SECRET_FILE_ENV, Keyring, MissingSecretError, claim_identity, load_keyring, names
 from ._tool_modules import IMPORT_ENV, ToolModuleError, ToolModules, imports_from_env
-from ._sandbox_host import SandboxHost
-from .sandbox._docker_pool import HostSandboxes
+from .sandbox_host import SandboxHost
+from .sandbox.docker import HostSandboxes
 from .sandbox._registry import SandboxRegistry
 
 # Tool modules every worker registers at start-up (the built-in tools); --import adds the user's.
@@ -41,7 +40,7 @@ BUILTIN_TOOL_MODULES = ("orchestrator.tool._tools", "orchestrator.tool._tools._s
 # pool_restart, revoke, add_consumer, rate_limit, ...) are removed unless --unsafe-remote-control.
 SAFE_CONTROL = frozenset({"active", "active_queues", "clock", "conf", "hello", "ping", "query_task", "registered",
                           "report", "reserved", "revoked", "scheduled", "stats", "heartbeat",
-                          "enable_events", "disable_events", _names.CONTROL_CANCEL})
+                          "enable_events", "disable_events", names.CONTROL_CANCEL})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "each call then costs ~3 more broker publishes, ~15%% of the worker's CPU per call)")
     p.add_argument("--loglevel", "-l", default="WARNING")
     trust = p.add_argument_group("trust (what this worker agrees to run; a message can only ask)")
-    trust.add_argument("--secret-file", default=os.environ.get(_auth.SECRET_FILE_ENV),
-                       help=f"file holding the fleet secret (one a line, newest first); default ${_auth.SECRET_ENV}")
+    trust.add_argument("--secret-file", default=os.environ.get(SECRET_FILE_ENV),
+                       help=f"file holding the fleet secret (one a line, newest first); default ${SECRET_ENV}")
     trust.add_argument("--allow-local", action="store_true",
                        help="also run `local` sandboxes (subprocesses on this host as this user: NO isolation; "
                             "for development and tests only)")
@@ -156,8 +155,8 @@ def _restrict_remote_control() -> None:
 def worker_main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
-        keyring = _auth.load_keyring(secret_file=args.secret_file)
-    except _auth.MissingSecretError as exc:
+        keyring = load_keyring(secret_file=args.secret_file)
+    except MissingSecretError as exc:
         print(f"toolfleet worker: {exc}", file=sys.stderr)
         return 2
     if args.allow_local and not args.allow_local_remote and not broker_is_loopback(args.broker):
@@ -182,7 +181,7 @@ def worker_main(argv: list[str]) -> int:
         tool_code.close()
 
 
-def _run(args: argparse.Namespace, keyring: _auth.Keyring) -> int:
+def _run(args: argparse.Namespace, keyring: Keyring) -> int:
     if not args.unsafe_remote_control:
         _restrict_remote_control()
     config = WorkerConfig(broker_url=args.broker, slots=args.slots, host=args.hostname or default_identity(),
@@ -216,8 +215,8 @@ def _run(args: argparse.Namespace, keyring: _auth.Keyring) -> int:
             "worker",
             "--pool", args.pool,
             "--concurrency", str(1 if args.pool == "solo" else args.concurrency),
-            "--queues", f"{_names.SHARED_QUEUE},{_names.host_queue(config.host)}",
-            "--hostname", _names.worker_nodename(config.host),
+            "--queues", f"{names.SHARED_QUEUE},{names.host_queue(config.host)}",
+            "--hostname", names.worker_nodename(config.host),
             *(["--task-events"] if args.task_events else []),
             "--without-gossip",  # gossip/mingle add chatter and start-up delay; inspect/Flower do not need them
             "--without-mingle",
@@ -236,7 +235,7 @@ def _connect_lifecycle(app, host: str, runtimes: Runtimes) -> None:  # type: ign
     @worker_ready.connect(weak=False)
     def _ready(**_: object) -> None:
         # One line on stdout whatever the log level: supervisors and tests wait for it.
-        print(f"toolfleet worker {host} ready (queues {_names.SHARED_QUEUE}, {_names.host_queue(host)})", flush=True)
+        print(f"toolfleet worker {host} ready (queues {names.SHARED_QUEUE}, {names.host_queue(host)})", flush=True)
 
     @worker_shutting_down.connect(weak=False)
     def _drain(**_: object) -> None:

@@ -10,7 +10,6 @@ with ``_``).
 from __future__ import annotations
 
 import json
-import sys
 
 from orchestrator.tool import tool
 from orchestrator.tool._tools._sandbox_access import SANDBOX_SNAPSHOT_TOOL, sandbox_snapshot  # noqa: F401 - re-exported
@@ -36,13 +35,14 @@ def snapshot_remove():  # type: ignore[no-untyped-def]
 
 async def remove_eval_snapshots(eval_id: str) -> list[str]:
     """Remove ``eval_id``'s snapshots from this host, and the drivers forks of them used."""
-    if "workers.sandbox.docker" not in sys.modules or not eval_id:
-        return []  # no docker sandbox ever ran in this process: it took no snapshot
-    from ._sandbox_host import SandboxHost
-    from .sandbox._docker_api import DockerAPI
+    from .sandbox_host import SandboxHost
+    from .sandbox.docker import DockerAPI
 
+    dockers = {id(h.docker): h.docker for h in SandboxHost.live()}  # hosts may share one
+    if not eval_id or not any(d.engines.acquired for d in dockers.values()):
+        return []  # no docker sandbox ever ran in this process: it took no snapshot
     removed: list[str] = []
-    for docker in {id(h.docker): h.docker for h in SandboxHost.live()}.values():  # hosts may share one
+    for docker in dockers.values():
         store = docker.snapshots
         doomed = {s.id for s in store.held.values() if s.eval_id == eval_id and not s.keep}
         for host in SandboxHost.live():

@@ -1,9 +1,9 @@
-"""Celery task bodies: a thin transport around ``workers.executor`` and ``workers._sandbox_host``.
+"""Celery task bodies: a thin transport around ``workers.executor`` and ``workers.sandbox_host``.
 
 * ``toolfleet.stage(reply, payloads)``: what the Celery dispatcher sends — a stage's calls for this
   host in one message; they run concurrently on the worker's loop and each outcome is PUBLISHed on
   the sender's ``reply`` channel (and kept under its outcome key) as soon as it completes
-  (``workers._replies``); Celery stores no result. Each call is claimed and remembered exactly as
+  (``workers.fleet._replies``); Celery stores no result. Each call is claimed and remembered exactly as
   below (the claims of one stage in one round trip).
 * ``toolfleet.call(payload)``: one call, for plain Celery clients: ``execute_request(CallRequest.model_validate(payload))`` → the
   ``CallOutcome`` as JSON. Only registered tools run (the executor rebuilds them from the registry by
@@ -36,14 +36,13 @@ from orchestrator._wire import CallOutcome, CallRequest, FatalError, SandboxSpec
 from orchestrator.tool._registry import is_registered, not_registered_message
 from orchestrator.tool._tool_call import ToolCallError
 
-from . import _auth, _names, placement
 from ._bounds import call_timeout, result_bytes
 from ._rejects import rejects
 from ._call_memory import CallRunningElsewhere
 from ._loop import Runtimes, WorkerRuntime
 from ._outcome_cap import cap_outcome
 from ._admission import PolicyRefused, admit_sandbox
-from ._replay import DEFAULT_WINDOW, first_consumption
+from .fleet import DEFAULT_REPLAY_WINDOW, first_consumption, names, slot_weight, verify_cancel
 
 log = structlog.get_logger("toolfleet.worker")
 
@@ -99,7 +98,7 @@ async def answer_call(rt: WorkerRuntime, payload: Any, task_id: str) -> tuple[st
     try:
         # The claim is also the call's replay memory: kept at least as long as a copy could be accepted.
         outcome = await rt.memory.run_once(call_id, lambda: _capped(rt.sandboxes.execute(request), rt.policy.max_outcome_bytes),
-                                           claim_ttl=max(deadline, DEFAULT_WINDOW.ttl))
+                                           claim_ttl=max(deadline, DEFAULT_REPLAY_WINDOW.ttl))
     except asyncio.CancelledError:
         return call_id, _error_json(call_id, host, "cancelled", "The call was cancelled.")
     except (RedisError, OSError) as exc:  # Redis stayed down past the claim's patience
@@ -116,7 +115,7 @@ async def answer_call(rt: WorkerRuntime, payload: Any, task_id: str) -> tuple[st
 
 async def run_stage(rt: WorkerRuntime, reply: str, payloads: list[Any], task_id: str, cap: int) -> None:
     """A stage's calls, concurrently on this loop; each answered on ``reply`` as soon as it completes
-    (``workers._replies``). The declared-order splice is the orchestrator's: order does not matter here."""
+    (``workers.fleet._replies``). The declared-order splice is the orchestrator's: order does not matter here."""
     replies = rt.replies
     assert replies is not None
 
@@ -164,7 +163,7 @@ async def run_open(rt: WorkerRuntime, payload: dict[str, Any], owner: str | None
         return {"error": {"type": type(exc).__name__, "message": str(exc)}, "host": host,
                 **_execs_json(getattr(exc, "sandbox_execs", None))}
     if rt.heartbeat is not None:
-        rt.heartbeat.record.sandboxes += placement.slot_weight(spec.config)
+        rt.heartbeat.record.sandboxes += slot_weight(spec.config)
     if owner:
         rt.owners[handle] = owner
     return {"handle": handle, "host": host, **_execs_json(execs)}
@@ -212,7 +211,7 @@ def register_tasks(app: Celery, runtimes: Runtimes) -> None:
     connect_log_level()  # structlog lines at the worker's --loglevel, not all of them
     app.conf.toolfleet_runtimes = runtimes
 
-    @app.task(name=_names.TASK_CALL, bind=True, acks_late=True, Request=_REQUEST)
+    @app.task(name=names.TASK_CALL, bind=True, acks_late=True, Request=_REQUEST)
     def call(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         rt = runtimes.get()
         task_id = self.request.id
@@ -229,11 +228,11 @@ def register_tasks(app: Celery, runtimes: Runtimes) -> None:
         except TimeoutError:
             return _error_outcome(task_id, rt.config.host, "timeout", "Command timed out before completing.")
 
-    @app.task(name=_names.TASK_STAGE, bind=True, acks_late=True, ignore_result=True, Request=_REQUEST)
+    @app.task(name=names.TASK_STAGE, bind=True, acks_late=True, ignore_result=True, Request=_REQUEST)
     def stage(self: Any, reply: Any, payloads: Any) -> None:
         """A stage's calls for this host: outcomes go to ``reply`` (no Celery result is stored)."""
         rt = runtimes.get()
-        if not _names.is_reply_channel(reply) or not isinstance(payloads, list) or not 0 < len(payloads) <= _names.MAX_STAGE_CALLS:
+        if not names.is_reply_channel(reply) or not isinstance(payloads, list) or not 0 < len(payloads) <= names.MAX_STAGE_CALLS:
             rejects.reject("malformed stage", self.request.delivery_info.get("routing_key"), f"stage {self.request.id}")
             return None
         timeouts = [call_timeout(p.get("timeout") if isinstance(p, dict) else None, rt.config.max_call_seconds) for p in payloads]
@@ -244,14 +243,14 @@ def register_tasks(app: Celery, runtimes: Runtimes) -> None:
             log.warning("worker.stage_timeout", task_id=self.request.id, calls=len(payloads))
         return None
 
-    @app.task(name=_names.TASK_OPEN_SANDBOX, bind=True, acks_late=True, Request=_REQUEST)
+    @app.task(name=names.TASK_OPEN_SANDBOX, bind=True, acks_late=True, Request=_REQUEST)
     def open_sandbox(self: Any, payload: dict[str, Any], owner: str | None = None) -> dict[str, Any]:
         rt = runtimes.get()
         cap = _payload_too_large(app, payload)
         if cap is not None:
             return {"error": {"type": "limit", "message": f"The sandbox spec (files, setup) exceeded the payload limit of {cap} bytes."},
                     "host": rt.config.host}
-        if rt.redis is not None and not rt.submit(first_consumption(rt.redis, self.request.id, DEFAULT_WINDOW), timeout=30):
+        if rt.redis is not None and not rt.submit(first_consumption(rt.redis, self.request.id, DEFAULT_REPLAY_WINDOW), timeout=30):
             rejects.reject("replayed", self.request.delivery_info.get("routing_key"), f"open_sandbox {self.request.id}")
             raise Ignore()  # a copy of a consumed open (a replay): nothing opened, nothing stored
         try:
@@ -259,7 +258,7 @@ def register_tasks(app: Celery, runtimes: Runtimes) -> None:
         except TimeoutError as exc:
             return {"error": {"type": "TimeoutError", "message": str(exc)}, "host": rt.config.host}
 
-    @app.task(name=_names.TASK_CLOSE_SANDBOX, bind=True, acks_late=True, Request=_REQUEST)
+    @app.task(name=names.TASK_CLOSE_SANDBOX, bind=True, acks_late=True, Request=_REQUEST)
     def close_sandbox(self: Any, handle: str) -> dict[str, Any]:
         rt = runtimes.get()
         try:
@@ -275,7 +274,7 @@ def toolfleet_cancel(state: Any, call_ids: list[str], mac: str | None = None, **
     runtimes = getattr(state.consumer.app.conf, "toolfleet_runtimes", None)
     rt = runtimes.current if runtimes is not None else None
     ids = [str(c) for c in call_ids] if isinstance(call_ids, list) else []
-    if rt is None or rt.keyring is None or not _auth.verify_cancel(rt.keyring, mac, ids):
+    if rt is None or rt.keyring is None or not verify_cancel(rt.keyring, mac, ids):
         rejects.reject("unauthenticated cancel", None)
         return {"error": "unauthenticated"}
     rt.cancel_calls(ids)

@@ -1,4 +1,4 @@
-"""Reading the fleet's events (``workers._fleet_events``) on the orchestrator side (pure; table-tested).
+"""Reading the fleet's events (``workers.fleet.FleetEvents``) on the orchestrator side (pure; table-tested).
 
 A worker that rejects a task message (wrong secret, clock skew) or cannot store a result (Redis at
 ``maxmemory``) PUBLISHes an event; the result listener hands each one here. An event matters only

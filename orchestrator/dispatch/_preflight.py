@@ -120,13 +120,13 @@ def _imports(names: list[str], tools: dict[str, str], who: str) -> str:
 async def check_worker_tools(client: Any, hosts: Sequence[Any], tools: dict[str, str]) -> None:
     """Every tool ``tools`` names is registered on every live worker that takes calls (one sentence if not).
 
-    Workers publish the tools they registered at start (``workers._tool_manifest``). A tool on no worker
+    Workers publish the tools they registered at start (``workers.fleet.ToolManifest``). A tool on no worker
     would fail every sample at its first call. A tool on only some workers is refused too: a sample's
     calls go to whichever worker holds its sandbox (or any worker, without one), and placement does not
     look at tools, so such an eval would fail some samples and not others. A worker that publishes no
     list (an older version) or a cut one is not held against a tool it may have.
     """
-    from workers.heartbeat import read_tool_manifests
+    from workers.fleet import read_tool_manifests
 
     serving = [h for h in hosts if not h.draining]
     if not tools or not serving:
@@ -158,7 +158,7 @@ async def check_fleet(broker_url: str, images: dict[str, list[str]], kinds: set[
     needed (and run commands as root for the ``root`` samples), and have (or can pull) every image."""
     from redis.asyncio import Redis
 
-    from workers.placement import live_hosts
+    from workers.fleet import live_hosts
 
     client = Redis.from_url(broker_url, socket_connect_timeout=PROBE_TIMEOUT_S, socket_timeout=PROBE_TIMEOUT_S)
     try:

@@ -1,7 +1,7 @@
 """One asyncio listener per dispatcher for call outcomes and Celery results on Redis.
 
 Stage calls (``toolfleet.stage``, the hot path) are answered on the dispatcher's own reply channel,
-subscribed once when the listener connects (``workers._replies``): every message goes to
+subscribed once when the listener connects (``workers.fleet``): every message goes to
 ``on_reply``; nothing is subscribed, unsubscribed or deleted per call (the stored copies expire).
 The rest of this docstring is about sandbox opens/closes (and plain ``toolfleet.call`` tasks).
 
@@ -33,7 +33,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.connection import Connection, parse_url
 from redis.exceptions import RedisError
 
-from workers import _auth, _names
+from workers.fleet import Keyring, names, verify_result
 
 log = structlog.get_logger("toolfleet.dispatch")
 
@@ -45,7 +45,7 @@ DELETE_BATCH_S = 0.2  # results read are deleted from Redis this often (one UNLI
 
 class ResultListener:
     def __init__(self, url: str, health_interval: float = 5.0, on_reconnect: Callable[[], Awaitable[None]] | None = None,
-                 keyring: _auth.Keyring | None = None, on_event: Callable[[bytes], None] | None = None,
+                 keyring: Keyring | None = None, on_event: Callable[[bytes], None] | None = None,
                  reply_channel: str | None = None, on_reply: Callable[[bytes], None] | None = None) -> None:
         self._conn_kwargs = dict(parse_url(url))
         # rediss:// gives SSLConnection (TLS to the broker); keep it for the subscribed connection too.
@@ -69,8 +69,8 @@ class ResultListener:
         self._last_seen = time.monotonic()
         self._health_interval = health_interval
         self._on_reconnect = on_reconnect
-        self._on_event = on_event  # fleet events (workers._fleet_events): rejected messages, unstored results
-        self._reply_channel = reply_channel  # stage outcomes for this dispatcher (workers._replies)
+        self._on_event = on_event  # fleet events (``workers.fleet.FleetEvents``): rejected messages, unstored results
+        self._reply_channel = reply_channel  # stage outcomes for this dispatcher (``workers.fleet.ReplySender``)
         self._on_reply = on_reply
         self._closed = False
         self.reconnects = 0
@@ -118,7 +118,7 @@ class ResultListener:
         conn = self._conn
         if conn is not None:
             try:
-                await conn.send_command("SUBSCRIBE", *(_names.result_key(t) for t in task_ids), check_health=False)
+                await conn.send_command("SUBSCRIBE", *(names.result_key(t) for t in task_ids), check_health=False)
             except (RedisError, OSError):
                 pass  # the reader reconnects and re-subscribes everything pending
         return futures
@@ -131,7 +131,7 @@ class ResultListener:
         if future is not None and self._futures.get(task_id) is not future:
             return
         if self._futures.pop(task_id, None) is not None:
-            self._unsubscribe.append(_names.result_key(task_id))
+            self._unsubscribe.append(names.result_key(task_id))
             self._schedule_flush()
 
     # --- the reader ----------------------------------------------------------------------------
@@ -147,7 +147,7 @@ class ResultListener:
                 # The fleet-events channel first: it also puts the connection in subscribed mode at once,
                 # so PINGs and replies have one shape.
                 replies = [self._reply_channel] if self._reply_channel else []
-                channels = [_names.FLEET_EVENTS_CHANNEL, *replies, *(_names.result_key(t) for t in self._futures)]
+                channels = [names.FLEET_EVENTS_CHANNEL, *replies, *(names.result_key(t) for t in self._futures)]
                 await conn.send_command("SUBSCRIBE", *channels, check_health=False)
                 self._conn = conn
                 self._last_seen = time.monotonic()
@@ -186,11 +186,11 @@ class ResultListener:
             if self._on_reply is not None:
                 self._on_reply(response[2])
             return
-        if channel == _names.FLEET_EVENTS_CHANNEL:
+        if channel == names.FLEET_EVENTS_CHANNEL:
             if self._on_event is not None:
                 self._on_event(response[2])
             return
-        self._resolve(channel[len(_names.RESULT_PREFIX):], response[2])
+        self._resolve(channel[len(names.RESULT_PREFIX):], response[2])
 
     def _resolve(self, task_id: str, data: bytes | str) -> bool:
         try:
@@ -199,13 +199,13 @@ class ResultListener:
             return False
         if not isinstance(meta, dict) or meta.get("status") not in READY_STATES:
             return False
-        if self._keyring is not None and not _auth.verify_result(self._keyring, meta, task_id):
+        if self._keyring is not None and not verify_result(self._keyring, meta, task_id):
             self.unauthenticated += 1
             log.warning("dispatch.result_unauthenticated", task_id=task_id[:64], seen=self.unauthenticated)
             return False  # keep waiting: the worker's own (signed) result may still come
         fut = self._futures.pop(task_id, None)
-        self._unsubscribe.append(_names.result_key(task_id))
-        self._consumed.append(_names.result_key(task_id))
+        self._unsubscribe.append(names.result_key(task_id))
+        self._consumed.append(names.result_key(task_id))
         self._schedule_flush()
         if fut is not None and not fut.done():
             fut.set_result(meta)
@@ -215,12 +215,12 @@ class ResultListener:
         """Resolve pending tasks whose result is already stored (missed while disconnected)."""
         if not task_ids:
             return 0
-        values = await self.redis.mget([_names.result_key(t) for t in task_ids])
+        values = await self.redis.mget([names.result_key(t) for t in task_ids])
         return sum(1 for task_id, value in zip(task_ids, values) if value is not None and self._resolve(task_id, value))
 
     async def stored_outcomes(self, call_ids: list[str]) -> list[Any]:
-        """The stage outcomes stored for these calls (``workers._replies``; None where there is none yet)."""
-        return list(await self.redis.mget([_names.outcome_key(c) for c in call_ids])) if call_ids else []
+        """The stage outcomes stored for these calls (``workers.fleet.read_stored``; None where there is none yet)."""
+        return list(await self.redis.mget([names.outcome_key(c) for c in call_ids])) if call_ids else []
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -235,7 +235,7 @@ class ResultListener:
             self._delete_scheduled = True
             asyncio.get_running_loop().call_later(DELETE_BATCH_S, lambda: asyncio.ensure_future(self._delete()))
         # A task expected again since (a republished call) keeps its channel.
-        channels = [c for c in channels if c[len(_names.RESULT_PREFIX):] not in self._futures]
+        channels = [c for c in channels if c[len(names.RESULT_PREFIX):] not in self._futures]
         conn = self._conn
         if channels and conn is not None:
             try:

@@ -18,7 +18,7 @@ from ._dispatcher import Dispatch, Dispatcher, SampleRoute, attach_setup_execs
 from ._preflight import SandboxNeeds, check_local_images
 
 if TYPE_CHECKING:
-    from workers._sandbox_host import SandboxHost
+    from workers.sandbox_host import SandboxHost
 
 
 class InProcessDispatcher(Dispatcher):
@@ -36,7 +36,7 @@ class InProcessDispatcher(Dispatcher):
     def host(self) -> SandboxHost:
         if self._host is None:
             # Loaded on first use: an eval without sandboxes never loads the sandbox side.
-            from workers._sandbox_host import SandboxHost
+            from workers.sandbox_host import SandboxHost
 
             self._host = SandboxHost.process()
         return self._host

@@ -1,6 +1,6 @@
 """A sandbox snapshot as data: what ``await sandbox().snapshot()`` returns and ``fork`` opens sandboxes from.
 
-The image lives on the Docker host that held the sandbox (``workers.sandbox._docker_snapshot``); this record
+The image lives on the Docker host that held the sandbox (``workers.sandbox.docker._snapshot``); this record
 is what travels: where it is (``host``/``queue``, for placement), how big, and the sandbox config a fork
 starts with. It is also a sandbox spec: ``Sample(sandbox=snapshot)`` starts the sample from it (a checkpoint).
 """

@@ -5,7 +5,7 @@ or environment per sample). This opens ``sandboxes`` sandboxes, each of a config
 field that makes a new driver is varied in turn: environment, image, user, working directory, network,
 limits, disk cap, read-only root, init, pool size, services, channel options, API threads, ttl...), runs
 one command in each and closes it, ``concurrency`` at a time, through the real ``SandboxHost`` a worker's
-runtime owns (``workers._sandbox_host``) on real Docker (or local sandboxes: ``--sandbox local``).
+runtime owns (``workers.sandbox_host``) on real Docker (or local sandboxes: ``--sandbox local``).
 
 It reports this process's threads, open fds and RSS after ``warmup`` sandboxes (the start) and after
 the last one closed (the end; the host still holds what it keeps idle), their peaks, the drivers and
@@ -151,8 +151,8 @@ def _containers_of(owner: str) -> int:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from workers._sandbox_host import SandboxHost
-    from workers.sandbox._docker_pool import HostSandboxes
+    from workers.sandbox_host import SandboxHost
+    from workers.sandbox.docker import HostSandboxes
 
     owner = f"bench-configs-{uuid.uuid4().hex[:8]}"  # its own label: no other process's reaper takes these
     host = SandboxHost(HostSandboxes(limit=max(8, args.concurrency * 4), owner=owner))

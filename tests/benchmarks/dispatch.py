@@ -58,7 +58,7 @@ def _plain_celery(dispatcher: Any, route: SampleRoute, calls: int, stage: int) -
     """The same task through Celery's own API, waiting with ``.get()`` (a thread: it blocks)."""
     from celery import Celery, group
 
-    from workers import _auth, _names
+    from workers.fleet import load_keyring, names
     from workers.app import KEYRING_OPTION, FleetRedisTransport
 
     # Stock Celery (its own Redis result backend and result consumer), not toolfleet's publisher-side
@@ -68,16 +68,16 @@ def _plain_celery(dispatcher: Any, route: SampleRoute, calls: int, stage: int) -
     app.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"],
                     result_accept_content=["json"],
                     broker_transport=f"{FleetRedisTransport.__module__}:{FleetRedisTransport.__name__}",
-                    broker_transport_options={KEYRING_OPTION: _auth.load_keyring()})
+                    broker_transport_options={KEYRING_OPTION: load_keyring()})
     single, grouped = [], []
     try:
         for _ in range(calls):
             payload = _bash_request(route).model_dump(mode="json")
             start = time.perf_counter()
-            app.send_task(_names.TASK_CALL, args=[payload], queue=route.queue).get(timeout=60)
+            app.send_task(names.TASK_CALL, args=[payload], queue=route.queue).get(timeout=60)
             single.append(time.perf_counter() - start)
         for _ in range(max(1, calls // 10)):
-            sigs = [app.signature(_names.TASK_CALL, args=[_bash_request(route).model_dump(mode="json")], queue=route.queue)
+            sigs = [app.signature(names.TASK_CALL, args=[_bash_request(route).model_dump(mode="json")], queue=route.queue)
                     for _ in range(stage)]
             start = time.perf_counter()
             group(sigs).apply_async().get(timeout=60)

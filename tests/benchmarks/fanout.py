@@ -124,7 +124,7 @@ async def _docker_exec_baseline(fleet: Any, routes: list[SampleRoute], args: arg
     """The same stages as one ``docker exec`` per call (Engine API), same concurrency, on the same containers."""
     import docker
 
-    from workers.sandbox import _docker_labels as labels
+    from workers.sandbox.docker import labels
 
     client = docker.APIClient(version="auto", timeout=120, max_pool_size=args.samples * args.stage)
     pool = ThreadPoolExecutor(max_workers=args.samples * args.stage, thread_name_prefix="bench-docker-exec")

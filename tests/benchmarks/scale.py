@@ -14,7 +14,7 @@ Reports ``workers``, ``sandboxes_open`` (open at once, counted from the fleet's 
 Redis once the dispatcher gave its leased slots back: sandboxes actually open),
 ``placement_p50_ms``/``placement_p99_ms`` (the dispatcher's slot reservation per open, asked until
 held — Redis's answer read, or at once when served from a slot leased ahead —,
-``workers/placement.py``; the reservations asked together go in one script call, with the lease
+``workers/fleet/_placement.py``; the reservations asked together go in one script call, with the lease
 asks) and where that time goes (``placement_leased_share``: the share of the opens' placements
 served from a lease, without a round trip; ``placement_redis_*``: the script call's round trip;
 ``placement_batch_mean``: reservations per script call, lease asks included; ``placement_script_us``:
@@ -61,13 +61,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from orchestrator.dispatch.celery import CeleryDispatcher, CeleryDispatcherConfig
-    from workers import _names
+    from workers.fleet import names
 
     slots = -(-args.sandboxes // args.workers) + 8
     errors: list[str] = []
     fleet_options = {"workers": args.workers, "concurrency": args.concurrency, "slots": slots}
     async with fleet_or_broker(args.broker, **fleet_options) as (url, fleet):
-        n_workers = args.workers if fleet else await _hosts(url, _names)
+        n_workers = args.workers if fleet else await _hosts(url, names)
         dispatcher = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=url, placement_wait=120))
         gate = asyncio.Semaphore(args.open_concurrency)
         open_latencies: list[float] = []
@@ -100,7 +100,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         redis_opened = await _counters(url)
         placements, leased_hits = len(dispatcher.placement_seconds), dispatcher.placer.lease_hits
         await dispatcher.placer.release_leases()  # slots reserved ahead are not sandboxes
-        sandboxes_open = await _slots_in_use(url, _names)
+        sandboxes_open = await _slots_in_use(url, names)
         steady = await _steady_placements(dispatcher, STEADY_PLACEMENTS)
         redis_before_calls = await _counters(url)
         call_figures = await _calls(dispatcher, routes, args.calls, errors)
@@ -110,7 +110,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         script_us = await command_usec(url, "evalsha")
         await asyncio.gather(*(dispatcher.close_sandbox(r) for r in routes))
         await dispatcher.placer.release_leases()
-        left_open = await _slots_in_use(url, _names)
+        left_open = await _slots_in_use(url, names)
         placement_s = list(dispatcher.placement_seconds)
         resumed_s = list(dispatcher.placement_resumed_seconds)
         batches = list(dispatcher.placer.batches)
@@ -171,7 +171,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _steady_placements(dispatcher: Any, n: int) -> list[float]:
-    from workers import placement
+    from workers.fleet import release_eval, release_slots
 
     placer = dispatcher.placer
     redis = placer.redis
@@ -180,8 +180,8 @@ async def _steady_placements(dispatcher: Any, n: int) -> list[float]:
         start = time.perf_counter()
         host = await placer.reserve(eval_id="bench-scale-steady")
         out.append(time.perf_counter() - start)
-        await placement.release_eval(redis, "bench-scale-steady")
-        await placement.release(redis, host.host)
+        await release_eval(redis, "bench-scale-steady")
+        await release_slots(redis, host.host)
     return out
 
 

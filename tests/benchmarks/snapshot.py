@@ -3,7 +3,7 @@
 In this process (embedded mode), or through the workers of ``--broker``, on one docker sandbox holding ``mib`` MiB on a tmpfs-backed path and as
 much in its container layer:
 - ``snapshot_s``: ``await sandbox.snapshot()`` — the first of a sandbox (one commit) and, as
-  ``resnapshot_s``, a second one of the same sandbox (two commits: see ``_docker_snapshot``);
+  ``resnapshot_s``, a second one of the same sandbox (two commits: see ``workers.sandbox.docker._snapshot``);
 - ``fork_first_s``: ``fork(snapshot, forks)`` until all are ready, the first time (the snapshot's driver
   starts: it reads the snapshot's tmpfs contents once), and ``fork_again_s`` a second time;
 - ``fork_close_s``: closing them; ``size_mib``: what the snapshot counts against the host's budget;

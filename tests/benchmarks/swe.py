@@ -139,8 +139,8 @@ class StartCounter:
                 self.owner_pids.append(int(text))
 
     async def __aexit__(self, *exc: object) -> None:
-        await asyncio.sleep(0.5)  # the last start events reach the stream
         assert self._proc is not None and self._reader is not None
+        await asyncio.sleep(0.5)  # the last start events reach the stream
         self._proc.terminate()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._reader, 10)

@@ -12,10 +12,12 @@ import uuid
 
 import pytest
 
+from orchestrator._wire import SandboxSpec
 from orchestrator.dispatch import CeleryDispatcher, CeleryDispatcherConfig
-from workers import _names
+from tests.support.waits import until
+from workers.fleet import names
 
-from ._helpers import dispatch, one, request, starts
+from ._helpers import dispatch, local_spec, one, request, starts
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(120)]
 
@@ -43,8 +45,8 @@ async def test_unregistered_tool_is_refused_naming_its_module(celery_dispatcher)
 async def test_malformed_request_is_refused_not_run(celery_dispatcher) -> None:
     task_id = uuid.uuid4().hex
     [raw] = await _expect(celery_dispatcher, task_id)
-    celery_dispatcher.app.send_task(_names.TASK_CALL, args=[{"call_id": task_id, "function": 42}], task_id=task_id,
-                                    queue=_names.SHARED_QUEUE)
+    celery_dispatcher.app.send_task(names.TASK_CALL, args=[{"call_id": task_id, "function": 42}], task_id=task_id,
+                                    queue=names.SHARED_QUEUE)
     meta = await asyncio.wait_for(raw, 30)
     assert meta["status"] == "SUCCESS"
     assert meta["result"]["fatal"]["type"] == "InvalidCallRequest"
@@ -64,8 +66,8 @@ async def test_oversized_payload_is_refused_by_the_worker(celery_dispatcher) -> 
     task_id = uuid.uuid4().hex
     [raw] = await _expect(celery_dispatcher, task_id)
     payload = request("text_of_size", {"n": 1, "char": "x" * (9 * 1024 * 1024)}, call_id=task_id).model_dump(mode="json")
-    await asyncio.to_thread(celery_dispatcher.app.send_task, _names.TASK_CALL, args=[payload], task_id=task_id,
-                            queue=_names.SHARED_QUEUE)
+    await asyncio.to_thread(celery_dispatcher.app.send_task, names.TASK_CALL, args=[payload], task_id=task_id,
+                            queue=names.SHARED_QUEUE)
     meta = await asyncio.wait_for(raw, 60)
     assert meta["result"]["error"]["type"] == "limit" and "payload limit" in meta["result"]["error"]["message"]
 
@@ -95,14 +97,47 @@ async def test_a_duplicate_of_a_running_call_waits_for_it_instead_of_running(cel
     assert starts(log, "slow") == 1
 
 
-async def test_resolved_calls_leave_no_subscriptions_behind(celery_dispatcher, redis_server) -> None:
-    await asyncio.wait_for(asyncio.gather(*dispatch(celery_dispatcher, [request("noop") for _ in range(20)])), 30)
-    client = redis_server.client()
-    for _ in range(100):  # unsubscribes are batched: wait (bounded) for the flush
-        if not client.pubsub_channels(f"{_names.RESULT_PREFIX}*"):
-            break
-        await asyncio.sleep(0.05)
-    assert client.pubsub_channels(f"{_names.RESULT_PREFIX}*") == []
+async def test_sandbox_results_are_subscribed_while_pending_and_unsubscribed_once_resolved(fleet, tmp_path) -> None:
+    """Sandbox opens and closes wait for their Celery result on ``celery-task-meta-<id>`` (calls use the
+    dispatcher's reply channel instead): Redis lists each channel while its task is pending, and none
+    once every task has resolved. A one-thread worker holds the tasks back: an open whose setup waits
+    for a gate file, and behind it a close."""
+    fleet.worker(concurrency=1)
+    client = fleet.redis.client()
+    gate, started = tmp_path / "gate", tmp_path / "started"
+    held = SandboxSpec(eval_id=f"e-subs-{uuid.uuid4().hex[:8]}", sample_id="held", config={"type": "local"},
+                       setup=f"touch {started}; while [ ! -e {gate} ]; do sleep 0.05; done")
+    d = CeleryDispatcher(fleet.redis.url)
+    opening = closing = None
+    try:
+        await d.start()
+        assert _meta_channels(client) == set()  # the dispatcher's own channels are not per task
+        first = await asyncio.wait_for(d.open_sandbox(local_spec("first")), 30)
+        await until(lambda: not _meta_channels(client), "the first open's channel to be unsubscribed")
+        opening = asyncio.ensure_future(d.open_sandbox(held))
+        await until(started.exists, "the held open's setup to run")
+        closing = asyncio.ensure_future(d.close_sandbox(first))  # queued behind the held open
+        await until(lambda: len(d._listener.pending_ids()) == 2, "the close to be sent")
+        pending = {names.result_key(t) for t in d._listener.pending_ids()}
+        await until(lambda: _meta_channels(client) == pending, "Redis to list both pending tasks' channels")
+        gate.touch()
+        second = await asyncio.wait_for(opening, 30)
+        await asyncio.wait_for(closing, 30)
+        await until(lambda: not _meta_channels(client), "the resolved tasks' channels to be unsubscribed")
+        assert d._listener.pending_ids() == []
+        await asyncio.wait_for(d.close_sandbox(second), 30)
+        await until(lambda: not _meta_channels(client), "the last close's channel to be unsubscribed")
+    finally:
+        gate.touch()
+        for task in (opening, closing):
+            if task is not None and not task.done():
+                task.cancel()
+        await d.aclose()
+
+
+def _meta_channels(client) -> set[str]:  # type: ignore[no-untyped-def]
+    """The Celery result channels someone is subscribed to, as Redis itself reports (PUBSUB CHANNELS)."""
+    return {c.decode() for c in client.pubsub_channels(f"{names.RESULT_PREFIX}*")}
 
 
 def _celery(broker: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -112,7 +147,7 @@ def _celery(broker: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_celery_inspect_sees_the_fleet_and_its_running_calls(celery_dispatcher, session_worker, tmp_path) -> None:
-    node = _names.worker_nodename(session_worker.host)
+    node = names.worker_nodename(session_worker.host)
     ping = await asyncio.to_thread(_celery, session_worker.broker_url, "inspect", "ping", "-d", node, "--timeout", "10")
     assert ping.returncode == 0 and "pong" in ping.stdout, ping.stdout + ping.stderr
     log = str(tmp_path / "log")
@@ -125,7 +160,7 @@ async def test_celery_inspect_sees_the_fleet_and_its_running_calls(celery_dispat
                                      "--timeout", "10")
     assert active.returncode == 0, active.stderr
     running = json.loads(active.stdout)[node]
-    assert any(t.get("name") == _names.TASK_STAGE for t in running), active.stdout
+    assert any(t.get("name") == names.TASK_STAGE for t in running), active.stdout
     fut.cancel()  # the worker stops it (toolfleet_cancel control command)
 
 
@@ -160,7 +195,7 @@ class _EventTap:
 
 
 async def test_task_events_for_flower_are_off_until_switched_on_as_flower_does(celery_dispatcher, session_worker) -> None:
-    broker, node = session_worker.broker_url, _names.worker_nodename(session_worker.host)
+    broker, node = session_worker.broker_url, names.worker_nodename(session_worker.host)
     tap = _EventTap(broker).start()
     try:
         for _ in range(100):  # the tap is live once it hears the worker's heartbeat (every 2 s)
@@ -172,7 +207,10 @@ async def test_task_events_for_flower_are_off_until_switched_on_as_flower_does(c
         for _ in range(3):
             quiet = request("noop")
             await one(celery_dispatcher, quiet)
-        await asyncio.sleep(1.0)
+        # The worker's next heartbeat comes after whatever it sent about those calls: once it is heard,
+        # any task event of theirs would have been too.
+        heard = _heartbeats(tap)
+        await until(lambda: _heartbeats(tap) > heard, "a worker heartbeat sent after the quiet calls")
         assert tap.task_events(quiet.call_id) == {}
         # Flower's start-up sends `enable_events`; then every call shows up with what it is.
         enabled = await asyncio.to_thread(_celery, broker, "control", "enable_events", "-d", node, "--timeout", "10")
@@ -185,12 +223,16 @@ async def test_task_events_for_flower_are_off_until_switched_on_as_flower_does(c
             if "task-succeeded" in events and "task-received" in events:
                 break
         assert {"task-received", "task-succeeded"} <= set(events), events
-        assert events["task-received"]["name"] == _names.TASK_STAGE
+        assert events["task-received"]["name"] == names.TASK_STAGE
         assert json.loads(events["task-received"]["args"]) == [
             {"function": "noop", "call_id": seen.call_id, "sample_id": seen.sample_id, "sandbox": None}]
     finally:
         await asyncio.to_thread(_celery, broker, "control", "disable_events", "-d", node, "--timeout", "10")
         await asyncio.to_thread(tap.stop)
+
+
+def _heartbeats(tap: _EventTap) -> int:
+    return sum(1 for e in list(tap.events) if e.get("type") == "worker-heartbeat")
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -209,7 +251,7 @@ async def _send_again(d: CeleryDispatcher, payload: dict, call_id: str) -> dict:
     task_id = uuid.uuid4().hex
     [raw] = await _expect(d, task_id)
     assert payload["call_id"] == call_id
-    await asyncio.to_thread(d.app.send_task, _names.TASK_CALL, args=[payload], task_id=task_id, queue=_names.SHARED_QUEUE)
+    await asyncio.to_thread(d.app.send_task, names.TASK_CALL, args=[payload], task_id=task_id, queue=names.SHARED_QUEUE)
     meta = await asyncio.wait_for(raw, 30)
     return meta["result"]
 
@@ -266,15 +308,15 @@ async def test_a_thousand_concurrent_fair_share_releases_all_land(session_worker
     """A thousand samples closing at once each give their eval's fair-share count back through the
     dispatcher's connections; none fails for want of a connection (it waits its turn), so the eval's
     count returns to what it holds."""
-    from workers import placement
+    from workers.fleet import release_eval
 
     d = CeleryDispatcher(session_worker.broker_url)
     eval_id = f"e-release-{uuid.uuid4().hex[:8]}"
     try:
         await d.start()
         redis = d._listener.redis
-        await redis.hincrby(_names.EVAL_SLOTS, eval_id, 1000)
-        await asyncio.wait_for(asyncio.gather(*(placement.release_eval(redis, eval_id) for _ in range(1000))), 60)
-        assert int(await redis.hget(_names.EVAL_SLOTS, eval_id)) == 0
+        await redis.hincrby(names.EVAL_SLOTS, eval_id, 1000)
+        await asyncio.wait_for(asyncio.gather(*(release_eval(redis, eval_id) for _ in range(1000))), 60)
+        assert int(await redis.hget(names.EVAL_SLOTS, eval_id)) == 0
     finally:
         await d.aclose()

@@ -1,4 +1,4 @@
-"""Fair sharing of one fleet between evals (workers/placement.py), with a real Redis and real workers.
+"""Fair sharing of one fleet between evals (workers/fleet/_placement.py), with a real Redis and real workers.
 
 * The rule, step by step, through the real reservation script: an eval over its fair share waits while
   another eval under its share waits; nobody waits on a fleet with room; an eval whose orchestrator
@@ -17,8 +17,16 @@ import pytest
 from redis.asyncio import Redis
 
 from orchestrator.eval import eval_async
-from workers import _names, placement
-from workers.heartbeat import HostRecord
+from workers.fleet import (
+    FairShareError,
+    HostRecord,
+    NoCapacityError,
+    Placer,
+    names,
+    release_eval,
+    release_slots,
+    stop_waiting,
+)
 
 from tests.eval.task_files import BASIC
 
@@ -26,40 +34,40 @@ pytestmark = [pytest.mark.celery, pytest.mark.timeout(240)]
 
 
 async def _host(redis: Redis, name: str, slots: int) -> None:
-    record = HostRecord(host=name, queue=_names.host_queue(name), node=_names.worker_nodename(name), boot=f"boot-{name}",
+    record = HostRecord(host=name, queue=names.host_queue(name), node=names.worker_nodename(name), boot=f"boot-{name}",
                         slots=slots, ts=time.time())
-    await redis.hset(_names.heartbeat_key(name), mapping=record.to_hash())
-    await redis.sadd(_names.HOSTS_SET, name)
+    await redis.hset(names.heartbeat_key(name), mapping=record.to_hash())
+    await redis.sadd(names.HOSTS_SET, name)
 
 
 async def _give_back(redis: Redis, host: str, eval_id: str) -> None:
-    await placement.release_eval(redis, eval_id)
-    await placement.release(redis, host)
+    await release_eval(redis, eval_id)
+    await release_slots(redis, host)
 
 
 async def test_an_eval_over_its_fair_share_waits_while_another_eval_waits(own_redis) -> None:  # type: ignore[no-untyped-def]
     redis = Redis.from_url(own_redis.url)
     try:
         await _host(redis, "h1", slots=4)
-        placer = placement.Placer(redis, hosts_ttl=0.0)
+        placer = Placer(redis, hosts_ttl=0.0)
         for _ in range(4):  # alone on the fleet, eval a may take all of it
             assert (await placer.reserve(eval_id="a")).host == "h1"
-        with pytest.raises(placement.NoCapacityError, match="all full"):
+        with pytest.raises(NoCapacityError, match="all full"):
             await placer.reserve(eval_id="b")  # b now waits
-        assert await redis.zscore(_names.EVALS_WAITING, "b") is not None
+        assert await redis.zscore(names.EVALS_WAITING, "b") is not None
         await _give_back(redis, "h1", "a")  # one of a's samples finished
-        with pytest.raises(placement.FairShareError, match="eval 'a' holds 3 of its 2 slots"):
+        with pytest.raises(FairShareError, match="eval 'a' holds 3 of its 2 slots"):
             await placer.reserve(eval_id="a")  # a is over its half while b waits: the slot is b's
         assert (await placer.reserve(eval_id="b")).host == "h1"
-        await placement.stop_waiting(redis, "b")  # b has no sample waiting any more
+        await stop_waiting(redis, "b")  # b has no sample waiting any more
         await _give_back(redis, "h1", "a")
         assert (await placer.reserve(eval_id="a")).host == "h1"  # nobody waits: a may use the room
-        assert {k.decode(): int(v) for k, v in (await redis.hgetall(_names.EVAL_SLOTS)).items()} == {"a": 3, "b": 1}
+        assert {k.decode(): int(v) for k, v in (await redis.hgetall(names.EVAL_SLOTS)).items()} == {"a": 3, "b": 1}
         # a's orchestrator stops renewing (it died): its holdings stop counting for the fair share.
-        await redis.zadd(_names.EVALS_ALIVE, {"a": 1.0})
+        await redis.zadd(names.EVALS_ALIVE, {"a": 1.0})
         await _host(redis, "h2", slots=4)
         await placer.reserve(eval_id="c")  # c is then one of two active evals (b, c), whatever a held
-        assert "a" not in {k.decode() for k in await redis.hkeys(_names.EVAL_SLOTS)}
+        assert "a" not in {k.decode() for k in await redis.hkeys(names.EVAL_SLOTS)}
     finally:
         await redis.aclose()
 
@@ -68,11 +76,11 @@ async def test_placement_survives_redis_forgetting_its_script(own_redis) -> None
     redis = Redis.from_url(own_redis.url)
     try:
         await _host(redis, "h1", slots=4)
-        placer = placement.Placer(redis, hosts_ttl=0.0)
+        placer = Placer(redis, hosts_ttl=0.0)
         await placer.reserve(eval_id="a")
         await redis.script_flush()  # as a restarted Redis has: the cached script is gone
         assert (await placer.reserve(eval_id="a")).host == "h1"
-        assert int(await redis.get(_names.slots_used_key("h1"))) == 2
+        assert int(await redis.get(names.slots_used_key("h1"))) == 2
     finally:
         await redis.aclose()
 

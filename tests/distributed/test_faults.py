@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.dispatch import CeleryDispatcher, CeleryDispatcherConfig
 from orchestrator.util import SandboxUnavailableError
-from workers import _names
+from workers.fleet import names
 
 from ._helpers import BOUND, bash_request, dispatch, local_spec, one, request, starts
 
@@ -48,7 +48,7 @@ async def test_placement_fills_hosts_by_free_slots_and_calls_follow_the_sandbox(
     a, b = fleet.worker(slots=2), fleet.worker(slots=2)
     d = make_dispatcher(placement_wait=0.0)
     routes = [await d.open_sandbox(local_spec(f"s{i}")) for i in range(4)]
-    hosts = [_names.host_of_queue(r.queue) for r in routes]
+    hosts = [names.host_of_queue(r.queue) for r in routes]
     assert sorted(hosts) == sorted([a.host, a.host, b.host, b.host])
     with pytest.raises(SandboxUnavailableError, match="all full or draining"):
         await d.open_sandbox(local_spec("s-extra"))
@@ -59,17 +59,17 @@ async def test_placement_fills_hosts_by_free_slots_and_calls_follow_the_sandbox(
     waiting = asyncio.ensure_future(make_dispatcher(placement_wait=60.0).open_sandbox(local_spec("s-waits")))
     client = fleet.redis.client()
     for _ in range(500):
-        if client.llen(_names.SANDBOX_DEMAND) == 1:
+        if client.llen(names.SANDBOX_DEMAND) == 1:
             break
         await asyncio.sleep(0.02)
-    assert client.llen(_names.SANDBOX_DEMAND) == 1 and not waiting.done()
+    assert client.llen(names.SANDBOX_DEMAND) == 1 and not waiting.done()
     await d.close_sandbox(routes[0])
     late = await asyncio.wait_for(waiting, BOUND)
-    assert _names.host_of_queue(late.queue) == hosts[0] and client.llen(_names.SANDBOX_DEMAND) == 0
+    assert names.host_of_queue(late.queue) == hosts[0] and client.llen(names.SANDBOX_DEMAND) == 0
     routes[0] = late
     for route in routes:
         await d.close_sandbox(route)
-    assert [int(client.get(_names.slots_used_key(h)) or 0) for h in (a.host, b.host)] == [0, 0]
+    assert [int(client.get(names.slots_used_key(h)) or 0) for h in (a.host, b.host)] == [0, 0]
     await d.close_sandbox(routes[0])  # idempotent
 
 
@@ -77,7 +77,7 @@ async def test_sigkill_during_a_long_call_resolves_sandbox_unavailable_and_never
     first = fleet.worker(slots=1)
     d = make_dispatcher()
     route = await d.open_sandbox(local_spec("victim"))
-    assert _names.host_of_queue(route.queue) == first.host
+    assert names.host_of_queue(route.queue) == first.host
     second = fleet.worker(slots=1)  # started after placement: the retry has somewhere to go
     log = str(tmp_path / "log")
     [fut] = dispatch(d, [request("record", {"path": log, "label": "long", "delay": 60.0}, sandbox=route.sandbox)], route)
@@ -88,7 +88,7 @@ async def test_sigkill_during_a_long_call_resolves_sandbox_unavailable_and_never
     assert first.host in outcome.error.message and "lost" in outcome.error.message
     # The sample is retried from scratch: a new sandbox lands on the surviving host and works.
     retry = await d.open_sandbox(local_spec("victim"))
-    assert _names.host_of_queue(retry.queue) == second.host
+    assert names.host_of_queue(retry.queue) == second.host
     assert (await one(d, bash_request("echo again", retry.sandbox), retry)).result.strip() == "again"
     # Later calls to the lost sandbox fail at once instead of waiting on a dead queue.
     late = await one(d, request("noop", sandbox=route.sandbox), route)
@@ -99,7 +99,7 @@ async def test_sigkill_during_a_long_call_resolves_sandbox_unavailable_and_never
 async def test_sigkill_during_a_parallel_stage_while_other_samples_keep_running(fleet, make_dispatcher, tmp_path) -> None:
     doomed, healthy = fleet.worker(slots=1), fleet.worker(slots=1)
     d = make_dispatcher()
-    routes = {_names.host_of_queue(r.queue): r for r in [await d.open_sandbox(local_spec(f"s{i}")) for i in range(2)]}
+    routes = {names.host_of_queue(r.queue): r for r in [await d.open_sandbox(local_spec(f"s{i}")) for i in range(2)]}
     victim, other = routes[doomed.host], routes[healthy.host]
     log = str(tmp_path / "log")
     stage = [request("record", {"path": log, "label": f"p{i}", "delay": 60.0}, sandbox=victim.sandbox) for i in range(4)]
@@ -165,16 +165,16 @@ async def test_sigterm_drains_running_calls_and_takes_no_new_sandboxes(fleet, ma
     leaving.proc.send_signal(signal.SIGTERM)
     client = fleet.redis.client()
     for _ in range(1500):  # the drain flag goes out at once, before running calls finish (bounded: 15 s)
-        if client.hget(_names.heartbeat_key(leaving.host), "draining") == b"1":
+        if client.hget(names.heartbeat_key(leaving.host), "draining") == b"1":
             break
         await asyncio.sleep(0.01)
-    assert client.hget(_names.heartbeat_key(leaving.host), "draining") == b"1"
+    assert client.hget(names.heartbeat_key(leaving.host), "draining") == b"1"
     placed = await d.open_sandbox(local_spec("new"))
-    assert _names.host_of_queue(placed.queue) == staying.host
+    assert names.host_of_queue(placed.queue) == staying.host
     outcome = await asyncio.wait_for(fut, BOUND)
     assert outcome.result == "finishing" and outcome.error is None
     assert await asyncio.to_thread(leaving.proc.wait, 60) == 0
-    assert not client.exists(_names.heartbeat_key(leaving.host))  # gone from placement at once
+    assert not client.exists(names.heartbeat_key(leaving.host))  # gone from placement at once
 
 
 async def test_sandboxes_of_a_vanished_orchestrator_are_closed_by_their_host(fleet, make_dispatcher, tmp_path) -> None:
@@ -187,9 +187,9 @@ async def test_sandboxes_of_a_vanished_orchestrator_are_closed_by_their_host(fle
     await d.aclose()  # stands in for a crashed orchestrator: its lease is no longer renewed
     client = fleet.redis.client()
     for _ in range(1500):  # bounded (30 s): lease TTL + the worker's orphan grace
-        if not list(boxes.iterdir()) and int(client.get(_names.slots_used_key(worker.host)) or 0) == 0:
+        if not list(boxes.iterdir()) and int(client.get(names.slots_used_key(worker.host)) or 0) == 0:
             break
         await asyncio.sleep(0.02)
     assert list(boxes.iterdir()) == []
-    assert int(client.get(_names.slots_used_key(worker.host)) or 0) == 0
+    assert int(client.get(names.slots_used_key(worker.host)) or 0) == 0
     assert route.sandbox is not None

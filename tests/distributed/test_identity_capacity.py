@@ -20,6 +20,7 @@ import pytest
 from orchestrator.eval import eval_async
 from tests.eval.task_files import BASIC
 from tests.support.fleet import REPO_ROOT, SECRET_ENV, WorkerProcess, ensure_fleet_secret
+from workers.fleet import names
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(300)]
 
@@ -71,8 +72,15 @@ def test_two_workers_started_at_once_under_one_name_one_is_refused(fleet) -> Non
         [winner] = [p for p in procs if p is not loser]
         stderr = loser.stderr.read() if loser.stderr else ""
         assert loser.returncode == 2 and f"already uses the identity {name!r}" in stderr, stderr[-2000:]
-        time.sleep(2.0)
+        # The winner goes on: it publishes two more heartbeats after the loser is gone (every 0.5 s).
+        client = fleet.redis.client()
+        beats = {client.hget(names.heartbeat_key(name), "ts")}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(beats - {None}) < 3 and winner.poll() is None:
+            time.sleep(0.1)
+            beats.add(client.hget(names.heartbeat_key(name), "ts"))
         assert winner.poll() is None, "the worker that won the claim stopped"
+        assert len(beats - {None}) >= 3, "the worker that won the claim stopped heartbeating"
     finally:
         for p in procs:
             if p.poll() is None:

@@ -1,4 +1,4 @@
-"""Reservations asked together go to Redis in one script call (workers/_reserve.py), with a real Redis.
+"""Reservations asked together go to Redis in one script call (workers/fleet/_reserve.py), with a real Redis.
 
 * A burst of reservations asked in the same loop tick costs one script call, not one each, and fills
   the fleet exactly: no host over its slots, the least loaded first, every slot counted.
@@ -18,21 +18,21 @@ import time
 import pytest
 from redis.asyncio import Redis
 
-from workers import _names, _reserve, placement
-from workers.heartbeat import HostRecord
+from workers.fleet import FairShareError, HostRecord, NoCapacityError, Placer, names
+from workers.fleet import _reserve
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(120)]
 
 
 async def _host(redis: Redis, name: str, slots: int, draining: bool = False) -> None:
-    record = HostRecord(host=name, queue=_names.host_queue(name), node=_names.worker_nodename(name), boot=f"boot-{name}",
+    record = HostRecord(host=name, queue=names.host_queue(name), node=names.worker_nodename(name), boot=f"boot-{name}",
                         slots=slots, ts=time.time(), draining=draining)
-    await redis.hset(_names.heartbeat_key(name), mapping=record.to_hash())
-    await redis.sadd(_names.HOSTS_SET, name)
+    await redis.hset(names.heartbeat_key(name), mapping=record.to_hash())
+    await redis.sadd(names.HOSTS_SET, name)
 
 
 async def _used(redis: Redis, hosts: list[str]) -> dict[str, int]:
-    return {h: int(await redis.get(_names.slots_used_key(h)) or 0) for h in hosts}
+    return {h: int(await redis.get(names.slots_used_key(h)) or 0) for h in hosts}
 
 
 def test_encoding_names_each_candidate_host_once() -> None:
@@ -40,9 +40,9 @@ def test_encoding_names_each_candidate_host_once() -> None:
             _reserve.Ask([("h1", 0, 4)], 1, "a", 12, lease="t1")]
     call = _reserve.encode(asks, 30.0, 5.0, 8.0)
     assert call.hosts == ["h1", "h2"]
-    assert call.keys == [_names.slots_used_key("h1"), _names.slots_used_key("h2"), _names.heartbeat_key("h1"),
-                         _names.heartbeat_key("h2"), _names.leased_key("h1"), _names.leased_key("h2"),
-                         _names.EVAL_SLOTS, _names.EVALS_ALIVE, _names.EVALS_WAITING]
+    assert call.keys == [names.slots_used_key("h1"), names.slots_used_key("h2"), names.heartbeat_key("h1"),
+                         names.heartbeat_key("h2"), names.leased_key("h1"), names.leased_key("h2"),
+                         names.EVAL_SLOTS, names.EVALS_ALIVE, names.EVALS_WAITING]
     # m, alive ttl, waiting ttl, r, lease ttl; per ask: weight, eval, capacity, lease token ('' = a
     # caller's), k, then k (host index, tier, slots).
     assert call.args == [2, 30.0, 5.0, 3, 8.0, 1, "a", 12, "", 2, 1, 0, 4, 2, 0, 8, 2, "", 12, "", 2, 2, 0, 8, 1, 1, 4,
@@ -62,7 +62,7 @@ async def test_a_burst_is_one_script_call_and_fills_the_fleet_exactly(own_redis)
         for name, slots in sizes.items():
             await _host(redis, name, slots)
         await _host(redis, "h4", 50, draining=True)  # never chosen
-        placer = placement.Placer(redis)
+        placer = Placer(redis)
         await placer.hosts()  # the host list cached: what follows is reservations only
         before = (await redis.info("commandstats")).get("cmdstat_evalsha", {}).get("calls", 0)
         got = await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(12)))
@@ -71,10 +71,10 @@ async def test_a_burst_is_one_script_call_and_fills_the_fleet_exactly(own_redis)
         assert list(placer.batches)[-1][1] == 12
         assert sorted(h.host for h in got) == sorted(h for h, n in sizes.items() for _ in range(n))
         assert await _used(redis, list(sizes)) == sizes
-        assert int(await redis.hget(_names.EVAL_SLOTS, "a")) == 12
+        assert int(await redis.hget(names.EVAL_SLOTS, "a")) == 12
         # The first three went one to each idle host (least loaded first), not all to the largest.
         assert {h.host for h in got[:3]} == {"h1", "h2", "h3"}
-        with pytest.raises(placement.NoCapacityError, match="all full"):
+        with pytest.raises(NoCapacityError, match="all full"):
             await placer.reserve(eval_id="a")
     finally:
         await redis.aclose()
@@ -85,15 +85,15 @@ async def _one_at_a_time_vs_batched(redis: Redis, plan: list[tuple[str, int]], b
     await redis.flushdb()
     for name, slots in {"h1": 4, "h2": 6}.items():
         await _host(redis, name, slots)
-    await redis.zadd(_names.EVALS_WAITING, {"b": time.time() + 60})  # eval b waits for a slot throughout
-    placer = placement.Placer(redis, rng=random.Random(7))
+    await redis.zadd(names.EVALS_WAITING, {"b": time.time() + 60})  # eval b waits for a slot throughout
+    placer = Placer(redis, rng=random.Random(7))
 
     async def one(eval_id: str, weight: int) -> str:
         try:
             return (await placer.reserve(eval_id=eval_id, weight=weight)).host
-        except placement.FairShareError:
+        except FairShareError:
             return "fair-share"
-        except placement.NoCapacityError:
+        except NoCapacityError:
             return "full"
 
     if batched:
@@ -121,7 +121,7 @@ async def test_a_caller_that_gives_up_in_flight_leaks_no_slot(own_redis) -> None
     redis = Redis.from_url(own_redis.url)
     try:
         await _host(redis, "h1", 4)
-        placer = placement.Placer(redis)
+        placer = Placer(redis)
         await placer.hosts()
         task = asyncio.ensure_future(placer.reserve(eval_id="a"))
         await asyncio.sleep(0)  # asked: the script call is on its way
@@ -131,6 +131,6 @@ async def test_a_caller_that_gives_up_in_flight_leaks_no_slot(own_redis) -> None
         await placer._sender  # the answer arrives for nobody
         await asyncio.gather(*placer._releases)
         assert await _used(redis, ["h1"]) == {"h1": 0}
-        assert int(await redis.hget(_names.EVAL_SLOTS, "a") or 0) == 0
+        assert int(await redis.hget(names.EVAL_SLOTS, "a") or 0) == 0
     finally:
         await redis.aclose()

@@ -1,4 +1,4 @@
-"""Slot leases (workers/_leases.py, ``Placer(leases=N)``): slots reserved ahead, handed out without a
+"""Slot leases (workers/fleet/_leases.py, ``Placer(leases=N)``): slots reserved ahead, handed out without a
 Redis round trip, with a real Redis (and, for the dispatcher's knob, real workers).
 
 * After a burst, the next reservations are served from leases (no script call); the slot counters
@@ -21,8 +21,7 @@ import time
 import pytest
 from redis.asyncio import Redis
 
-from workers import _names, placement
-from workers.heartbeat import HostRecord
+from workers.fleet import FairShareError, HostRecord, NoCapacityError, Placer, keep_evals_alive, names
 
 from ._helpers import local_spec
 
@@ -41,28 +40,28 @@ async def redis(own_redis):  # type: ignore[no-untyped-def]
 
 async def _host(redis: Redis, name: str, slots: int, draining: bool = False, boot: str | None = None,
                 registries: list[str] | None = None) -> None:
-    record = HostRecord(host=name, queue=_names.host_queue(name), node=_names.worker_nodename(name),
+    record = HostRecord(host=name, queue=names.host_queue(name), node=names.worker_nodename(name),
                         boot=boot or f"boot-{name}", slots=slots, ts=time.time(), draining=draining,
                         registries=registries or [])
-    await redis.hset(_names.heartbeat_key(name), mapping=record.to_hash())
-    await redis.sadd(_names.HOSTS_SET, name)
+    await redis.hset(names.heartbeat_key(name), mapping=record.to_hash())
+    await redis.sadd(names.HOSTS_SET, name)
 
 
 async def _used(redis: Redis, hosts: list[str]) -> dict[str, int]:
-    return {h: int(await redis.get(_names.slots_used_key(h)) or 0) for h in hosts}
+    return {h: int(await redis.get(names.slots_used_key(h)) or 0) for h in hosts}
 
 
 async def _leased(redis: Redis, hosts: list[str]) -> dict[str, int]:
     """Unexpired tokens in each host's leased set (what the script counts)."""
     now = await redis.time()
-    return {h: await redis.zcount(_names.leased_key(h), now[0] + now[1] / 1e6, "+inf") for h in hosts}
+    return {h: await redis.zcount(names.leased_key(h), now[0] + now[1] / 1e6, "+inf") for h in hosts}
 
 
 async def _eval_slots(redis: Redis, eval_id: str) -> int:
-    return int(await redis.hget(_names.EVAL_SLOTS, eval_id) or 0)
+    return int(await redis.hget(names.EVAL_SLOTS, eval_id) or 0)
 
 
-async def _settled(placer: placement.Placer) -> None:
+async def _settled(placer: Placer) -> None:
     """Every script call in flight answered and every give-back done (bounded)."""
     for _ in range(1000):
         sender = placer._sender
@@ -74,14 +73,14 @@ async def _settled(placer: placement.Placer) -> None:
     raise AssertionError("the placer never settled")
 
 
-def _leasing(redis: Redis, **kw) -> placement.Placer:  # type: ignore[no-untyped-def]
+def _leasing(redis: Redis, **kw) -> Placer:  # type: ignore[no-untyped-def]
     """A leasing Placer whose timing cannot change what a test sees, however loaded the machine: its
     host list, its demand window and its leases last the whole test (by default 1 s, 3 s and 3 s)."""
     kw.setdefault("hosts_ttl", 600.0)
     kw.setdefault("lease_window_s", 600.0)
     kw.setdefault("lease_idle_s", 600.0)
     kw.setdefault("rng", random.Random(3))
-    return placement.Placer(redis, leases=kw.pop("leases", 64), **kw)
+    return Placer(redis, leases=kw.pop("leases", 64), **kw)
 
 
 async def test_after_a_burst_the_next_reservations_are_served_from_leases(redis) -> None:  # type: ignore[no-untyped-def]
@@ -145,7 +144,7 @@ async def test_a_reservation_finding_the_pool_empty_waits_for_the_lease_asks_in_
     assert placer.lease_waits == 1 and placer.lease_hits == 0
     assert await _used(redis, ["h1"]) == {"h1": 3} and placer.leased == 0
     assert await _leased(redis, ["h1"]) == {"h1": 0}
-    assert await redis.zscore(_names.EVALS_WAITING, "a") is not None  # the callers' asks found it full
+    assert await redis.zscore(names.EVALS_WAITING, "a") is not None  # the callers' asks found it full
 
 
 async def test_a_lease_ask_never_marks_its_eval_waiting(redis) -> None:  # type: ignore[no-untyped-def]
@@ -156,14 +155,14 @@ async def test_a_lease_ask_never_marks_its_eval_waiting(redis) -> None:  # type:
     await _settled(placer)  # four lease asks: one fits
     assert [n for _, n in placer.batches] == [6]
     assert placer.leased == 1 and await _used(redis, ["h1"]) == {"h1": 2} and await _leased(redis, ["h1"]) == {"h1": 1}
-    assert await redis.zscore(_names.EVALS_WAITING, "a") is None  # the other found no room: no wait
+    assert await redis.zscore(names.EVALS_WAITING, "a") is None  # the other found no room: no wait
     await placer.reserve(eval_id="a")  # from the lease
     await _settled(placer)
     assert placer.lease_hits == 1 and placer.leased == 0
-    assert await redis.zscore(_names.EVALS_WAITING, "a") is None
-    with pytest.raises(placement.NoCapacityError, match="all full"):
+    assert await redis.zscore(names.EVALS_WAITING, "a") is None
+    with pytest.raises(NoCapacityError, match="all full"):
         await placer.reserve(eval_id="a")
-    assert await redis.zscore(_names.EVALS_WAITING, "a") is not None  # a caller's reservation waits
+    assert await redis.zscore(names.EVALS_WAITING, "a") is not None  # a caller's reservation waits
     assert await _used(redis, ["h1"]) == {"h1": 3} and await _eval_slots(redis, "a") == 3
     assert await _leased(redis, ["h1"]) == {"h1": 0}
     await placer.aclose()
@@ -171,21 +170,21 @@ async def test_a_lease_ask_never_marks_its_eval_waiting(redis) -> None:  # type:
 
 async def test_no_lease_while_another_eval_waits_and_none_beyond_the_fair_share(redis) -> None:  # type: ignore[no-untyped-def]
     await _host(redis, "h1", 10)
-    await redis.zadd(_names.EVALS_WAITING, {"b": time.time() + 60})  # eval b waits for a slot
+    await redis.zadd(names.EVALS_WAITING, {"b": time.time() + 60})  # eval b waits for a slot
     placer = _leasing(redis)
     await placer.reserve(eval_id="a")  # a is under its share (5): its caller gets the slot
     await _settled(placer)
     assert placer.leased == 0  # ... but no slot is reserved ahead while b waits
     assert await _used(redis, ["h1"]) == {"h1": 1} and await _eval_slots(redis, "a") == 1
-    assert await redis.zscore(_names.EVALS_WAITING, "a") is None
+    assert await redis.zscore(names.EVALS_WAITING, "a") is None
     await placer.aclose()
 
     # Nobody waits, but c is active too: a's leases stop at its share (20 / 2 = 10), with room left.
     await redis.flushdb()
     await _host(redis, "h1", 20)
-    await redis.set(_names.slots_used_key("h1"), 6)
-    await redis.hset(_names.EVAL_SLOTS, "c", 6)
-    await placement.keep_evals_alive(redis, ["c"])
+    await redis.set(names.slots_used_key("h1"), 6)
+    await redis.hset(names.EVAL_SLOTS, "c", 6)
+    await keep_evals_alive(redis, ["c"])
     placer = _leasing(redis)
     await placer.hosts()  # cached: the three go in one script call
     await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(3)))  # 3 callers, then 8 lease asks
@@ -193,7 +192,7 @@ async def test_no_lease_while_another_eval_waits_and_none_beyond_the_fair_share(
     assert placer.leased == 7 and await _eval_slots(redis, "a") == 10
     assert await _used(redis, ["h1"]) == {"h1": 9} and await _leased(redis, ["h1"]) == {"h1": 7}  # 4 free:
     # the share, not room, stopped it
-    assert await redis.zscore(_names.EVALS_WAITING, "a") is None
+    assert await redis.zscore(names.EVALS_WAITING, "a") is None
     await placer.aclose()
 
 
@@ -203,15 +202,15 @@ async def _plan(redis: Redis, plan: list[tuple[str, int]], leases: int) -> tuple
     await redis.flushdb()
     for name, slots in {"h1": 4, "h2": 6}.items():
         await _host(redis, name, slots)
-    await redis.zadd(_names.EVALS_WAITING, {"b": time.time() + 60})
-    placer = placement.Placer(redis, rng=random.Random(7), leases=leases)
+    await redis.zadd(names.EVALS_WAITING, {"b": time.time() + 60})
+    placer = Placer(redis, rng=random.Random(7), leases=leases)
     out = []
     for eval_id, weight in plan:
         try:
             out.append((await placer.reserve(eval_id=eval_id, weight=weight)).host)
-        except placement.FairShareError as exc:
+        except FairShareError as exc:
             out.append(f"fair-share: {exc}")
-        except placement.NoCapacityError:
+        except NoCapacityError:
             out.append("full")
         await _settled(placer)
     held = placer.leased
@@ -307,8 +306,8 @@ async def test_leases_on_a_draining_or_gone_host_are_given_back_and_a_restarted_
     assert all(leased.values())
 
     await _host(redis, "h2", 20, draining=True)
-    await redis.delete(_names.heartbeat_key("h3"))  # h3's heartbeat expired: gone
-    await redis.srem(_names.HOSTS_SET, "h3")
+    await redis.delete(names.heartbeat_key("h3"))  # h3's heartbeat expired: gone
+    await redis.srem(names.HOSTS_SET, "h3")
     await placer.hosts(fresh=True)  # the list says so: those leases go back, slot and eval count
     await _settled(placer)
     assert placer.leased == leased["h1"]
@@ -325,7 +324,7 @@ async def test_leases_on_a_draining_or_gone_host_are_given_back_and_a_restarted_
     held = placer.leased
     assert held > 0  # the refill the hits started (on h1, the only host left)
     await _host(redis, "h1", 20, boot="boot-h1-again")
-    await redis.set(_names.slots_used_key("h1"), 3)
+    await redis.set(names.slots_used_key("h1"), 3)
     await placer.hosts(fresh=True)
     await _settled(placer)
     assert placer.leased == held and await _leased(redis, ["h1"]) == {"h1": held}
@@ -347,8 +346,8 @@ async def test_the_leases_of_an_orchestrator_that_died_expire(redis) -> None:  #
     for task in (placer._sweeper, placer._refresher):  # it dies: nothing of it runs any more
         if task is not None:
             task.cancel()
-    other = placement.Placer(redis, hosts_ttl=0.0)
-    with pytest.raises(placement.NoCapacityError, match="all full"):
+    other = Placer(redis, hosts_ttl=0.0)
+    with pytest.raises(NoCapacityError, match="all full"):
         await asyncio.gather(*(other.reserve(eval_id="b") for _ in range(5)))  # 2 + 4 leased + 5 > 10
     await other.release_leases()
     deadline = time.monotonic() + POLL_S
@@ -361,7 +360,7 @@ async def test_the_leases_of_an_orchestrator_that_died_expire(redis) -> None:  #
 
 async def test_leasing_off_is_one_script_call_per_tick_and_holds_nothing(redis) -> None:  # type: ignore[no-untyped-def]
     await _host(redis, "h1", 40)
-    placer = placement.Placer(redis, hosts_ttl=600.0, leases=0)
+    placer = Placer(redis, hosts_ttl=600.0, leases=0)
     await placer.hosts()
     await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(12)))
     for _ in range(5):
@@ -383,15 +382,15 @@ async def test_the_dispatchers_knob(fleet, leases: int) -> None:  # type: ignore
     try:
         routes = await asyncio.gather(*(d.open_sandbox(local_spec(f"s{i}")) for i in range(3)))
         await _settled(d.placer)
-        assert int(client.get(_names.slots_used_key(worker.host))) == 3
-        assert client.zcard(_names.leased_key(worker.host)) == d.placer.leased
+        assert int(client.get(names.slots_used_key(worker.host))) == 3
+        assert client.zcard(names.leased_key(worker.host)) == d.placer.leased
         assert (d.placer.leased + d.placer.lease_hits > 0) == (leases > 0)
         for route in routes:
             await d.close_sandbox(route)
     finally:
         await d.aclose()
-    assert int(client.get(_names.slots_used_key(worker.host)) or 0) == 0
-    assert client.zcard(_names.leased_key(worker.host)) == 0  # aclose gave the leases back
+    assert int(client.get(names.slots_used_key(worker.host)) or 0) == 0
+    assert client.zcard(names.leased_key(worker.host)) == 0  # aclose gave the leases back
 
 
 async def test_an_open_refused_by_a_host_that_began_draining_is_placed_again(fleet, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -422,18 +421,18 @@ async def test_an_open_refused_by_a_host_that_began_draining_is_placed_again(fle
             await asyncio.sleep(0.02)
         leaving.proc.send_signal(signal.SIGTERM)
         for _ in range(1500):
-            if client.hget(_names.heartbeat_key(leaving.host), "draining") == b"1":
+            if client.hget(names.heartbeat_key(leaving.host), "draining") == b"1":
                 break
             await asyncio.sleep(0.01)
         placed = await d.open_sandbox(local_spec("second"))  # the lease on `leaving`: refused, placed again
-        assert _names.host_of_queue(placed.queue) == staying.host
+        assert names.host_of_queue(placed.queue) == staying.host
         assert d.placer.lease_hits == 1
         await _settled(d.placer)
         # `leaving` holds the first two sandboxes only (its lease given back); `staying` the second and
         # any slots leased since (the refill of the second placement, depending on timing).
-        assert int(client.get(_names.slots_used_key(leaving.host))) == 2 and client.zcard(_names.leased_key(leaving.host)) == 0
-        assert int(client.get(_names.slots_used_key(staying.host))) == 1
-        assert client.zcard(_names.leased_key(staying.host)) == d.placer.leased
+        assert int(client.get(names.slots_used_key(leaving.host))) == 2 and client.zcard(names.leased_key(leaving.host)) == 0
+        assert int(client.get(names.slots_used_key(staying.host))) == 1
+        assert client.zcard(names.leased_key(staying.host)) == d.placer.leased
         assert (await asyncio.wait_for(fut, BOUND)).result == "busy"
         await d.close_sandbox(placed)
     finally:

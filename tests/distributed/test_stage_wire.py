@@ -7,52 +7,51 @@ import json
 
 import pytest
 
-from orchestrator.dispatch.celery import _Pending, _stage_messages
-from workers import _auth, _names
-from workers._replies import parse_items, read_stored
+from orchestrator.dispatch._calls import Pending, _stage_messages
+from workers.fleet import Keyring, names, outcome_mac, parse_items, read_stored
 
-REPLY = _names.reply_channel("0" * 32)
-KEYRING = _auth.Keyring([b"k" * 32])
+REPLY = names.reply_channel("0" * 32)
+KEYRING = Keyring([b"k" * 32])
 
 
-def _rec(call_id: str, queue: str) -> _Pending:
+def _rec(call_id: str, queue: str) -> Pending:
     loop = asyncio.new_event_loop()
     try:
         future = loop.create_future()
     finally:
         loop.close()
-    return _Pending(task_id=call_id, future=future, kind="call", function="bash",
+    return Pending(task_id=call_id, future=future, kind="call", function="bash",
                     payload={"call_id": call_id, "sample_id": "s", "sandbox": "sb"}, queue=queue, host=None, boot=None)
 
 
 def test_one_message_per_queue_in_declared_order() -> None:
     recs = [_rec("a", "q1"), _rec("b", "q2"), _rec("c", "q1"), _rec("d", "q1")]
     messages = _stage_messages(recs, REPLY)
-    assert [(m.queue, m.task_id, m.name) for m in messages] == [("q1", "a", _names.TASK_STAGE), ("q2", "b", _names.TASK_STAGE)]
+    assert [(m.queue, m.task_id, m.name) for m in messages] == [("q1", "a", names.TASK_STAGE), ("q2", "b", names.TASK_STAGE)]
     reply, payloads = messages[0].args
     assert reply == REPLY and [p["call_id"] for p in payloads] == ["a", "c", "d"]
     assert [item["call_id"] for item in json.loads(messages[0].argsrepr or "")] == ["a", "c", "d"]
 
 
 def test_a_stage_larger_than_a_message_is_split() -> None:
-    recs = [_rec(f"c{i}", "q") for i in range(_names.MAX_STAGE_CALLS + 3)]
+    recs = [_rec(f"c{i}", "q") for i in range(names.MAX_STAGE_CALLS + 3)]
     messages = _stage_messages(recs, REPLY)
-    assert [len(m.args[1]) for m in messages] == [_names.MAX_STAGE_CALLS, 3]
-    assert messages[1].task_id == f"c{_names.MAX_STAGE_CALLS}"
+    assert [len(m.args[1]) for m in messages] == [names.MAX_STAGE_CALLS, 3]
+    assert messages[1].task_id == f"c{names.MAX_STAGE_CALLS}"
 
 
 @pytest.mark.parametrize("channel, ok", [
-    (_names.reply_channel("ab" * 16), True),
-    (_names.reply_channel("AB" * 16), False),
-    (_names.reply_channel("ab" * 15), False),
-    (_names.reply_channel("ab" * 16) + "x", False),
+    (names.reply_channel("ab" * 16), True),
+    (names.reply_channel("AB" * 16), False),
+    (names.reply_channel("ab" * 15), False),
+    (names.reply_channel("ab" * 16) + "x", False),
     ("celery-task-meta-" + "ab" * 16, False),
-    (_names.FLEET_EVENTS_CHANNEL, False),
+    (names.FLEET_EVENTS_CHANNEL, False),
     (None, False),
     (["toolfleet:reply:"], False),
 ])
 def test_only_reply_channels_are_accepted(channel, ok) -> None:  # type: ignore[no-untyped-def]
-    assert _names.is_reply_channel(channel) is ok
+    assert names.is_reply_channel(channel) is ok
 
 
 @pytest.mark.parametrize("data, n", [
@@ -65,10 +64,10 @@ def test_reply_items_from_untrusted_bytes(data, n) -> None:  # type: ignore[no-u
 
 def test_a_stored_outcome_counts_only_when_signed_for_that_call() -> None:
     text = '{"call_id":"a"}'
-    good = json.dumps(["a", _auth.outcome_mac(KEYRING, "a", text), text])
+    good = json.dumps(["a", outcome_mac(KEYRING, "a", text), text])
     assert read_stored(KEYRING, "a", good) == text
     assert read_stored(KEYRING, "b", good) is None  # another call's answer
-    assert read_stored(KEYRING, "a", json.dumps(["a", _auth.outcome_mac(KEYRING, "a", text + " "), text])) is None
+    assert read_stored(KEYRING, "a", json.dumps(["a", outcome_mac(KEYRING, "a", text + " "), text])) is None
     assert read_stored(KEYRING, "a", json.dumps(["a", "", text])) is None
 
 
@@ -79,7 +78,7 @@ async def test_streaming_outcomes_share_a_pipeline_and_an_occasional_one_goes_at
     the reply channel and the outcome store."""
     import redis.asyncio as aredis
 
-    from workers._replies import ReplySender
+    from workers.fleet import ReplySender
 
     client = aredis.Redis.from_url(redis_server.url)
     pubsub = client.pubsub()
@@ -112,7 +111,7 @@ async def test_streaming_outcomes_share_a_pipeline_and_an_occasional_one_goes_at
             if len(items) == 4:
                 break
         assert sorted(item[0] for item in items) == ["c0", "c1", "c2", "c3"]
-        assert await client.exists(*[_names.outcome_key(f"c{i}") for i in range(4)]) == 4
+        assert await client.exists(*[names.outcome_key(f"c{i}") for i in range(4)]) == 4
     finally:
         await pubsub.aclose()
         await client.aclose()

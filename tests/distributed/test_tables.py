@@ -6,13 +6,11 @@ import random
 
 import pytest
 
-from workers import _names
-from workers.heartbeat import HostRecord
-from workers.placement import choose_hosts
+from workers.fleet import HostRecord, choose_hosts, names
 
 
 def _host(name: str, slots: int, draining: bool = False) -> HostRecord:
-    return HostRecord(host=name, queue=_names.host_queue(name), node=_names.worker_nodename(name), boot="b",
+    return HostRecord(host=name, queue=names.host_queue(name), node=names.worker_nodename(name), boot="b",
                       slots=slots, draining=draining)
 
 
@@ -54,10 +52,10 @@ def test_host_record_round_trips_through_a_redis_hash() -> None:
 
 @pytest.mark.parametrize(
     ("queue", "host"),
-    [(_names.host_queue("w-1"), "w-1"), (_names.host_queue("a.b.c"), "a.b.c"), (_names.SHARED_QUEUE, None), (None, None)],
+    [(names.host_queue("w-1"), "w-1"), (names.host_queue("a.b.c"), "a.b.c"), (names.SHARED_QUEUE, None), (None, None)],
 )
 def test_queue_names_round_trip(queue, host) -> None:
-    assert _names.host_of_queue(queue) == host
+    assert names.host_of_queue(queue) == host
 
 
 def test_dispatcher_config_is_tagged_and_strict() -> None:
@@ -164,14 +162,13 @@ def test_host_record_carries_its_registries() -> None:
     ({"type": "docker", "services": {"db": {"image": "a"}, "web": {"image": "b"}}}, 3),
 ])
 def test_slot_weight(config: dict | None, weight: int) -> None:
-    from workers.placement import slot_weight
+    from workers.fleet import slot_weight
 
     assert slot_weight(config) == weight
 
 
 def test_a_sandbox_goes_only_where_all_its_containers_fit() -> None:
-    from workers.heartbeat import HostRecord
-    from workers.placement import choose_hosts
+    from workers.fleet import HostRecord, choose_hosts
 
     def rec(host: str, slots: int) -> HostRecord:
         return HostRecord(host=host, queue=f"q.{host}", node=host, boot="b", slots=slots)
@@ -185,8 +182,7 @@ def test_a_sandbox_goes_only_where_all_its_containers_fit() -> None:
 
 
 def test_a_multi_service_sandbox_prefers_hosts_with_all_its_images() -> None:
-    from workers.heartbeat import HostRecord
-    from workers.placement import choose_hosts
+    from workers.fleet import HostRecord, choose_hosts
 
     def rec(host: str, images: list[str], registries: list[str] | None = None) -> HostRecord:
         return HostRecord(host=host, queue=f"q.{host}", node=host, boot="b", slots=4, images=images,
@@ -205,7 +201,7 @@ def test_a_multi_service_sandbox_prefers_hosts_with_all_its_images() -> None:
     assert len(choose_hosts(hosts, idle, image=["app", "nowhere"])) == 3
 
 
-# --- slot leases (workers/_leases.py): how many to reserve ahead, which to hand out -------------------
+# --- slot leases (workers/fleet/_leases.py): how many to reserve ahead, which to hand out -------------------
 
 
 @pytest.mark.parametrize(
@@ -231,13 +227,13 @@ def test_a_multi_service_sandbox_prefers_hosts_with_all_its_images() -> None:
     ],
 )
 def test_refill_size(recent: int, misses: int, held: int, asked: int, cap: int, room: int, expected: int) -> None:
-    from workers._leases import refill_size
+    from workers.fleet._leases import refill_size
 
     assert refill_size(recent, misses, held, asked, cap, room) == expected
 
 
 def test_keys_asked_for_once_are_forgotten_after_their_window() -> None:
-    from workers._leases import Leases
+    from workers.fleet._leases import Leases
 
     leases = Leases(per_key=8, window_s=1.0)
     most = 0
@@ -255,7 +251,7 @@ def test_keys_asked_for_once_are_forgotten_after_their_window() -> None:
 
 
 def test_lease_key() -> None:
-    from workers._leases import lease_key
+    from workers.fleet._leases import lease_key
 
     assert lease_key(None, "missing", None) == (None, "missing", "")
     assert lease_key("img:1", "never", "e") == (("img:1",), "never", "e")
@@ -264,13 +260,13 @@ def test_lease_key() -> None:
 
 
 def _lease(host: str, boot: str = "b", taken: float = 0.0):  # type: ignore[no-untyped-def]
-    from workers._leases import Lease
+    from workers.fleet._leases import Lease
 
     return Lease(host, boot, "e", taken, token=f"{host}-{taken}")
 
 
 def test_leases_hand_out_the_oldest_usable_and_drop_the_rest() -> None:
-    from workers._leases import Leases
+    from workers.fleet._leases import Leases
 
     key = (None, "missing", "e")
     leases = Leases(per_key=8)
@@ -290,7 +286,7 @@ def test_leases_hand_out_the_oldest_usable_and_drop_the_rest() -> None:
 
 
 def test_lease_pools_are_bounded_refused_keys_give_back_and_idle_leases_expire() -> None:
-    from workers._leases import Leases
+    from workers.fleet._leases import Leases
 
     a, b = (None, "missing", "a"), (None, "missing", "b")
     leases = Leases(per_key=2, total=3, idle_s=2.0, backoff_s=0.5)

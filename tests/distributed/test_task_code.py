@@ -27,7 +27,7 @@ from orchestrator.solver import generate, use_tools
 from tests.distributed._helpers import one, request
 from tests.support import task_code_tools
 from tests.support.fleet import REPO_ROOT, SAMPLE_TOOLS, _wait, ensure_fleet_secret
-from workers._tool_manifest import ToolManifest
+from workers.fleet import ToolManifest
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(180)]
 

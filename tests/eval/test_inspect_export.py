@@ -10,11 +10,10 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
+import inspect_ai.log as inspect_log
 import pytest
 
 from orchestrator.eval import EvalLog, eval_async
-
-inspect_log = pytest.importorskip("inspect_ai.log")
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "humaneval.py"
 INSPECT_EVENTS = {"model", "tool", "approval", "span_begin", "span_end", "info", "error", "sample_limit", "sandbox"}

@@ -77,11 +77,10 @@ async def test_no_live_worker(tmp_path: Path, own_redis) -> None:  # type: ignor
 async def test_image_on_no_live_worker(tmp_path: Path, fleet, sandbox_image: str) -> None:  # type: ignore[no-untyped-def]
     import redis
 
-    from workers import _names
-    from workers.heartbeat import HostRecord
+    from workers.fleet import HostRecord, names
 
     worker = fleet.worker(slots=2)
-    record = HostRecord.from_hash(redis.Redis.from_url(fleet.redis.url).hgetall(_names.heartbeat_key(worker.host)))
+    record = HostRecord.from_hash(redis.Redis.from_url(fleet.redis.url).hgetall(names.heartbeat_key(worker.host)))
     assert sandbox_image in record.images  # workers report their images
     task = _task({"type": "docker", "image": MISSING}, {"type": "docker", "image": sandbox_image})
     with pytest.raises(PreflightError) as caught:

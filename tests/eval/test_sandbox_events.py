@@ -98,8 +98,9 @@ def _check_model_inputs(sample: Any) -> None:
 
 
 def _check_inspect_copy(log: Any) -> None:
-    inspect_log = pytest.importorskip("inspect_ai.log")
-    from orchestrator.log import export_inspect_log
+    import inspect_ai.log as inspect_log
+
+    from orchestrator.eval import export_inspect_log
 
     path = export_inspect_log(log.location, "eval")
     with warnings.catch_warnings():

@@ -11,6 +11,7 @@ from orchestrator.log import InfoEvent, Transcript, bind_transcript
 from orchestrator.model import RetryPolicy, get_model
 from orchestrator.model._concurrency import AimdState, ConnectionLimiter, aimd_step
 from tests.support.anthropic_server import AnthropicServer, message, rate_limited
+from tests.support.waits import until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -61,16 +62,16 @@ async def test_limiter_bounds_in_flight_to_the_current_limit_and_serves_in_order
         order.append(n)
 
     tasks = [asyncio.create_task(waiter(n)) for n in range(3)]
-    await asyncio.sleep(0.01)
+    await until(lambda: len(limiter._waiters) == 3, "the three to queue")
     assert order == [] and limiter.in_flight == 3
     assert limiter.release(0, "overload") is None  # same storm: no second halving
     limiter.release(0, "neutral")  # in flight 1 < 2: one waiter starts
-    await asyncio.sleep(0.01)
-    assert order == [0] and limiter.in_flight == 2
+    await until(lambda: order, "a waiter to start")
+    assert order == [0] and limiter.in_flight == 2 and len(limiter._waiters) == 2
     tasks[2].cancel()  # a cancelled waiter never holds a slot
     limiter.release(0, "success")
-    await asyncio.sleep(0.01)
-    assert order == [0, 1] and limiter.in_flight == 2
+    await until(lambda: len(order) == 2 and tasks[2].done(), "the next waiter to start, the cancelled one to end")
+    assert order == [0, 1] and limiter.in_flight == 2 and len(limiter._waiters) == 0
     await asyncio.gather(*tasks, return_exceptions=True)
     assert limiter.report().lowest == 2 and limiter.report().overloads == 2
 

@@ -92,9 +92,15 @@ async def test_parallel_tool_use_blocks_keep_their_order(anthropic_server: Anthr
         ToolCall(id="toolu_b", function="anthropic_test_add", arguments={"x": 5}),
     ]
     body = anthropic_server.bodies[0]
-    assert body["tools"] == [{"name": "anthropic_test_add", "description": "Add two integers.",
-                              "input_schema": add().__dict__.get("_schema") or body["tools"][0]["input_schema"]}]
-    assert body["tools"][0]["input_schema"]["required"] == ["x"]
+    assert body["tools"] == [{"name": "anthropic_test_add", "description": "Add two integers.", "input_schema": {
+        "type": "object",
+        "properties": {
+            "x": {"type": "integer", "description": "First addend."},
+            "y": {"type": "integer", "description": "Second addend.", "default": 0},
+        },
+        "required": ["x"],
+        "additionalProperties": False,
+    }}]
     assert body["tool_choice"] == {"type": "auto"}
 
 

@@ -43,11 +43,13 @@ from orchestrator.util import TerminateSampleError
 from orchestrator.util._limits import check_limits, record_turn, time_limit, token_limit, turn_limit
 from orchestrator.util import LimitExceededError
 from orchestrator._wire import CallRequest, ToolExecutionFatal
+from tests.distributed._helpers import starts
 from tests.review import review_tools as rt
 from tests.support import sample_tools as st
+from tests.support.waits import until
 from workers.executor import execute_call
 
-TOOLS = [st.add(), st.text_of_size(), st.fail(), st.sleeper(), rt.curl(), rt.shell(), rt.raise_approval_error(), rt.chatty()]
+TOOLS = [st.add(), st.text_of_size(), st.fail(), st.sleeper(), st.gated(), rt.curl(), rt.shell(), rt.raise_approval_error(), rt.chatty()]
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -72,6 +74,15 @@ async def run(dispatcher: Dispatcher, tool_calls: list[ToolCall], tools: list[An
 
 def policy(decision: str = "continue", tools: str | list[str] = "*", seen: list | None = None, **kw: Any) -> ReviewPolicy:
     return ReviewPolicy(rt.scripted_review(decision, seen=seen, **kw), tools=tools)
+
+
+def _events(log: str) -> list[tuple[str, str]]:
+    """What the ``gated`` tool recorded, in order: (start|end|cancelled, label)."""
+    try:
+        with open(log) as f:
+            return [(line.split()[0], line.split()[1]) for line in f.read().splitlines()]
+    except FileNotFoundError:
+        return []
 
 
 def kinds(transcript: Transcript) -> list[str]:
@@ -191,10 +202,20 @@ async def test_s07_continue_hands_the_result_back_unchanged(dispatcher) -> None:
 async def test_s08_terminate_is_an_operator_limit_and_cancels_running_parallel_calls(dispatcher, tmp_path) -> None:
     """"`terminate`: the sample ends and is recorded as an operator limit, exactly like an approver's
     `terminate`. Parallel tool calls still running are cancelled."""
-    marker = tmp_path / "late"
-    specs = calls(("add", {"x": 1, "y": 2}), ("sleeper", {"seconds": 1.0, "marker": str(marker)}))
+    log, gate = str(tmp_path / "log"), tmp_path / "gate"  # the gate never opens: only a cancel ends the call
+
+    def specs(label: str) -> list[ToolCall]:
+        return calls(("add", {"x": 1, "y": 2}), ("gated", {"path": log, "label": label, "gate": str(gate)}))
+
+    def terminate_once_running(label: str, explanation: str | None = None) -> ReviewPolicy:
+        async def review(message, call, result, output, view, history) -> Review:  # type: ignore[no-untyped-def]
+            await until(lambda: starts(log, label) == 1, f"the parallel call {label} to be running")
+            return Review(decision="terminate", explanation=explanation)
+
+        return ReviewPolicy(review, tools="add")
+
     with pytest.raises(TerminateSampleError) as reviewed:
-        await run(dispatcher, specs, review=[policy("terminate", tools="add", explanation="stop now")])
+        await run(dispatcher, specs("first"), review=[terminate_once_running("first", "stop now")])
     assert reviewed.value.reason == "stop now"
 
     async def approver_terminates(message, call, view, history) -> Approval:
@@ -206,12 +227,13 @@ async def test_s08_terminate_is_an_operator_limit_and_cancels_running_parallel_c
 
     transcript = Transcript()
     with pytest.raises(TerminateSampleError):
-        await run(dispatcher, specs, review=[policy("terminate", tools="add")], transcript=transcript)
+        await run(dispatcher, specs("second"), review=[terminate_once_running("second")], transcript=transcript)
     events = {e.id: e for e in transcript.find(ToolEvent)}
     assert events["c0"].result == "3" and events["c0"].error is None
     assert events["c1"].error is not None and events["c1"].error.type == "cancelled"
-    await asyncio.sleep(1.5)  # past the sleeper's own end: it was stopped, not abandoned
-    assert not marker.exists()
+    # Stopped, not abandoned: each running call saw its cancellation (where it runs, a worker included).
+    await until(lambda: sorted(_events(log)) == [("cancelled", "first"), ("cancelled", "second"), ("start", "first"),
+                                                 ("start", "second")], "both calls to record their cancellation")
 
 
 async def test_s09_escalate_lets_the_next_matching_reviewer_decide(dispatcher) -> None:

@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 
 from orchestrator.util import SandboxTimeoutError, SandboxUnavailableError
 from workers.sandbox import build_driver, CommandOutOfMemoryError, ExecAgentLostError, SandboxRequest, sandbox_config
-from workers.sandbox._docker_labels import EXPIRY, MANAGED, OWNER, OWNER_PID, container_labels
+from workers.sandbox.docker._labels import EXPIRY, MANAGED, OWNER, OWNER_PID, container_labels
 
 from .fixtures import BASE_IMAGE
 
@@ -122,7 +122,11 @@ async def test_reaper_removes_leaked_containers(sandbox_factory, client, sandbox
         assert orphan not in ids and expired not in ids
         assert env.container_id in ids and kept in ids
         client.api.kill(kept)  # an exited container of ours that no driver holds goes next
-        await asyncio.sleep(0.5)
+        for _ in range(100):  # bounded: until Docker reports it exited
+            if client.api.inspect_container(kept)["State"]["Status"] == "exited":
+                break
+            await asyncio.sleep(0.1)
+        assert client.api.inspect_container(kept)["State"]["Status"] == "exited"
         assert await sandbox_factory.drivers[-1].reap() >= 1
         ids = _container_ids(client)
         assert kept not in ids and env.container_id in ids
@@ -304,8 +308,8 @@ async def test_closing_the_direct_channel_ends_the_agent(sandbox_factory):
 async def test_a_failed_direct_connection_falls_back_to_the_stream(sandbox_factory):
     """The agent could not reach a host socket (here: a listener whose directory is not mounted in this
     container): it stays on the exec stream — a call never sees the failure."""
-    from workers.sandbox._docker_direct import HostListener
-    from workers.sandbox._docker_exec import open_agent
+    from workers.sandbox.docker._direct import HostListener
+    from workers.sandbox.docker._exec import open_agent
 
     env = await sandbox_factory("docker", direct_channel=False)
     elsewhere = HostListener()

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from workers.sandbox._docker_labels import (
+from workers.sandbox.docker._labels import (
     EXPIRY,
     HOST,
     MACHINE,

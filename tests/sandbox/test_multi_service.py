@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.util import SandboxUnavailableError
 from workers.sandbox import build_driver, SandboxImageError, SandboxRequest, sandbox_config
-from workers.sandbox._docker_pool import host_sandboxes
+from workers.sandbox.docker import host_sandboxes
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 

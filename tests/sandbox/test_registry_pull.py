@@ -204,8 +204,7 @@ async def test_a_worker_pulls_only_from_its_registries(images: Images, fleet) ->
 
     from orchestrator.dispatch import CeleryDispatcher, CeleryDispatcherConfig
     from tests.distributed._helpers import bash_request, one
-    from workers import _names
-    from workers.heartbeat import HostRecord
+    from workers.fleet import HostRecord, names
 
     ref = images.ref()
     await asyncio.to_thread(images.publish, ref, "one")
@@ -226,7 +225,7 @@ async def test_a_worker_pulls_only_from_its_registries(images: Images, fleet) ->
         assert not images.present(ref)
 
         pulls = fleet.worker(slots=2, extra_args=(*allow_image, "--registry", images.registry))
-        record = HostRecord.from_hash(redis.Redis.from_url(fleet.redis.url).hgetall(_names.heartbeat_key(pulls.host)))
+        record = HostRecord.from_hash(redis.Redis.from_url(fleet.redis.url).hgetall(names.heartbeat_key(pulls.host)))
         assert record.registries == [images.registry]
         await preflight(None, [Sample(input="x", id="s1", sandbox=config)], embedded=False, broker_url=fleet.redis.url)
         for n in range(2):  # both idle: placement picks the worker that can pull, every time
@@ -275,7 +274,7 @@ async def test_preflight_embedded_accepts_an_image_it_may_pull(images: Images) -
     ],
 )
 def test_pull_failures_read_as_one_sentence(engine_says: str, sentence: str) -> None:
-    from workers.sandbox._docker_pull import pull_failure
+    from workers.sandbox.docker._pull import pull_failure
 
     message = pull_failure("127.0.0.1:5999/t/x:1", engine_says)
     assert message.startswith(sentence) and "\n" not in message

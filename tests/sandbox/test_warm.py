@@ -7,31 +7,65 @@ Each case runs the same code cold (``warm_spares = 0``) and warm, and compares w
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
 from orchestrator.util import ExecResult, SandboxTimeoutError
+from tests.support.waits import until
 
 pytestmark = pytest.mark.timeout(180)
 
 PY = ["bash", "--login", "-c", "python3 -"]  # the python tool's exact form
 
+# Run in the sandbox: the idle spares of an agent (`python3 -` children of it), with the cwd and
+# environment each was started for (a spare serves only calls of its own cwd and env).
+SPARES = r"""
+import json, os, sys
+found = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")[:-1]
+        if ppid != int(sys.argv[1]) or argv != [b"python3", b"-"]:
+            continue
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(e.decode(errors="replace").split("=", 1) for e in f.read().split(b"\0") if b"=" in e)
+        found.append({"pid": int(pid), "cwd": os.readlink(f"/proc/{pid}/cwd"), "env": env})
+    except (OSError, ValueError, IndexError):
+        continue  # gone meanwhile
+print(json.dumps(found))
+"""
 
-async def _settle(env) -> None:
-    # Spares start when the agent is idle; give them time to be spawned (not a timing assertion).
-    await asyncio.sleep(0.5)
+
+async def _spares(env) -> list[dict]:
+    spares, env.warm_spares = env.warm_spares, 0  # this look must not start spares of its own
+    try:
+        out = await env.exec(["python3", "-c", SPARES, str(env._channels[None].info["pid"])], timeout=30)
+    finally:
+        env.warm_spares = spares
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
 
 
 async def _spare_pids(env) -> set[int]:
     """Pids of this sandbox's idle spares: `python3 -` children of its (default user's) agent."""
-    spares, env.warm_spares = env.warm_spares, 0
-    try:
-        out = await env.exec(["ps", "-eo", "pid=,ppid=,args="], timeout=30)
-    finally:
-        env.warm_spares = spares
-    agent = env._channels[None].info["pid"]
-    rows = [line.split() for line in out.stdout.splitlines()]
-    return {int(r[0]) for r in rows if r[2:] == ["python3", "-"] and int(r[1]) == agent}
+    return {spare["pid"] for spare in await _spares(env)}
+
+
+async def _settle(env, n: int | None = None, cwd: str | None = None, vars: dict[str, str] | None = None) -> set[int]:
+    """Wait (bounded) until the agent holds ``n`` (default: its ``warm_spares``) idle spares for calls
+    of this cwd and environment (any, when not given): spares start once the agent is idle."""
+    n = env.warm_spares if n is None else n
+
+    async def ready() -> set[int] | None:
+        pids = {s["pid"] for s in await _spares(env) if (cwd is None or s["cwd"] == cwd)
+                and all(s["env"].get(k) == v for k, v in (vars or {}).items())}
+        return pids if len(pids) >= n else None
+
+    return await until(ready, f"{n} warm spare(s) for cwd={cwd} env={vars}", timeout=60, interval=0.1)
 
 
 async def _cold_and_warm(box, code: str, **kw):
@@ -39,7 +73,7 @@ async def _cold_and_warm(box, code: str, **kw):
     cold = await box.exec(PY, input=code, **kw)
     box.warm_spares = 2
     await box.exec(PY, input="pass", **kw)  # first call with this (cwd, env): spares start after it
-    await _settle(box)
+    await _settle(box, cwd=kw.get("cwd"), vars=kw.get("env"))
     warm = await box.exec(PY, input=code, **kw)
     return cold, warm
 
@@ -77,8 +111,7 @@ async def test_the_warm_path_is_taken_and_every_call_is_a_fresh_process(env):
     got = await env.exec(PY, input="import os; print(os.getpid())")
     pid = int(got.stdout)
     assert pid in spares  # the call ran in a pre-started process...
-    await _settle(env)
-    later = await _spare_pids(env)
+    later = await until(lambda: _replaced(env, pid), "the used spare to be replaced")
     assert pid not in later and len(later) == 2  # ...which is gone, and was replaced
     # No state leaks: each call is a new interpreter.
     await env.exec(PY, input="import builtins; builtins.leak = 1")
@@ -163,10 +196,11 @@ async def test_an_exhausted_pids_limit_never_breaks_a_call(sandbox_factory):
     env.warm_spares = 0  # the spares stay (for their key); new calls start none
     filled = await env.exec(["python3", "-c", FILL], timeout=60)
     assert int(filled.stdout) > 0
-    # The filler's own pid is free again: take it with a long-running call, so none is left.
-    hog = asyncio.ensure_future(env.exec(["sleep", "1000"], timeout=120))
+    # The filler's own pid is free again: take it with a long-running call, so none is left. It is
+    # seen from outside (Docker lists the container's processes): inside, no pid is left to look.
+    hog = asyncio.ensure_future(env.exec(["sleep", "1000.81"], timeout=120))
     try:
-        await asyncio.sleep(0.5)
+        await until(lambda: asyncio.to_thread(_docker_runs, env, "sleep 1000.81"), "the hog to be running")
         result = await env.exec(["sh", "-c", "echo spawned"], timeout=30)
         assert result.returncode == 0 and result.stdout == "spawned\n", result
     finally:
@@ -177,9 +211,28 @@ async def test_an_exhausted_pids_limit_never_breaks_a_call(sandbox_factory):
 async def test_warm_spares_are_configurable_and_zero_disables(env, sandbox_factory):
     assert env.warm_spares == 2  # the config default
     kind = "docker" if "docker" in type(env).__name__.lower() else "local"
-    for n in (0, 1):
-        box = await sandbox_factory(kind, warm_spares=n)
+    boxes = {n: await sandbox_factory(kind, warm_spares=n) for n in (0, 1)}
+    for n, box in boxes.items():
         assert box.warm_spares == n
-        await box.exec(PY, input="pass")
-        await _settle(box)
-        assert len(await _spare_pids(box)) == n
+        await box.exec(PY, input="pass")  # the box with none first: it has had longer to start any
+    assert len(await _settle(boxes[1])) == 1  # the same call made the other start its one spare ...
+    assert await _spare_pids(boxes[0]) == set()  # ... and this one, none
+
+
+async def _replaced(env, used: int) -> set[int] | None:
+    """The spares once the one a call used is gone and another has taken its place."""
+    pids = await _spare_pids(env)
+    return pids if used not in pids and len(pids) == env.warm_spares else None
+
+
+def _docker_runs(env, command: str) -> bool:
+    """Whether Docker lists ``command`` among the sandbox container's processes (docker top)."""
+    import docker
+
+    client = docker.from_env()
+    try:
+        top = client.api.top(env.container_id)
+    finally:
+        client.close()
+    column = top["Titles"].index("CMD")
+    return any(row[column] == command for row in top["Processes"])

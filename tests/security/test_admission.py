@@ -180,6 +180,59 @@ async def test_exec_time_root_is_refused_and_names_run_as_numbers(broker_fleet, 
         await dispatcher.close_sandbox(route)
 
 
+@pytest.fixture
+def uid0_alias_image(sandbox_image: str):  # type: ignore[no-untyped-def]
+    """The sandbox image plus two passwd entries a hostile (or careless) image could carry: ``toor``
+    (uid 0) and ``wheelie`` (uid 1001, gid 0). Built for this test, removed after it."""
+    import io
+
+    import docker
+
+    client = docker.from_env(timeout=120)
+    tag = f"toolfleet/test-uid0-alias-{uuid.uuid4().hex[:8]}:latest"
+    dockerfile = (f"FROM {sandbox_image}\nUSER root\n"
+                  "RUN echo 'toor:x:0:0::/root:/bin/sh' >> /etc/passwd && echo 'wheelie:x:1001:0::/:/bin/sh' >> /etc/passwd\n"
+                  "USER sandbox\n")
+    client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, forcerm=True, pull=False)
+    try:
+        yield tag
+    finally:
+        client.images.remove(tag, force=True)
+        client.close()
+
+
+@pytest.mark.celery
+@pytest.mark.docker
+async def test_a_name_resolving_to_uid_0_in_a_real_image_is_refused(broker_fleet, dispatcher, uid0_alias_image) -> None:  # noqa: F811
+    """The same gate as above, against a real container whose /etc/passwd names uid 0 ``toor``: its
+    name passes the spelling check, and only the lookup inside the container finds it is root."""
+    import docker
+
+    from tests.distributed._helpers import one
+
+    eval_id = f"uid0-alias-{uuid.uuid4().hex[:8]}"
+    route = None
+    try:
+        route = await dispatcher.open_sandbox(SandboxSpec(eval_id=eval_id, sample_id="s", config={
+            "type": "docker", "image": uid0_alias_image, "pool_size": 0}))
+        for user, pinned in (("toor", "0:0"), ("wheelie", "1001:0")):
+            outcome = await one(dispatcher, _bash(user, "id -u > /tmp/ran; id -u", route.sandbox), route=route)
+            assert outcome.error is not None and outcome.error.message.startswith(
+                f"This worker refuses to run commands as user {user!r} ({pinned} in the sandbox): "
+                "a message cannot ask for the root user or group (uid or gid 0)"), outcome
+        seen = await one(dispatcher, _bash(None, "cat /tmp/ran 2>&1; id -u", route.sandbox), route=route)
+        assert "No such file" in str(seen.result) and str(seen.result).endswith("1000\n"), seen  # nothing ran
+        ok = await one(dispatcher, _bash("sandbox", "id -u; id -g", route.sandbox), route=route)
+        assert ok.error is None and str(ok.result).split() == ["1000", "1000"], ok  # the gate itself works here
+    finally:
+        if route is not None:
+            await dispatcher.close_sandbox(route)
+        client = docker.from_env()
+        for leftover in client.containers.list(all=True, filters={"label": f"toolfleet.eval_id={eval_id}"}):
+            leftover.remove(force=True)
+        client.close()
+
+
 CALL_TIMEOUTS = {0: None, -5: None, float("nan"): None, float("inf"): None, "10": None, True: None, 1e-3: 1e-3,
                  30: 30.0, 1e12: 3600.0}
 

@@ -15,11 +15,16 @@ import pytest
 
 from orchestrator._wire import CallRequest
 from orchestrator.tool._registry import ToolRef
+from tests.distributed._helpers import starts
 from tests.support import sample_tools
-from workers import _auth, _names
+from tests.support.waits import until
+from workers.fleet import MAC_HEADER, SECRET_ENV, SECRET_FILE_ENV, load_keyring, names, outcome_mac
 from workers.app import create_app
 
-from ._broker_support import WRONG_KEYRING, broker_fleet, captured, dispatcher, legit_call_works, send_raw, wait_for_log  # noqa: F401
+from ._broker_support import (  # noqa: F401
+    WRONG_KEYRING, broker_fleet, captured, dispatcher, fresh_fleet, legit_call_works, log_mark, log_since, rejections,
+    send_raw,
+)
 
 pytestmark = pytest.mark.celery
 
@@ -31,15 +36,17 @@ def _record_payload(path: Path, label: str) -> dict:
 
 
 @pytest.mark.parametrize("keyring", [None, WRONG_KEYRING], ids=["unsigned", "wrong-secret"])
-async def test_forged_call_is_not_run(broker_fleet, dispatcher, keyring, tmp_path) -> None:  # noqa: F811
+async def test_forged_call_is_not_run(fresh_fleet, dispatcher, keyring, tmp_path) -> None:  # noqa: F811
     evidence = tmp_path / "ran"
     payload = _record_payload(evidence, "forged")
-    task_id = send_raw(broker_fleet.redis.url, _names.TASK_CALL, [payload], broker_fleet.queue, keyring,
+    mark = log_mark(fresh_fleet.worker)
+    task_id = send_raw(fresh_fleet.redis.url, names.TASK_CALL, [payload], fresh_fleet.queue, keyring,
                        task_id=payload["call_id"])
-    await legit_call_works(dispatcher, broker_fleet)  # queued after the forgery: the worker has dealt with it
-    wait_for_log(broker_fleet.worker, "unauthenticated")
+    await legit_call_works(dispatcher, fresh_fleet)  # queued after the forgery: the worker has dealt with it
+    assert await rejections(fresh_fleet.worker, mark) == [
+        {"reason": "unauthenticated", "queue": fresh_fleet.queue, "detail": "task='toolfleet.call'"}]
     assert not evidence.exists()
-    assert broker_fleet.redis.client().get(_names.result_key(task_id)) is None
+    assert fresh_fleet.redis.client().get(names.result_key(task_id)) is None
 
 
 async def test_tampered_message_is_not_run(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
@@ -48,8 +55,8 @@ async def test_tampered_message_is_not_run(broker_fleet, dispatcher, tmp_path) -
     legit = tmp_path / "legit"
     evil = tmp_path / "evil"
     payload = _record_payload(legit, "legit")
-    envelope = captured(client, broker_fleet.redis.url, _names.TASK_CALL, [payload], broker_fleet.queue)
-    assert envelope["headers"].get(_auth.MAC_HEADER)
+    envelope = captured(client, broker_fleet.redis.url, names.TASK_CALL, [payload], broker_fleet.queue)
+    assert envelope["headers"].get(MAC_HEADER)
     import base64
 
     original_envelope = json.dumps(envelope)
@@ -72,30 +79,35 @@ async def test_tampered_message_is_not_run(broker_fleet, dispatcher, tmp_path) -
 async def test_junk_queue_item_costs_nothing(broker_fleet, dispatcher, item) -> None:  # noqa: F811
     """Today's 'Unrecoverable error: JSONDecodeError': one LPUSH used to stop the worker."""
     client = broker_fleet.redis.client()
-    for queue in (broker_fleet.queue, _names.SHARED_QUEUE):
+    mark = log_mark(broker_fleet.worker)
+    for queue in (broker_fleet.queue, names.SHARED_QUEUE):
         client.lpush(queue, item)
     await legit_call_works(dispatcher, broker_fleet)
     await legit_call_works(dispatcher, broker_fleet)
     assert broker_fleet.worker.alive()
-    assert "Unrecoverable error" not in broker_fleet.worker.output()
+    assert not [line for line in log_since(broker_fleet.worker, mark) if "Unrecoverable error" in line]
 
 
-async def test_many_junk_items_are_logged_without_flooding_the_log(broker_fleet, dispatcher) -> None:  # noqa: F811
-    client = broker_fleet.redis.client()
-    client.lpush(broker_fleet.queue, *[b"junk %d" % i for i in range(500)])
-    await legit_call_works(dispatcher, broker_fleet)
-    lines = [line for line in broker_fleet.worker.output().splitlines() if "message_rejected" in line]
+async def test_many_junk_items_are_logged_without_flooding_the_log(fresh_fleet, dispatcher) -> None:  # noqa: F811
+    client = fresh_fleet.redis.client()
+    mark = log_mark(fresh_fleet.worker)
+    client.lpush(fresh_fleet.queue, *[b"junk %d" % i for i in range(500)])
+    await legit_call_works(dispatcher, fresh_fleet)  # queued after the junk: all of it was consumed
+    lines = [line for line in log_since(fresh_fleet.worker, mark) if "message_rejected" in line]
     assert 1 <= len(lines) < 100
+    assert all('"reason": "not JSON"' in line for line in lines)
 
 
 @pytest.mark.parametrize("keyring", [None, "fleet"], ids=["unsigned", "signed-with-the-fleet-secret"])
-async def test_celery_builtin_tasks_are_refused(broker_fleet, dispatcher, keyring) -> None:  # noqa: F811
+async def test_celery_builtin_tasks_are_refused(fresh_fleet, dispatcher, keyring) -> None:  # noqa: F811
     """``celery.accumulate`` (and every other non-toolfleet name) is refused even when signed."""
-    ring = _auth.load_keyring() if keyring == "fleet" else None
-    task_id = send_raw(broker_fleet.redis.url, "celery.accumulate", [1, 2], broker_fleet.queue, ring)
-    await legit_call_works(dispatcher, broker_fleet)
-    wait_for_log(broker_fleet.worker, "task name not accepted")
-    assert broker_fleet.redis.client().get(_names.result_key(task_id)) is None
+    ring = load_keyring() if keyring == "fleet" else None
+    mark = log_mark(fresh_fleet.worker)
+    task_id = send_raw(fresh_fleet.redis.url, "celery.accumulate", [1, 2], fresh_fleet.queue, ring)
+    await legit_call_works(dispatcher, fresh_fleet)
+    assert await rejections(fresh_fleet.worker, mark) == [
+        {"reason": "task name not accepted", "queue": fresh_fleet.queue, "detail": "task='celery.accumulate'"}]
+    assert fresh_fleet.redis.client().get(names.result_key(task_id)) is None
 
 
 async def test_forged_result_is_not_believed(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
@@ -105,44 +117,59 @@ async def test_forged_result_is_not_believed(broker_fleet, dispatcher, tmp_path)
     from orchestrator.dispatch import SampleRoute
     from tests.distributed._helpers import dispatch, request
 
-    marker = tmp_path / "slept"
-    req = request("sleeper", {"seconds": 1.5, "marker": str(marker)})
+    log, gate = str(tmp_path / "log"), tmp_path / "gate"
+    req = request("gated", {"path": log, "label": "real", "gate": str(gate)})
     [fut] = dispatch(dispatcher, [req], SampleRoute(queue=broker_fleet.queue))
-    await asyncio.sleep(0.3)  # the call is subscribed and running
+    await until(lambda: starts(log, "real") == 1, "the call to be running")  # it waits for the gate: pending
     forged = json.dumps({"v": 1, "call_id": req.call_id, "result": "FORGED", "started": 0, "completed": 0})
     client = broker_fleet.redis.client()
     # Unsigned, then signed with another secret, on the dispatcher's reply channel and stored where a
     # re-check after a reconnect would read it.
     client.publish(dispatcher._reply, json.dumps([[req.call_id, "", forged]]))
-    wrong = _auth.outcome_mac(WRONG_KEYRING, req.call_id, forged)
+    wrong = outcome_mac(WRONG_KEYRING, req.call_id, forged)
     client.publish(dispatcher._reply, json.dumps([[req.call_id, wrong, forged]]))
-    client.set(_names.outcome_key(req.call_id), json.dumps([req.call_id, wrong, forged]))
+    client.set(names.outcome_key(req.call_id), json.dumps([req.call_id, wrong, forged]))
     await dispatcher._recheck_outcomes([dispatcher._pending[req.call_id]])
+    await legit_call_works(dispatcher, broker_fleet)  # a later answer on the same reply channel went through
+    assert not fut.done()  # none of the forgeries answered the call
+    gate.touch()
     outcome = await asyncio.wait_for(fut, 60)
-    assert outcome.result == "done" and marker.exists()
+    assert (outcome.result, outcome.error) == ("real", None)
+    assert [line.split()[0] for line in Path(log).read_text().splitlines()] == ["start", "end"]
 
 
 async def test_unsigned_cancel_and_dangerous_control_commands_are_ignored(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
+    """A running call (it waits for a gate file, so it is surely running when the commands arrive) is
+    not stopped by an unsigned cancel, and the worker answers each command with its refusal (shutdown
+    and pool_shrink are not on its control panel at all); the call then finishes as it would have."""
     import asyncio
 
     from orchestrator.dispatch import SampleRoute
     from tests.distributed._helpers import dispatch, request
 
     app = create_app(broker_fleet.redis.url)
-    node = _names.worker_nodename(broker_fleet.worker.host)
+    node = names.worker_nodename(broker_fleet.worker.host)
+    log, gate = str(tmp_path / "log"), tmp_path / "gate"
+    req = request("gated", {"path": log, "label": "running", "gate": str(gate)})
+    [fut] = dispatch(dispatcher, [req], SampleRoute(queue=broker_fleet.queue))
     try:
-        marker = tmp_path / "slept"
-        req = request("sleeper", {"seconds": 1.0, "marker": str(marker)})
-        [fut] = dispatch(dispatcher, [req], SampleRoute(queue=broker_fleet.queue))
-        await asyncio.sleep(0.3)
-        app.control.broadcast(_names.CONTROL_CANCEL, arguments={"call_ids": [req.call_id]}, destination=[node])
-        app.control.broadcast("shutdown", destination=[node])
-        app.control.broadcast("pool_shrink", arguments={"n": 8}, destination=[node])
-        # Control messages are handled in order: a ping answered means the shutdown was handled (ignored).
-        assert app.control.ping(destination=[node], timeout=10.0)
+        await until(lambda: starts(log, "running") == 1, "the call to be running")
+
+        def ask(command: str, **arguments: object) -> list[dict]:
+            return app.control.broadcast(command, arguments=arguments, destination=[node], reply=True, timeout=10.0)
+
+        assert await asyncio.to_thread(ask, names.CONTROL_CANCEL, call_ids=[req.call_id]) == [
+            {node: {"error": "unauthenticated"}}]
+        # Removed from the worker's control panel: Celery answers that it has no such command.
+        assert await asyncio.to_thread(ask, "shutdown") == [{node: {"error": "KeyError('shutdown')"}}]
+        assert await asyncio.to_thread(ask, "pool_shrink", n=8) == [{node: {"error": "KeyError('pool_shrink')"}}]
+        assert not fut.done()  # still running: the cancel stopped nothing
+        gate.touch()
         outcome = await asyncio.wait_for(fut, 60)
-        assert outcome.error is None and outcome.result == "done" and marker.exists()
+        assert (outcome.result, outcome.error) == ("running", None)
+        assert [line.split()[0] for line in Path(log).read_text().splitlines()] == ["start", "end"]
     finally:
+        gate.touch()
         app.close()
     await legit_call_works(dispatcher, broker_fleet)
     assert broker_fleet.worker.alive()
@@ -161,7 +188,7 @@ async def test_secret_file_and_rotation(broker_fleet, tmp_path) -> None:  # noqa
     secret_file.write_text(f"# newest first\n{new}\n{old}\n")
     worker = WorkerProcess(broker_fleet.redis.url, allow_local=False, secret="",
                            extra_args=("--secret-file", str(secret_file))).start()
-    route = SampleRoute(queue=_names.host_queue(worker.host))
+    route = SampleRoute(queue=names.host_queue(worker.host))
     try:
         for secret, works in ((f"{old},{new}", True), (new, True), ("some-other-secret-" + uuid.uuid4().hex, False)):
             d = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=broker_fleet.redis.url, secret=secret,
@@ -188,7 +215,7 @@ def test_worker_refuses_to_start_without_a_secret(broker_fleet) -> None:  # noqa
 
     from tests.support.fleet import REPO_ROOT
 
-    env = {k: v for k, v in os.environ.items() if k not in (_auth.SECRET_ENV, _auth.SECRET_FILE_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in (SECRET_ENV, SECRET_FILE_ENV)}
     proc = subprocess.run([sys.executable, "-m", "workers.cli", "--broker", broker_fleet.redis.url],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "No fleet secret" in proc.stderr

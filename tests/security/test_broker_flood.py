@@ -57,23 +57,23 @@ async def test_one_huge_output_is_capped_at_the_worker(tmp_path) -> None:
     from orchestrator.dispatch import CeleryDispatcher, SampleRoute
     from tests.distributed._helpers import one, request
     from tests.support.fleet import RedisServer, WorkerProcess
-    from workers import _names
+    from workers.fleet import names
 
     redis = RedisServer().start()
     worker = WorkerProcess(redis.url, allow_local=False, extra_args=("--max-outcome-bytes", str(MiB))).start()
     dispatcher = CeleryDispatcher(redis.url)
     try:
         req = request("text_of_size", {"n": 10_000_000})
-        outcome = await one(dispatcher, req, route=SampleRoute(queue=_names.host_queue(worker.host)), bound=120)
+        outcome = await one(dispatcher, req, route=SampleRoute(queue=names.host_queue(worker.host)), bound=120)
         assert outcome.error is None, outcome.error
         assert isinstance(outcome.result, str) and len(outcome.result.encode()) <= MiB
         assert "omitted by the toolfleet worker" in outcome.result
         client = redis.client()
         for _ in range(100):  # the orchestrator deletes what it read (asynchronously, batched)
-            if client.get(_names.result_key(req.call_id)) is None:
+            if client.get(names.result_key(req.call_id)) is None:
                 break
             await asyncio.sleep(0.05)
-        assert client.get(_names.result_key(req.call_id)) is None
+        assert client.get(names.result_key(req.call_id)) is None
         assert worker.alive()
     finally:
         await dispatcher.aclose()

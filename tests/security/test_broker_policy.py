@@ -7,6 +7,7 @@ Docker; plus the policy's table (pure).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
@@ -15,9 +16,26 @@ from orchestrator.tool._registry import ToolRef
 from orchestrator.util._sandbox import SandboxUnavailableError
 from workers._admission import PolicyRefused, WorkerPolicy, admit_sandbox
 
-from ._broker_support import broker_fleet, dispatcher, legit_call_works  # noqa: F401
+from ._broker_support import (  # noqa: F401
+    BrokerFleet,
+    dispatcher,
+    legit_call_works,
+    log_mark,
+    wait_for_log,
+)
 
 celery = pytest.mark.celery
+
+# This module's worker's caps, set below its defaults so that a worker that dropped one (leaving Docker's
+# unlimited 0 or -1) cannot pass for one that applied it.
+WORKER_CAPS = ("--max-memory", "1g", "--max-cpus", "1.5", "--max-pids", "321")
+
+
+@pytest.fixture(scope="module")
+def broker_fleet() -> Iterator[BrokerFleet]:
+    f = BrokerFleet().start(extra_args=WORKER_CAPS)
+    yield f
+    f.cleanup()
 
 REFUSED_DOCKER = {
     "docker endpoint": {"docker_host": "tcp://attacker.example:2375"},
@@ -91,9 +109,10 @@ async def test_local_sandbox_with_setup_script_is_refused(broker_fleet, dispatch
                               "service-image", "service-root"])
 async def test_dangerous_docker_config_is_refused_by_the_worker(broker_fleet, dispatcher, fields) -> None:  # noqa: F811
     spec = SandboxSpec(eval_id="attack", sample_id="s", config={"type": "docker", **fields})
+    mark = log_mark(broker_fleet.worker)
     with pytest.raises(SandboxUnavailableError, match="refuses"):
         await dispatcher.open_sandbox(spec)
-    assert "worker.sandbox_refused" in broker_fleet.worker.output()
+    wait_for_log(broker_fleet.worker, "worker.sandbox_refused", since=mark)
 
 
 @celery
@@ -120,18 +139,24 @@ async def test_a_message_never_causes_an_import(broker_fleet, dispatcher) -> Non
 async def test_docker_limits_are_clamped_to_the_worker_caps(broker_fleet, dispatcher, sandbox_image) -> None:  # noqa: F811
     import docker
 
-    spec = SandboxSpec(eval_id="clamp", sample_id="s", config={"type": "docker", "mem_limit": "64g", "cpus": 64,
-                                                               "pids_limit": 10**6, "pool_size": 0})
-    route = await dispatcher.open_sandbox(spec)
+    eval_id = f"clamp-{uuid.uuid4().hex[:8]}"
+    spec = SandboxSpec(eval_id=eval_id, sample_id="s", config={"type": "docker", "mem_limit": "64g", "cpus": 64,
+                                                                "pids_limit": 10**6, "pool_size": 0})
+    client = docker.from_env()
+    route = None
     try:
-        client = docker.from_env()
-        [container] = [c for c in client.containers.list(filters={"label": "toolfleet.eval_id=clamp"})]
+        route = await dispatcher.open_sandbox(spec)
+        [container] = client.containers.list(filters={"label": f"toolfleet.eval_id={eval_id}"})
         host_config = container.attrs["HostConfig"]
-        policy = WorkerPolicy()
-        assert host_config["Memory"] <= 4 * 1024**3
-        assert host_config["NanoCpus"] <= policy.max_cpus * 1e9
-        assert host_config["PidsLimit"] <= policy.max_pids
+        # What the message asked, clamped to this worker's caps (WORKER_CAPS): 1g, 1.5 CPUs, 321 pids.
+        assert (host_config["Memory"], host_config["MemorySwap"]) == (1024**3, 1024**3)
+        assert host_config["NanoCpus"] == 1_500_000_000
+        assert host_config["PidsLimit"] == 321
         assert host_config["CapAdd"] in (None, [])
         assert not host_config["Privileged"]
     finally:
-        await dispatcher.close_sandbox(route)
+        if route is not None:
+            await dispatcher.close_sandbox(route)
+        for leftover in client.containers.list(all=True, filters={"label": f"toolfleet.eval_id={eval_id}"}):
+            leftover.remove(force=True)
+        client.close()

@@ -5,23 +5,22 @@ from __future__ import annotations
 
 import pytest
 
-from workers import _auth, _names
-from workers._auth import Keyring
+from workers.fleet import DEST_HEADER, ISSUED_HEADER, MAC_HEADER, Keyring, MissingSecretError, message_mac, names
 from workers.app import _message_verdict
 
 KEYRING = Keyring([b"the-fleet-secret-for-this-table"])
 OTHER = Keyring([b"somebody-elses-secret-000000000"])
-QUEUE = _names.host_queue("h1")
+QUEUE = names.host_queue("h1")
 
 
 NOW = 1_800_000_000.0
 
 
-def envelope(task: str = _names.TASK_CALL, body: str = "W1tdLHt9LHt9XQ==", ring: Keyring | None = KEYRING,
+def envelope(task: str = names.TASK_CALL, body: str = "W1tdLHt9LHt9XQ==", ring: Keyring | None = KEYRING,
              issued: float = NOW - 1, dest: str = QUEUE, **over) -> dict:
-    headers = {"task": task, "id": "t-1", _auth.ISSUED_HEADER: f"{issued:.3f}", _auth.DEST_HEADER: dest}
+    headers = {"task": task, "id": "t-1", ISSUED_HEADER: f"{issued:.3f}", DEST_HEADER: dest}
     if ring is not None:
-        headers[_auth.MAC_HEADER] = _auth.message_mac(ring, task, "t-1", body, headers[_auth.ISSUED_HEADER], dest)
+        headers[MAC_HEADER] = message_mac(ring, task, "t-1", body, headers[ISSUED_HEADER], dest)
     env = {"body": body, "content-type": "application/json", "headers": headers,
            "properties": {"delivery_tag": "tag", "delivery_info": {}}}
     env.update(over)
@@ -30,18 +29,18 @@ def envelope(task: str = _names.TASK_CALL, body: str = "W1tdLHt9LHt9XQ==", ring:
 
 CASES = {
     "signed toolfleet task": (envelope(), QUEUE, None),
-    "on the shared queue": (envelope(dest=_names.SHARED_QUEUE), _names.SHARED_QUEUE, None),
+    "on the shared queue": (envelope(dest=names.SHARED_QUEUE), names.SHARED_QUEUE, None),
     # Replay (issue 20, attack 3): issue time and destination are under the MAC.
-    "pushed onto another queue": (envelope(), _names.SHARED_QUEUE, "sent to another queue"),
-    "pushed onto another host": (envelope(), _names.host_queue("h2"), "sent to another queue"),
+    "pushed onto another queue": (envelope(), names.SHARED_QUEUE, "sent to another queue"),
+    "pushed onto another host": (envelope(), names.host_queue("h2"), "sent to another queue"),
     "replayed 16 minutes later": (envelope(issued=NOW - 960), QUEUE, "stale: expired (issued 960 s ago, limit 900 s; or clock skew)"),
     "14 minutes in the queue": (envelope(issued=NOW - 840), QUEUE, None),
     "from 2 minutes in the future": (envelope(issued=NOW + 120), QUEUE, "stale: issued 120 s in the future (clock skew over 60 s)"),
     "30 s of skew": (envelope(issued=NOW + 30), QUEUE, None),
-    "issue time changed after signing": ({**envelope(), "headers": {**envelope()["headers"], _auth.ISSUED_HEADER: f"{NOW:.3f}"}},
+    "issue time changed after signing": ({**envelope(), "headers": {**envelope()["headers"], ISSUED_HEADER: f"{NOW:.3f}"}},
                                          QUEUE, "unauthenticated"),
-    "destination changed after signing": ({**envelope(), "headers": {**envelope()["headers"], _auth.DEST_HEADER: _names.host_queue("h2")}},
-                                          _names.host_queue("h2"), "unauthenticated"),
+    "destination changed after signing": ({**envelope(), "headers": {**envelope()["headers"], DEST_HEADER: names.host_queue("h2")}},
+                                          names.host_queue("h2"), "unauthenticated"),
     "unsigned": (envelope(ring=None), QUEUE, "unauthenticated"),
     "other secret": (envelope(ring=OTHER), QUEUE, "unauthenticated"),
     "body swapped after signing": ({**envelope(), "body": "W1sxXSx7fSx7fV0="}, QUEUE, "unauthenticated"),
@@ -70,5 +69,5 @@ def test_keyring_rotation_and_repr() -> None:
     assert both.verify(mac_old, b"x") and both.verify(both.sign(b"x"), b"x")
     assert not Keyring([new]).verify(mac_old, b"x")
     assert "secret" not in repr(both) and old.decode() not in repr(both)
-    with pytest.raises(_auth.MissingSecretError):
+    with pytest.raises(MissingSecretError):
         Keyring([b"short"])

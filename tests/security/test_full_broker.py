@@ -17,9 +17,7 @@ import pytest
 from orchestrator.dispatch import SampleRoute
 from tests.distributed._helpers import dispatch, request
 from tests.support.fleet import RedisServer, WorkerProcess, _wait, ensure_fleet_secret
-from workers import _auth, _names
-from workers._replies import read_stored
-from workers._result_store import UnstoredResults, is_out_of_memory
+from workers.fleet import UnstoredResults, is_out_of_memory, load_keyring, names, read_stored
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(180)]
 
@@ -44,18 +42,18 @@ async def test_a_result_finished_while_redis_is_full_is_delivered_and_kept(tmp_p
     dispatcher = CeleryDispatcher(redis.url)
     client = redis.client()
     events = client.pubsub()
-    events.subscribe(_names.FLEET_EVENTS_CHANNEL)
+    events.subscribe(names.FLEET_EVENTS_CHANNEL)
     try:
         client.config_set("maxmemory-policy", "noeviction")
         req = request("sleeper", {"seconds": 2.0})
-        [fut] = dispatch(dispatcher, [req], SampleRoute(queue=_names.host_queue(worker.host)))
-        await _until(lambda: client.exists(_names.call_key(req.call_id)), 30, "the call to start (its claim)")
+        [fut] = dispatch(dispatcher, [req], SampleRoute(queue=names.host_queue(worker.host)))
+        await _until(lambda: client.exists(names.call_key(req.call_id)), 30, "the call to start (its claim)")
         client.config_set("maxmemory", 1)  # full: every write is refused with OOM from now on
         with pytest.raises(Exception, match="maxmemory"):
             client.set("probe", "x")
         outcome = await asyncio.wait_for(fut, 60)
         assert outcome.error is None and outcome.result == "done", outcome  # delivered by PUBLISH
-        assert client.get(_names.outcome_key(req.call_id)) is None  # not stored: Redis is full
+        assert client.get(names.outcome_key(req.call_id)) is None  # not stored: Redis is full
 
         def store_failed() -> bool:
             message = events.get_message(timeout=0.2)
@@ -64,8 +62,8 @@ async def test_a_result_finished_while_redis_is_full_is_delivered_and_kept(tmp_p
 
         await _until(store_failed, 30, "the worker to announce the unstored result")
         client.config_set("maxmemory", 0)  # the limit lifted: the worker's copy is stored
-        await _until(lambda: client.get(_names.outcome_key(req.call_id)) is not None, 60, "the kept outcome to be stored")
-        stored = read_stored(_auth.load_keyring(), req.call_id, client.get(_names.outcome_key(req.call_id)))
+        await _until(lambda: client.get(names.outcome_key(req.call_id)) is not None, 60, "the kept outcome to be stored")
+        stored = read_stored(load_keyring(), req.call_id, client.get(names.outcome_key(req.call_id)))
         assert stored is not None and json.loads(stored)["result"] == "done"  # signed by the worker
         assert worker.alive()
     finally:

@@ -9,7 +9,6 @@ in the future, or for another queue, and remembers consumed ids for the window (
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -21,9 +20,11 @@ from orchestrator.tool._registry import ToolRef
 from tests.distributed._helpers import starts
 from tests.support import sample_tools
 from tests.support.fleet import _wait
-from workers import _auth, _names
+from workers.fleet import ISSUED_HEADER, MAC_HEADER, load_keyring, message_mac, names, verify_outcome
 
-from ._broker_support import broker_fleet, captured, dispatcher, legit_call_works, wait_for_log  # noqa: F401
+from ._broker_support import (  # noqa: F401
+    broker_fleet, captured, dispatcher, fresh_fleet, legit_call_works, log_mark, rejections, wait_for_log,
+)
 
 pytestmark = pytest.mark.celery
 
@@ -40,7 +41,7 @@ async def test_a_replayed_open_sandbox_opens_once(broker_fleet, dispatcher, sand
     eval_id = f"replay-{uuid.uuid4().hex[:8]}"
     spec = SandboxSpec(eval_id=eval_id, sample_id="s", config={"type": "docker", "pool_size": 0}, setup="true")
     client = broker_fleet.redis.client()
-    envelope = captured(client, broker_fleet.redis.url, _names.TASK_OPEN_SANDBOX, [spec.model_dump(mode="json"), None],
+    envelope = captured(client, broker_fleet.redis.url, names.TASK_OPEN_SANDBOX, [spec.model_dump(mode="json"), None],
                         broker_fleet.queue)
     task_id = envelope["headers"]["id"]
     docker_client = docker.from_env()
@@ -50,14 +51,18 @@ async def test_a_replayed_open_sandbox_opens_once(broker_fleet, dispatcher, sand
 
     try:
         client.lpush(broker_fleet.queue, json.dumps(envelope))  # the genuine delivery
-        _wait(lambda: client.get(_names.result_key(task_id)) is not None, 120, "the open to finish")
+        _wait(lambda: client.get(names.result_key(task_id)) is not None, 120, "the open to finish")
+        mark = log_mark(broker_fleet.worker)
         for _ in range(5):  # the replays
             client.lpush(broker_fleet.queue, json.dumps(envelope))
-        wait_for_log(broker_fleet.worker, "replayed")
+        wait_for_log(broker_fleet.worker, "replayed", since=mark)
         await legit_call_works(dispatcher, broker_fleet)  # queued after the copies: they were all consumed
-        await asyncio.sleep(1.0)  # let a (wrongly) running copy reach Docker before counting
+        # ... and each copy's task has returned: a late-acked message leaves the unacked set only then
+        # (a copy wrongly opening a sandbox would still be in it, creating its container).
+        _wait(lambda: client.llen(broker_fleet.queue) == 0 and client.hlen("unacked") == 0, 120,
+              "every copy to be acked")
         assert len(containers()) == 1
-        assert json.loads(client.get(_names.result_key(task_id)))["result"]["handle"]
+        assert json.loads(client.get(names.result_key(task_id)))["result"]["handle"]
     finally:
         for container in containers():
             container.remove(force=True)
@@ -67,7 +72,7 @@ async def test_a_replayed_call_runs_once(broker_fleet, dispatcher, tmp_path) -> 
     path = str(tmp_path / "starts")
     client = broker_fleet.redis.client()
     payload = _record(path, "once")
-    envelope = captured(client, broker_fleet.redis.url, _names.TASK_CALL, [payload], broker_fleet.queue,
+    envelope = captured(client, broker_fleet.redis.url, names.TASK_CALL, [payload], broker_fleet.queue,
                         task_id=payload["call_id"])
     for _ in range(5):
         client.lpush(broker_fleet.queue, json.dumps(envelope))
@@ -82,11 +87,11 @@ async def test_a_replayed_stage_runs_each_call_once(broker_fleet, dispatcher, tm
     calls runs once; every copy is answered on the reply channel it names, the copies as replays."""
     path = str(tmp_path / "starts")
     client = broker_fleet.redis.client()
-    reply = _names.reply_channel(uuid.uuid4().hex)
+    reply = names.reply_channel(uuid.uuid4().hex)
     listener = client.pubsub()
     listener.subscribe(reply)
     payloads = [_record(path, "a"), _record(path, "b")]
-    envelope = captured(client, broker_fleet.redis.url, _names.TASK_STAGE, [reply, payloads], broker_fleet.queue,
+    envelope = captured(client, broker_fleet.redis.url, names.TASK_STAGE, [reply, payloads], broker_fleet.queue,
                         task_id=payloads[0]["call_id"])
     try:
         for _ in range(5):
@@ -98,7 +103,7 @@ async def test_a_replayed_stage_runs_each_call_once(broker_fleet, dispatcher, tm
             message = listener.get_message(timeout=0.2)
             if message and message["type"] == "message":
                 for call_id, mac, text in json.loads(message["data"]):
-                    assert _auth.verify_outcome(_auth.load_keyring(), mac, call_id, text)
+                    assert verify_outcome(load_keyring(), mac, call_id, text)
                     answers.append(json.loads(text))
             return len(answers) >= 10
 
@@ -112,47 +117,53 @@ async def test_a_replayed_stage_runs_each_call_once(broker_fleet, dispatcher, tm
 
 @pytest.mark.parametrize("reply", ["celery-task-meta-x", "toolfleet:reply:../x", "toolfleet:fleet-events", 42],
                          ids=["result-key", "path-like", "fleet-events", "not-a-string"])
-async def test_a_stage_naming_another_channel_runs_nothing(broker_fleet, dispatcher, tmp_path, reply) -> None:  # noqa: F811
+async def test_a_stage_naming_another_channel_runs_nothing(fresh_fleet, dispatcher, tmp_path, reply) -> None:  # noqa: F811
     """A stage message may only name a reply channel (fixed prefix + 32 hex digits), even when signed."""
     path = str(tmp_path / "starts")
-    client = broker_fleet.redis.client()
-    envelope = captured(client, broker_fleet.redis.url, _names.TASK_STAGE, [reply, [_record(path, "x")]],
-                        broker_fleet.queue)
-    client.lpush(broker_fleet.queue, json.dumps(envelope))
-    await legit_call_works(dispatcher, broker_fleet)
-    wait_for_log(broker_fleet.worker, "malformed stage")
+    client = fresh_fleet.redis.client()
+    envelope = captured(client, fresh_fleet.redis.url, names.TASK_STAGE, [reply, [_record(path, "x")]],
+                        fresh_fleet.queue)
+    mark = log_mark(fresh_fleet.worker)
+    client.lpush(fresh_fleet.queue, json.dumps(envelope))
+    await legit_call_works(dispatcher, fresh_fleet)
+    rejected = await rejections(fresh_fleet.worker, mark)
+    assert [(r["reason"], r["detail"]) for r in rejected] == [("malformed stage", f"stage {envelope['headers']['id']}")]
     assert starts(path) == 0
 
 
 def _signed_at(client, url: str, payload: dict, queue: str, issued: float) -> dict:  # type: ignore[no-untyped-def]
     """A message as it would have been signed at ``issued`` (the test holds the secret to make one)."""
-    envelope = captured(client, url, _names.TASK_CALL, [payload], queue, task_id=payload["call_id"])
+    envelope = captured(client, url, names.TASK_CALL, [payload], queue, task_id=payload["call_id"])
     headers = envelope["headers"]
-    headers[_auth.ISSUED_HEADER] = f"{issued:.3f}"
-    headers[_auth.MAC_HEADER] = _auth.message_mac(_auth.load_keyring(), headers["task"], headers["id"],
-                                                  envelope["body"], headers[_auth.ISSUED_HEADER], queue)
+    headers[ISSUED_HEADER] = f"{issued:.3f}"
+    headers[MAC_HEADER] = message_mac(load_keyring(), headers["task"], headers["id"],
+                                      envelope["body"], headers[ISSUED_HEADER], queue)
     return envelope
 
 
 @pytest.mark.parametrize("age, reason", [(1000.0, "stale: expired"), (-300.0, "issued 300 s in the future")],
                          ids=["captured-16-min-ago", "from-the-future"])
-async def test_stale_messages_are_refused(broker_fleet, dispatcher, tmp_path, age, reason) -> None:  # noqa: F811
+async def test_stale_messages_are_refused(fresh_fleet, dispatcher, tmp_path, age, reason) -> None:  # noqa: F811
     path = str(tmp_path / "starts")
-    client = broker_fleet.redis.client()
-    envelope = _signed_at(client, broker_fleet.redis.url, _record(path, "stale"), broker_fleet.queue, time.time() - age)
-    client.lpush(broker_fleet.queue, json.dumps(envelope))
-    await legit_call_works(dispatcher, broker_fleet)
-    wait_for_log(broker_fleet.worker, reason)
+    client = fresh_fleet.redis.client()
+    envelope = _signed_at(client, fresh_fleet.redis.url, _record(path, "stale"), fresh_fleet.queue, time.time() - age)
+    mark = log_mark(fresh_fleet.worker)
+    client.lpush(fresh_fleet.queue, json.dumps(envelope))
+    await legit_call_works(dispatcher, fresh_fleet)
+    [rejected] = await rejections(fresh_fleet.worker, mark)
+    assert reason in rejected["reason"] and rejected["detail"] == "task='toolfleet.call'", rejected
     assert starts(path) == 0
 
 
-async def test_a_message_for_another_queue_is_refused(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
+async def test_a_message_for_another_queue_is_refused(fresh_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
     """Captured on its way to one host (or the shared queue), pushed onto another host's queue."""
     path = str(tmp_path / "starts")
-    client = broker_fleet.redis.client()
-    envelope = captured(client, broker_fleet.redis.url, _names.TASK_CALL, [_record(path, "elsewhere")],
-                        _names.host_queue("some-other-host"))
-    client.lpush(broker_fleet.queue, json.dumps(envelope))
-    await legit_call_works(dispatcher, broker_fleet)
-    wait_for_log(broker_fleet.worker, "sent to another queue")
+    client = fresh_fleet.redis.client()
+    envelope = captured(client, fresh_fleet.redis.url, names.TASK_CALL, [_record(path, "elsewhere")],
+                        names.host_queue("some-other-host"))
+    mark = log_mark(fresh_fleet.worker)
+    client.lpush(fresh_fleet.queue, json.dumps(envelope))
+    await legit_call_works(dispatcher, fresh_fleet)
+    assert await rejections(fresh_fleet.worker, mark) == [
+        {"reason": "sent to another queue", "queue": fresh_fleet.queue, "detail": "task='toolfleet.call'"}]
     assert starts(path) == 0

@@ -14,7 +14,7 @@ import pytest
 from tests.sandbox.fixtures import sandbox_factory  # noqa: F401  (fixture)
 from workers.sandbox import ExecAgentLostError
 from workers.sandbox._channel import HEADER, RESULT, AgentChannel, ChannelClosed
-from workers.sandbox._docker_direct import CONTAINER_DIR, SOCKET_NAME
+from workers.sandbox.docker._direct import CONTAINER_DIR, SOCKET_NAME
 
 pytestmark = pytest.mark.docker
 

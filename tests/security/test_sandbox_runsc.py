@@ -12,7 +12,7 @@ import pytest
 from tests.sandbox.fixtures import sandbox_factory  # noqa: F401  (fixture)
 from tests.security.test_sandbox_channel import PLANT, Bait
 from workers.sandbox import ExecAgentLostError
-from workers.sandbox._docker_direct import CONTAINER_DIR, SOCKET_NAME
+from workers.sandbox.docker._direct import CONTAINER_DIR, SOCKET_NAME
 
 pytestmark = pytest.mark.docker
 

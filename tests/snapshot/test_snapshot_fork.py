@@ -11,6 +11,7 @@ budget refuses a snapshot that does not fit, in one sentence.
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -136,9 +137,10 @@ def resume(results: dict[str, Any]):  # type: ignore[no-untyped-def]
 async def test_a_kept_snapshot_restarts_a_later_sample_from_its_checkpoint(
         mode: str, tmp_path: Path, sandbox_image: str, request: pytest.FixtureRequest) -> None:
     broker = None
+    hosts: list[str] = []
     if mode == "worker":  # two hosts: the restarted sample must go to the one holding the snapshot
         fleet = request.getfixturevalue("fleet")
-        fleet.worker(slots=4), fleet.worker(slots=4)
+        hosts = [fleet.worker(slots=4).host, fleet.worker(slots=4).host]
         broker = fleet.redis.url
     results: dict[str, Any] = {}
     first = Task(dataset=[Sample(id="run1", input="go")], solver=checkpoint(results), sandbox=CONFIG, name="first")
@@ -153,12 +155,15 @@ async def test_a_kept_snapshot_restarts_a_later_sample_from_its_checkpoint(
         assert log2.status == "success", [s.error for s in log2.samples]
         assert results["resumed"] == "step1\nkept\n"
         opened = [e for e in log2.samples[0].events if e.event == "info" and getattr(e, "source", "") == "sandbox"]
-        assert [e.data["host"] for e in opened] == [kept.host or opened[0].data["host"]]  # on the snapshot's host
+        if mode == "embedded":  # this process's Docker host holds the snapshot (no worker), on this machine
+            assert kept.host is None and [e.data["host"] for e in opened] == [socket.gethostname()]
+        else:  # on the worker holding the snapshot, of the two
+            assert kept.host in hosts and [e.data["host"] for e in opened] == [kept.host]
         assert [i.tags for i in _snapshot_images(log1.eval.eval_id)] == [[kept.image]]  # still kept
     finally:
         if mode == "embedded":  # this process holds it: remove it through its host's store
-            from workers.sandbox._docker_api import DockerAPI
-            from workers.sandbox._docker_pool import host_sandboxes
+            from workers.sandbox.docker import DockerAPI
+            from workers.sandbox.docker import host_sandboxes
 
             api = DockerAPI(None, 2)
             await api.connect()
@@ -185,7 +190,7 @@ def over_budget(results: dict[str, Any]):  # type: ignore[no-untyped-def]
 
 async def test_the_hosts_snapshot_disk_budget_refuses_a_snapshot_that_does_not_fit(tmp_path: Path,
                                                                                      sandbox_image: str) -> None:
-    from workers.sandbox._docker_pool import host_sandboxes
+    from workers.sandbox.docker import host_sandboxes
 
     store = host_sandboxes().snapshots  # embedded mode's docker host (SandboxHost.process())
     budget, store.budget = store.budget, 100_000

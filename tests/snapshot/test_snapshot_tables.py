@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from orchestrator.util import Snapshot, SnapshotError
 from workers._admission import PolicyRefused, WorkerPolicy, admit_sandbox
 from workers.sandbox import sandbox_config
-from workers.sandbox._docker_snapshot import _DENIED, HostSnapshots
+from workers.sandbox.docker._snapshot import _DENIED, HostSnapshots
 
 
 def _snap(**kw) -> Snapshot:  # type: ignore[no-untyped-def]
@@ -58,7 +58,7 @@ def test_the_hosts_disk_budget(held: int, reserved: int, size: int, fits: bool) 
     store = HostSnapshots()
     store.budget, store.reserved = 100, reserved
     if held:
-        from workers.sandbox._docker_snapshot import HeldSnapshot
+        from workers.sandbox.docker._snapshot import HeldSnapshot
 
         store.held["old"] = HeldSnapshot("old", "toolfleet/snapshot:old", "sha256:x", "e", True, held, 0.0, {})
     if fits:

@@ -79,6 +79,34 @@ def record():
 
 
 @tool(parallel=True)
+def gated():
+    async def execute(path: str, label: str, gate: str, bound: float = 60.0) -> str:
+        """Append a start line for a label, wait (bounded) until a gate file exists, then an end line;
+        a cancelled wait appends a cancelled line instead (a test's evidence that it was stopped).
+
+        Args:
+            path: File to append to.
+            label: Label to record.
+            gate: File whose existence lets the call finish.
+            bound: Seconds to wait for the gate at most.
+        """
+        _append(path, f"start {label}")
+        deadline = time.monotonic() + bound
+        try:
+            while not os.path.exists(gate):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the gate {gate} did not open within {bound:g} s")
+                await asyncio.sleep(0.02)
+        except asyncio.CancelledError:
+            _append(path, f"cancelled {label}")
+            raise
+        _append(path, f"end {label}")
+        return label
+
+    return execute
+
+
+@tool(parallel=True)
 def text_of_size():
     async def execute(n: int, char: str = "x") -> str:
         """Return a string of n copies of char.

@@ -9,11 +9,12 @@ its output can be read later, and the call that started it stays bounded.
 from __future__ import annotations
 
 import asyncio
-import time
+import uuid
 
 import pytest
 
 from orchestrator.tool import ToolDef
+from tests.support.waits import until
 from workers.tools import bash
 
 from .helpers import call, ok
@@ -43,34 +44,44 @@ def test_background_is_a_rebuildable_parameter():
 
 async def test_a_detached_command_returns_at_once_keeps_running_and_its_output_is_readable(env):
     tool = bash(timeout=20, background=True)
-    script = "for i in 1 2 3 4 5 6 7 8; do echo tick $i; sleep 0.5; done; echo done"
-    started = time.monotonic()
-    out = await ok(env, tool, cmd=f"cd /tmp && nohup sh -c '{script}' > job.log 2>&1 & echo \"PID $!\"")
-    assert time.monotonic() - started < 3.5  # returned long before the job's 4 s
-    pid = int(out.strip().split()[-1])
-    assert (await ok(env, tool, cmd=f"kill -0 {pid} && echo running")).strip() == "running"  # a later call
-    for _ in range(100):  # a later call reads the progress; then the job finishes on its own
-        log = await ok(env, tool, cmd="cat /tmp/job.log")
-        if "done" in log:
-            break
-        await asyncio.sleep(0.1)
-    assert log.splitlines() == [f"tick {i}" for i in range(1, 9)] + ["done"]
-    check = f"ps -o stat= -p {pid} | grep -qv Z && echo running || echo gone"  # an unreaped zombie is gone too
-    for _ in range(50):
-        if (await ok(env, tool, cmd=check)).strip() == "gone":
-            break
-        await asyncio.sleep(0.1)
-    assert (await ok(env, tool, cmd=check)).strip() == "gone"
+    tag = uuid.uuid4().hex[:8]
+    gate, log = f"/tmp/gate-{tag}", f"/tmp/job-{tag}.log"
+    # The job cannot finish before this test opens its gate: a call that waited for it would end in
+    # the tool's 20 s timeout (an error), never in its output.
+    script = f"echo started; while [ ! -e {gate} ]; do sleep 0.05; done; echo tick; echo done"
+    try:
+        out = await ok(env, tool, cmd=f"nohup sh -c '{script}' > {log} 2>&1 & echo \"PID $!\"")
+        pid = int(out.strip().split()[-1])
+        assert (await ok(env, tool, cmd=f"kill -0 {pid} && echo running")).strip() == "running"  # a later call
+        started = await until(lambda: ok(env, tool, cmd=f"cat {log}"), "the job's first line")
+        assert started == "started\n"  # a later call reads its progress; it is not done
+        await ok(env, tool, cmd=f"touch {gate}")
+        done = await until(lambda: _if_done(env, tool, log), "the job to finish on its own")
+        assert done.splitlines() == ["started", "tick", "done"]
+        check = f"ps -o stat= -p {pid} | grep -qv Z && echo running || echo gone"  # an unreaped zombie is gone too
+        for _ in range(50):
+            if (await ok(env, tool, cmd=check)).strip() == "gone":
+                break
+            await asyncio.sleep(0.1)
+        assert (await ok(env, tool, cmd=check)).strip() == "gone"
+        await ok(env, tool, cmd=f"rm -f {gate} {log}")
+    finally:
+        await ok(env, tool, cmd=f"[ -e {log} ] && touch {gate}; true")  # a job left behind ends
+
+
+async def _if_done(env, tool, log: str) -> str | None:  # type: ignore[no-untyped-def]
+    text = await ok(env, tool, cmd=f"cat {log}")
+    return text if "done" in text else None
 
 
 async def test_a_background_child_holding_the_output_pipe_does_not_hold_the_call(env):
     # The model forgot the redirection: the child keeps the call's stdout open. The call still returns
     # (bounded: the shell has exited), with what was printed, and the child keeps running.
-    started = time.monotonic()
-    out = await ok(env, bash(background=True), cmd="echo started; sleep 1000.71 & echo $! > /tmp/bg.pid")
-    assert time.monotonic() - started < 10
+    pid_file = f"/tmp/bg-{uuid.uuid4().hex[:8]}.pid"
+    out = await asyncio.wait_for(
+        ok(env, bash(background=True), cmd=f"echo started; sleep 1000.71 & echo $! > {pid_file}"), 60)
     assert out == "started\n"
-    alive = await ok(env, bash(), cmd="kill -0 $(cat /tmp/bg.pid) && echo alive; kill $(cat /tmp/bg.pid)")
+    alive = await ok(env, bash(), cmd=f"kill -0 $(cat {pid_file}) && echo alive; kill $(cat {pid_file}); rm -f {pid_file}")
     assert alive.strip() == "alive"
 
 

@@ -78,7 +78,7 @@ class AgentChannel:
         self._agent_stderr = bytearray()
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
         self.info: dict[str, Any] = {}
-        self.transport = "stream"  # "unix": a direct channel (see _docker_exec)
+        self.transport = "stream"  # "unix": a direct channel (see docker._exec)
         self.switched = False  # the agent may answer elsewhere now (a CONNECT was sent, not refused)
 
     @property
@@ -92,7 +92,7 @@ class AgentChannel:
         return self.info
 
     async def connect_to(self, path: str, timeout: float = 10.0) -> None:
-        """Ask the agent to move to the host's socket at ``path`` (protocol 5; see ``_docker_direct``)."""
+        """Ask the agent to move to the host's socket at ``path`` (protocol 5; see ``docker._direct``)."""
         if int(self.info.get("version", 0)) < 5:
             raise ChannelClosed("the agent predates host-side direct channels")
         self.switched = True  # until the agent says it stayed: a lost answer leaves it unknown

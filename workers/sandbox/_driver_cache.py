@@ -12,7 +12,7 @@ whose last sandbox closed becomes idle, and idle drivers are closed (their spare
   checked whenever a driver is taken or given back.
 
 So the drivers a host holds are at most its open sandboxes' configs plus ``max_idle``; the Docker
-Engine's client, threads and socket are shared by all of them (``_docker_engine``), not per config.
+Engine's client, threads and socket are shared by all of them (``docker._engine``), not per config.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     SandboxUnavailableError (orchestrator.util)   the sandbox or its host is gone -> ``sandbox_unavailable``
     ├── SandboxOutOfMemoryError                    the kernel OOM-killed the command or the container
     └── SandboxCapacityError                       the per-host sandbox cap was reached (create timed out)
-    SandboxImageError                              the image is missing and cannot be pulled (see _docker_pull)
+    SandboxImageError                              the image is missing and cannot be pulled (see docker._pull)
     ToolError (orchestrator.tool)                  model-visible; the sandbox is fine and the sample goes on
     ├── CommandOutOfMemoryError                    the OOM killer killed the command (message names the limit)
     └── ExecAgentLostError                         a command killed the exec agent; it was restarted

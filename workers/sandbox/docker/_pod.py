@@ -28,12 +28,12 @@ from orchestrator.util._sandbox import SandboxUnavailableError
 
 from orchestrator.util._sandbox_config import DockerSandboxConfig, HealthCheck, ServiceConfig
 
-from ._docker_containers import Container, Containers, container_name
-from ._docker_disk import DEFAULT_WRITABLE, DiskPlan
-from ._docker_labels import container_labels
-from ._docker_pool import HostSandboxes
-from ._docker_pull import ImagePuller
-from ._errors import SandboxImageError, missing_image_message
+from ._containers import Container, Containers, container_name
+from ._disk import DEFAULT_WRITABLE, DiskPlan
+from ._labels import container_labels
+from ._pool import HostSandboxes
+from ._pull import ImagePuller
+from .._errors import SandboxImageError, missing_image_message
 
 # Builds the environment of a started service container: (container id, name, service, user).
 ServiceEnvFactory = Callable[[str, str, str, str], Container]

@@ -17,9 +17,9 @@ import structlog
 
 from docker.errors import DockerException
 
-from ._channel import AGENT_PATH, AgentChannel, ChannelClosed, RawResult
-from ._docker_api import DockerAPI, read_docker_frame
-from ._docker_direct import CONTAINER_DIR, SOCKET_NAME, HostListener
+from .._channel import AGENT_PATH, AgentChannel, ChannelClosed, RawResult
+from ._api import DockerAPI, read_docker_frame
+from ._direct import CONTAINER_DIR, SOCKET_NAME, HostListener
 
 _AGENT_SOURCE = AGENT_PATH.read_bytes()
 # The agent's source is the first thing written to its stdin (a short bootstrap reads exactly that
@@ -47,7 +47,7 @@ async def open_agent(
 
     With ``listener`` (the driver's host socket, bind-mounted into the container) the channel moves
     to that socket, bypassing the daemon's stream copying; the exec stream stays open as the agent's
-    lifetime anchor. The host only accepts there, from this agent's pid (see ``_docker_direct``).
+    lifetime anchor. The host only accepts there, from this agent's pid (see ``_direct``).
     Where that fails the exec stream is the channel.
     """
     channel, exec_id = await _start_agent(api, container_id, user)

@@ -28,7 +28,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from . import _auth, _names
-from ._fleet_events import FleetEvents
+from ._events import FleetEvents
 from ._patience import patiently
 from ._result_store import UnstoredResults, is_out_of_memory
 

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .heartbeat import HostRecord
+from ._heartbeat import HostRecord
 
 # A leased slot not handed out within this long goes back to the fleet. It must outlast the lull
 # between two waves of opens, which is about an open's latency: bench scale (100 opens in flight on

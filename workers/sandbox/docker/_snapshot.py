@@ -1,7 +1,7 @@
 """Snapshots of docker sandboxes: a running sandbox's filesystem captured as an image on its host.
 
 What a snapshot holds: the container's own layer (``docker commit``, the container paused meanwhile)
-plus the contents of every writable path the sandbox has as a capped tmpfs (``_docker_disk``: a commit
+plus the contents of every writable path the sandbox has as a capped tmpfs (``_disk``: a commit
 does not see tmpfs mounts, and neither does the Engine's archive API). Those are read with ``tar``
 inside the sandbox — as its user, then as root for what the user could not read (the sandbox has no
 capabilities, so neither can read a file only a third user may read: such a file makes the snapshot
@@ -31,18 +31,18 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 from docker.errors import DockerException, ImageNotFound, NotFound
 
 from orchestrator.util._snapshot import Snapshot, SnapshotError
 
-from ._docker_labels import PREFIX
+from ._labels import PREFIX
 
 if TYPE_CHECKING:
-    from ._docker_api import DockerAPI
-    from .docker import DockerSandboxEnvironment
+    from .._channel import RawResult
+    from ._api import DockerAPI
 
 log = structlog.get_logger("toolfleet.sandbox")
 
@@ -67,6 +67,33 @@ def _bytes(size: str) -> int:
     from workers._bounds import parse_bytes
 
     return parse_bytes(size)
+
+
+class SnapshotSource(Protocol):
+    """What taking a snapshot reads of a sandbox (``DockerSandboxEnvironment`` offers exactly this)."""
+
+    sandbox_id: str
+    container_id: str
+    eval_id: str
+    sample_id: str
+
+    @property
+    def api(self) -> DockerAPI: ...
+    @property
+    def image(self) -> str: ...
+    @property
+    def tmpfs_paths(self) -> list[str]: ...
+    @property
+    def default_user(self) -> str: ...
+    @property
+    def snapshots(self) -> HostSnapshots: ...
+    @property
+    def registries(self) -> tuple[str, ...] | None: ...
+    def run_config(self) -> dict[str, Any]: ...
+    def claim_snapshot_layer(self) -> bool: ...
+    async def exec_raw(self, cmd: list[str], input: str | bytes | None = None, cwd: str | None = None,
+                       env: dict[str, str] | None = None, user: str | None = None, timeout: float | None = None,
+                       cap: int | None = None, *, trusted: bool = False) -> RawResult: ...
 
 
 @dataclass
@@ -139,25 +166,24 @@ class HostSnapshots:
         return [s.id for s in chosen]
 
 
-async def take_snapshot(env: DockerSandboxEnvironment, keep: bool = False) -> Snapshot:
+async def take_snapshot(env: SnapshotSource, keep: bool = False) -> Snapshot:
     """Capture ``env``'s filesystem as an image on this host (see the module docstring)."""
-    driver = env.driver
-    api = driver.api
-    store = driver.host.snapshots
+    api = env.api
+    store = env.snapshots
     started = time.monotonic()
     await store.load(api)
     snapshot_id = f"s{uuid.uuid4().hex[:16]}"
-    tar = await _tmpfs_contents(env, list(driver.disk.tmpfs) if driver.disk.mechanism == "tmpfs" else [])
+    tar = await _tmpfs_contents(env, env.tmpfs_paths)
     estimate = sum(len(t) for t in tar)
     store.reserve(estimate)  # the layer's size is known once committed (checked again then)
     config = fork_config(env, snapshot_id)
     image_id: str | None = None
     try:
         labels = {LABEL: "1", LABEL_EVAL: env.eval_id, LABEL_SAMPLE: env.sample_id, LABEL_KEEP: "1" if keep else "0",
-                  LABEL_CREATED: f"{time.time():.3f}", LABEL_BASE: driver.config.image,
+                  LABEL_CREATED: f"{time.time():.3f}", LABEL_BASE: env.image,
                   LABEL_CONFIG: base64.b64encode(json.dumps(config).encode()).decode("ascii")}
         image_id = await _commit(env, snapshot_id, labels, tar)
-        size = max(estimate, await _added_bytes(api, image_id, driver.config.image))
+        size = max(estimate, await _added_bytes(api, image_id, env.image))
         held = HeldSnapshot(snapshot_id, f"{SNAPSHOT_REPO}:{snapshot_id}", image_id, env.eval_id, keep, size,
                             float(labels[LABEL_CREATED]), config)
     except DockerException as exc:
@@ -173,7 +199,7 @@ async def take_snapshot(env: DockerSandboxEnvironment, keep: bool = False) -> Sn
         raise
     store.reserved -= size
     store.held[snapshot_id] = held
-    pushed = await _push(api, held, driver.host.registries)
+    pushed = await _push(api, held, env.registries)
     seconds = time.monotonic() - started
     log.info("sandbox.snapshot_taken", snapshot=snapshot_id, size=size, seconds=round(seconds, 3), pushed=pushed)
     return Snapshot(id=snapshot_id, image=held.image, registry_image=pushed, eval_id=env.eval_id,
@@ -181,15 +207,15 @@ async def take_snapshot(env: DockerSandboxEnvironment, keep: bool = False) -> Sn
                     host=os.environ.get("TOOLFLEET_HOST"), config=config)
 
 
-def fork_config(env: DockerSandboxEnvironment, snapshot_id: str) -> dict[str, Any]:
+def fork_config(env: SnapshotSource, snapshot_id: str) -> dict[str, Any]:
     """The sandbox config a fork starts with: the original's, on the snapshot's image and user."""
-    config = env.driver.config.model_dump(mode="json")
-    config.update(image=f"{SNAPSHOT_REPO}:{snapshot_id}", user=env.driver.exec_user or None, pool_size=0,
-                  pull_policy="missing", snapshot={"id": snapshot_id})
+    config = env.run_config()
+    config.update(image=f"{SNAPSHOT_REPO}:{snapshot_id}", pool_size=0, pull_policy="missing",
+                  snapshot={"id": snapshot_id})
     return config
 
 
-async def _tmpfs_contents(env: DockerSandboxEnvironment, paths: list[str]) -> list[bytes]:
+async def _tmpfs_contents(env: SnapshotSource, paths: list[str]) -> list[bytes]:
     """tar archives (rooted at /) of the tmpfs-backed paths: as the sandbox's user, then as root for
     what it could not read."""
     if not paths:
@@ -211,7 +237,7 @@ async def _tmpfs_contents(env: DockerSandboxEnvironment, paths: list[str]) -> li
     return out
 
 
-async def _tar(env: DockerSandboxEnvironment, args: list[str], names: str, user: str | None) -> tuple[bytes, list[str]]:
+async def _tar(env: SnapshotSource, args: list[str], names: str, user: str | None) -> tuple[bytes, list[str]]:
     argv = ["tar", "-C", "/", "-cf", "-", "--ignore-failed-read", "--warning=no-file-changed", *args]
     # The worker's own read (root only for what the sandbox's user could not read), not a message's command.
     raw = await env.exec_raw(argv, input=names, user=user, timeout=TAR_TIMEOUT_S, cap=SEED_LIMIT + 1, trusted=True)
@@ -222,19 +248,18 @@ async def _tar(env: DockerSandboxEnvironment, args: list[str], names: str, user:
     return raw.stdout, _DENIED.findall(err)
 
 
-async def _commit(env: DockerSandboxEnvironment, snapshot_id: str, labels: dict[str, str], tars: list[bytes]) -> str:
+async def _commit(env: SnapshotSource, snapshot_id: str, labels: dict[str, str], tars: list[bytes]) -> str:
     """Commit the container with the tmpfs contents in the image at their own paths.
 
     The Engine's archive API writes to the container's layer *under* its tmpfs mounts (invisible to the
     sandbox), so the first snapshot of a container puts them there and commits once. A later snapshot of
     the same container cannot (files deleted since the first would come back from under the mount): it
     commits, then adds the contents in a second layer from a scratch container."""
-    api = env.driver.api
+    api = env.api
     changes = [f"LABEL {key}={json.dumps(value)}" for key, value in labels.items()]
     tars = [t for t in tars if t]
-    if not tars or not env.snapshot_layer_used:
+    if not tars or env.claim_snapshot_layer():
         if tars:
-            env.snapshot_layer_used = True
             await _put(api, env.container_id, tars)
         made = await api.call(api.api.commit, env.container_id, repository=SNAPSHOT_REPO, tag=snapshot_id,
                               changes=changes)

@@ -28,7 +28,7 @@ from orchestrator.util._sandbox_parse import sandbox_config
 from . import executor
 from orchestrator.util._sandbox_recorder import ExecList, RecordingSandbox
 from .sandbox._build import build_driver
-from .sandbox._docker_pool import HostSandboxes, host_sandboxes
+from .sandbox.docker import HostSandboxes, host_sandboxes
 from .sandbox._driver_cache import MAX_IDLE_DRIVERS, DriverCache
 from .sandbox._driver import SandboxDriver, SandboxRequest
 from .sandbox._registry import SandboxRegistry, default_registry

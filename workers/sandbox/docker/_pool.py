@@ -7,7 +7,7 @@ One ``HostSandboxes`` per process (a worker, or an embedded eval) is shared by e
   counts against one limit: a worker's ``--slots`` (``HostSandboxes.limit``), else each driver's
   ``max_sandboxes`` (a per-host cap, not per image). A sample that finds the host full evicts an
   idle spare rather than wait.
-- **Docker Engines** (``engines``, ``_docker_engine``): one client, thread pool, host socket and reaper
+- **Docker Engines** (``engines``, ``_engine``): one client, thread pool, host socket and reaper
   per Engine, shared by every driver and closed with the last of them.
 - **warm pools** (``ContainerPool``, one per driver): spares are pre-started only for configs that
   ask (``pool_size`` > 0) or, when ``pool_size`` is unset, for the images the host pools (the
@@ -29,10 +29,10 @@ import structlog
 
 from orchestrator.util._sandbox_config import DEFAULT_IMAGE
 
-from ._docker_engine import DockerEngines
-from ._docker_labels import HOST
-from ._docker_snapshot import HostSnapshots
-from ._errors import SandboxCapacityError
+from ._engine import DockerEngines
+from ._labels import HOST
+from ._snapshot import HostSnapshots
+from .._errors import SandboxCapacityError
 
 log = structlog.get_logger("toolfleet.sandbox")
 

@@ -28,11 +28,11 @@ from docker.errors import DockerException, ImageNotFound
 
 from orchestrator.util._image_names import image_registry, pulls_from
 
-from ._errors import SandboxImageError, missing_image_message
+from .._errors import SandboxImageError, missing_image_message
 
 if TYPE_CHECKING:
-    from ._docker_api import DockerAPI
-    from ._docker_pool import ContainerPool
+    from ._api import DockerAPI
+    from ._pool import ContainerPool
 
 log = structlog.get_logger("toolfleet.sandbox")
 

@@ -1,19 +1,19 @@
 """The ``docker`` driver: one hardened container per sample, on the Docker Engine API (no CLI).
 
-- Exec goes through an in-container agent started once per (container, user) — see ``_docker_exec``;
+- Exec goes through an in-container agent started once per (container, user) — see ``_exec``;
   images without python3 fall back to one ``docker exec`` per call (logged). The agent reaches the
-  host over a socket the HOST listens on (``_docker_direct``): the host never resolves a sandbox path.
+  host over a socket the HOST listens on (``_direct``): the host never resolves a sandbox path.
 - A per-sandbox writable-space cap (``disk_limit``): the layer's size where the storage driver
-  enforces it, else capped tmpfs mounts on the writable paths (``_docker_disk``).
+  enforces it, else capped tmpfs mounts on the writable paths (``_disk``).
 - Hardening by default (``DockerSandboxConfig``): network none, cap-drop ALL, no-new-privileges,
   pids/memory(+swap)/CPU limits, init, the image's non-root USER; the Docker socket is never mounted.
-- Labels and a reaper (``_docker_labels``); a stopped OOM-killed container is ``SandboxOutOfMemoryError``,
+- Labels and a reaper (``_labels``); a stopped OOM-killed container is ``SandboxOutOfMemoryError``,
   an OOM-killed command in a running one ``CommandOutOfMemoryError`` (model-visible, the sample goes on).
 - One driver per distinct config, but what talks to the Engine is shared by all of them: its client,
-  thread pool, host socket and reaper (``_docker_engine``, one per Engine of a ``HostSandboxes``).
+  thread pool, host socket and reaper (``_engine``, one per Engine of a ``HostSandboxes``).
 - A pool of pre-started containers (agent already running) per (image, limits), refilled in the
   background, so ``create()`` usually takes milliseconds; every container counts against one per-host
-  capacity shared by all drivers of the process, and pools are bounded together (``_docker_pool``).
+  capacity shared by all drivers of the process, and pools are bounded together (``_pool``).
 """
 
 from __future__ import annotations
@@ -22,125 +22,26 @@ import asyncio
 from typing import Any
 
 import structlog
-from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.errors import APIError, DockerException, ImageNotFound
 
 from orchestrator.util._sandbox import SandboxUnavailableError
 from orchestrator.util._sandbox_config import DockerSandboxConfig
 
-from ._channel import AgentChannel, ChannelClosed, RawResult
-from ._docker_containers import KEEPALIVE, Containers, container_name
-from ._docker_direct import HostListener
-from ._docker_disk import DiskPlan, layer_quota_supported, plan_disk, seed_command
-from ._docker_exec import open_agent, universal_exec
-from ._docker_labels import container_labels
-from ._docker_pod import Pod, pod_hosts
-from ._docker_pool import ContainerPool, HostSandboxes, host_sandboxes
-from ._docker_pull import ImagePuller
-from ._docker_snapshot import snapshot_present
-from ._driver import SandboxDriver, SandboxRequest
-from ._environment import AgentSandboxEnvironment
-from ._registry import SandboxRegistry, default_registry
-from ._errors import SandboxImageError, SandboxOutOfMemoryError, missing_image_message
+from ._containers import KEEPALIVE, Containers, container_name
+from ._direct import HostListener
+from ._disk import DiskPlan, layer_quota_supported, plan_disk, seed_command
+from ._environment import DockerSandboxEnvironment, DockerServiceEnvironment
+from ._labels import container_labels
+from ._pod import Pod, pod_hosts
+from ._pool import ContainerPool, HostSandboxes, host_sandboxes
+from ._pull import ImagePuller
+from ._snapshot import snapshot_present
+from .._driver import SandboxDriver, SandboxRequest
+from .._environment import AgentSandboxEnvironment
+from .._registry import SandboxRegistry, default_registry
+from .._errors import SandboxImageError, missing_image_message
 
 log = structlog.get_logger("toolfleet.sandbox")
-
-
-
-class DockerSandboxEnvironment(AgentSandboxEnvironment):
-    def __init__(self, driver: DockerSandboxDriver, container_id: str, sandbox_id: str) -> None:
-        super().__init__(sandbox_id, driver.config.output_cap)
-        self.warm_spares = driver.config.warm_spares
-        self.driver = driver
-        self.container_id = container_id
-        self._has_timeout: bool | None = None
-        self.pod: Pod | None = None  # a multi-service sandbox's other containers
-        self.services: dict[str, DockerSandboxEnvironment] = {}  # the pod's containers by service name
-        self.eval_id = self.sample_id = ""  # whose sandbox it is (labels snapshots)
-        self.snapshot_layer_used = False  # a snapshot wrote under its tmpfs mounts (_docker_snapshot)
-
-    async def snapshot(self, keep: bool = False) -> Any:
-        from ._docker_snapshot import take_snapshot
-
-        return await take_snapshot(self, keep)
-
-    async def _open_channel(self, user: str | None) -> AgentChannel:
-        if not self.driver.config.fast_path:
-            raise ChannelClosed("fast path disabled by configuration")
-        return await open_agent(self.driver.api, self.container_id, user or self.default_user,
-                                listener=self.driver.listener)
-
-    async def _universal_exec(
-        self, argv: list[str], input: bytes | None, cwd: str | None, env: dict[str, str] | None,
-        user: str | None, timeout: float | None, cap: int,
-    ) -> RawResult:
-        api = self.driver.api
-        try:
-            if self._has_timeout is None:
-                probe = await universal_exec(api, self.container_id, ["/bin/sh", "-c", "command -v timeout"],
-                                             None, None, None, None, None, 4096, False)
-                self._has_timeout = probe.returncode == 0
-            user = user or self.default_user
-            return await universal_exec(api, self.container_id, argv, input, cwd, env, user, timeout,
-                                        cap, self._has_timeout)
-        except (APIError, DockerException, ConnectionError, OSError) as exc:
-            failure = await self._sandbox_failure(exc)
-            raise (failure or SandboxUnavailableError(f"Sandbox '{self.sandbox_id}': exec failed ({exc}).")) from exc
-
-    def named_sandboxes(self) -> dict[str, AgentSandboxEnvironment]:
-        """A multi-service sandbox's containers by name (the default one too); {} for one container."""
-        if not self.services:
-            return {}
-        return {self.driver.config.default_service: self, **self.services}
-
-    @property
-    def default_user(self) -> str:
-        """Who commands run as when a call names no user ('' : the container's own user)."""
-        return self.driver.exec_user
-
-    @property
-    def memory_limit(self) -> str:
-        return self.driver.config.mem_limit
-
-    async def _sandbox_failure(self, exc: BaseException) -> BaseException | None:
-        """None while the container runs (a lost agent is restarted); else why the sandbox is gone."""
-        limit = self.driver.config.mem_limit
-        try:
-            state = (await self.driver.api.call(self.driver.api.api.inspect_container, self.container_id))["State"]
-        except NotFound:
-            return SandboxUnavailableError(f"Sandbox '{self.sandbox_id}' is gone: its container was removed.")
-        except DockerException as inspect_exc:
-            return SandboxUnavailableError(f"Sandbox '{self.sandbox_id}' is unreachable: {inspect_exc}")
-        if state.get("Running") and not state.get("Paused") and not state.get("Restarting"):
-            return None
-        if state.get("OOMKilled"):
-            return SandboxOutOfMemoryError(
-                f"The sandbox ran out of memory (limit {limit}) and its container was stopped (OOMKilled)."
-            )
-        return SandboxUnavailableError(
-            f"Sandbox '{self.sandbox_id}' stopped (container exit code {state.get('ExitCode')})."
-        )
-
-
-class DockerServiceEnvironment(DockerSandboxEnvironment):
-    """A service of a multi-service sandbox, reached with ``docker exec`` (its image needs no python3)."""
-
-    def __init__(self, driver: DockerSandboxDriver, container_id: str, sandbox_id: str, service: str,
-                 user: str) -> None:
-        super().__init__(driver, container_id, sandbox_id)
-        self.service = service
-        self.service_user = user  # '': the service image's USER, as its command runs
-        self.fast_path = False
-
-    @property
-    def default_user(self) -> str:
-        return self.service_user
-
-    @property
-    def memory_limit(self) -> str:
-        return self.driver.config.services[self.service].mem_limit
-
-    async def _open_channel(self, user: str | None) -> AgentChannel:
-        raise ChannelClosed("services are reached with docker exec")
 
 
 class DockerSandboxDriver(SandboxDriver):
@@ -341,7 +242,7 @@ class DockerSandboxDriver(SandboxDriver):
         return env
 
     async def _seed(self, env: DockerSandboxEnvironment) -> None:
-        """Copy the image's files into the capped tmpfs that now hides them (see ``_docker_disk``)."""
+        """Copy the image's files into the capped tmpfs that now hides them (see ``_disk``)."""
         for path, tar in self.disk.seeds.items():
             # A configured user that is not the image's (e.g. root, without capabilities) may not write in
             # a directory the image's user owns: the directory's owner unpacks it.
@@ -376,4 +277,4 @@ class DockerSandboxDriver(SandboxDriver):
         task.add_done_callback(self._background.discard)
 
 
-__all__ = ["DockerSandboxDriver", "DockerSandboxEnvironment", "DockerServiceEnvironment"]
+__all__ = ["DockerSandboxDriver"]

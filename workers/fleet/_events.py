@@ -9,7 +9,7 @@ even when Redis is out of memory — and every orchestrator's result listener is
   delivery (``unauthenticated``, ``stale: ...``, ``sent to another queue``); sent at most once a
   second per reason (the worker's reject log decides);
 * ``{"kind": "store_failed", "host", "task_id", "error"}``: a finished result could not be stored;
-  the worker keeps it and retries (``workers._result_store``).
+  the worker keeps it and retries (``workers.fleet._result_store``).
 
 An event is advisory: an orchestrator acts on one only for a task id it is waiting for, so a forged
 event can at worst end waits that someone able to write Redis could end anyway.

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import _names
 
-__all__ = ["DEFAULT_WINDOW", "ReplayWindow", "first_consumption", "freshness_refusal"]
+__all__ = ["DEFAULT_REPLAY_WINDOW", "ReplayWindow", "first_consumption", "freshness_refusal"]
 
 
 class ReplayWindow(BaseModel):
@@ -46,7 +46,7 @@ class ReplayWindow(BaseModel):
         return int(math.ceil(self.max_age + self.max_skew))
 
 
-DEFAULT_WINDOW = ReplayWindow()
+DEFAULT_REPLAY_WINDOW = ReplayWindow()
 
 
 def freshness_refusal(issued: Any, now: float, window: ReplayWindow) -> str | None:

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from docker.errors import DockerException, NotFound
 
-from ._docker_api import DockerAPI
-from ._docker_direct import HostListener, engine_is_local
-from ._docker_labels import MANAGED, reap_reason
+from ._api import DockerAPI
+from ._direct import HostListener, engine_is_local
+from ._labels import MANAGED, reap_reason
 
 if TYPE_CHECKING:
-    from ._docker_pool import HostSandboxes
+    from ._pool import HostSandboxes
 
 __all__ = ["DockerEngine", "DockerEngines"]
 
@@ -185,6 +185,7 @@ class DockerEngines:
     def __init__(self, host: HostSandboxes) -> None:
         self.host = host
         self._by_url: dict[str | None, DockerEngine] = {}
+        self.acquired = 0  # drivers that ever took an Engine here; 0: no docker sandbox was made on this host
 
     def __len__(self) -> int:
         return len(self._by_url)
@@ -198,6 +199,7 @@ class DockerEngines:
             engine = self._by_url[url] = DockerEngine(url, threads, self.host)
         engine.api.widen(threads)
         engine.users += 1
+        self.acquired += 1
         return engine
 
     async def release(self, engine: DockerEngine) -> None:

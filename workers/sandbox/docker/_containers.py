@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import structlog
 from docker.errors import DockerException, NotFound
 
-from ._docker_api import DockerAPI
+from ._api import DockerAPI
 
 __all__ = ["KEEPALIVE", "Container", "Containers", "container_name"]
 

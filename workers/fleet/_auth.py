@@ -13,7 +13,7 @@ secret on each side, and rotates through a window where both are listed (deploy/
 * ``load_keyring()``: from ``TOOLFLEET_SECRET`` (secrets separated by commas) or the file named by
   ``TOOLFLEET_SECRET_FILE`` (one secret a line; ``#`` comments). ``MissingSecretError`` if neither.
 * ``message_mac`` binds a task message's name and id to its body (the exact bytes on the wire), its
-  issue time and its destination queue (replay protection, ``workers._replay``);
+  issue time and its destination queue (replay protection, ``workers.fleet._replay``);
   ``result_mac`` binds a stored result to its task id, status and content (canonical JSON);
   ``outcome_mac`` binds a stage call's outcome (the JSON text as sent) to its call id.
 
@@ -115,7 +115,7 @@ def _bytes(value: Any) -> bytes:
 
 def message_mac(keyring: Keyring, task: Any, task_id: Any, body: Any, issued: Any, dest: Any) -> str:
     """Binds a task message's name, id and body to when it was issued and the queue it was sent to,
-    so a captured copy cannot be replayed later or elsewhere (``workers._replay``)."""
+    so a captured copy cannot be replayed later or elsewhere (``workers.fleet._replay``)."""
     return keyring.sign(b"toolfleet-task-v2", _bytes(task), _bytes(task_id), _bytes(body), _bytes(issued), _bytes(dest))
 
 
@@ -150,7 +150,7 @@ def verify_cancel(keyring: Keyring, mac: Any, call_ids: list[str]) -> bool:
 
 
 def outcome_mac(keyring: Keyring, call_id: Any, outcome_json: Any) -> str:
-    """Binds a stage call's outcome (its JSON text, exactly as sent) to the call id (``workers._replies``)."""
+    """Binds a stage call's outcome (its JSON text, exactly as sent) to the call id (``workers.fleet._replies``)."""
     return keyring.sign(b"toolfleet-outcome-v1", _bytes(call_id), _bytes(outcome_json))
 
 

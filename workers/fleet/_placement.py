@@ -25,12 +25,13 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
+from orchestrator.util._image_names import pulls_from
+
 from . import _names, _reserve
-from ._admission import pulls_from
 from ._leases import IDLE_S as LEASE_IDLE_S
 from ._leases import WINDOW_S as LEASE_WINDOW_S
 from ._leases import Lease, LeaseKey, Leases, lease_key
-from .heartbeat import HostRecord
+from ._heartbeat import HostRecord
 
 
 class NoCapacityError(Exception):
@@ -487,7 +488,7 @@ class Placer:
             try:
                 if ask.eval_id:
                     await release_eval(self.redis, ask.eval_id, ask.weight)
-                await release(self.redis, host, ask.weight)
+                await release_slots(self.redis, host, ask.weight)
             except Exception:  # noqa: BLE001 - best effort: the host resets its counter at restart
                 pass
 
@@ -556,7 +557,7 @@ async def release_leased(redis: Redis, leases: Sequence[tuple[str, str, str]]) -
         await pipe.execute()
 
 
-async def release(redis: Redis, host: str, weight: int = 1) -> None:
+async def release_slots(redis: Redis, host: str, weight: int = 1) -> None:
     key = _names.slots_used_key(host)
     if await redis.decrby(key, weight) < 0:
         await redis.set(key, 0)  # the counter was reset under us (host restart): never go negative

@@ -13,7 +13,7 @@ the host creates the directory (its own, mode 0755) and the socket in it, and on
 
 Where this process does not share the Docker daemon's filesystem or pid namespace (a remote Engine, a
 worker in its own container), the agent cannot reach the socket or its pid does not match: the agent
-then stays on the exec stream, which is just as safe and slower (see ``_docker_exec.open_agent``).
+then stays on the exec stream, which is just as safe and slower (see ``_exec.open_agent``).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def engine_is_local(docker_host: str | None) -> bool:
 
 
 class HostListener:
-    """One listening socket per Docker Engine and event loop (``_docker_engine``), shared by every driver
+    """One listening socket per Docker Engine and event loop (``_engine``), shared by every driver
     there; ``expect(pid)`` hands over that agent's connection."""
 
     def __init__(self) -> None:

@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 import structlog
 from docker.errors import DockerException
 
-from ._docker_api import DockerAPI
+from ._api import DockerAPI
 
 log = structlog.get_logger("toolfleet.sandbox")
 
 QUOTA_DRIVERS = {"btrfs", "zfs", "devicemapper", "windowsfilter"}
 DEFAULT_WRITABLE = ("/tmp", "/var/tmp", "/run/lock")
 SEED_LIMIT = 16 * 1024 * 1024  # a working directory larger than this is not copied into its tmpfs
-SNAPSHOT_SEED_LIMIT = 256 * 1024 * 1024  # a snapshot refuses more (``_docker_snapshot``), so none is dropped
+SNAPSHOT_SEED_LIMIT = 256 * 1024 * 1024  # a snapshot refuses more (``_snapshot``), so none is dropped
 
 
 def layer_quota_supported(info: dict) -> bool:

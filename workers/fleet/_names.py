@@ -34,7 +34,7 @@ def worker_nodename(host: str) -> str:
 # --- task names ---------------------------------------------------------------------------------
 TASK_CALL = f"{PREFIX}.call"  # one call, its outcome in Celery's result store (plain Celery clients, `bench dispatch`)
 # A stage's calls for one host queue in one message; outcomes come back on the sender's reply channel
-# (what the Celery dispatcher sends: ``workers._replies``).
+# (what the Celery dispatcher sends: ``workers.fleet._replies``).
 TASK_STAGE = f"{PREFIX}.stage"
 MAX_STAGE_CALLS = 256  # calls one stage message may carry (a larger stage is split into several)
 TASK_OPEN_SANDBOX = f"{PREFIX}.open_sandbox"
@@ -67,7 +67,7 @@ def heartbeat_key(host: str) -> str:
 
 
 def tools_key(host: str) -> str:
-    """The tools the host registered at start (JSON, ``workers._tool_manifest``); expires with its heartbeat."""
+    """The tools the host registered at start (JSON, ``workers.fleet._tool_manifest``); expires with its heartbeat."""
     return f"{PREFIX}:host:{host}:tools"
 
 
@@ -104,7 +104,7 @@ def consumed_key(task_id: str) -> str:
     return f"{PREFIX}:consumed:{task_id}"
 
 
-# Workers PUBLISH what an orchestrator must learn at once here (``workers._fleet_events``): a task
+# Workers PUBLISH what an orchestrator must learn at once here (``workers.fleet._events``): a task
 # message rejected (wrong secret, clock skew), a result Redis would not store (out of memory).
 # PUBLISH is allowed even when Redis is at maxmemory.
 FLEET_EVENTS_CHANNEL = f"{PREFIX}:fleet-events"
@@ -117,7 +117,7 @@ def result_key(task_id: str) -> str:
 
 RESULT_PREFIX = "celery-task-meta-"
 
-# Stage outcomes (``workers._replies``): each dispatcher SUBSCRIBEs one reply channel of its own; a
+# Stage outcomes (``workers.fleet._replies``): each dispatcher SUBSCRIBEs one reply channel of its own; a
 # worker PUBLISHes every signed outcome there as soon as the call completes and keeps a copy under
 # the call's outcome key (TTL) for a re-check after a reconnect and for redelivered copies.
 REPLY_PREFIX = f"{PREFIX}:reply:"
@@ -139,7 +139,7 @@ def outcome_key(call_id: str) -> str:
     """A stage call's signed outcome, kept ``OUTCOME_TTL`` seconds."""
     return f"{PREFIX}:outcome:{call_id}"
 
-# Fair sharing of one fleet between evals (workers/placement.py): slots each eval holds (a hash),
+# Fair sharing of one fleet between evals (workers/fleet/_placement.py): slots each eval holds (a hash),
 # evals whose orchestrator is alive (a sorted set scored by expiry) and evals with a sample waiting
 # for a slot (same).
 EVAL_SLOTS = f"{PREFIX}:evals:slots"
