@@ -113,7 +113,7 @@ def _open(task_dir: Path, rel: str, *, directory: bool, what: str) -> int:
 
 
 def _open_error(exc: OSError, path: str, what: str, directory: bool) -> Exception:
-    subject = what if path == what else f"{what}: '{path}'"
+    subject = what if path == what.rstrip("/") else f"{what}: '{path}'"
     if exc.errno == errno.ELOOP:
         return TaskTreeError(f"{subject} is a symlink (a task's files are read only inside its directory, never "
                              "through a link)")
