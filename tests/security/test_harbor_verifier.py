@@ -81,13 +81,14 @@ async def test_background_rewriter_does_not_set_the_reward(tmp_path: Path, sandb
     [log] = await eval_async(f"harbor:{task.parent}", ORACLE_MODEL, log_dir=tmp_path / "logs",
                              task_args={"oracle": True})
     [sample] = log.samples
-    assert sample.error is None, sample.error
-    assert sample.scores["harbor"].value == {"reward": 0.0}, sample.scores["harbor"]
+    execs = [(e.cmd, e.result, e.output) for e in sample.events if e.event == "sandbox"]
+    assert sample.error is None, (sample.error, execs)
+    assert sample.scores["harbor"].value == {"reward": 0.0}, (sample.scores["harbor"], execs)
     files = _files(sample)
-    assert files["reward.txt"] == "0\n" and "reward.json" not in files
-    assert files["mode.txt"] == "755\n"  # never 777: only the verifier's user writes there
+    assert files["reward.txt"] == "0\n" and "reward.json" not in files, files
+    assert files["mode.txt"] == "755\n", files  # never 777: only the verifier's user writes there
     home, count = files["home.txt"].splitlines()
-    assert count.strip() == "0" and home not in ("home=/home/sandbox", "home=/root")
+    assert count.strip() == "0" and home not in ("home=/home/sandbox", "home=/root"), files
 
 
 async def test_planted_usercustomize_does_not_run_in_the_verifier(tmp_path: Path, sandbox_image: str) -> None:
