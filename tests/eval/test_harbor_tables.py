@@ -238,3 +238,25 @@ def test_cli_oracle_needs_a_harbor_task(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert done.stderr.splitlines() == ["toolfleet: error: --oracle runs Harbor tasks' solutions: give harbor:DIR, "
                                         "not 'examples/humaneval.py'."]
+
+
+@pytest.mark.slow  # runs the CLI in a child process
+@pytest.mark.parametrize(("task", "flags", "error"), [
+    ("examples/humaneval.py", ["--task-env", "TB_URL"], "--task-env is for Harbor tasks: give harbor:DIR, not "
+                                                        "'examples/humaneval.py'."),
+    ("examples/humaneval.py", ["--timeout-multiplier", "2"], "--timeout-multiplier is for Harbor tasks"),
+    ("harbor:examples/harbor", ["--timeout-multiplier", "inf"], "--timeout-multiplier: must be a finite number above "
+                                                                "0 and at most 1000, got inf."),
+    ("harbor:examples/harbor", ["--agent-timeout-multiplier", "0"], "--agent-timeout-multiplier: must be a finite"),
+    ("harbor:examples/harbor", ["--build-timeout-multiplier", "nan"], "--build-timeout-multiplier: must be a finite"),
+    ("harbor:examples/harbor", ["--task-env", "TOOLFLEET_SECRET"], "--task-env TOOLFLEET_SECRET: toolfleet never "
+                                                                   "passes its own TOOLFLEET_* variables to a task"),
+    ("harbor:examples/harbor", ["--task-env", "GITHUB_TOKEN"], "--task-env GITHUB_TOKEN: toolfleet never passes "
+                                                               "credential-looking variables"),
+])
+def test_cli_harbor_flags_refused_in_one_line(tmp_path: Path, task: str, flags: list[str], error: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "eval", task, "--oracle", *flags,
+                           "--log-dir", str(tmp_path / "logs")], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert line.startswith("toolfleet: error: ") and error in line, line
