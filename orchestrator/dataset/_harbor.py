@@ -28,8 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from ._harbor_compose import COMPOSE_FILE, ComposeTaskError, compose_pod
-from ._harbor_config import (HarborSettings, HarborTaskConfig, TaskConfigError, TimeoutMultipliers, map_task_config,
-                             parse_task_config)
+from ._harbor_config import (
+    HarborSettings,
+    HarborTaskConfig,
+    TaskConfigError,
+    TimeoutMultipliers,
+    map_task_config,
+    parse_task_config,
+)
 from ._harbor_env import TaskEnv, TaskEnvError, resolve_whole_values
 from ._harbor_images import IMAGE_PREFIX, BuildReport, DockerImageBuilder, HarborBuildError, ImageBuild
 from ._harbor_tree import TaskTreeError, TreeLimits, exists, pack_tree, read_task_file, walk_tree

@@ -127,10 +127,10 @@ def _build(task_dir: Path, service: str | None, spec: Any, where: str, limits: T
     if not isinstance(spec, dict):
         raise ComposeTaskError(f"{where} must be a path or a mapping")
     context = posixpath.normpath(posixpath.join("environment", str(spec.get("context", "."))))
-    if context == ".." or context.startswith("../") or context.startswith("/"):
+    if context == ".." or context.startswith(("../", "/")):
         raise ComposeTaskError(f"{where}: context {str(spec.get('context'))[:80]!r} is not inside the task")
     dockerfile = posixpath.normpath(str(spec.get("dockerfile", "Dockerfile")))
-    if dockerfile == ".." or dockerfile.startswith("../") or dockerfile.startswith("/"):
+    if dockerfile == ".." or dockerfile.startswith(("../", "/")):
         raise ComposeTaskError(f"{where}: dockerfile {dockerfile[:80]!r} is not inside its context")
     try:
         walk_tree(task_dir, context, limits.context_bytes, limits.tree_entries, f"build context {context}")

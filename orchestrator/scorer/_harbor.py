@@ -100,7 +100,7 @@ async def _verifier_uid(box: Any, user: str | None) -> str:
 def harbor_verifier() -> Scorer:
     """Run the task's ``tests/test.sh`` in the sample's sandbox and score its rewards (module doc)."""
 
-    async def score(state: "TaskState", target: Target) -> Score:
+    async def score(state: TaskState, target: Target) -> Score:
         from orchestrator.dataset._harbor import pack_task_dir
 
         meta = state.metadata["harbor"]

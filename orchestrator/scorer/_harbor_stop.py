@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AgentProcessesError", "SWEEP", "parse_left", "stop_agent_processes"]
+__all__ = ["SWEEP", "AgentProcessesError", "parse_left", "stop_agent_processes"]
 
 SWEEP_TIMEOUT_S = 60.0
 MAX_PASSES = 8

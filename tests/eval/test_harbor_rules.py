@@ -9,10 +9,15 @@ from typing import Any
 
 import pytest
 
-from orchestrator.dataset._harbor_config import MAX_TIMEOUT_S, TimeoutMultipliers, map_task_config, parse_task_config
+from orchestrator.dataset._harbor_config import (
+    MAX_TIMEOUT_S,
+    TaskConfigError,
+    TimeoutMultipliers,
+    map_task_config,
+    parse_task_config,
+)
 from orchestrator.dataset._harbor_env import TaskEnv, TaskEnvError, interpolate, name_refusal, resolve_whole_values
-from orchestrator.dataset._harbor_network import NetworkPolicy, network_plan
-from orchestrator.dataset._harbor_config import TaskConfigError
+from orchestrator.dataset._harbor_network import NetworkPolicy
 from orchestrator.eval._harbor import harbor_retryable
 from orchestrator.model._model import ModelError
 from orchestrator.scorer._harbor_rewards import RewardError, parse_collected
@@ -31,8 +36,8 @@ def _plan(toml: str) -> Any:
     ("[environment]\nallow_internet = false", NONE, NONE, NONE),  # the legacy key, when network_mode is unset
     ("[environment]\nallow_internet = true", PUBLIC, PUBLIC, PUBLIC),
     ('[environment]\nallow_internet = false\nnetwork_mode = "public"', PUBLIC, PUBLIC, PUBLIC),  # explicit wins
-    ('[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["PyPI.org.", "*.Example.com", "10.0.0.0/8", '
-     '"2001:DB8::1", "pypi.org"]', *(NetworkPolicy("allowlist", ("pypi.org", "*.example.com", "10.0.0.0/8",
+    (('[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["PyPI.org.", "*.Example.com", "10.0.0.0/8", '
+      '"2001:DB8::1", "pypi.org"]'), *(NetworkPolicy("allowlist", ("pypi.org", "*.example.com", "10.0.0.0/8",
                                                                  "2001:db8::1")),) * 3),
     ('[agent]\nnetwork_mode = "no-network"', PUBLIC, NONE, PUBLIC),  # a phase override, the verifier inherits
     ('[environment]\nnetwork_mode = "no-network"\n[verifier]\nnetwork_mode = "allowlist"\nallowed_hosts = ["a.io"]',

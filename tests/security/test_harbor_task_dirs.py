@@ -199,8 +199,8 @@ def test_compose_secret_reaches_neither_sandbox_nor_log_nor_image(tmp_path: Path
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert done.returncode == 1 and SECRET not in done.stdout + done.stderr
     assert done.stderr.splitlines() == [
-        f"toolfleet: error: Harbor task 'compose-secret' ({task}): environment/docker-compose.yaml: services.main "
-        "refers to ${TOOLFLEET_SECRET}: toolfleet never passes its own TOOLFLEET_* variables to a task"]
+        (f"toolfleet: error: Harbor task 'compose-secret' ({task}): environment/docker-compose.yaml: services.main "
+         "refers to ${TOOLFLEET_SECRET}: toolfleet never passes its own TOOLFLEET_* variables to a task")]
     assert not (tmp_path / "logs").exists() or not any((tmp_path / "logs").iterdir())
     # The control: without the secret's reference the same task builds, and the passed variable arrives.
     (task / "environment" / "docker-compose.yaml").write_text(compose.replace("        LEAK: ${TOOLFLEET_SECRET}\n", ""))
