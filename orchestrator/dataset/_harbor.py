@@ -225,6 +225,10 @@ def _read_task(task_dir: Path, builder: DockerImageBuilder, prefix: str,
         "solution_env": settings.solution_env,
         "task_env": list(options.task_env),  # what those templates may read
         "has_solution": has_solution,
+        # The network policy of each phase, in the sandbox's terms (``_harbor_network``).
+        "network": {phase: policy.sandbox_fields() for phase, policy in (
+            ("setup", settings.network.setup), ("agent", settings.network.agent),
+            ("verifier", settings.network.verifier))},
     }
     return Sample(id=name, input=instruction, metadata=metadata, sandbox=sandbox), builds, notes
 

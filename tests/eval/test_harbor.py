@@ -203,7 +203,8 @@ def test_examples_map_to_samples(sandbox_image: str) -> None:
     assert hello.metadata is not None and hello.metadata["difficulty"] == "easy"
     assert {k: v for k, v in hello.metadata["harbor"].items() if k != "dir"} == {
         "agent_timeout": 300.0, "verifier_timeout": 60.0, "verifier_user": None, "verifier_env": {},
-        "solution_env": {}, "task_env": [], "has_solution": True}
+        "solution_env": {}, "task_env": [], "has_solution": True,
+        "network": {phase: {"network_mode": "public"} for phase in ("setup", "agent", "verifier")}}
     pod = by_id["kv-store"].sandbox
     assert isinstance(pod, dict) and pod["default_service"] == "main" and pod["mem_limit"] == "512m"
     assert pod["image"].startswith("toolfleet/harbor-kv-store:") and list(pod["services"]) == ["kv"]

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.dataset import HarborTaskError, load_harbor
+from orchestrator.dataset._harbor_tree import TaskTreeError
 
 ROOT = Path(__file__).resolve().parents[2]
 HELLO = ROOT / "examples" / "harbor" / "hello-world"
@@ -217,3 +218,33 @@ def test_compose_secret_reaches_neither_sandbox_nor_log_nor_image(tmp_path: Path
                                  timeout=60).stdout
         assert SECRET not in history and "GREETING=hi-there" in history
         subprocess.run(["docker", "rmi", "-f", image], capture_output=True, timeout=120)
+
+
+def test_what_travels_is_exactly_what_was_walked(tmp_path: Path) -> None:
+    """The build context's tar and the archive copied into a sandbox hold the walked files, links as links
+    (their targets as written, never read on the host), executable bits, and nothing else."""
+    import base64
+    import gzip
+    import io
+    import tarfile
+
+    from orchestrator.dataset._harbor_tree import pack_tree, tree_tar, walk_tree
+
+    task = _task(tmp_path)
+    (task / "environment" / "bin").mkdir()
+    (task / "environment" / "bin" / "run").write_text("#!/bin/sh\necho hi\n")
+    (task / "environment" / "bin" / "run").chmod(0o755)
+    (task / "environment" / "latest").symlink_to("bin/run")
+    entries = walk_tree(task, "environment", 1 << 20, 100)
+    assert [(e.rel, e.kind) for e in entries] == [("Dockerfile", "file"), ("bin", "dir"), ("bin/run", "file"),
+                                                 ("latest", "link")]
+    with tarfile.open(fileobj=tree_tar(task, "environment", entries)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        assert sorted(members) == ["Dockerfile", "bin", "bin/run", "latest"]
+        assert members["latest"].issym() and members["latest"].linkname == "bin/run"
+        assert members["bin/run"].mode == 0o755 and tar.extractfile("bin/run").read() == b"#!/bin/sh\necho hi\n"
+    packed = gzip.decompress(base64.b64decode(pack_tree(task, "environment", 1 << 20)))
+    with tarfile.open(fileobj=io.BytesIO(packed)) as tar:
+        assert sorted(m.name for m in tar.getmembers()) == ["Dockerfile", "bin/run", "latest"]
+    with pytest.raises(TaskTreeError, match="environment holds more than 10 bytes"):
+        pack_tree(task, "environment", 10)
