@@ -11,6 +11,7 @@ from typing import Any, Union
 
 from pydantic import BaseModel, Field
 
+from orchestrator._errors import ToolfleetError
 from orchestrator.tool._content import ContentImage, ContentText
 from orchestrator.tool._registry import TimeoutBehavior, ToolRef
 from orchestrator.tool._tool_call import ToolCallError
@@ -71,7 +72,7 @@ class CallOutcome(BaseModel):
     exception: Any = Field(default=None, exclude=True, repr=False)
 
 
-class ToolExecutionFatal(Exception):
+class ToolExecutionFatal(ToolfleetError):
     """Raised by the orchestrator when an executed call failed in a way fatal to the sample."""
 
     def __init__(self, fatal: FatalError, function: str) -> None:

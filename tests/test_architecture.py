@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ("orchestrator.tool", "orchestrator.util", "orchestrator._wire", "orchestrator.log", "orchestrator._ids")
+SHARED = ("orchestrator.tool", "orchestrator.util", "orchestrator._wire", "orchestrator.log", "orchestrator._ids",
+          "orchestrator._errors")
 
 
 def _imports(path: Path) -> set[str]:
@@ -154,7 +155,7 @@ def test_no_import_cycles_in_the_product() -> None:
 # package and the packages of the layers below its own; packages sharing a layer may not import each
 # other. Imports inside functions count; imports under ``if TYPE_CHECKING:`` do not.
 LAYERS: list[tuple[str, ...]] = [
-    ("orchestrator", "orchestrator._ids", "orchestrator._glob"),  # the root module holds only __version__
+    ("orchestrator", "orchestrator._ids", "orchestrator._glob", "orchestrator._errors"),  # the root module holds only __version__
     ("orchestrator.util",),
     ("orchestrator.tool",),
     ("orchestrator._wire",),
@@ -385,7 +386,8 @@ PUBLIC = {
                            "ModelOutput", "GenerateConfig", "execute_tools", "ExecuteToolsResult"],
     "orchestrator.approval": ["Approval", "Approver", "approver", "ApprovalPolicy", "auto_approver", "human_approver"],
     "orchestrator.review": ["Review", "Reviewer", "reviewer", "ReviewPolicy"],
-    "orchestrator.util": ["sandbox", "SandboxEnvironment", "ExecResult"],
+    "orchestrator.util": ["sandbox", "SandboxEnvironment", "ExecResult", "ToolfleetError", "ControlFlowSignal",
+                          "SetupError"],
     "orchestrator.dispatch": ["Dispatcher", "InProcessDispatcher"],
 }
 

@@ -1,4 +1,4 @@
-"""execute_tools end to end (SPEC §3), run against every dispatcher."""
+"""execute_tools end to end, run against every dispatcher."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 14, items 9 and 13: approval behaves as Inspect AI 0.3.285's does.
+"""Approval (modify, rejection by the policy, termination) behaves as Inspect AI 0.3.285's does.
 
 Expectations are what Inspect produced for the same policies (run side by side with inspect-ai).
 """

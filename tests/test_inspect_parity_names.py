@@ -1,4 +1,4 @@
-"""Issue 14, item 14: the names a port of Inspect AI code imports exist and behave as Inspect's do."""
+"""The names a port of Inspect AI code imports exist and behave as Inspect's do."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 14, items 4, 8, 10, 11, 12: tool execution behaves as Inspect AI 0.3.285's does.
+"""Tool execution (results, truncation, schemas, errors, argument parsing) behaves as Inspect AI 0.3.285's does.
 
 Each expectation below is what Inspect itself produced for the same call (checked by running
 inspect-ai 0.3.285 side by side); the tests state it without importing Inspect.

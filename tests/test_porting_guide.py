@@ -1,4 +1,4 @@
-"""Every Python example in docs/porting-from-inspect.md runs as written (issue 14)."""
+"""Every Python example in docs/porting-from-inspect.md runs as written."""
 
 from __future__ import annotations
 

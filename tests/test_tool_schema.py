@@ -1,4 +1,4 @@
-"""Schema extraction and ToolDef normalisation (SPEC §2)."""
+"""Schema extraction and ToolDef normalisation."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """What a worker agrees to run: its own configuration decides, a message only asks (pure; table-tested).
 
-``WorkerPolicy`` is built from ``toolfleet worker`` flags. ``admit_sandbox(policy, config)`` turns the
+``AdmissionRules`` is built from ``toolfleet worker`` flags. ``admit_sandbox(rules, config)`` turns the
 sandbox configuration a message asks for into the one this worker will build, or raises
-``PolicyRefused`` saying which field it refused:
+``AdmissionRefused`` saying which field it refused:
 
 * sandbox type: only those in ``sandbox_types`` (``docker`` by default; ``local`` — subprocesses on the
   worker host, no isolation — only when the worker was started with ``--allow-local``);
@@ -29,15 +29,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.util._image_names import image_registry, pulls_from  # re-exported: they moved to the shared layer
 
-from ._bounds import LIMITS, SERVICE_LIMITS, Bound, PolicyRefused, bounded, parse_bytes, parse_user, user_refusal
+from ._bounds import LIMITS, SERVICE_LIMITS, Bound, AdmissionRefused, bounded, parse_bytes, parse_user, user_refusal
 
-__all__ = ["PolicyRefused", "WorkerPolicy", "admit_sandbox", "admit_user", "broker_is_loopback", "image_registry", "parse_bytes",
+__all__ = ["AdmissionRefused", "AdmissionRules", "admit_sandbox", "admit_user", "broker_is_loopback", "image_registry", "parse_bytes",
            "pulls_from"]
 
 MiB = 1024 * 1024
 
 
-class WorkerPolicy(BaseModel):
+class AdmissionRules(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     sandbox_types: list[Literal["docker", "local"]] = Field(default_factory=lambda: ["docker"])
@@ -64,47 +64,47 @@ class WorkerPolicy(BaseModel):
 _FREE = {"type", "image", "working_dir", "environment", "init", "read_only", "fast_path", "default_service"}
 
 
-def _refuse(field: str, why: str) -> PolicyRefused:
-    return PolicyRefused(f"This worker refuses sandbox field '{field}': {why}.")
+def _refuse(field: str, why: str) -> AdmissionRefused:
+    return AdmissionRefused(f"This worker refuses sandbox field '{field}': {why}.")
 
 
-def admit_sandbox(policy: WorkerPolicy, config: dict[str, Any]) -> dict[str, Any]:
-    """The sandbox config this worker will build for a message's ``config`` (or ``PolicyRefused``)."""
+def admit_sandbox(rules: AdmissionRules, config: dict[str, Any]) -> dict[str, Any]:
+    """The sandbox config this worker will build for a message's ``config`` (or ``AdmissionRefused``)."""
     from orchestrator.util._sandbox_parse import sandbox_config
 
     if not isinstance(config, dict):
-        raise PolicyRefused("The sandbox config must be a JSON object.")
+        raise AdmissionRefused("The sandbox config must be a JSON object.")
     kind = config.get("type", "local")
-    if kind not in policy.sandbox_types:
-        allowed = ", ".join(policy.sandbox_types) or "none"
+    if kind not in rules.sandbox_types:
+        allowed = ", ".join(rules.sandbox_types) or "none"
         raise _refuse("type", f"{kind!r} sandboxes are not enabled here (allowed: {allowed})")
     try:
         parsed = sandbox_config(config)
     except ValidationError as exc:
         fields = sorted({".".join(str(p) for p in e["loc"][1:] or e["loc"]) for e in exc.errors()})
-        raise PolicyRefused(f"This worker refuses the sandbox config (fields: {', '.join(fields)}): "
+        raise AdmissionRefused(f"This worker refuses the sandbox config (fields: {', '.join(fields)}): "
                             f"{exc.errors()[0]['msg']}.") from None
     defaults = type(parsed)().model_dump()
     asked = parsed.model_dump()
     admitted = dict(asked)
     for field, value in asked.items():
         if field in LIMITS:
-            admitted[field] = _bounded(policy, field, value, LIMITS[field])
+            admitted[field] = _bounded(rules, field, value, LIMITS[field])
         elif field in _FREE or value == defaults.get(field):
             continue
         else:
-            admitted[field] = _admit_field(policy, field, value, defaults.get(field))
+            admitted[field] = _admit_field(rules, field, value, defaults.get(field))
     if kind == "docker":
         image = admitted.get("image", "")
-        if not _own_snapshot(admitted) and not any(fnmatch.fnmatchcase(image, pattern) for pattern in policy.images):
-            raise _refuse("image", f"{image!r} matches none of this worker's image patterns ({', '.join(policy.images)})")
-        if not pulls_from(policy.registries, image):
+        if not _own_snapshot(admitted) and not any(fnmatch.fnmatchcase(image, pattern) for pattern in rules.images):
+            raise _refuse("image", f"{image!r} matches none of this worker's image patterns ({', '.join(rules.images)})")
+        if not pulls_from(rules.registries, image):
             admitted["pull_policy"] = "never"  # not a registry this worker pulls from: the image is there or not
         swap = admitted.get("memswap_limit")
         if swap is not None and parse_bytes(swap) < parse_bytes(admitted["mem_limit"]):
             raise _refuse("memswap_limit", f"{swap!r} is below mem_limit {admitted['mem_limit']!r}")
     if kind == "local":
-        admitted["root_dir"] = policy.local_root
+        admitted["root_dir"] = rules.local_root
     return admitted
 
 
@@ -115,29 +115,29 @@ def _own_snapshot(config: dict[str, Any]) -> bool:
     return bool(snapshot) and config.get("image") == f"toolfleet/snapshot:{snapshot['id']}"
 
 
-def _bounded(policy: WorkerPolicy, field: str, value: Any, bound: Bound) -> Any:
-    admitted, why = bounded(policy, field, value, bound)
+def _bounded(rules: AdmissionRules, field: str, value: Any, bound: Bound) -> Any:
+    admitted, why = bounded(rules, field, value, bound)
     if why is not None:
         raise _refuse(field, why)
     return admitted
 
 
-def admit_user(policy: WorkerPolicy, field: str, user: Any) -> None:
+def admit_user(rules: AdmissionRules, field: str, user: Any) -> None:
     """Refuse a user a message asks for (a sandbox's, a service's, or a command's) by the same rule."""
-    why = user_refusal(str(user), policy.allow_root)
+    why = user_refusal(str(user), rules.allow_root)
     if why is not None:
         raise _refuse(field, why)
 
 
-def _admit_field(policy: WorkerPolicy, field: str, value: Any, default: Any) -> Any:
+def _admit_field(rules: AdmissionRules, field: str, value: Any, default: Any) -> Any:
     """A non-default field value: clamped, kept, or refused."""
     match field:
         case "user":
-            admit_user(policy, field, value)
+            admit_user(rules, field, value)
             return value
         case "network_mode":
-            if value not in policy.network_modes:
-                raise _refuse(field, f"network {value!r} is not allowed here (allowed: {', '.join(policy.network_modes)})")
+            if value not in rules.network_modes:
+                raise _refuse(field, f"network {value!r} is not allowed here (allowed: {', '.join(rules.network_modes)})")
             return value
         case "cap_drop":
             if "ALL" not in [str(c).upper() for c in value]:
@@ -147,37 +147,37 @@ def _admit_field(policy: WorkerPolicy, field: str, value: Any, default: Any) -> 
             if "no-new-privileges" not in value or any(opt != "no-new-privileges" for opt in value):
                 raise _refuse(field, "only 'no-new-privileges' may be given")
             return value
-        case "runtime" if policy.allow_runsc and value == "runsc":
+        case "runtime" if rules.allow_runsc and value == "runsc":
             return value
         case "pull_policy":
             return value  # narrowed to 'never' with the image check unless the worker pulls from its registry
         case "direct_channel":
             return value if value is False else default  # a message may only pick the slower, narrower path
         case "services":
-            return {name: _admit_service(policy, name, service) for name, service in value.items()}
+            return {name: _admit_service(rules, name, service) for name, service in value.items()}
         case "snapshot":
             return value  # the driver opens only a snapshot this host holds, on its own image
     raise _refuse(field, f"it can only be set in the worker's own configuration (asked: {value!r})")
 
 
-def _admit_service(policy: WorkerPolicy, name: str, service: dict[str, Any]) -> dict[str, Any]:
+def _admit_service(rules: AdmissionRules, name: str, service: dict[str, Any]) -> dict[str, Any]:
     """A multi-service sandbox's service: its image, user and limits obey the same rules as the sandbox's.
 
     Its network and hardening are the sandbox's own (it joins that container's namespace), so only
     these fields are a service's to ask for."""
     image = service.get("image", "")
-    if not any(fnmatch.fnmatchcase(image, pattern) for pattern in policy.images):
+    if not any(fnmatch.fnmatchcase(image, pattern) for pattern in rules.images):
         raise _refuse(f"services.{name}.image",
-                      f"{image!r} matches none of this worker's image patterns ({', '.join(policy.images)})")
+                      f"{image!r} matches none of this worker's image patterns ({', '.join(rules.images)})")
     user = service.get("user")
     admitted = dict(service)
     if user is not None:
-        admit_user(policy, f"services.{name}.user", user)
+        admit_user(rules, f"services.{name}.user", user)
         parsed = parse_user(user)
         if isinstance(parsed.user, int) and parsed.group is None:
             admitted["user"] = f"{parsed.user}:{parsed.user}"  # a uid the image does not list would get gid 0
     for field, bound in SERVICE_LIMITS.items():
-        admitted[field] = _bounded(policy, f"services.{name}.{field}", service[field], bound)
+        admitted[field] = _bounded(rules, f"services.{name}.{field}", service[field], bound)
     return admitted
 
 

@@ -29,7 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LIMITS", "SERVICE_LIMITS", "Bound", "ParsedUser", "PolicyRefused", "bounded", "call_timeout", "parse_bytes",
+from orchestrator._errors import ToolfleetError
+
+__all__ = ["LIMITS", "SERVICE_LIMITS", "AdmissionRefused", "Bound", "ParsedUser", "bounded", "call_timeout", "parse_bytes",
            "parse_user", "result_bytes", "user_refusal"]
 
 MiB = 1024 * 1024
@@ -39,8 +41,8 @@ MAX_ID = 2**31 - 2  # 2**32-1 is (uid_t)-1 ("no change"); ids past 2**31 confuse
 _UNITS = {"": 1, "b": 1, "k": 1024, "m": MiB, "g": 1024 * MiB, "t": 1024 * 1024 * MiB}
 
 
-class PolicyRefused(ValueError):
-    """A message asked for something this worker's policy does not allow."""
+class AdmissionRefused(ToolfleetError, ValueError):
+    """A message asked for something this worker's admission rules do not allow."""
 
 
 def parse_bytes(value: str | int) -> int:
@@ -49,7 +51,7 @@ def parse_bytes(value: str | int) -> int:
         return value
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([bkmgt]?)b?\s*", str(value).lower())
     if match is None:
-        raise PolicyRefused(f"Unreadable memory size {value!r}.")
+        raise AdmissionRefused(f"Unreadable memory size {value!r}.")
     return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 
@@ -104,7 +106,7 @@ def user_refusal(spec: str, allow_root: bool = False) -> str | None:
 
 @dataclass(frozen=True)
 class Bound:
-    """A numeric field's admitted range: below ``low`` is refused, above ``high(policy)`` clamped."""
+    """A numeric field's admitted range: below ``low`` is refused, above ``high(rules)`` clamped."""
 
     low: float
     high: Callable[[Any], float]
@@ -112,8 +114,8 @@ class Bound:
     memory: bool = False  # a Docker memory size ("512m"): compared in bytes, kept as the caller wrote it
 
 
-def _mem(policy: Any) -> float:
-    return float(parse_bytes(policy.max_memory))
+def _mem(rules: Any) -> float:
+    return float(parse_bytes(rules.max_memory))
 
 
 # Every numeric field of a sandbox config a message may set. A numeric field not listed here keeps
@@ -134,14 +136,14 @@ LIMITS: dict[str, Bound] = {
 SERVICE_LIMITS = {name: LIMITS[name] for name in ("mem_limit", "cpus", "pids_limit")}
 
 
-def bounded(policy: Any, field: str, value: Any, bound: Bound) -> tuple[Any, str | None]:
+def bounded(rules: Any, field: str, value: Any, bound: Bound) -> tuple[Any, str | None]:
     """``(admitted value, None)``, or ``(None, why)`` when the value is refused. Pure."""
     if value is None:
         return None, None  # "the default" (e.g. memswap_limit: same as mem_limit; pool_size: the driver's)
     if bound.memory:
         try:
             size = float(parse_bytes(value))
-        except PolicyRefused as exc:
+        except AdmissionRefused as exc:
             return None, str(exc)
     elif isinstance(value, bool) or not isinstance(value, (int, float)):
         return None, f"{value!r} is not a number"
@@ -152,9 +154,9 @@ def bounded(policy: Any, field: str, value: Any, bound: Bound) -> tuple[Any, str
     if size < bound.low:
         low = f"{int(bound.low // MiB)}m" if bound.memory else f"{bound.low:g}"
         return None, f"{value!r} is below the minimum {low}"
-    high = bound.high(policy)
+    high = bound.high(rules)
     if size > high:
-        return (policy.max_memory if bound.memory else bound.kind(high)), None
+        return (rules.max_memory if bound.memory else bound.kind(high)), None
     return (value if bound.memory else bound.kind(value)), None
 
 

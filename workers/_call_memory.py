@@ -30,6 +30,7 @@ from typing import TypeVar
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from orchestrator._errors import ControlFlowSignal
 from orchestrator._wire import CallOutcome
 from orchestrator.tool._tool_call import ToolCallError
 
@@ -42,7 +43,7 @@ T = TypeVar("T")
 CLAIMS_MARKER_TTL = 24 * 3600  # a marker that expires merely costs one needless re-assertion
 
 
-class CallRunningElsewhere(Exception):
+class CallRunningElsewhere(ControlFlowSignal):
     """Another live worker process holds the claim on this call id; its execution will answer."""
 
 

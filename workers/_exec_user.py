@@ -1,4 +1,4 @@
-"""Who a command in a worker's sandbox runs as: admitted by the policy, then pinned to numbers.
+"""Who a command in a worker's sandbox runs as: admitted by the admission rules, then pinned to numbers.
 
 A tool may ask for a user per command (``bash(user="root")`` is a factory parameter, so a message
 can carry it), and a sandbox config may name its commands' user. On a worker both go through one

@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from ._call_memory import CallMemory
-from ._admission import WorkerPolicy
+from ._admission import AdmissionRules
 from .sandbox_host import SandboxHost
 from .fleet import Heartbeat, HostRecord, Keyring, MissingSecretError, ReplySender, load_keyring, names, release_slots
 
@@ -44,7 +44,7 @@ class WorkerConfig(BaseModel):
     call_grace: float = Field(30.0, ge=0, description="extra wait beyond a call's own timeout")
     open_timeout: float = Field(300.0, gt=0, description="bound on creating a sandbox")
     orphan_grace: float = Field(30.0, gt=0, description="seconds an owner's lease may be missing before its sandboxes are closed")
-    policy: WorkerPolicy = Field(default_factory=WorkerPolicy, description="what this worker agrees to run")
+    admission: AdmissionRules = Field(default_factory=AdmissionRules, description="what this worker agrees to run")
     call_memory_bytes: int = Field(64 * 1024 * 1024, gt=0, description="bound on the outcomes kept for redeliveries")
 
 
@@ -53,7 +53,7 @@ class WorkerRuntime:
                  sandboxes: SandboxHost | None = None) -> None:
         self.config = config
         self.sandboxes = sandboxes or SandboxHost()  # what this worker opened, on its Docker host
-        self.policy = config.policy
+        self.admission = config.admission
         self.keyring = keyring
         self.boot = uuid.uuid4().hex[:12]
         self.owner = f"{config.host}/{self.boot}"
@@ -88,8 +88,8 @@ class WorkerRuntime:
             boot=self.boot,
             slots=self.config.slots,
             # What this worker runs and pulls, in its very first beat (placement and preflight read them).
-            image_patterns=list(self.config.policy.images), sandbox_types=list(self.config.policy.sandbox_types),
-            registries=list(self.config.policy.registries), allow_root=self.config.policy.allow_root,
+            image_patterns=list(self.config.admission.images), sandbox_types=list(self.config.admission.sandbox_types),
+            registries=list(self.config.admission.registries), allow_root=self.config.admission.allow_root,
         )
         self.heartbeat = Heartbeat(self.redis, record, self.config.heartbeat_interval, self.config.heartbeat_ttl)
         self.heartbeat.on_beat(self._on_beat)

@@ -28,13 +28,15 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from orchestrator._errors import ToolfleetError
+
 __all__ = ["IMPORT_ENV", "INSTALL_TIMEOUT_S", "ToolModuleError", "ToolModules", "imports_from_env"]
 
 IMPORT_ENV = "TOOLFLEET_IMPORT"  # comma-separated modules a worker image imports (added to --import)
 INSTALL_TIMEOUT_S = 300.0
 
 
-class ToolModuleError(RuntimeError):
+class ToolModuleError(ToolfleetError, RuntimeError):
     """A start-up flag that loads tool code failed (one line)."""
 
 

@@ -25,7 +25,7 @@ import sys
 import uuid
 
 from ._loop import HOST_ENV, Runtimes, WorkerConfig
-from ._admission import WorkerPolicy, broker_is_loopback
+from ._admission import AdmissionRules, broker_is_loopback
 from .app import BROKER_ENV, DEFAULT_BROKER, AppConfig, create_worker_app
 from .fleet import SECRET_ENV, SECRET_FILE_ENV, Keyring, MissingSecretError, claim_identity, load_keyring, names
 from ._tool_modules import IMPORT_ENV, ToolModuleError, ToolModules, imports_from_env
@@ -112,8 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def build_policy(args: argparse.Namespace) -> WorkerPolicy:
-    return WorkerPolicy(
+def build_admission(args: argparse.Namespace) -> AdmissionRules:
+    return AdmissionRules(
         sandbox_types=["docker", "local"] if args.allow_local else ["docker"],
         images=args.images or ["toolfleet/*"],
         network_modes=["none", *(args.networks or [])],
@@ -125,11 +125,11 @@ def build_policy(args: argparse.Namespace) -> WorkerPolicy:
 
 def _size(value: str) -> int:
     """``--snapshot-disk``: a size in Docker's notation (``20g``, ``512m``, bytes)."""
-    from ._admission import PolicyRefused, parse_bytes
+    from ._admission import AdmissionRefused, parse_bytes
 
     try:
         return parse_bytes(value)
-    except PolicyRefused:
+    except AdmissionRefused:
         raise argparse.ArgumentTypeError(f"not a size: {value!r} (e.g. 20g, 512m)") from None
 
 
@@ -186,7 +186,7 @@ def _run(args: argparse.Namespace, keyring: Keyring) -> int:
         _restrict_remote_control()
     config = WorkerConfig(broker_url=args.broker, slots=args.slots, host=args.hostname or default_identity(),
                           heartbeat_interval=args.heartbeat_interval, heartbeat_ttl=args.heartbeat_ttl,
-                          orphan_grace=args.orphan_grace, policy=build_policy(args))
+                          orphan_grace=args.orphan_grace, admission=build_admission(args))
     duplicate = claim_identity(args.broker, config.host, token=uuid.uuid4().hex)
     if duplicate:
         print(f"toolfleet worker: {duplicate}", file=sys.stderr, flush=True)
@@ -196,7 +196,7 @@ def _run(args: argparse.Namespace, keyring: Keyring) -> int:
     # registries only (none by default). Built here and handed to the runtime its tasks run on.
     sandboxes = SandboxHost(HostSandboxes(limit=args.slots, max_spares=args.warm_pool, idle_ttl=args.pool_idle_ttl,
                                           pooled_images=args.pool_images or (), owner=config.host,
-                                          registries=config.policy.registries), SandboxRegistry())
+                                          registries=config.admission.registries), SandboxRegistry())
     if args.snapshot_disk:
         sandboxes.docker.snapshots.budget = args.snapshot_disk  # bytes (--snapshot-disk, parsed)
     runtimes = Runtimes(args.broker)
@@ -207,8 +207,8 @@ def _run(args: argparse.Namespace, keyring: Keyring) -> int:
               file=sys.stderr, flush=True)
     rt = runtimes.start(config, keyring, sandboxes)  # before consuming: the first task must find the loop and the host name
     if rt is not None and rt.heartbeat is not None:  # what this worker runs, for the orchestrator's preflight
-        rt.heartbeat.record.image_patterns = list(config.policy.images)
-        rt.heartbeat.record.sandbox_types = list(config.policy.sandbox_types)
+        rt.heartbeat.record.image_patterns = list(config.admission.images)
+        rt.heartbeat.record.sandbox_types = list(config.admission.sandbox_types)
         rt.submit(rt.heartbeat.beat(), timeout=30.0)  # published before this worker says it is ready
     try:
         app.worker_main([

@@ -14,6 +14,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from orchestrator._errors import ControlFlowSignal, ToolfleetError
 from orchestrator._wire import CallOutcome, CallRequest, FatalError
 from orchestrator.tool._content import ContentImage, ContentText
 from orchestrator.tool._registry import ToolNotRegisteredError, rebuild_tool
@@ -161,13 +162,13 @@ def lookup_sandbox(handle: str) -> SandboxEnvironment:
     return _registry.get(handle)
 
 
-class _ToolTimedOut(Exception):
+class _ToolTimedOut(ControlFlowSignal):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
 
 
-class ToolTimeoutError(TimeoutError):
+class ToolTimeoutError(ToolfleetError, TimeoutError):
     """Raised out of the sample when a tool with ``timeout_behavior="raise"`` times out."""
 
 

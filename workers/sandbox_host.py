@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import structlog
 
+from orchestrator._errors import SetupError
 from orchestrator._wire import CallOutcome, CallRequest, SandboxSpec
 from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableError
 from orchestrator.util._sandbox_config import DockerSandboxConfig, LocalSandboxConfig
@@ -40,8 +41,7 @@ log = structlog.get_logger("toolfleet.sandbox")
 SETUP_TIMEOUT_S = 600.0
 
 
-class SandboxSetupError(RuntimeError):
-    """A sample's files or setup script could not be put in place."""
+SandboxSetupError = SetupError  # its public name here: a sample's files or setup script could not be put in place
 
 
 class SandboxHost:
@@ -95,7 +95,7 @@ class SandboxHost:
             if spec.setup:
                 result = await box.exec(["sh", "-c", spec.setup], timeout=SETUP_TIMEOUT_S)
                 if not result.success:
-                    raise SandboxSetupError(
+                    raise SetupError(
                         f"Setup for sample {spec.sample_id!r} exited with {result.returncode}: "
                         f"{(result.stderr or result.stdout).strip()[-500:]}"
                     )

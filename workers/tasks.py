@@ -41,7 +41,7 @@ from ._rejects import rejects
 from ._call_memory import CallRunningElsewhere
 from ._loop import Runtimes, WorkerRuntime
 from ._outcome_cap import cap_outcome
-from ._admission import PolicyRefused, admit_sandbox
+from ._admission import AdmissionRefused, admit_sandbox
 from .fleet import DEFAULT_REPLAY_WINDOW, first_consumption, names, slot_weight, verify_cancel
 
 log = structlog.get_logger("toolfleet.worker")
@@ -97,7 +97,7 @@ async def answer_call(rt: WorkerRuntime, payload: Any, task_id: str) -> tuple[st
     deadline = (request.timeout or rt.config.max_call_seconds) + rt.config.call_grace
     try:
         # The claim is also the call's replay memory: kept at least as long as a copy could be accepted.
-        outcome = await rt.memory.run_once(call_id, lambda: _capped(rt.sandboxes.execute(request), rt.policy.max_outcome_bytes),
+        outcome = await rt.memory.run_once(call_id, lambda: _capped(rt.sandboxes.execute(request), rt.admission.max_outcome_bytes),
                                            claim_ttl=max(deadline, DEFAULT_REPLAY_WINDOW.ttl))
     except asyncio.CancelledError:
         return call_id, _error_json(call_id, host, "cancelled", "The call was cancelled.")
@@ -151,13 +151,13 @@ async def run_open(rt: WorkerRuntime, payload: dict[str, Any], owner: str | None
         return {"error": {"type": "draining", "message": f"Worker host '{host}' is draining and takes no new sandboxes."}}
     try:
         spec = SandboxSpec.model_validate(payload)
-        spec = spec.model_copy(update={"config": admit_sandbox(rt.policy, spec.config)})  # the worker decides
+        spec = spec.model_copy(update={"config": admit_sandbox(rt.admission, spec.config)})  # the worker decides
         from ._exec_user import gate_installer
 
-        handle, execs = await rt.sandboxes.open(spec, gate_installer(rt.policy.allow_root, spec.config))
-    except PolicyRefused as exc:
+        handle, execs = await rt.sandboxes.open(spec, gate_installer(rt.admission.allow_root, spec.config))
+    except AdmissionRefused as exc:
         log.warning("worker.sandbox_refused", host=host, reason=str(exc))
-        return {"error": {"type": "PolicyRefused", "message": str(exc)}, "host": host}
+        return {"error": {"type": "PolicyRefused", "message": str(exc)}, "host": host}  # the wire's name, kept
     except Exception as exc:  # noqa: BLE001 - reported to the orchestrator as data
         log.warning("worker.open_sandbox_failed", host=host, error=str(exc))
         return {"error": {"type": type(exc).__name__, "message": str(exc)}, "host": host,

@@ -1,4 +1,4 @@
-"""``handoff``: a ``transfer_to_<name>`` tool that hands the conversation to another agent (SPEC §6.3).
+"""``handoff``: a ``transfer_to_<name>`` tool that hands the conversation to another agent.
 
 The tool is a sentinel: ``execute_tools`` finds the ``HANDOFF_ATTR`` handler on it and awaits
 ``handler(call, assistant_message, history)`` instead of calling the tool. The handler:

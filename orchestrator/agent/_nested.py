@@ -2,7 +2,7 @@
 
 Inherited, because they live in context variables the child's task copies: the active model and
 generation settings, the transcript (tracer) and span, the dispatcher and sandbox route, and the
-approval/review *policies*. Not inherited (seed 003): the usage counters (the child opens its own
+approval/review *policies*. Not inherited: the usage counters (the child opens its own
 scope; its usage rolls up into the parent as a child figure) and the approval *store* (an "always
 approve" given in the parent must not approve anything in the child). Depth is bounded so agents
 calling agents cannot recurse without end.

@@ -1,4 +1,4 @@
-"""``react``: the ReAct loop (SPEC §6.2).
+"""``react``: the ReAct loop (Inspect's ``react``; docs/porting-from-inspect.md lists the differences).
 
 Each turn: generate → (overflow / content-filter handling) → execute the tool calls → look for a
 submission (score it if more attempts remain) → ``on_continue``. On exit the submit calls are

@@ -13,7 +13,8 @@ from orchestrator.model._model_output import ModelOutput
 if TYPE_CHECKING:
     from ._agent import AgentState
 
-# Exact strings (SPEC §6.2). ``{submit}`` is the submit tool's name.
+# The continue and incorrect-answer strings are Inspect's, word for word (a ported agent's transcripts
+# read the same); the system-prompt pieces below are toolfleet's own wording. ``{submit}``: the submit tool's name.
 DEFAULT_CONTINUE_PROMPT = (
     "\nPlease proceed to the next step using your best judgement. If you believe you have completed "
     "the task, please call the `{submit}()` tool with your final answer.\n"

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ContextManager
 
+from orchestrator._errors import ControlFlowSignal, ToolfleetError
 from orchestrator.util._running_sample import running_sample
 from orchestrator.util._terminal import terminal_safe
 
@@ -26,7 +27,7 @@ from orchestrator.util._terminal import terminal_safe
 _POLL_SECONDS = 0.1
 
 
-class NoTerminalError(RuntimeError):
+class NoTerminalError(ToolfleetError, RuntimeError):
     """A human decision was asked for but there is no interactive terminal."""
 
 
@@ -56,7 +57,7 @@ def remove_prompt_guard(guard: Callable[[], ContextManager[object]]) -> None:
         _guards.remove(guard)
 
 
-class _Cancelled(Exception):
+class _Cancelled(ControlFlowSignal):
     pass
 
 

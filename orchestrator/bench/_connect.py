@@ -26,15 +26,15 @@ def add_broker_argument(parser: argparse.ArgumentParser) -> None:
 
 async def fleet_dispatcher(broker: str | None) -> Any:
     """A ``CeleryDispatcher`` on ``broker``, checked reachable first; a user's mistake is one clear line."""
-    from orchestrator.eval import EvalSetupError
+    from orchestrator._errors import SetupError
     from orchestrator.eval._setup import make_dispatcher
 
     if not broker:
-        raise EvalSetupError(f"this measures a running fleet: give --broker URL (or set {BROKER_ENV}).")
+        raise SetupError(f"this measures a running fleet: give --broker URL (or set {BROKER_ENV}).")
     try:
         return await make_dispatcher(broker)
     except RuntimeError as exc:  # no fleet secret: nothing could run on the workers
-        raise EvalSetupError(str(exc)) from exc
+        raise SetupError(str(exc)) from exc
 
 
 async def open_sandboxes(dispatcher: "Dispatcher", n: int, config: dict[str, Any], eval_id: str,

@@ -1,6 +1,6 @@
 """The ``toolfleet`` command line (console script ``toolfleet = orchestrator.cli:main``).
 
-User mistakes (``EvalSetupError`` and friends) print one line on stderr and exit 1 — never a traceback.
+User mistakes (``SetupError`` and friends) print one line on stderr and exit 1 — never a traceback.
 """
 
 from __future__ import annotations
@@ -77,11 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level)
     from pydantic import ValidationError
 
-    from orchestrator.eval._errors import EvalSetupError
+    from orchestrator._errors import SetupError
 
     try:
         return int(args.handler(args) or 0)
-    except EvalSetupError as exc:
+    except SetupError as exc:
         return fail(str(exc))
     except KeyboardInterrupt:
         from orchestrator.eval._eval import active_log_paths

@@ -32,13 +32,13 @@ class OneLineParser(argparse.ArgumentParser):
 
 def parse_kv(items: list[str] | None, flag: str) -> dict[str, Any]:
     """``k=v`` pairs; values are YAML scalars (``n=3`` is an int, ``x=true`` a bool, ``s=abc`` a str)."""
-    from orchestrator.eval._errors import EvalSetupError
+    from orchestrator._errors import SetupError
 
     out: dict[str, Any] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise EvalSetupError(f"{flag} expects KEY=VALUE, got '{item}'.")
+            raise SetupError(f"{flag} expects KEY=VALUE, got '{item}'.")
         try:
             out[key] = yaml.safe_load(value) if value else ""
         except yaml.YAMLError:

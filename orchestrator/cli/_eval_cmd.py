@@ -206,7 +206,7 @@ def _common_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def parse_fail_on_error(value: str | None) -> bool | float | None:
     """``true`` (the flag alone), ``false``, a count N >= 1 or a fraction 0 < F < 1."""
-    from orchestrator.eval._errors import EvalSetupError
+    from orchestrator._errors import SetupError
 
     if value is None:
         return None
@@ -217,7 +217,7 @@ def parse_fail_on_error(value: str | None) -> bool | float | None:
     except ValueError:
         number = -1.0
     if number <= 0 or (number >= 1 and not number.is_integer()):
-        raise EvalSetupError(f"--fail-on-error expects a count N >= 1 or a fraction between 0 and 1, got '{value}'.")
+        raise SetupError(f"--fail-on-error expects a count N >= 1 or a fraction between 0 and 1, got '{value}'.")
     return int(number) if number >= 1 else number
 
 
@@ -232,11 +232,11 @@ def run_eval(args: argparse.Namespace) -> int:
     task_args, model = parse_kv(args.task_args, "-T"), args.model
     _harbor_task_args(args, task_args)
     if args.oracle:
-        from orchestrator.eval._errors import EvalSetupError
+        from orchestrator._errors import SetupError
         from orchestrator.eval._harbor import ORACLE_MODEL, is_harbor_spec
 
         if not is_harbor_spec(args.task):
-            raise EvalSetupError(f"--oracle runs Harbor tasks' solutions: give harbor:DIR, not '{args.task}'.")
+            raise SetupError(f"--oracle runs Harbor tasks' solutions: give harbor:DIR, not '{args.task}'.")
         task_args["oracle"] = True
         model = model or ORACLE_MODEL  # the oracle calls no model
     [log] = asyncio.run(eval_async(args.task, model, task_args=task_args,

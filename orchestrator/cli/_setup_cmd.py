@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from orchestrator._errors import SetupError
+
 from ._common import fail
 
 __all__ = ["SetupError", "add_command", "ensure_images"]
@@ -35,10 +37,6 @@ COMPONENTS = ("redis", "registry", "images", "browser")
 IMAGES = ("toolfleet/debian-base:bookworm", "toolfleet/sandbox:latest")
 APT_TIMEOUT = 900.0
 BUILD_TIMEOUT = 1800.0
-
-
-class SetupError(RuntimeError):
-    """A prerequisite this command cannot provide; the message is the one line the user sees."""
 
 
 def add_command(commands: Any) -> None:

@@ -46,6 +46,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from orchestrator._errors import ToolfleetError
+
 from ._host_paths import Link, named_path_refusal, read_bounded, special_refusal, walk
 
 if TYPE_CHECKING:
@@ -58,7 +60,7 @@ _MAX_PATH_CHARS = 4096  # longer strings (or ones with newlines) are always cont
 UNPACK_FAILED_EXIT = 70
 
 
-class SampleFilesError(ValueError):
+class SampleFilesError(ToolfleetError, ValueError):
     """A sample's ``files`` cannot be sent: a missing or unreadable path, a bad key or data URI, too large."""
 
 

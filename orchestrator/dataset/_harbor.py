@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator._errors import ToolfleetError
+
 from ._harbor_compose import COMPOSE_FILE, ComposeTaskError, compose_pod
 from ._harbor_config import (
     HarborSettings,
@@ -50,7 +52,7 @@ _LOG_PATHS = {"ENV_VERIFIER_LOGS_PATH": "/logs/verifier", "ENV_AGENT_LOGS_PATH":
               "ENV_ARTIFACTS_PATH": "/logs/artifacts"}
 
 
-class HarborTaskError(ValueError):
+class HarborTaskError(ToolfleetError, ValueError):
     """A Harbor task directory cannot be used; one line names it and says why."""
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator._errors import ToolfleetError
+
 from ._harbor_env import TaskEnv, TaskEnvError, interpolate
 from ._harbor_tree import TaskTreeError, TreeLimits, read_task_file, walk_tree
 
@@ -37,7 +39,7 @@ _DROPPED = {  # compose keys Harbor uses that have no meaning in a toolfleet pod
 }
 
 
-class ComposeTaskError(ValueError):
+class ComposeTaskError(ToolfleetError, ValueError):
     """The compose file cannot be mapped (one line, without the task's name: the loader adds it)."""
 
 

@@ -26,6 +26,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from orchestrator._errors import ToolfleetError
+
 from ._harbor_network import NetworkConfigError, NetworkPlan, network_plan
 
 __all__ = ["HarborSettings", "HarborTaskConfig", "TaskConfigError", "TimeoutMultipliers", "map_task_config",
@@ -40,7 +42,7 @@ DEFAULT_MEMORY_MB = 2048  # Harbor's default; toolfleet's own sandbox default is
 _Seconds = Field(None, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
 
 
-class TaskConfigError(ValueError):
+class TaskConfigError(ToolfleetError, ValueError):
     """``task.toml`` cannot be read (syntax, or a value of the wrong type); the message says where."""
 
 

@@ -29,6 +29,8 @@ import fnmatch
 import re
 from collections.abc import Iterable, Mapping
 
+from orchestrator._errors import ToolfleetError
+
 __all__ = ["TaskEnv", "TaskEnvError", "interpolate", "name_refusal", "resolve_whole_values"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -40,7 +42,7 @@ _COMPOSE = re.compile(r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?+])([^}]*))
 MAX_VALUE_CHARS = 64 * 1024  # one resolved value (an environment variable or a build argument)
 
 
-class TaskEnvError(ValueError):
+class TaskEnvError(ToolfleetError, ValueError):
     """A template a task may not fill, or an operator's name that is never passed (one line)."""
 
 

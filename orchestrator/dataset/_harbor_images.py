@@ -22,13 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator._errors import ToolfleetError
+
 __all__ = ["BuildReport", "DockerImageBuilder", "HarborBuildError", "ImageBuild", "context_hash", "image_name"]
 
 IMAGE_PREFIX = "toolfleet/harbor-"
 LABEL = "toolfleet.harbor.task"
 
 
-class HarborBuildError(RuntimeError):
+class HarborBuildError(ToolfleetError, RuntimeError):
     """A task's image could not be built (or Docker could not be reached); one line says why."""
 
 
@@ -125,7 +127,7 @@ class DockerImageBuilder:
                 self._client.ping()
             except DockerException as exc:
                 raise HarborBuildError(f"Cannot reach the Docker daemon to build Harbor task images: "
-                                       f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+                                       f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
         return self._client.api
 
     def close(self) -> None:
@@ -187,7 +189,7 @@ class DockerImageBuilder:
                     raise HarborBuildError(f"building {build.tag} took longer than {build.timeout:g} s "
                                            "(environment.build_timeout_sec)")
         except (APIError, DockerException) as exc:
-            raise HarborBuildError(f"building {build.tag} failed: {str(exc).splitlines()[0]}") from None
+            raise HarborBuildError(f"building {build.tag} failed: {str(exc).splitlines()[0]}") from exc
         if self.image_id(build.tag) is None:
             raise HarborBuildError(f"building {build.tag} failed: no image was produced"
                                    + (f" (last output: {tail[-1]})" if tail else ""))

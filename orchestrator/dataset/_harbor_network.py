@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from orchestrator._errors import ToolfleetError
+
 __all__ = ["HarborNetworkMode", "NetworkPlan", "NetworkPolicy", "network_plan", "normalize_allowed_hosts"]
 
 HarborNetworkMode = Literal["public", "no-network", "allowlist"]
@@ -30,7 +32,7 @@ _LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 _NOT_A_HOST = "must be a host name, a '*.suffix' wildcard, an IP address or an IP network, not a URL, port or path"
 
 
-class NetworkConfigError(ValueError):
+class NetworkConfigError(ToolfleetError, ValueError):
     """A task's network settings are not what Harbor accepts (the message names the key)."""
 
 

@@ -36,13 +36,15 @@ from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator._errors import ToolfleetError
+
 __all__ = ["TaskTreeError", "TreeEntry", "TreeLimits", "open_task_dir", "pack_tree", "read_task_file",
            "stream_task_file", "tree_tar", "walk_tree"]
 
 _MIB = 1024 * 1024
 
 
-class TaskTreeError(ValueError):
+class TaskTreeError(ToolfleetError, ValueError):
     """Something in a task directory the host will not read or follow (one line, naming the path)."""
 
 

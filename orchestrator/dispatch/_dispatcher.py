@@ -70,7 +70,7 @@ class Dispatcher(ABC):
 
     async def preflight(self, needs: SandboxNeeds) -> None:
         """Check, before an eval's first sample, that the sandboxes ``needs`` describes can open where this
-        dispatcher runs them (``SandboxPreflightError``: one sentence)."""
+        dispatcher runs them (``PreflightError``: one sentence)."""
 
     def local_sandbox(self, route: SampleRoute) -> SandboxEnvironment | None:
         """The sample's sandbox itself when it lives in this process (bound directly for scorers and

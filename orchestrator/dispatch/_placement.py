@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 
 from orchestrator._wire import SandboxExec, SandboxSpec
 from orchestrator.log import InfoEvent, transcript
-from orchestrator.util._sandbox import SandboxUnavailableError
+from orchestrator.util._sandbox import SandboxLostError, SandboxUnavailableError
 from workers.fleet import (
     NoCapacityError,
     NoLiveHostError,
@@ -181,11 +181,11 @@ class SandboxPlacement:
                     if token is not None:
                         self._waited(eval_id, sample_id, loop.time() - asked, placed=True)
                     return host
-                except NoCapacityError as exc:
+                except (NoCapacityError, SandboxLostError) as exc:  # lost: the snapshot's host, waiting cannot help
                     bound = self.config.placement_wait
                     if isinstance(exc, NoLiveHostError):
                         bound = min(bound, self.config.no_host_wait)
-                    if loop.time() - asked >= bound or isinstance(exc, SandboxTooLargeError):
+                    if loop.time() - asked >= bound or isinstance(exc, (SandboxTooLargeError, SandboxLostError)):
                         if token is not None:
                             self._waited(eval_id, sample_id, loop.time() - asked, placed=False)
                         raise SandboxUnavailableError(str(exc)) from exc

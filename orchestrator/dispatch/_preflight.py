@@ -5,7 +5,7 @@ registry); tools run in this process, so there is nothing to check about them. `
 the broker has live workers; every tool the samples run on workers is registered on every live worker
 that takes calls (see ``check_worker_tools``); if sandboxes are needed, one of them accepts them, runs
 their type, allows and has (or pulls) each image, and has slots for the largest multi-service sandbox.
-Each problem is one ``SandboxPreflightError`` sentence (the eval words it as a ``PreflightError``).
+Each problem is one ``PreflightError`` sentence (a ``SetupError``: the CLI prints it as one line, exit 1).
 """
 
 from __future__ import annotations
@@ -15,20 +15,20 @@ import fnmatch
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from orchestrator._errors import SetupError
 from orchestrator.util._image_names import image_registry, pulls_from
 
-__all__ = ["PROBE_TIMEOUT_S", "SandboxNeeds", "SandboxPreflightError", "check_fleet", "check_local_images",
+__all__ = ["PROBE_TIMEOUT_S", "PreflightError", "SandboxNeeds", "check_fleet", "check_local_images",
            "check_worker_tools"]
 
 PROBE_TIMEOUT_S = 5.0
 FRESH_IMAGE_WAIT_S = 12.0  # > the workers' image-listing period (5 s) plus a heartbeat interval
 
 
-class SandboxPreflightError(RuntimeError):
-    """The sandboxes an eval needs cannot open where its dispatcher runs them (one sentence)."""
-
-
-PreflightError = SandboxPreflightError  # the name the checks below raise
+class PreflightError(SetupError):
+    """A problem found before the eval started, no sample run yet: here, the sandboxes (or worker tools) an
+    eval needs cannot open where its dispatcher runs them; in ``orchestrator.eval``, a sandbox spec or the
+    model endpoint. One sentence."""
 
 
 def redact(url: str | None) -> str | None:
@@ -85,9 +85,9 @@ async def check_local_images(images: dict[str, list[str]], pullable: Collection[
     try:
         gone = await asyncio.wait_for(asyncio.to_thread(missing), PROBE_TIMEOUT_S * (len(images) + 1))
         gone = [image for image in gone if image not in pullable]  # pulled by its driver when needed
-    except Exception as exc:  # noqa: BLE001 - docker raises many kinds; all mean "not reachable"
+    except Exception as exc:  # docker raises many kinds; all mean "not reachable"
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise PreflightError(f"Cannot reach the Docker daemon (needed for docker sandboxes): {reason}") from None
+        raise PreflightError(f"Cannot reach the Docker daemon (needed for docker sandboxes): {reason}") from exc
     if gone:
         image = gone[0]
         more = f" (and {len(gone) - 1} more image(s))" if len(gone) > 1 else ""

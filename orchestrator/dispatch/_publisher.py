@@ -9,7 +9,6 @@ Redis lost.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,9 +18,15 @@ import structlog
 from celery import Celery, group
 from kombu import Exchange, Queue
 
+from orchestrator.util._retry import Backoff, RetryPolicy, retry
+
 log = structlog.get_logger("toolfleet.dispatch")
 
 T = TypeVar("T")
+
+# Through a broker outage: 50 ms doubling to 1 s, for the publisher's ``timeout`` in all (kombu and
+# redis raise many kinds of error: any is retried, until the bound).
+OUTAGE_RETRY = RetryPolicy(max_retries=None, initial_delay=0.05, multiplier=2.0, max_delay=1.0, jitter=0.0)
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,7 @@ class Publisher:
     def __init__(self, app: Celery, timeout: float) -> None:
         self.app = app
         self._timeout = timeout
+        self._retry = OUTAGE_RETRY.model_copy(update={"max_elapsed": timeout})
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="toolfleet-publish")
         self._declared: set[str] = set()  # queues declared since the broker (re)started; publisher thread only
 
@@ -44,8 +50,10 @@ class Publisher:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     async def stage(self, messages: list[TaskMessage]) -> None:
-        """One task, or one group when the stage spans several queues."""
-        await self._run(self._with_retry, lambda: self._publish_stage(messages))
+        """One task, or one group when the stage spans several queues; retried through a broker outage
+        (bounded by ``timeout``), each attempt in the publisher thread."""
+        await retry(lambda: self._run(self._publish_stage, messages), Backoff(self._retry),
+                    on_retry=self._publish_failed)
 
     async def broadcast(self, command: str, arguments: dict[str, Any], destination: list[str] | None) -> None:
         await self._run(lambda: self.app.control.broadcast(command, arguments=arguments, destination=destination, reply=False))
@@ -57,22 +65,11 @@ class Publisher:
         await self._run(self.app.close)
         self._thread.shutdown(wait=False)
 
-    # --- the publisher thread ------------------------------------------------------------------
+    def _publish_failed(self, exc: BaseException, delay: float) -> None:
+        log.warning("dispatch.publish_retry", error=str(exc))
+        self._declared.clear()  # a restarted Redis lost the queue bindings too
 
-    def _with_retry(self, publish: Callable[[], None]) -> None:
-        """Retry through a broker outage (bounded by ``timeout``)."""
-        deadline = time.monotonic() + self._timeout
-        delay = 0.05
-        while True:
-            try:
-                return publish()
-            except Exception as exc:  # noqa: BLE001 - kombu/redis raise many kinds; give up only at the bound
-                if time.monotonic() + delay > deadline:
-                    raise
-                log.warning("dispatch.publish_retry", error=str(exc))
-                self._declared.clear()  # a restarted Redis lost the queue bindings too
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+    # --- the publisher thread ------------------------------------------------------------------
 
     def _declare(self, queues: set[str]) -> None:
         """Make sure the queues' bindings exist before publishing to them.

@@ -33,6 +33,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.connection import Connection, parse_url
 from redis.exceptions import RedisError
 
+from orchestrator.util._retry import Backoff, RetryPolicy
 from workers.fleet import Keyring, names, verify_result
 
 log = structlog.get_logger("toolfleet.dispatch")
@@ -41,6 +42,10 @@ READY_STATES = frozenset({"SUCCESS", "FAILURE", "REVOKED"})
 MAX_CONNECTIONS = 64  # the dispatcher's connections for ordinary commands (the subscription has its own)
 POOL_WAIT_S = 60.0  # bound on waiting for one of them
 DELETE_BATCH_S = 0.2  # results read are deleted from Redis this often (one UNLINK for all of them)
+# Reconnecting: 50 ms doubling to 1 s, from the start again once a connection held; never given up (the
+# listener is cancelled when its dispatcher closes, and the calls waiting on it have their own deadlines).
+RECONNECT = RetryPolicy(max_retries=None, max_elapsed=float("inf"), initial_delay=0.05, multiplier=2.0, max_delay=1.0,
+                        jitter=0.0)
 
 
 class ResultListener:
@@ -137,7 +142,7 @@ class ResultListener:
     # --- the reader ----------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        delay = 0.05
+        backoff = Backoff(RECONNECT)
         first = True
         while not self._closed:
             conn = self._conn_class(**self._conn_kwargs, socket_connect_timeout=5, socket_timeout=None,
@@ -152,7 +157,7 @@ class ResultListener:
                 self._conn = conn
                 self._last_seen = time.monotonic()
                 self._connected.set()
-                delay = 0.05
+                backoff.reset()
                 if not first:
                     self.reconnects += 1
                     log.warning("dispatch.listener_reconnected", pending=len(self._futures))
@@ -172,8 +177,7 @@ class ResultListener:
                 self._conn = None
                 self._connected.clear()
                 await conn.disconnect(nowait=True)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                await backoff.wait()
 
     def _handle(self, response: Any) -> None:
         if not isinstance(response, list) or not response:

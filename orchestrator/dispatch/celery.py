@@ -2,8 +2,8 @@
 
 * A stage is published as one signed ``toolfleet.stage`` Celery task per destination queue, carrying
   that queue's calls (a sample's stage goes to the one host holding its sandbox, so usually one task);
-  a stage spanning several queues is a Celery ``group`` of those tasks (SPEC §8's "one Celery group",
-  with one member per host instead of per call). They stay real Celery tasks — ``celery inspect``
+  a stage spanning several queues is a Celery ``group`` of those tasks (one member per host, not one
+  per call). They stay real Celery tasks — ``celery inspect``
   and Flower see them — and the task id is the first call's id. Publishing runs in one dedicated
   thread (``_publisher``: kombu's producer blocks), so the event loop never waits on the broker.
 * Outcomes come back on this dispatcher's own reply channel, subscribed once by the

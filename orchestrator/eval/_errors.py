@@ -1,33 +1,32 @@
 """User-facing eval errors: each is a mistake in the input, shown by the CLI as one line (no traceback).
 
-``EvalSetupError`` (ValueError)
- ├─ ``TaskError``            missing/invalid task file or task name, bad ``-T`` args
- ├─ ``UnknownModelError``    a model name that does not resolve
- ├─ ``PolicyFileError``      a malformed approval/review policy (YAML) or unknown approver/reviewer
- ├─ ``BrokerUnreachableError``  ``--broker`` does not answer
- ├─ ``DockerUnreachableError``  ``--sandbox docker`` but no Docker daemon answers
- ├─ ``FleetMisconfiguredError``  workers reject this orchestrator's messages (wrong secret, clock skew)
- └─ ``LogFormatError``       not a toolfleet eval log (eval-retry, log show/dump)
+All are ``SetupError`` (``orchestrator._errors``, a ValueError; ``EvalSetupError`` is its public name
+here); ``orchestrator/_errors.py`` draws the whole tree. Defined here:
+
+- ``PolicyFileError``          a malformed approval/review policy (YAML) or unknown approver/reviewer
+- ``BrokerUnreachableError``   ``--broker`` does not answer
+- ``DockerUnreachableError``   ``--sandbox docker`` but no Docker daemon answers
+- ``FleetMisconfiguredError``  workers reject this orchestrator's messages (wrong secret, clock skew)
 """
 
 from __future__ import annotations
 
+from orchestrator._errors import SetupError
 
-class EvalSetupError(ValueError):
-    """Root of the errors a user can fix by changing the command line or a file."""
+EvalSetupError = SetupError  # its public name in orchestrator.eval (and before the setup errors were one class)
 
 
-class PolicyFileError(EvalSetupError):
+class PolicyFileError(SetupError):
     pass
 
 
-class BrokerUnreachableError(EvalSetupError):
+class BrokerUnreachableError(SetupError):
     pass
 
 
-class DockerUnreachableError(EvalSetupError):
+class DockerUnreachableError(SetupError):
     pass
 
 
-class FleetMisconfiguredError(EvalSetupError):
+class FleetMisconfiguredError(SetupError):
     """The worker fleet rejects this orchestrator's messages; the eval stops (``Dispatcher.fleet_error``)."""

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import structlog
 
+from orchestrator._errors import ControlFlowSignal
 from orchestrator.dataset import Sample
 from orchestrator.dispatch import Dispatcher, SampleRoute
 from orchestrator.model._batch import BatchScope, ResumeTable, batch_scope
@@ -401,7 +402,7 @@ def _batch_scope(writer: LogWriter, recorded: list[dict[str, Any]], finished: se
     return BatchScope(journal=writer.batch, resume=ResumeTable.from_records(recorded, finished), on_change=changed)
 
 
-class _ErrorThresholdReached(Exception):
+class _ErrorThresholdReached(ControlFlowSignal):
     """``fail_on_error``'s threshold is reached: stop the eval (its footer records why)."""
 
 

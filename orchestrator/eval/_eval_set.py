@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.model._model import Model
+from orchestrator.util._retry import Backoff, RetryPolicy
 
 from ._eval import eval_async
 from ._log_file import EvalLog
@@ -56,20 +57,24 @@ async def eval_set_async(
             register_oracle_model()
         elif isinstance(t, str):
             import_task_file(t.partition("@")[0])
-    wait = retry_wait
-    logs: list[EvalLog] = []
-    for attempt in range(retry_attempts + 1):
-        logs = []
+    backoff = Backoff(retry_passes(retry_attempts, retry_wait))
+    while True:
+        logs: list[EvalLog] = []
         for task in task_list:
             for m in models:
                 [log] = await eval_async(task, m, log_dir=log_dir, resume=True, skip_complete=True, **eval_kwargs)
                 logs.append(log)
         if all(log.status == "success" for log in logs):
             return True, logs
-        if attempt < retry_attempts:
-            await asyncio.sleep(wait)
-            wait = min(wait * 2, MAX_RETRY_WAIT_S)
-    return False, logs
+        if not await backoff.wait():
+            return False, logs
+
+
+def retry_passes(retry_attempts: int, retry_wait: float) -> RetryPolicy:
+    """The passes after the first: ``retry_wait`` seconds before the first, doubling, at most
+    ``MAX_RETRY_WAIT_S`` each; counted, not bounded in time."""
+    return RetryPolicy(max_retries=retry_attempts, initial_delay=max(0.0, retry_wait), multiplier=2.0,
+                       max_delay=MAX_RETRY_WAIT_S, max_elapsed=float("inf"), jitter=0.0)
 
 
 def eval_set(tasks: Task | str | Sequence[Task | str], log_dir: str | Path, model: Any = None,

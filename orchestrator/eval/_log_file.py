@@ -48,7 +48,7 @@ from orchestrator.model._concurrency import ConnectionReport
 from orchestrator.model._model_output import ModelOutput, ModelUsage
 from orchestrator.scorer._score import Score
 
-from ._errors import EvalSetupError
+from ._errors import SetupError
 from ._identity import EvalIdentity
 from ._loggable import dump_model, encode_line
 
@@ -216,7 +216,7 @@ class EvalLog(BaseModel):
     batches: list[dict[str, Any]] = Field(default_factory=list)  # every ``batch`` line, in order
 
 
-class LogFormatError(EvalSetupError):
+class LogFormatError(SetupError):
     """The file is not a toolfleet eval log (or a newer version of one)."""
 
 

@@ -17,12 +17,12 @@ from orchestrator.model._concurrency import ConnectionLimiter
 from orchestrator.model._model import MODEL_ENV, Model, get_model
 from orchestrator.model._pricing import PriceFileError, price_table
 
-from ._errors import EvalSetupError
+from ._errors import SetupError
 
 _POLICIES: dict[str, Callable[..., Any]] = {}
 
 
-class UnknownModelError(EvalSetupError):
+class UnknownModelError(SetupError):
     """The model name does not resolve (a user mistake, shown as one line)."""
 
 
@@ -90,13 +90,13 @@ def configured_model(model: Model, max_connections: int | None, model_prices: st
     """``model`` with its own bound on requests in flight (``--max-connections``: the ceiling of its
     adaptive limit), whatever the provider, and priced by ``--model-prices`` over the built-in table."""
     if max_connections is not None and max_connections < 1:
-        raise EvalSetupError(f"--max-connections must be at least 1, got {max_connections}.")
+        raise SetupError(f"--max-connections must be at least 1, got {max_connections}.")
     if max_connections is None and model_prices is None:
         return model
     try:
         prices = price_table(model_prices) if model_prices is not None else model.prices
     except PriceFileError as exc:
-        raise EvalSetupError(str(exc)) from None
+        raise SetupError(str(exc)) from None
     configured = Model(model.api, model.config, model.retry, prices)
     configured._slots = ConnectionLimiter(max_connections) if max_connections is not None else model._slots
     return configured

@@ -19,7 +19,7 @@
 - the model endpoint answers (openai and anthropic providers: one ``models.list`` with a short
   timeout; scripted models are not probed).
 
-Each problem is a ``PreflightError`` (an ``EvalSetupError``: the CLI prints one line, exit 1).
+Each problem is a ``PreflightError`` (a ``SetupError``: the CLI prints one line, exit 1).
 """
 
 from __future__ import annotations
@@ -33,19 +33,14 @@ from pydantic import ValidationError
 from orchestrator.dispatch import Dispatcher
 from orchestrator.dispatch._preflight import (
     PROBE_TIMEOUT_S,
+    PreflightError,
     SandboxNeeds,
-    SandboxPreflightError,
     check_fleet,
     check_local_images,
 )
 
-from ._errors import EvalSetupError
 from ._sandboxes import SandboxConfigs
 from ._task_tools import import_hint, worker_tools
-
-
-class PreflightError(EvalSetupError):
-    """A problem found before the eval started (no sample ran)."""
 
 
 def describe_sandbox_error(spec: Any, exc: Exception) -> str:
@@ -160,16 +155,13 @@ async def preflight(task_sandbox: Any, samples: Sequence[Any], *, dispatcher: Di
         needs.root = [str(s.id) for s in samples]
     if solver is not None:
         needs.tools = {name: import_hint(module) for name, module in worker_tools(solver).items()}
-    try:
-        if dispatcher is not None:
-            await dispatcher.preflight(needs)
-        elif embedded:
-            await check_local_images(needs.images, needs.pullable)
-        elif broker_url:
-            await check_fleet(broker_url, needs.images, needs.kinds, needs.pullable, needs.pods, needs.tools,
-                              root=needs.root)
-    except SandboxPreflightError as exc:
-        raise PreflightError(str(exc)) from None
+    if dispatcher is not None:
+        await dispatcher.preflight(needs)
+    elif embedded:
+        await check_local_images(needs.images, needs.pullable)
+    elif broker_url:
+        await check_fleet(broker_url, needs.images, needs.kinds, needs.pullable, needs.pods, needs.tools,
+                          root=needs.root)
 
 
 __all__ = ["PreflightError", "preflight", "probe_model"]

@@ -16,14 +16,14 @@ from collections.abc import Callable, Sequence
 
 from orchestrator.scorer._score import Score, value_to_float
 
-from ._errors import EvalSetupError
+from ._errors import SetupError
 
 Reducer = Callable[[list[Score]], Score]
 DEFAULT_REDUCER = "mean"
 REDUCER_NAMES = "mean, max, median, mode, at_least_K, pass_at_K"
 
 
-class ReducerError(EvalSetupError):
+class ReducerError(SetupError):
     """An unknown ``--epochs-reducer`` name (a user mistake, one line)."""
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ._errors import EvalSetupError
+from ._errors import SetupError
 
 __all__ = ["BROKER_ENV", "REDACTED", "broker_for_retry"]
 
@@ -26,6 +26,6 @@ def broker_for_retry(recorded: str | None, override: str | None, env: Mapping[st
     from_env = env.get(BROKER_ENV)
     if from_env:
         return from_env
-    raise EvalSetupError(f"This eval ran with the broker {recorded}, whose password the log does not keep: "
+    raise SetupError(f"This eval ran with the broker {recorded}, whose password the log does not keep: "
                          f"set {BROKER_ENV} to its full URL (an environment variable, so no password goes in argv) "
                          "and run eval-retry again.")

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator._wire import SandboxSpec
+from orchestrator._errors import ControlFlowSignal, ToolfleetError
+from orchestrator._wire import SandboxSpec, ToolExecutionFatal
 from orchestrator.approval._policy import approval_policy_scope
 from orchestrator.dataset import Sample, sandbox_files_wire
 from orchestrator.dispatch import Dispatcher, SampleRoute, reset_active_dispatcher, set_active_dispatcher, set_route
@@ -43,7 +44,7 @@ from orchestrator.solver._solver import make_generate
 from orchestrator.solver._task_state import TaskState, bind_sample_state, initial_messages
 from orchestrator.util._limit_errors import LimitExceededError, TerminateSampleError
 from orchestrator.util._limits import apply_limits, message_limit, time_limit, token_limit, working_limit
-from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableError, bind_sandbox
+from orchestrator.util._sandbox import SandboxEnvironment, SandboxLostError, SandboxUnavailableError, bind_sandbox
 from orchestrator.util._working import bind_working_clock, reset_working_clock
 
 from ._fork import fork
@@ -55,11 +56,7 @@ from ._task import Task
 CLOSE_TIMEOUT_S = 60.0  # bound on tearing a sandbox down (a dead worker must not hang the eval)
 
 
-class SandboxLostError(RuntimeError):
-    """The sample's sandbox (or the host holding it) went away mid-sample."""
-
-
-class _SampleFailed(Exception):
+class _SampleFailed(ControlFlowSignal):
     def __init__(self, error: EvalError, partial: EvalSample) -> None:
         super().__init__(error.message)
         self.error = error
@@ -344,8 +341,13 @@ def _sandbox_info(config: dict[str, Any], route: SampleRoute) -> dict[str, Any]:
 
 
 def _worded(exc: BaseException) -> bool:
-    """toolfleet's own errors carry a sentence for the user; anything else is shown as Inspect shows it (repr)."""
+    """toolfleet's own errors carry a sentence for the user; anything else is shown as Inspect shows it (repr).
+
+    A tool's own exception re-raised as fatal is the tool's, not ours: ``ToolExecutionFatal`` and the roots
+    every such dual class inherits through it do not count."""
     for cls in type(exc).__mro__:
-        if cls.__module__.split(".")[0] in ("orchestrator", "workers") and cls.__name__ != "ToolExecutionFatal":
+        if cls in (ToolExecutionFatal, ToolfleetError, ControlFlowSignal):
+            continue
+        if cls.__module__.split(".")[0] in ("orchestrator", "workers"):
             return True
     return False

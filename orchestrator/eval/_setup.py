@@ -1,6 +1,6 @@
 """Eval setup at the boundary: pick the dispatcher, check the broker / Docker daemon answer, resolve policies.
 
-Failures here are user mistakes (``EvalSetupError`` subclasses) with one clear sentence.
+Failures here are user mistakes (``SetupError`` subclasses) with one clear sentence.
 """
 
 from __future__ import annotations

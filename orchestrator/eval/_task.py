@@ -18,12 +18,12 @@ from orchestrator.dataset import Dataset, MemoryDataset, Sample, SampleFilesErro
 from orchestrator.model._generate_config import GenerateConfig
 from orchestrator.tool._registry import GENERATED_TASK_MODULE
 
-from ._errors import EvalSetupError
+from ._errors import SetupError
 
 TASK_ATTR = "__toolfleet_task__"
 
 
-class TaskError(EvalSetupError):
+class TaskError(SetupError):
     """A task file or task reference is wrong (a user mistake, shown as one line)."""
 
 
@@ -71,7 +71,7 @@ class Task:
         # What a re-run must match to resume this task's log when its source is not one file (harbor:DIR).
         self.source_hash: str | None = None
         # Called once per run, in a thread, with the samples the run will use, before preflight (a Harbor task
-        # builds their images here); raises an EvalSetupError (one line) when they cannot be prepared.
+        # builds their images here); raises an SetupError (one line) when they cannot be prepared.
         self.prepare: Callable[[list[Sample]], None] | None = None
         # The task's own solvers or scorers run commands as root in its sandboxes (a Harbor task's set-up and
         # verifier): preflight refuses a fleet whose workers do not allow it (--allow-root-user).
@@ -174,7 +174,7 @@ def load_task_file(spec: str, task_args: dict[str, Any] | None = None) -> Task:
     _check_arg_types(factory, args)
     try:
         instance = factory(**args)
-    except EvalSetupError:
+    except SetupError:
         raise
     except Exception as exc:  # a task that cannot be built from these args: one line, not a traceback
         raise TaskError(f"Task '{getattr(factory, TASK_ATTR)}' failed to build"

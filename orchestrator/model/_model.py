@@ -21,11 +21,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar, Token
 from typing import Any, ClassVar, TypeVar
 
+from orchestrator._errors import ToolfleetError
 from orchestrator.log import InfoEvent, ModelEvent, span, transcript
 from orchestrator.tool._tool_call import ToolChoice, ToolFunction
 from orchestrator.tool._tool_def import ToolDef, tool_def
 from orchestrator.tool._tool_info import ToolInfo
 from orchestrator.util._limits import check_message_limit, check_token_limit, record_token_usage, record_turn
+from orchestrator.util._retry import Backoff
 from orchestrator.util._working import report_wait_since, sample_waiting
 from orchestrator.util._timers import arm
 
@@ -35,7 +37,7 @@ from ._concurrency import ConnectionLimiter, LimitChange, Outcome
 from ._generate_config import GenerateConfig, active_generate_config
 from ._model_output import ModelOutput
 from ._pricing import PriceTable, price_table
-from ._providers._retry import RetryPolicy, backoff_delay
+from ._providers._retry import RetryPolicy
 from ._usage import record_model_usage
 
 CONNECTIONS_SOURCE = "model_connections"  # InfoEvent source: the adaptive connection limit changed
@@ -45,7 +47,7 @@ MODEL_ENV = "TOOLFLEET_MODEL"  # fallback for get_model() when no model is activ
 ATTEMPT_TIMEOUT_CEILING = 900.0
 
 
-class ModelError(Exception):
+class ModelError(ToolfleetError):
     """A model call failed for good (non-retryable, or retries exhausted)."""
 
     def __init__(self, model: str, message: str, retries: int = 0, retryable: bool = False) -> None:
@@ -249,12 +251,11 @@ class Model:
     async def _generate_with_retries(self, messages: list[ChatMessage], infos: list[ToolInfo],
                                      choice: ToolChoice | None, cfg: GenerateConfig,
                                      policy: RetryPolicy) -> tuple[ModelOutput, int]:
-        start = time.monotonic()
-        retries = 0
+        backoff = Backoff(policy)
         while True:
             attempt_started = time.monotonic()
             try:
-                return await self._attempt(messages, infos, choice, cfg), retries
+                return await self._attempt(messages, infos, choice, cfg), backoff.retries
             except ModelError:
                 raise
             except Exception as ex:
@@ -262,19 +263,17 @@ class Model:
                 batched = isinstance(ex, BatchError)
                 retryable = ex.retryable if batched else isinstance(ex, TimeoutError) or self.api.should_retry(ex)
                 if not retryable:
-                    raise ModelError(str(self), _describe(ex), retries, False) from ex
-                delay = backoff_delay(policy, retries, self.api.retry_after(ex))
+                    raise ModelError(str(self), _describe(ex), backoff.retries, False) from ex
                 # A batch may take hours: max_elapsed (sized for direct calls) would forbid any retry after one.
-                elapsed = 0.0 if batched else time.monotonic() - start
-                if retries >= policy.max_retries or elapsed + delay > policy.max_elapsed:
-                    raise ModelError(str(self), f"giving up after {retries} retries: {_describe(ex)}",
-                                     retries, True) from ex
+                delay = backoff.delay(self.api.retry_after(ex), count_elapsed=not batched)
+                if delay is None:
+                    raise ModelError(str(self), f"giving up after {backoff.retries} retries: {_describe(ex)}",
+                                     backoff.retries, True) from ex
                 # A failed attempt that is retried, and the backoff after it, are waiting, not working
                 # (Inspect's working time): only the attempt that answers is charged.
                 report_wait_since(attempt_started)
-                retries += 1
                 with sample_waiting():
-                    await asyncio.sleep(delay)
+                    await backoff.sleep(delay)
 
     async def _attempt(self, messages: list[ChatMessage], infos: list[ToolInfo], choice: ToolChoice | None,
                        cfg: GenerateConfig) -> ModelOutput:

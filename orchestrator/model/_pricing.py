@@ -24,6 +24,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from orchestrator._errors import ToolfleetError
+
 from ._model_output import ModelUsage
 
 PRICES_ENV = "TOOLFLEET_MODEL_PRICES"
@@ -86,7 +88,7 @@ BUILTIN_PRICES: dict[str, dict[str, Any]] = {
 }
 
 
-class PriceFileError(ValueError):
+class PriceFileError(ToolfleetError, ValueError):
     """A price file that cannot be read (shown to the user as one line)."""
 
 

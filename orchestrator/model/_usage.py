@@ -1,7 +1,7 @@
 """Token usage accounting: a context-variable chain of ``UsageCounter``s.
 
 The runner of a sample opens a sample-level scope; every nested agent run opens its own scope, so
-its usage starts from zero (seed 003: a child run gets a fresh usage accumulator). Usage recorded in
+its usage starts from zero (a child run gets a fresh usage accumulator). Usage recorded in
 a scope is also added, *as it happens*, to every enclosing scope as a "child" figure, so a
 sample-level token limit sees tokens spent inside a long nested run before that run returns.
 

@@ -1,4 +1,4 @@
-"""Tool-result review (mirrors ``inspect_ai.review``, seed 002).
+"""Tool-result review (mirrors ``inspect_ai.review``).
 
 A reviewer runs after a tool call executed and before its result reaches the model, and decides
 whether the sample may go on: ``continue``, ``terminate`` (an operator limit, like approval's), or

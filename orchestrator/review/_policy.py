@@ -91,7 +91,7 @@ async def review_call(
 
 @contextlib.contextmanager
 def _uncharged(name: str) -> Iterator[None]:
-    """Run a reviewer so its own model calls are not charged to the sample (seed 002).
+    """Run a reviewer so its own model calls are not charged to the sample.
 
     Its tokens go to a usage scope excluded from every enclosing limit (still reported as a child
     figure), and the sample's message/turn/token limits are hidden from it, so a reviewer that runs

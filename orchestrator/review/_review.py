@@ -1,4 +1,4 @@
-"""Review decisions and the reviewer protocol (seed 002)."""
+"""Review decisions and the reviewer protocol."""
 
 from __future__ import annotations
 

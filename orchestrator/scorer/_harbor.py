@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from orchestrator._errors import ToolfleetError
 from orchestrator.util._sandbox import SandboxTimeoutError, sandbox
 
 from ._harbor_rewards import COLLECT, VERIFIER_DIR, RewardError, parse_collected, parse_rewards
@@ -73,7 +74,7 @@ fi
 RUN_TEST = f"/tests/test.sh > {VERIFIER_DIR}/{TEST_STDOUT} 2>&1"
 
 
-class VerifierSetupError(RuntimeError):
+class VerifierSetupError(ToolfleetError, RuntimeError):
     """The verifier could not be set up in the sandbox (one sentence: an infrastructure error, retried)."""
 
 

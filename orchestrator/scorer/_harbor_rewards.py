@@ -22,6 +22,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator._errors import ToolfleetError
+
 __all__ = ["COLLECT", "Collected", "RewardError", "VerifierFile", "parse_collected", "parse_rewards"]
 
 VERIFIER_DIR = "/logs/verifier"
@@ -54,7 +56,7 @@ if [ "$skipped" -gt 0 ]; then echo "X $skipped"; fi
 """
 
 
-class RewardError(ValueError):
+class RewardError(ToolfleetError, ValueError):
     """The verifier's reward file does not say a reward."""
 
 

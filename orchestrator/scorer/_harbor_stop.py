@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator._errors import ToolfleetError
+
 __all__ = ["SWEEP", "AgentProcessesError", "parse_left", "stop_agent_processes"]
 
 SWEEP_TIMEOUT_S = 60.0
@@ -71,7 +73,7 @@ true
 """.replace("MAX_PASSES", str(MAX_PASSES))
 
 
-class AgentProcessesError(RuntimeError):
+class AgentProcessesError(ToolfleetError, RuntimeError):
     """Processes the agent left could not be stopped: the verifier would not run alone, so it does not run."""
 
 

@@ -13,6 +13,7 @@ import json
 import uuid
 from typing import Any
 
+from orchestrator._errors import ToolfleetError
 from orchestrator._wire import CallOutcome, CallRequest
 from orchestrator.util._snapshot import Snapshot, SnapshotError
 from orchestrator.util._sandbox import (
@@ -24,8 +25,9 @@ from orchestrator.util._sandbox import (
 )
 
 
-class SandboxCallError(RuntimeError):
-    """An internal sandbox call failed in a way the ``SandboxEnvironment`` contract has no exception for."""
+class SandboxCallError(ToolfleetError, RuntimeError):
+    """An internal sandbox call (a scorer's command, a proxied exec, file read or write) could not be run, in a
+    way the ``SandboxEnvironment`` contract has no exception for (not: the command ran and failed)."""
 
 
 async def call_sandbox_tool(name: str, arguments: dict[str, Any], route: Any = None) -> CallOutcome:

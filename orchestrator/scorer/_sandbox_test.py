@@ -25,8 +25,7 @@ if TYPE_CHECKING:
 EXPLANATION_TAIL = 4000  # characters of test output kept in the score's explanation
 
 
-class ScorerExecError(RuntimeError):
-    """The scoring command could not be run (not: it ran and failed)."""
+ScorerExecError = SandboxCallError  # its public name in orchestrator.scorer: the scoring command could not be run
 
 
 async def exec_in_sandbox(cmd: list[str], input: str | None = None, files: dict[str, str] | None = None,
@@ -34,15 +33,12 @@ async def exec_in_sandbox(cmd: list[str], input: str | None = None, files: dict[
     """Run ``cmd`` in the current sample's sandbox, wherever it lives. A timeout gives returncode 124."""
     from orchestrator.tool._tools._sandbox_access import SCORER_EXEC_TOOL
 
-    try:
-        outcome = await call_sandbox_tool(SCORER_EXEC_TOOL, {"cmd": cmd, "input": input, "files": files or {},
-                                                             "timeout": timeout})
-    except SandboxCallError as exc:
-        raise ScorerExecError(str(exc)) from exc
+    outcome = await call_sandbox_tool(SCORER_EXEC_TOOL, {"cmd": cmd, "input": input, "files": files or {},
+                                                         "timeout": timeout})
     if outcome.error is not None:
         if outcome.error.type == "sandbox_unavailable":
             raise SandboxUnavailableError(outcome.error.message)
-        raise ScorerExecError(f"Scoring command failed to run ({outcome.error.type}): {outcome.error.message}")
+        raise SandboxCallError(f"Scoring command failed to run ({outcome.error.type}): {outcome.error.message}")
     data = json.loads(str(outcome.result))
     return ExecResult(returncode=data["returncode"], stdout=data["stdout"], stderr=data["stderr"])
 

@@ -12,6 +12,7 @@ without ``solution/solve.sh`` fails its sample, so the summary lists it.
 
 from __future__ import annotations
 
+from orchestrator._errors import ToolfleetError
 from orchestrator.model._model_output import ModelOutput
 from orchestrator.util._limit_errors import LimitExceededError
 from orchestrator.util._sandbox import sandbox
@@ -33,7 +34,7 @@ chmod -R a+rX /solution
 """
 
 
-class HarborOracleError(RuntimeError):
+class HarborOracleError(ToolfleetError, RuntimeError):
     """The oracle could not run (no solution, or it could not be copied in)."""
 
 

@@ -9,8 +9,10 @@ Any other exception raised by a tool is fatal to the sample.
 
 from __future__ import annotations
 
+from orchestrator._errors import ToolfleetError
 
-class ToolError(Exception):
+
+class ToolError(ToolfleetError):
     """Raise from a tool to report an error the model should see and can recover from."""
 
     def __init__(self, message: str) -> None:

@@ -1,4 +1,4 @@
-"""Tool input/output guardrails (seed 004): allow, reject with a replacement message, or raise.
+"""Tool input/output guardrails: allow, reject with a replacement message, or raise.
 
 An input guardrail is ``(call: ToolCall, tool: ToolDef) -> GuardrailResult`` (sync or async) run
 after validation and before execution; an output guardrail is ``(call, output) -> GuardrailResult``
@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel
+
+from orchestrator._errors import ToolfleetError
 
 
 class GuardrailResult(BaseModel):
@@ -30,7 +32,7 @@ class GuardrailResult(BaseModel):
         return cls(behavior="raise", message=message)
 
 
-class ToolGuardrailTripwire(Exception):
+class ToolGuardrailTripwire(ToolfleetError):
     """A guardrail asked to stop the sample."""
 
     def __init__(self, guardrail: str, message: str | None) -> None:

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from orchestrator._errors import ToolfleetError
+
 TimeoutBehavior = Literal["error_as_result", "raise"]
 RunsOn = Literal["worker", "orchestrator"]
 
@@ -84,7 +86,7 @@ def tool_meta(obj: Any) -> ToolMeta | None:
     return getattr(obj, TOOL_META_ATTR, None)
 
 
-class ToolNotRegisteredError(LookupError):
+class ToolNotRegisteredError(ToolfleetError, LookupError):
     """A tool was asked for by a name no factory is registered under."""
 
 

@@ -1,4 +1,6 @@
-"""Utilities shared by tools and agents (mirrors ``inspect_ai.util``)."""
+"""Utilities shared by tools and agents (mirrors ``inspect_ai.util``), and toolfleet's exception roots."""
+
+from orchestrator._errors import ControlFlowSignal, SetupError, ToolfleetError
 
 from ._gc import GcTuning, tune_gc_for_many_samples
 from ._limit_errors import LimitExceededError, TerminateSampleError
@@ -27,6 +29,7 @@ from ._sandbox import (
     ExecResult,
     OutputLimitExceededError,
     SandboxEnvironment,
+    SandboxLostError,
     SandboxTimeoutError,
     SandboxUnavailableError,
     bind_sandbox,
@@ -39,6 +42,7 @@ from ._token_metering import TokenLimit
 from ._sandbox_limits import SandboxEnvironmentLimits, override_max_read_file_size
 
 __all__ = [
+    "ControlFlowSignal",
     "ExecResult",
     "Limit",
     "LimitScope",
@@ -48,11 +52,14 @@ __all__ = [
     "SandboxEnvironment",
     "SampleLimits",
     "SandboxEnvironmentLimits",
+    "SandboxLostError",
     "SandboxTimeoutError",
     "Snapshot",
     "SnapshotError",
     "SandboxUnavailableError",
+    "SetupError",
     "TerminateSampleError",
+    "ToolfleetError",
     "TokenLimit",
     "active_limits",
     "apply_limits",

@@ -22,12 +22,14 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from orchestrator._errors import ToolfleetError
+
 from ._sandbox_config import DockerSandboxConfig
 
 __all__ = ["ComposeError", "config_from_compose", "parse_duration", "read_compose"]
 
 
-class ComposeError(ValueError):
+class ComposeError(ToolfleetError, ValueError):
     """A compose file toolfleet cannot map; the message names the file, the service and the key."""
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
+from orchestrator._errors import ControlFlowSignal
+
 LimitType = Literal["message", "token", "turn", "time", "working", "cost", "operator", "custom", "output"]
 
 
-class LimitExceededError(Exception):
+class LimitExceededError(ControlFlowSignal):
     """A limit was reached (or exceeded). Inside a tool it becomes a ``limit`` error the model sees.
 
     ``value_str``/``limit_str`` are formatted as Inspect formats them: integers with thousands
@@ -26,7 +28,7 @@ class LimitExceededError(Exception):
         super().__init__(self.message)
 
 
-class TerminateSampleError(Exception):
+class TerminateSampleError(ControlFlowSignal, RuntimeError):  # a RuntimeError as Inspect's
     """An operator decision (approval or review ``terminate``) ends the sample as an operator limit."""
 
     def __init__(self, reason: str) -> None:

@@ -15,6 +15,8 @@ from typing import Any, Literal, overload
 
 from pydantic import BaseModel
 
+from orchestrator._errors import ToolfleetError
+
 
 class ExecResult(BaseModel):
     """The outcome of one command: exit code, both streams kept apart, and whether either was capped."""
@@ -29,7 +31,7 @@ class ExecResult(BaseModel):
         return self.returncode == 0
 
 
-class SandboxTimeoutError(TimeoutError):
+class SandboxTimeoutError(ToolfleetError, TimeoutError):
     """A command outlived its timeout; its process group was killed. Partial output is kept.
 
     ``truncated_output`` (Inspect's name) is what the model sees beside the timeout error; when not
@@ -46,7 +48,7 @@ class SandboxTimeoutError(TimeoutError):
         self.truncated_output = truncated_output
 
 
-class OutputLimitExceededError(Exception):
+class OutputLimitExceededError(ToolfleetError):
     """More output than a tool may return (e.g. reading a file larger than the limit)."""
 
     def __init__(self, limit_str: str, truncated_output: str | None = None) -> None:
@@ -55,8 +57,13 @@ class OutputLimitExceededError(Exception):
         self.truncated_output = truncated_output
 
 
-class SandboxUnavailableError(Exception):
+class SandboxUnavailableError(ToolfleetError, RuntimeError):  # a RuntimeError as Inspect's
     """The sandbox (or the worker host holding it) is gone; the sentence says what was lost."""
+
+
+class SandboxLostError(SandboxUnavailableError):
+    """The sample's sandbox, the worker host holding it, or the host holding the snapshot a fork starts
+    from, went away: the sample cannot go on there (it is retried in a new sandbox when it may be)."""
 
 
 class SandboxEnvironment(ABC):

@@ -11,8 +11,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from orchestrator._errors import ToolfleetError
 
-class SnapshotError(RuntimeError):
+
+class SnapshotError(ToolfleetError, RuntimeError):
     """A snapshot could not be taken or used; the sentence says why."""
 
 

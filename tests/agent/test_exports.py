@@ -11,7 +11,7 @@ AGENT_NAMES = {
 LIMIT_NAMES = {
     "LimitExceededError", "apply_limits", "message_limit", "token_limit", "time_limit", "working_limit",
     "turn_limit", "check_limits", "check_message_limit", "record_turn", "record_waiting_time",
-    # names an Inspect port imports (issue 14 item 7)
+    # names an Inspect port imports
     "Limit", "LimitScope", "SampleLimits", "sample_limits", "suspend_turn_limit", "suspend_token_limit",
     "TokenLimit", "subtask",
 }

@@ -1,4 +1,4 @@
-"""Agents behave as in Inspect AI 0.3.285 (issue 14, items 1-7 and ``Model.generate_loop``).
+"""Agents behave as in Inspect AI 0.3.285 (react, handoff, as_tool, limits, ``Model.generate_loop``).
 
 Each test states Inspect's behaviour, checked against a scripted model (no network).
 """

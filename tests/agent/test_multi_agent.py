@@ -1,4 +1,4 @@
-"""handoff, as_tool and nested-run inheritance (SPEC §6.3)."""
+"""handoff, as_tool and nested-run inheritance."""
 
 from __future__ import annotations
 

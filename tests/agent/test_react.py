@@ -1,4 +1,4 @@
-"""react driven by the scripted model (SPEC §6.2), through the parametrised dispatcher."""
+"""react driven by the scripted model, through the parametrised dispatcher."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Approval policies (SPEC §4), through execute_tools over every dispatcher."""
+"""Approval policies, through execute_tools over every dispatcher."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The human approver on a real terminal (SPEC §4 "human approver (console)"), via a pseudo-terminal.
+"""The human approver on a real terminal (``human_approver``), via a pseudo-terminal.
 
 Spawns ``tests/review/console_driver.py approve`` with ``pexpect`` and answers as an operator would.
 """
@@ -66,7 +66,7 @@ def test_unknown_answers_are_asked_again_and_escalate_only_when_offered() -> Non
     child.expect("Explanation")
     child.sendline("")
     out = finish(child)
-    # The only approver escalated: nobody granted approval (SPEC §4).
+    # The only approver escalated: nobody granted approval (as Inspect words it).
     assert "OUTCOME result r0c0: approval: No approval granted for tool shell" in out
 
 

@@ -5,7 +5,7 @@ parallel trivial tool calls (executed in-process, embedded mode), then a submit.
 its own transcript and usage scope, as the eval runner gives it. Each N runs in a fresh subprocess
 so the peak RSS reported is that N's alone.
 
-Targets (issue 18): 5,000 concurrent samples in one process, peak RSS <= 1.2 GB, event-loop lag
+Targets: 5,000 concurrent samples in one process, peak RSS <= 1.2 GB, event-loop lag
 p99 <= 10 ms and max <= 250 ms. ``TOOLFLEET_LOOP_WATCHDOG=<ms>`` prints, on stderr, the stacks that
 kept the loop busy for longer than that and the garbage collector's pauses.
 """

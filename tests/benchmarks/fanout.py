@@ -25,7 +25,7 @@ fleet measurement an installed toolfleet runs (``orchestrator/bench/_stages.py``
 - ``baseline``: the same calls as ``docker exec`` through the Engine API (exec_create + start +
   inspect), same number of sandboxes and calls in flight, same run (docker sandboxes only).
 
-Targets (issue 4): >= 300 calls/s on 2 cores, and >= 15x the docker-exec baseline.
+Targets: >= 300 calls/s on 2 cores, and >= 15x the docker-exec baseline.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ for ``IDLE_S`` before the opens), ``worker_peak_rss_mb`` (largest VmHWM of a wor
 agents are separate processes), ``redis_used_mb``/``redis_peak_mb``, ``orchestrator_peak_rss_mb`` and
 ``slots_left_in_use`` (after every close and the leases given back: must be 0).
 
-Targets (issue 18): >= 1,000 sandboxes open at once on >= 8 workers, errors 0, placement p99 <= 10 ms.
+Targets: >= 1,000 sandboxes open at once on >= 8 workers, errors 0, placement p99 <= 10 ms.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from orchestrator.tool._registry import ToolRef
 from orchestrator.tool._tool_def import tool_def
 from tests.support import sample_tools
 
-BOUND = 30.0  # SPEC §8: a lost host's pending calls resolve within this many seconds
+BOUND = 30.0  # a lost host's pending calls resolve within this many seconds (the dispatcher's liveness watch)
 
 
 def request(function: str, arguments: dict[str, Any] | None = None, sandbox: str | None = None,

@@ -1,4 +1,4 @@
-"""Failure semantics with real processes (SPEC §8, issue 4): no hang, nothing lost, nothing run twice.
+"""Failure semantics with real processes: no hang, nothing lost, nothing run twice.
 
 Each test gets its own redis-server and its own `toolfleet worker` processes (heartbeat every 0.5 s,
 lost after 3 s), so it can SIGKILL, SIGSTOP, SIGTERM or restart them. Bounds are asserted with

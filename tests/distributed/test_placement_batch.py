@@ -134,3 +134,22 @@ async def test_a_caller_that_gives_up_in_flight_leaks_no_slot(own_redis) -> None
         assert int(await redis.hget(names.EVAL_SLOTS, "a") or 0) == 0
     finally:
         await redis.aclose()
+
+
+async def test_a_reservation_pinned_to_a_host_that_is_gone_is_a_lost_sandbox_not_a_wait(own_redis) -> None:  # type: ignore[no-untyped-def]
+    # A fork must open on the host holding its snapshot; that host gone, waiting cannot bring it back.
+    from orchestrator.util import SandboxLostError, SandboxUnavailableError
+    from workers.fleet import SnapshotHostLostError
+
+    redis = Redis.from_url(own_redis.url)
+    try:
+        await _host(redis, "h1", 4)
+        placer = Placer(redis)
+        with pytest.raises(SandboxLostError, match="'h9', which holds the snapshot, is not alive") as lost:
+            await placer.reserve(eval_id="a", only="h9")
+        assert isinstance(lost.value, SandboxUnavailableError) and not isinstance(lost.value, NoCapacityError)
+        assert SnapshotHostLostError is SandboxLostError  # the fleet's public name for it
+        assert (await placer.reserve(eval_id="a", only="h1")).host == "h1"
+        assert await _used(redis, ["h1"]) == {"h1": 1}
+    finally:
+        await redis.aclose()

@@ -138,11 +138,11 @@ def test_image_registry(image: str, registry: str | None) -> None:
         ([REG], "missing", "toolfleet/x:1", "never"),  # a bare name is never pulled
     ],
 )
-def test_worker_policy_narrows_pull_policy(worker_registries, asked, image, admitted) -> None:
-    from workers._admission import WorkerPolicy, admit_sandbox
+def test_admission_narrows_pull_policy(worker_registries, asked, image, admitted) -> None:
+    from workers._admission import AdmissionRules, admit_sandbox
 
-    policy = WorkerPolicy(images=["toolfleet/*", f"{REG}/toolfleet/*"], registries=worker_registries)
-    config = admit_sandbox(policy, {"type": "docker", "image": image, "pull_policy": asked})
+    rules = AdmissionRules(images=["toolfleet/*", f"{REG}/toolfleet/*"], registries=worker_registries)
+    config = admit_sandbox(rules, {"type": "docker", "image": image, "pull_policy": asked})
     assert config["pull_policy"] == admitted
 
 

@@ -1,4 +1,4 @@
-"""A task's own tools on the fleet (issue #18): workers publish what they registered at start, preflight
+"""A task's own tools on the fleet (docs/task-code.md): workers publish what they registered at start, preflight
 names in one line any tool the eval would send to a worker lacking it, and the ways tool code gets onto a
 worker (``--import`` of a module or of a task file, ``--path``, ``--install`` of a wheel) work on real
 worker processes against a real Redis.

@@ -1,4 +1,4 @@
-"""The eval survives any model output (issue 10, item 5): lone surrogates and deep nesting in tool
+"""The eval survives any model output: lone surrogates and deep nesting in tool
 arguments, file texts and assistant text never end the eval; the log stays valid UTF-8 JSON and readable,
 and later samples still run. Real eval, scripted model, embedded local sandbox."""
 

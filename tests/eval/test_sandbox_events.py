@@ -1,4 +1,4 @@
-"""Complete transcripts: every exec in a sample's sandbox is a ``SandboxEvent`` (issue 13).
+"""Complete transcripts: every exec in a sample's sandbox is a ``SandboxEvent`` (docs/log-format.md).
 
 A tool's execs are recorded next to the sandbox (on the worker host, or in this process when embedded),
 travel back with the call's outcome and sit in the tool's span just before its ``ToolEvent``, with the

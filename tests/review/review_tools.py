@@ -95,7 +95,7 @@ def scripted_review(decision: str = "continue", explanation: str | None = None, 
 
 @reviewer
 def no_network() -> Reviewer:
-    """The seed's example: terminate when the output shows the agent reached the network."""
+    """The review design's example: terminate when the output shows the agent reached the network."""
 
     async def review(message, call, result, output, view, history) -> Review:
         if "HTTP/1.1 200" in str(output):

@@ -1,4 +1,4 @@
-"""Seed 002 sentences about agents: handoff review, react(review=), carrying the policy into a sub-agent.
+"""Review rules about agents: handoff review, react(review=), carrying the policy into a sub-agent.
 
 Runs real ``react`` agents driven by scripted models over every dispatcher.
 """

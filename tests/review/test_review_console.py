@@ -1,4 +1,4 @@
-"""The human reviewer on a real terminal (seed 002, "Human reviewer"), driven through a pseudo-terminal.
+"""The human reviewer on a real terminal (``human_reviewer``), driven through a pseudo-terminal.
 
 Each test spawns ``console_driver.py`` with ``pexpect`` (a real pty, so the program sees an interactive
 terminal), reads the prompt it prints and answers it as an operator would.
@@ -75,7 +75,7 @@ def test_s19_dismissing_the_prompt_terminates_the_sample() -> None:
 
 def test_s21_a_model_reviewer_escalates_to_a_human_last_in_the_policy(tmp_path) -> None:
     """"Put it last in the policy so a model reviewer can hand one call's result to a human (an escalate from
-    the last reviewer continues, like any escalation nobody picks up)." The seed's YAML, verbatim."""
+    the last reviewer continues, like any escalation nobody picks up)." The design's YAML example, verbatim."""
     policy = tmp_path / "review.yaml"
     policy.write_text("reviewers:\n  - name: output_monitor\n    tools: \"*\"\n\n  - name: human\n    tools: \"*\"\n")
     child = spawn("review", "--yaml", str(policy), "--calls", "3")
@@ -95,7 +95,7 @@ def test_s21_a_model_reviewer_escalates_to_a_human_last_in_the_policy(tmp_path) 
 
 
 def test_cancelling_a_call_while_a_human_review_is_pending_frees_the_terminal() -> None:
-    """Seed 002 cancellation sentence with a human reviewer: cancelling the call under review stops the
+    """The cancellation rule with a human reviewer: cancelling the call under review stops the
     sample as an operator limit; the prompt is withdrawn and the terminal is free for the next prompt."""
     child = spawn("review", "--rounds", "2")
     child.expect(r"Decision \(")

@@ -1,4 +1,4 @@
-"""Seed 002 sentences about eval- and task-level review: ``Task(review=)``, ``eval(review=)``, ``--review``.
+"""Review rules about eval- and task-level review: ``Task(review=)``, ``eval(review=)``, ``--review``.
 
 Real evals (embedded mode, scripted model) over the task file ``review_task.py``; the CLI is driven on a
 real pseudo-terminal for ``--review human``.
@@ -157,7 +157,7 @@ async def test_s26_eval_cancelling_a_call_under_review_is_an_operator_limit(tmp_
 
     from orchestrator.log import InfoEvent
     from orchestrator.review import cancel_review, pending_reviews
-    from tests.review.test_review_seed002 import blocking_review
+    from tests.review.test_review_rules import blocking_review
 
     run = asyncio.ensure_future(evaluate(task(), tmp_path, dispatcher, review=[ReviewPolicy(blocking_review())]))
     async with asyncio.timeout(30):

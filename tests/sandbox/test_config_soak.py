@@ -1,4 +1,4 @@
-"""Resources stay flat in the number of distinct sandbox configs (issue 18): a worker's ``SandboxHost``
+"""Resources stay flat in the number of distinct sandbox configs: a worker's ``SandboxHost``
 keeps a bounded number of idle drivers, and every docker driver shares its Docker Engine's client,
 threads, host socket and reaper. Soaks through the real ``SandboxHost`` (local: 2,000 configs; docker:
 a few dozen, every kind of field varied) measure this process's threads, fds and RSS."""

@@ -1,4 +1,4 @@
-"""Attack 1 (issue 20): edge values that slipped past the worker's policy.
+"""Edge values that slipped past the worker's admission rules (SECURITY.md, "Broker → worker").
 
 Before: a sandbox ``user`` of ``"00"``, ``"+0"`` or ``"1000:00"`` ran as uid/gid 0, ``bash(user="root")``
 ran as root (exec users were never checked), ``mem_limit "0"``, ``cpus 1e-12`` and ``pids_limit -1`` gave an
@@ -19,7 +19,7 @@ from orchestrator.tool._tool_def import tool_def
 from orchestrator.util._sandbox import SandboxUnavailableError
 from workers._bounds import LIMITS, parse_user, user_refusal
 from workers._exec_user import ExecUserGate
-from workers._admission import PolicyRefused, WorkerPolicy, admit_sandbox
+from workers._admission import AdmissionRefused, AdmissionRules, admit_sandbox
 
 from ._broker_support import broker_fleet, dispatcher, legit_call_works  # noqa: F401
 
@@ -34,10 +34,10 @@ ADMITTED_USERS = {"sandbox": ("sandbox", None), "1000": (1000, None), "1000:1000
 def test_every_spelling_of_root_is_refused(spec) -> None:
     assert user_refusal(spec) is not None
     assert user_refusal(spec, allow_root=True) is None  # the worker's own choice (--allow-root-user)
-    with pytest.raises(PolicyRefused, match="field 'user'"):
-        admit_sandbox(WorkerPolicy(), {"type": "docker", "user": spec})
-    with pytest.raises(PolicyRefused, match="services.db.user"):
-        admit_sandbox(WorkerPolicy(), {"type": "docker", "services": {"db": {"image": "toolfleet/db", "user": spec}}})
+    with pytest.raises(AdmissionRefused, match="field 'user'"):
+        admit_sandbox(AdmissionRules(), {"type": "docker", "user": spec})
+    with pytest.raises(AdmissionRefused, match="services.db.user"):
+        admit_sandbox(AdmissionRules(), {"type": "docker", "services": {"db": {"image": "toolfleet/db", "user": spec}}})
 
 
 @pytest.mark.parametrize("spec", UNREADABLE)
@@ -54,11 +54,11 @@ def test_other_users_parse_and_pass(spec, parsed) -> None:
 
 def test_a_bare_uid_of_a_service_gets_its_own_group_not_root() -> None:
     """Docker runs a uid missing from the image's /etc/passwd with gid 0: the worker names the group."""
-    admitted = admit_sandbox(WorkerPolicy(), {"type": "docker", "services": {"db": {"image": "toolfleet/db", "user": "4321"}}})
+    admitted = admit_sandbox(AdmissionRules(), {"type": "docker", "services": {"db": {"image": "toolfleet/db", "user": "4321"}}})
     assert admitted["services"]["db"]["user"] == "4321:4321"
 
 
-# (field, asked value) -> refused (None) or the admitted value, with WorkerPolicy(max_memory="2g", max_cpus=2, ...).
+# (field, asked value) -> refused (None) or the admitted value, with AdmissionRules(max_memory="2g", max_cpus=2, ...).
 EDGES = {
     ("mem_limit", "0"): None, ("mem_limit", "0g"): None, ("mem_limit", "1k"): None, ("mem_limit", "-1"): None,
     ("mem_limit", "6m"): "6m", ("mem_limit", "64g"): "2g",
@@ -72,7 +72,7 @@ EDGES = {
     ("reap_interval", 30): 30.0, ("acquire_timeout", 1e-9): None, ("acquire_timeout", 1e9): 3600.0,
     ("max_sandboxes", 10**9): 256, ("pool_size", 10**6): 8, ("pool_size", 0): 0, ("warm_spares", 0): 0,
 }
-POLICY = WorkerPolicy(max_memory="2g", max_cpus=2, max_pids=100, max_output_cap=4096, max_ttl=3600)
+RULES = AdmissionRules(max_memory="2g", max_cpus=2, max_pids=100, max_output_cap=4096, max_ttl=3600)
 
 
 @pytest.mark.parametrize("field,value", EDGES.keys(), ids=[f"{f}={v!r}" for f, v in EDGES])
@@ -80,16 +80,16 @@ def test_every_numeric_field_has_both_bounds(field, value) -> None:
     expected = EDGES[(field, value)]
     config = {"type": "docker", field: value}
     if expected is None:
-        with pytest.raises(PolicyRefused, match=field):
-            admit_sandbox(POLICY, config)
+        with pytest.raises(AdmissionRefused, match=field):
+            admit_sandbox(RULES, config)
     else:
-        assert admit_sandbox(POLICY, config)[field] == expected
+        assert admit_sandbox(RULES, config)[field] == expected
 
 
 @pytest.mark.parametrize("field,value", [("mem_limit", "0"), ("cpus", 1e-12), ("pids_limit", -1), ("cpus", 0)])
 def test_service_limits_have_the_same_bounds(field, value) -> None:
-    with pytest.raises(PolicyRefused, match=f"services.db.{field}"):
-        admit_sandbox(POLICY, {"type": "docker", "services": {"db": {"image": "toolfleet/db", field: value}}})
+    with pytest.raises(AdmissionRefused, match=f"services.db.{field}"):
+        admit_sandbox(RULES, {"type": "docker", "services": {"db": {"image": "toolfleet/db", field: value}}})
 
 
 def test_every_numeric_config_field_is_on_the_bounds_table() -> None:

@@ -129,7 +129,7 @@ async def test_forged_result_is_not_believed(broker_fleet, dispatcher, tmp_path)
     wrong = outcome_mac(WRONG_KEYRING, req.call_id, forged)
     client.publish(dispatcher._reply, json.dumps([[req.call_id, wrong, forged]]))
     client.set(names.outcome_key(req.call_id), json.dumps([req.call_id, wrong, forged]))
-    await dispatcher._recheck_outcomes([dispatcher._pending[req.call_id]])
+    await dispatcher._calls.recheck_outcomes([dispatcher._calls.pending[req.call_id]])
     await legit_call_works(dispatcher, broker_fleet)  # a later answer on the same reply channel went through
     assert not fut.done()  # none of the forgeries answered the call
     gate.touch()
@@ -200,7 +200,7 @@ async def test_secret_file_and_rotation(broker_fleet, tmp_path) -> None:  # noqa
             if works:
                 assert outcome.error is None and outcome.result in (2, "2"), outcome
             else:
-                # Refused, and said so at once (issue 20): not a silent wait until the call's deadline.
+                # Refused, and said so at once: not a silent wait until the call's deadline.
                 assert outcome.fatal is not None and outcome.fatal.type == "FleetMisconfigured", outcome
                 assert "rejects this orchestrator's messages (unauthenticated)" in outcome.fatal.message
         assert worker.alive()

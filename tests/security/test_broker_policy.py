@@ -1,7 +1,7 @@
 """Workers decide, messages ask: sandbox configs and tool names a message cannot widen.
 
 Against a real worker started as in production (no ``--allow-local``) and, for the clamp, real
-Docker; plus the policy's table (pure).
+Docker; plus the admission rules' table (pure).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from orchestrator._wire import CallRequest, SandboxSpec
 from orchestrator.tool._registry import ToolRef
 from orchestrator.util._sandbox import SandboxUnavailableError
-from workers._admission import PolicyRefused, WorkerPolicy, admit_sandbox
+from workers._admission import AdmissionRefused, AdmissionRules, admit_sandbox
 
 from ._broker_support import (  # noqa: F401
     BrokerFleet,
@@ -62,29 +62,29 @@ REFUSED_DOCKER = {
 
 
 @pytest.mark.parametrize("fields", REFUSED_DOCKER.values(), ids=REFUSED_DOCKER.keys())
-def test_policy_refuses_what_only_the_worker_may_set(fields) -> None:
-    with pytest.raises(PolicyRefused):
-        admit_sandbox(WorkerPolicy(), {"type": "docker", **fields})
+def test_admission_refuses_what_only_the_worker_may_set(fields) -> None:
+    with pytest.raises(AdmissionRefused):
+        admit_sandbox(AdmissionRules(), {"type": "docker", **fields})
 
 
-def test_policy_refuses_local_unless_the_worker_allows_it() -> None:
-    with pytest.raises(PolicyRefused, match="not enabled"):
-        admit_sandbox(WorkerPolicy(), {"type": "local"})
-    with pytest.raises(PolicyRefused):  # a host directory chosen by a message
-        admit_sandbox(WorkerPolicy(sandbox_types=["local"]), {"type": "local", "root_dir": "/etc"})
-    assert admit_sandbox(WorkerPolicy(sandbox_types=["local"]), {"type": "local"})["type"] == "local"
+def test_admission_refuses_local_unless_the_worker_allows_it() -> None:
+    with pytest.raises(AdmissionRefused, match="not enabled"):
+        admit_sandbox(AdmissionRules(), {"type": "local"})
+    with pytest.raises(AdmissionRefused):  # a host directory chosen by a message
+        admit_sandbox(AdmissionRules(sandbox_types=["local"]), {"type": "local", "root_dir": "/etc"})
+    assert admit_sandbox(AdmissionRules(sandbox_types=["local"]), {"type": "local"})["type"] == "local"
 
 
-def test_policy_clamps_limits_and_keeps_narrowing_asks() -> None:
-    policy = WorkerPolicy(max_memory="2g", max_cpus=1.5, max_pids=100, max_output_cap=1024)
-    admitted = admit_sandbox(policy, {"type": "docker", "mem_limit": "64g", "memswap_limit": "128g", "cpus": 64,
+def test_admission_clamps_limits_and_keeps_narrowing_asks() -> None:
+    rules = AdmissionRules(max_memory="2g", max_cpus=1.5, max_pids=100, max_output_cap=1024)
+    admitted = admit_sandbox(rules, {"type": "docker", "mem_limit": "64g", "memswap_limit": "128g", "cpus": 64,
                                       "pids_limit": 10**6, "output_cap": 10**9, "pool_size": 1000})
     assert (admitted["mem_limit"], admitted["memswap_limit"], admitted["cpus"], admitted["pids_limit"],
-            admitted["output_cap"], admitted["pool_size"]) == ("2g", "2g", 1.5, 100, 1024, policy.max_pool_size)
-    service = admit_sandbox(policy, {"type": "docker", "services": {"db": {
+            admitted["output_cap"], admitted["pool_size"]) == ("2g", "2g", 1.5, 100, 1024, rules.max_pool_size)
+    service = admit_sandbox(rules, {"type": "docker", "services": {"db": {
         "image": "toolfleet/db:1", "mem_limit": "64g", "cpus": 64, "pids_limit": 10**6}}})["services"]["db"]
     assert (service["mem_limit"], service["cpus"], service["pids_limit"]) == ("2g", 1.5, 100)
-    narrow = admit_sandbox(policy, {"type": "docker", "mem_limit": "256m", "cpus": 0.5, "user": "nobody",
+    narrow = admit_sandbox(rules, {"type": "docker", "mem_limit": "256m", "cpus": 0.5, "user": "nobody",
                                     "cap_drop": ["ALL"], "read_only": True, "direct_channel": False})
     assert (narrow["mem_limit"], narrow["cpus"], narrow["user"], narrow["read_only"], narrow["direct_channel"]) == \
         ("256m", 0.5, "nobody", True, False)
@@ -127,7 +127,7 @@ async def test_a_message_never_causes_an_import(broker_fleet, dispatcher) -> Non
     assert outcome.fatal is not None and outcome.fatal.type == "ToolNotRegisteredError"
     assert "--import tests.security._evil_tools" in outcome.fatal.message
     assert outcome.result is None
-    # Importable from the worker's cwd (the repo root): only the policy kept it out.
+    # Importable from the worker's cwd (the repo root): only the worker's tool registry kept it out.
     import importlib.util
 
     assert importlib.util.find_spec("tests.security._evil_tools") is not None

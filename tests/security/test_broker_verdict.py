@@ -30,7 +30,7 @@ def envelope(task: str = names.TASK_CALL, body: str = "W1tdLHt9LHt9XQ==", ring: 
 CASES = {
     "signed toolfleet task": (envelope(), QUEUE, None),
     "on the shared queue": (envelope(dest=names.SHARED_QUEUE), names.SHARED_QUEUE, None),
-    # Replay (issue 20, attack 3): issue time and destination are under the MAC.
+    # Replay (tests/security/test_replay.py): issue time and destination are under the MAC.
     "pushed onto another queue": (envelope(), names.SHARED_QUEUE, "sent to another queue"),
     "pushed onto another host": (envelope(), names.host_queue("h2"), "sent to another queue"),
     "replayed 16 minutes later": (envelope(issued=NOW - 960), QUEUE, "stale: expired (issued 960 s ago, limit 900 s; or clock skew)"),

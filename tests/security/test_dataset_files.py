@@ -1,4 +1,4 @@
-"""Attack 2 (issue 20): an untrusted dataset's ``Sample.files`` reaching the orchestrator host.
+"""An untrusted dataset's ``Sample.files`` reaching the orchestrator host.
 
 Before: a directory source holding a symlink to a 0600 file or to ``/proc/self/environ`` copied it into
 the model's sandbox (``TOOLFLEET_SECRET`` and API keys then also sat in the eval log); ``/proc/kallsyms``

@@ -1,4 +1,4 @@
-"""Attack 5 (issue 20): a full Redis must not lose a finished result.
+"""A full Redis must not lose a finished result.
 
 Before: with ``maxmemory`` reached while a call finished, the result was dropped and never recovered
 after the limit was lifted. Now: the worker PUBLISHes it at once (allowed at maxmemory: a waiting

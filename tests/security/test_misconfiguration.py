@@ -1,4 +1,4 @@
-"""Attack 6 (issue 20): misconfiguration must fail loudly, in one line, within seconds.
+"""Misconfiguration must fail loudly, in one line, within seconds.
 
 Before: a worker with a different secret made the eval hang with no message (only the worker logged
 a rejection); ``eval-retry`` of a run whose broker URL had a password failed with Redis's "invalid

@@ -1,4 +1,4 @@
-"""Attack 3 (issue 20): replaying captured, genuinely signed messages.
+"""Replaying captured, genuinely signed messages.
 
 Before: the MAC covered neither time nor destination, and re-pushing one captured ``open_sandbox``
 five times opened five sandboxes and ran setup five times. Now: the MAC covers the issue time and

@@ -1,4 +1,4 @@
-"""Sandbox → host, the exec channel (issue 10.3): nothing in a sandbox can make the host connect to,
+"""Sandbox → host, the exec channel (SECURITY.md): nothing in a sandbox can make the host connect to,
 or resolve, a path of the sandbox's choosing, and nothing the agent sends can make the host hold
 more than the call can legitimately produce."""
 
@@ -46,7 +46,7 @@ class Bait:
 
 # Everything the sandbox user (and the sandbox's root) can try: swap the mounted socket, and plant
 # absolute symlinks wherever the old protocol put or might put an agent socket — then kill the agent
-# so that a fresh one is started while the links are in place (the race of issue 10.3).
+# so that a fresh one is started while the links are in place (the race workers/sandbox/docker/_direct.py closes).
 PLANT = r"""
 ln -sf {bait} {mounted} 2>/dev/null && echo swapped-socket
 rm -f {mounted} 2>/dev/null && echo removed-socket

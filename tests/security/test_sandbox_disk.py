@@ -1,4 +1,4 @@
-"""Sandbox → host, disk and files (issue 10.8): a sandbox cannot fill the host's disk, the editor
+"""Sandbox → host, disk and files (SECURITY.md): a sandbox cannot fill the host's disk, the editor
 never reads a device or follows a relative path, and every call has a deadline."""
 
 from __future__ import annotations

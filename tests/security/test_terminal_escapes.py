@@ -1,4 +1,4 @@
-"""Attack 4 (issue 20): model and sandbox output driving the operator's terminal.
+"""Model and sandbox output driving the operator's terminal.
 
 Before: ``toolfleet log show --sample`` printed OSC/CSI sequences from tool output unescaped (window
 title, clear screen, clipboard write via OSC 52). Now every CLI path printing such text escapes

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from orchestrator.util import Snapshot, SnapshotError
-from workers._admission import PolicyRefused, WorkerPolicy, admit_sandbox
+from workers._admission import AdmissionRefused, AdmissionRules, admit_sandbox
 from workers.sandbox import sandbox_config
 from workers.sandbox.docker._snapshot import _DENIED, HostSnapshots
 
@@ -27,12 +27,12 @@ def _snap(**kw) -> Snapshot:  # type: ignore[no-untyped-def]
     ({"type": "docker", "image": "toolfleet/snapshot:s1"}, ["myorg/*"], False),
 ])
 def test_a_worker_admits_a_snapshots_own_image_only(config: dict, patterns: list[str], admitted: bool) -> None:
-    policy = WorkerPolicy(images=patterns, sandbox_types=["docker"])
+    rules = AdmissionRules(images=patterns, sandbox_types=["docker"])
     if admitted:
-        assert admit_sandbox(policy, config)["snapshot"]["id"] == "s1"
+        assert admit_sandbox(rules, config)["snapshot"]["id"] == "s1"
     else:
-        with pytest.raises(PolicyRefused, match="image"):
-            admit_sandbox(policy, config)
+        with pytest.raises(AdmissionRefused, match="image"):
+            admit_sandbox(rules, config)
 
 
 @pytest.mark.parametrize("bad", ["../etc", "a b", "", "x" * 65, "s1:latest"])

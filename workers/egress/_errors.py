@@ -4,8 +4,10 @@ errors are translated into it where they are caught."""
 
 from __future__ import annotations
 
+from orchestrator._errors import ToolfleetError
+
 __all__ = ["EgressError"]
 
 
-class EgressError(Exception):
+class EgressError(ToolfleetError):
     """The host could not enforce or release a sandbox's network policy."""

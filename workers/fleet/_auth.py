@@ -30,6 +30,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from orchestrator._errors import ToolfleetError
+
 SECRET_ENV = "TOOLFLEET_SECRET"
 SECRET_FILE_ENV = "TOOLFLEET_SECRET_FILE"
 MAC_HEADER = "toolfleet_mac"  # task message header carrying the MAC
@@ -41,7 +43,7 @@ MIN_SECRET_BYTES = 16
 __all__ = ["Keyring", "MissingSecretError", "load_keyring", "SECRET_ENV", "SECRET_FILE_ENV"]
 
 
-class MissingSecretError(RuntimeError):
+class MissingSecretError(ToolfleetError, RuntimeError):
     """No fleet secret configured (or one too short to be a secret)."""
 
 

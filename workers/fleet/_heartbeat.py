@@ -42,8 +42,8 @@ class HostRecord(BaseModel):
     draining: bool = False
     ts: float = 0.0
     images: list[str] = []  # docker image tags present on the host ([] without Docker)
-    image_patterns: list[str] = []  # images its policy runs (--image); [] = not reported
-    sandbox_types: list[str] = []  # sandbox types its policy runs (docker; local with --allow-local); [] = not reported
+    image_patterns: list[str] = []  # images its admission rules run (--image); [] = not reported
+    sandbox_types: list[str] = []  # sandbox types its admission rules run (docker; local with --allow-local); [] = not reported
     registries: list[str] = []  # registries it pulls missing images from (--registry); [] = it never pulls
     allow_root: bool = False  # a sandbox command may run as root here (--allow-root-user)
 

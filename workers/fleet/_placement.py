@@ -25,7 +25,9 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
+from orchestrator._errors import ToolfleetError
 from orchestrator.util._image_names import pulls_from
+from orchestrator.util._sandbox import SandboxLostError
 
 from . import _names, _reserve
 from ._leases import IDLE_S as LEASE_IDLE_S
@@ -34,7 +36,7 @@ from ._leases import Lease, LeaseKey, Leases, lease_key
 from ._heartbeat import HostRecord
 
 
-class NoCapacityError(Exception):
+class NoCapacityError(ToolfleetError):
     """No live, non-draining worker host has a free sandbox slot."""
 
 
@@ -50,9 +52,7 @@ class SandboxTooLargeError(NoCapacityError):
     """The sandbox has more containers than any live host has slots: waiting cannot help."""
 
 
-class SnapshotHostLostError(SandboxTooLargeError):
-    """The host holding a snapshot is gone: waiting cannot bring it (or the snapshot) back."""
-
+SnapshotHostLostError = SandboxLostError  # its name in workers.fleet: the host holding a snapshot is gone
 
 def slot_weight(config: dict | None) -> int:
     """Slots a sandbox takes on its host: one per container (a multi-service sandbox has several)."""
@@ -251,8 +251,9 @@ class Placer:
                       weight: int = 1, eval_id: str | None = None, only: str | None = None) -> HostRecord:
         """Reserve ``weight`` sandbox slots (one per container) on the best live host; raises
         ``NoCapacityError`` (``SandboxTooLargeError`` when no host could ever take it,
-        ``FairShareError`` when ``eval_id`` holds its fair share and another eval waits;
-        ``SnapshotHostLostError`` when ``only``, the one host allowed, is not alive)."""
+        ``FairShareError`` when ``eval_id`` holds its fair share and another eval waits), or
+        ``SandboxLostError`` when ``only``, the one host allowed (it holds the snapshot), is not alive:
+        waiting cannot bring it back."""
         return (await self.reserve_timed(image, pull_policy, weight, eval_id, only))[0]
 
     async def reserve_timed(self, image: str | Sequence[str] | None = None, pull_policy: str = "missing",
@@ -296,7 +297,7 @@ class Placer:
             if held is not None:
                 return held
         if only is not None and not hosts:
-            raise SnapshotHostLostError(f"Worker host '{only}', which holds the snapshot, is not alive.")
+            raise SandboxLostError(f"Worker host '{only}', which holds the snapshot, is not alive.")
         alive = len(hosts)
         largest = max((h.slots for h in hosts if not h.draining), default=0)
         if alive and weight > largest:

@@ -18,6 +18,8 @@ from typing import Any
 
 import structlog
 
+from orchestrator._errors import ToolfleetError
+
 log = structlog.get_logger("toolfleet.sandbox")
 
 AGENT_PATH = Path(__file__).parent / "_agent" / "agent.py"
@@ -32,7 +34,7 @@ SMALL_FRAME = 64 * 1024
 FRAME_SLACK = 64 * 1024
 
 
-class ChannelClosed(ConnectionError):
+class ChannelClosed(ToolfleetError, ConnectionError):
     """The agent (or its container) went away; pending calls fail with this."""
 
 

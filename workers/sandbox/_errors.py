@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from orchestrator._errors import ToolfleetError
 from orchestrator.tool._errors import ToolError
 from orchestrator.util._sandbox import SandboxUnavailableError
 
@@ -31,7 +32,7 @@ class SandboxCapacityError(SandboxUnavailableError):
     """No sandbox capacity on this host within the acquire timeout."""
 
 
-class SandboxImageError(RuntimeError):
+class SandboxImageError(ToolfleetError, RuntimeError):
     """The sandbox image is not present and could not be obtained."""
 
 

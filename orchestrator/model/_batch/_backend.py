@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from orchestrator._errors import ToolfleetError
 from orchestrator.tool._tool_call import ToolChoice
 from orchestrator.tool._tool_info import ToolInfo
 
@@ -26,7 +27,7 @@ from .._model_output import ModelOutput
 BatchState = Literal["pending", "completed", "failed", "expired", "cancelled"]
 
 
-class BatchError(Exception):
+class BatchError(ToolfleetError):
     """A batched request did not produce an output (its batch failed/expired, or its result was bad)."""
 
     def __init__(self, message: str, retryable: bool = True, status_code: int | None = None) -> None:

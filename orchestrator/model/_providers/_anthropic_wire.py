@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from orchestrator._errors import ToolfleetError
 from orchestrator.tool._content import ContentImage, ContentReasoning, ContentText
 from orchestrator.tool._tool_call import ToolCall, ToolChoice, ToolFunction
 from orchestrator.tool._tool_info import ToolInfo
@@ -37,7 +38,7 @@ from .._tool_call_parse import parse_error_message, parse_tool_call
 DEFAULT_MAX_TOKENS = 4096  # the API requires max_tokens; used when GenerateConfig.max_tokens is unset
 NO_CONTENT = "(no content)"  # the API refuses empty text blocks and empty turns
 
-class MalformedResponseError(ValueError):
+class MalformedResponseError(ToolfleetError, ValueError):
     """A 200 whose body is not a Messages API message (a broken proxy or compatible server)."""
 
 

@@ -1,4 +1,4 @@
-"""The sandbox tools (SPEC §7): ``bash``, ``python`` (parallel), ``text_editor``, ``bash_session`` (serial).
+"""The sandbox tools: ``bash``, ``python`` (parallel), ``text_editor``, ``bash_session`` (serial).
 
 They reach the current sample's sandbox with ``orchestrator.util.sandbox()`` and work on every
 driver. ``orchestrator.tool`` re-exports them lazily (``workers.tools`` too, for compatibility).

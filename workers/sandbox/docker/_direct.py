@@ -1,6 +1,6 @@
 """The direct channel's host end: a unix socket the HOST listens on, bind-mounted read-only into sandboxes.
 
-Why this shape (issue 10.3): the host must never resolve a path inside a sandbox. A socket the agent
+Why this shape (SECURITY.md, "Sandbox → host"): the host must never resolve a path inside a sandbox. A socket the agent
 creates in the container's filesystem, reached through ``/proc/<pid>/root/...``, lets anything in the
 sandbox swap a path component for a symlink that the host then follows in *its own* filesystem. Here
 the host creates the directory (its own, mode 0755) and the socket in it, and only ever *accepts*:

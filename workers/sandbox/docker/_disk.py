@@ -1,4 +1,4 @@
-"""Per-sandbox writable-space cap (issue 10.8): which mechanism this Docker host can enforce, and how.
+"""Per-sandbox writable-space cap (a sandbox must not fill the host's disk): which mechanism this Docker host can enforce, and how.
 
 - ``storage_opt={"size": disk_limit}`` caps the container's own layer (everything it writes anywhere).
   Docker enforces it only with: overlay2 on an xfs backing filesystem mounted with ``pquota``,

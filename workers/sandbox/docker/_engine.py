@@ -3,7 +3,7 @@ and one reaper, however many sandbox configs (drivers) use it.
 
 Every distinct sandbox config gets its own driver (its image, limits, pool of spares). What talks to
 the Engine does not depend on the config, so it lives here, once per Engine URL (``docker_host``) of a
-``HostSandboxes`` (issue 18: 30 configs used to leave 58 threads and 420 fds behind, a client, a thread
+``HostSandboxes`` (when each config had its own, 30 configs left 58 threads and 420 fds behind, a client, a thread
 pool, a listening socket and a reaper per config):
 
 - ``api``: one ``DockerAPI`` (an SDK client and its bounded thread pool). Its threads are the most any

@@ -152,8 +152,8 @@ class Pod:
         while True:
             try:
                 state = (await api.call(api.api.inspect_container, env.container_id))["State"]
-            except NotFound:
-                raise SandboxUnavailableError(f"Service '{name}' was removed while starting.") from None
+            except NotFound as exc:
+                raise SandboxUnavailableError(f"Service '{name}' was removed while starting.") from exc
             if not state.get("Running"):
                 logs = await self._log_tail(env.container_id)
                 raise SandboxUnavailableError(

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from docker.errors import DockerException, ImageNotFound
 
+from orchestrator._errors import ToolfleetError
 from orchestrator.util._image_names import image_registry, pulls_from
 
 from .._errors import SandboxImageError, missing_image_message
@@ -83,13 +84,13 @@ async def pull(api: DockerAPI, image: str, timeout: float = PULL_TIMEOUT_S) -> N
         raise SandboxImageError(f"Pulling sandbox image '{image}' from registry '{image_registry(image)}' took "
                                 f"longer than {timeout:g} s (the Docker daemon may still finish it).") from None
     except _PullFailed as exc:
-        raise SandboxImageError(pull_failure(image, str(exc))) from None
+        raise SandboxImageError(pull_failure(image, str(exc))) from exc
     except DockerException as exc:
         detail = getattr(exc, "explanation", None) or str(exc)
         raise SandboxImageError(pull_failure(image, str(detail))) from exc
 
 
-class _PullFailed(Exception):
+class _PullFailed(ToolfleetError):
     """An error reported inside the pull's progress stream."""
 
 
@@ -127,13 +128,13 @@ class ImagePuller:
         """The image's inspect record, pulled first if it is missing and the policy and registries allow."""
         try:
             return await self._inspect(image)
-        except ImageNotFound:
+        except ImageNotFound as exc:
             refusal = pull_refusal(image, self.registries)  # a bare name, or not a registry this worker pulls from
             if refusal is not None:
-                raise SandboxImageError(refusal) from None
+                raise SandboxImageError(refusal) from exc
             if policy == "never":
                 raise SandboxImageError(f"Sandbox image '{image}' is not on this Docker host and its pull_policy is "
-                                        f"'never': pull or build it there, or use pull_policy 'missing'.") from None
+                                        f"'never': pull or build it there, or use pull_policy 'missing'.") from exc
             await pull(self.api, image)
             return await self._inspect(image)
 

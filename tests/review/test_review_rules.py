@@ -1,9 +1,9 @@
-"""Seed 002 (tool-result review), one test per sentence, run over every dispatcher.
+"""Tool-result review, one rule per test, run over every dispatcher.
 
-Each test's name starts with ``s<NN>`` and its docstring quotes (in English) the sentence of
-/work/shared/seeds/002_fafff2d4f76711b0.txt it checks. Sentences about agents (handoff, react) and
-evals (Task/eval/--review) are covered in ``test_review_agents.py`` and ``test_review_eval.py``;
-the human reviewer's console in ``test_review_console.py``.
+Each test's name starts with ``s<NN>`` (the rules in the order ``orchestrator/review`` states them) and
+its docstring states the rule it checks. Rules about agents (handoff, react) and evals
+(Task/eval/--review) are covered in ``test_review_agents.py`` and ``test_review_eval.py``; the human
+reviewer's console in ``test_review_console.py``.
 """
 
 from __future__ import annotations
@@ -304,7 +304,7 @@ async def test_s14_errors_from_executed_tools_are_reviewed_including_parsing_and
 
 async def test_s22_a_custom_reviewer_is_an_async_function_returning_a_review(dispatcher) -> None:
     """"A reviewer is an async function. It receives the tool call, the call's result and the conversation,
-    and returns a Review." (The seed's ``no_network`` example, registered with ``@reviewer``.)"""
+    and returns a Review." (The design's ``no_network`` example, registered with ``@reviewer``.)"""
     with pytest.raises(TerminateSampleError, match="The agent reached the network."):
         await run(dispatcher, calls(("curl", {"url": "http://example.com"})), review=[ReviewPolicy(rt.no_network(), tools="*")])
     result, transcript = await run(dispatcher, calls(("add", {"x": 1, "y": 1})), review=[ReviewPolicy(rt.no_network())])
