@@ -42,7 +42,7 @@ __all__ = ["AgentProcessesError", "RewardError", "VerifierSetupError", "harbor_v
            "resolve_env"]
 
 PREPARE_TIMEOUT_S = 120.0
-COLLECT_TIMEOUT_S = 60.0
+COLLECT_TIMEOUT_S = 120.0
 EXPLANATION_TAIL = 4000
 TEST_STDOUT = "test-stdout.txt"
 
@@ -94,7 +94,8 @@ async def _checked(box: Any, cmd: list[str], what: str, **kwargs: Any) -> str:
 
 
 async def _verifier_uid(box: Any, user: str | None) -> str:
-    return (await _checked(box, ["id", "-u"], "find the verifier's user", user=user, timeout=30)).strip()
+    return (await _checked(box, ["id", "-u"], "find the verifier's user", user=user,
+                           timeout=PREPARE_TIMEOUT_S)).strip()
 
 
 @scorer(metrics=[mean(), stderr()], name="harbor")

@@ -29,7 +29,7 @@ from orchestrator._errors import ToolfleetError
 
 __all__ = ["SWEEP", "AgentProcessesError", "parse_left", "stop_agent_processes"]
 
-SWEEP_TIMEOUT_S = 60.0
+SWEEP_TIMEOUT_S = 120.0  # a bound, not a duration: a sweep takes well under a second
 MAX_PASSES = 8
 
 SWEEP = r"""
