@@ -15,6 +15,8 @@ WORKERS=${WORKERS:-2}
 export FLEET_WORKERS=$WORKERS EVAL_LIMIT=${EVAL_LIMIT:-6} COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-toolfleet-smoke}
 LOGS=$(mktemp -d)
 export TOOLFLEET_LOG_DIR=$LOGS   # the orchestrator's /logs
+# The workers (host network) reach Redis on a port published on the host's loopback: a free one.
+export REDIS_HOST_PORT=${REDIS_HOST_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 trap 'timeout 180 $COMPOSE down -v --remove-orphans >/dev/null 2>&1 || true; rm -f deploy/docker/extra-ca.crt' EXIT
 
 deploy/make-secrets.sh

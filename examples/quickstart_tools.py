@@ -12,7 +12,7 @@ import asyncio
 
 from rich.console import Console
 
-from orchestrator.log import Transcript, ToolEvent, bind_transcript
+from orchestrator.log import ToolEvent, Transcript, bind_transcript
 from orchestrator.model import ChatMessageAssistant, ChatMessageUser, execute_tools
 from orchestrator.tool import ToolCall, ToolError, tool
 

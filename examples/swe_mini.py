@@ -110,10 +110,10 @@ def make_sample(name: str, copy: int = 0, images: bool = True) -> Sample:
     )
 
 
-# The "api" sample's sandbox has two containers (a pod): the agent's box, where tools run, and the
-# price service its client queries as http://api:8080. They share one network namespace with nothing
-# but loopback (no route out), "api" resolves to 127.0.0.1 there, and the sample starts only once the
-# service's healthcheck passes. Its scorer also reads the service's request log with sandbox("api").
+# The "api" sample's sandbox has two containers, as compose runs them: the agent's box, where tools
+# run, and the price service its client queries as http://api:8080 (each in its own namespace on the
+# sandbox's own network, no route out), and the sample starts only once the service's healthcheck
+# passes. Its scorer also reads the service's request log with sandbox("api").
 SERVICE_LOG = "/tmp/requests.log"
 SERVICES: dict[str, dict[str, Any]] = {
     "api": {"api": {

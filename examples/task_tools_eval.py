@@ -9,14 +9,14 @@ carry it in their image:
 Workers without it are refused before any sample starts (preflight), in one line.
 """
 
+from shouty.tools import shout
+
 from orchestrator.dataset import Sample
 from orchestrator.eval import Task, task
 from orchestrator.model import ChatMessageAssistant, ModelOutput, execute_tools
 from orchestrator.scorer import includes
 from orchestrator.solver import Generate, TaskState, solver
 from orchestrator.tool import ToolCall
-
-from shouty.tools import shout
 
 
 @solver
@@ -37,4 +37,5 @@ def call_shout():
 @task
 def shouting() -> Task:
     words = ("hi", "fleet", "tools")
-    return Task(dataset=[Sample(input=w, target=w.upper() + "!") for w in words], solver=call_shout(), scorer=includes())
+    return Task(dataset=[Sample(input=w, target=w.upper() + "!") for w in words], solver=call_shout(),
+                scorer=includes())

@@ -115,4 +115,4 @@ class NamedFactories(Generic[F]):
             raise ValueError(f"Unknown {self.kind} '{name}' (registered: {known}).") from None
 
     def name_of(self, instance: Any) -> str:
-        return getattr(instance, self._attr, None) or getattr(instance, "__name__", type(instance).__name__)
+        return str(getattr(instance, self._attr, None) or getattr(instance, "__name__", type(instance).__name__))

@@ -7,7 +7,7 @@ Plain JSON models, versioned: no pickles, no class paths. Errors that reach the 
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -15,11 +15,11 @@ from orchestrator._errors import ToolfleetError
 from orchestrator.tool._content import ContentImage, ContentText
 from orchestrator.tool._registry import TimeoutBehavior, ToolRef
 from orchestrator.tool._tool_call import ToolCallError
-from orchestrator.util._sandbox_recorder import SandboxExec  # defined with its recorder; travels in CallOutcome
+from orchestrator.util._sandbox_recorder import SandboxExec as SandboxExec  # defined with its recorder; in CallOutcome
 
 WIRE_VERSION = 1
 
-WireResult = Union[str, int, float, bool, ContentText, ContentImage, list[Union[ContentText, ContentImage, str]], None]
+WireResult = str | int | float | bool | ContentText | ContentImage | list[ContentText | ContentImage | str] | None
 
 
 class CallRequest(BaseModel):

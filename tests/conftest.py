@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import AsyncIterator
 
 import hypothesis  # noqa: F401  (imported here, at a shallow stack: its pytest plugin otherwise imports it
+
 # lazily in the terminal summary, where CPython 3.11.7's AST depth check fails on a deep stack)
 import pytest
 
-import signal
-
 from orchestrator.dispatch import InProcessDispatcher, reset_active_dispatcher, set_active_dispatcher
 from orchestrator.log import Transcript, bind_transcript
-from tests.support.fleet_fixtures import own_redis, fleet, redis_server, session_worker  # noqa: F401  (fixtures)
+from tests.support.fleet_fixtures import fleet, own_redis, redis_server, session_worker  # noqa: F401  (fixtures)
 from tests.support.prerequisites import _docker_marked_tests_have_the_image, sandbox_image  # noqa: F401  (fixtures)
 
 # Fails a test that starts a process without a marker taking it out of the fast loop (see the module).

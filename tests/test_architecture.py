@@ -88,7 +88,8 @@ def module_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
                     parts = package.split(".")
                     parts = parts[: len(parts) - (node.level - 1)]
                     base = ".".join([*parts, *([node.module] if node.module else [])])
-                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+                targets = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
             deps.update(m for m in (_owning_module(t, modules) for t in targets) if m and m != name)
         graph[name] = deps
     return graph
@@ -109,7 +110,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
                 colour[path.pop()] = 2
                 iters.pop()
             elif colour.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return [*path[path.index(nxt):], nxt]
             elif not colour.get(nxt):
                 colour[nxt] = 1
                 path.append(nxt)
@@ -155,7 +156,8 @@ def test_no_import_cycles_in_the_product() -> None:
 # package and the packages of the layers below its own; packages sharing a layer may not import each
 # other. Imports inside functions count; imports under ``if TYPE_CHECKING:`` do not.
 LAYERS: list[tuple[str, ...]] = [
-    ("orchestrator", "orchestrator._ids", "orchestrator._glob", "orchestrator._errors"),  # the root module holds only __version__
+    # the root module holds only __version__
+    ("orchestrator", "orchestrator._ids", "orchestrator._glob", "orchestrator._errors"),
     ("orchestrator.util",),
     ("orchestrator.tool",),
     ("orchestrator._wire",),
@@ -177,8 +179,8 @@ LAYERS: list[tuple[str, ...]] = [
 # lower package never loads the higher one. importer: (the package it reaches, the names, why)
 LAZY_UPWARD: dict[str, tuple[str, tuple[str, ...], str]] = {
     "orchestrator.model": ("orchestrator.execute", ("ExecuteToolsResult", "execute_tools"),
-                           "Inspect's path (inspect_ai.model.execute_tools) to the engine, which asks "
-                           "approvers and reviewers, and those use models"),
+                           ("Inspect's path (inspect_ai.model.execute_tools) to the engine, which asks "
+                            "approvers and reviewers, and those use models")),
     "orchestrator.model._model": ("orchestrator.execute", ("execute_tools",),
                                   "Model.generate_loop (Inspect's API) runs the tool calls it generates"),
 }
@@ -224,15 +226,15 @@ def layer_violations(graph: dict[str, set[str]], layers: list[tuple[str, ...]],
     [
         ({"orchestrator.model._a": {"orchestrator.util._b", "orchestrator.model._c"}}, None, []),
         ({"orchestrator.util._b": {"orchestrator.model._a"}}, None,
-         ["orchestrator.util._b imports orchestrator.model._a: up, from layer 1 (orchestrator.util) "
-          "to layer 3 (orchestrator.model, orchestrator.dispatch)"]),
+         [("orchestrator.util._b imports orchestrator.model._a: up, from layer 1 (orchestrator.util) "
+           "to layer 3 (orchestrator.model, orchestrator.dispatch)")]),
         ({"orchestrator.model._a": {"orchestrator.dispatch"}}, None,
-         ["orchestrator.model._a imports orchestrator.dispatch: sideways, from layer 3 (orchestrator.model, "
-          "orchestrator.dispatch) to layer 3 (orchestrator.model, orchestrator.dispatch)"]),
+         [("orchestrator.model._a imports orchestrator.dispatch: sideways, from layer 3 (orchestrator.model, "
+           "orchestrator.dispatch) to layer 3 (orchestrator.model, orchestrator.dispatch)")]),
         ({"orchestrator.util": {"orchestrator.model._a"}}, {"orchestrator.util": "orchestrator.model"}, []),
         ({"orchestrator.util._b": {"orchestrator.model._a"}}, {"orchestrator.util": "orchestrator.model"},
-         ["orchestrator.util._b imports orchestrator.model._a: up, from layer 1 (orchestrator.util) "
-          "to layer 3 (orchestrator.model, orchestrator.dispatch)"]),
+         [("orchestrator.util._b imports orchestrator.model._a: up, from layer 1 (orchestrator.util) "
+           "to layer 3 (orchestrator.model, orchestrator.dispatch)")]),
         ({"workers.sandbox.x": {"orchestrator.util._b"}, "orchestrator.dispatch": {"workers.y"}}, None, []),
         ({"orchestrator.new._a": {"orchestrator.util"}}, None,
          ["orchestrator.new._a: its package orchestrator.new is in no layer"]),
@@ -411,7 +413,8 @@ def test_tool_message_fields() -> None:
     from orchestrator.model import ChatMessageTool
     from orchestrator.tool import ToolCallError
 
-    msg = ChatMessageTool(content="out", tool_call_id="c1", function="bash", error=ToolCallError(type="timeout", message="m"))
+    msg = ChatMessageTool(content="out", tool_call_id="c1", function="bash",
+                          error=ToolCallError(type="timeout", message="m"))
     assert (msg.text, msg.tool_call_id, msg.function, msg.error.type) == ("out", "c1", "bash", "timeout")
 
 

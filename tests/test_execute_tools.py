@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from orchestrator._wire import ToolExecutionFatal
@@ -63,7 +65,7 @@ async def test_parallel_runs_concurrently_and_serial_calls_are_barriers(dispatch
     ]
     result, _ = await run_turn(dispatcher, calls(*specs), ALL_TOOLS)
     assert [m.text for m in result.messages] == ["p1", "p2", "s", "p3"]
-    lines = [line.rsplit(" ", 1)[0] for line in open(log).read().splitlines()]
+    lines = [line.rsplit(" ", 1)[0] for line in Path(log).read_text().splitlines()]
     # p1 and p2 overlap (both start before either ends); s starts after both end; p3 after s ends.
     assert set(lines[:2]) == {"start p1", "start p2"}
     assert lines.index("start s") > max(lines.index("end p1"), lines.index("end p2"))
@@ -72,10 +74,11 @@ async def test_parallel_runs_concurrently_and_serial_calls_are_barriers(dispatch
 
 async def test_unknown_tool_is_a_parsing_error_and_a_barrier(dispatcher, tmp_path) -> None:
     log = str(tmp_path / "log")
-    specs = [("record", {"path": log, "label": "a", "delay": 0.1}), ("nope", {}), ("record", {"path": log, "label": "b"})]
+    specs = [("record", {"path": log, "label": "a", "delay": 0.1}), ("nope", {}),
+             ("record", {"path": log, "label": "b"})]
     result, _ = await run_turn(dispatcher, calls(*specs), ALL_TOOLS)
     assert errors(result) == [None, ("parsing", "Tool nope not found"), None]
-    lines = [line.rsplit(" ", 1)[0] for line in open(log).read().splitlines()]
+    lines = [line.rsplit(" ", 1)[0] for line in Path(log).read_text().splitlines()]
     assert lines == ["start a", "end a", "start b", "end b"]
 
 
@@ -95,8 +98,8 @@ async def test_fatal_error_cancels_siblings_and_skips_later_stages(dispatcher, t
 
 
 async def test_fatal_error_records_cancelled_events(dispatcher) -> None:
-    from orchestrator.log import Transcript, bind_transcript
     from orchestrator.dispatch import reset_active_dispatcher, set_active_dispatcher
+    from orchestrator.log import Transcript, bind_transcript
     from orchestrator.model import execute_tools
     from tests.support.execution import turn
 
@@ -117,7 +120,7 @@ async def test_parse_error_and_validation_errors(dispatcher) -> None:
         ToolCall(id="a", function="add", arguments={}, parse_error="Malformed JSON in arguments"),
         ToolCall(id="b", function="add", arguments={"x": "one", "y": 2, "z": 3}),
     ]
-    result, transcript = await run_turn(dispatcher, tool_calls, ALL_TOOLS)
+    result, _transcript = await run_turn(dispatcher, tool_calls, ALL_TOOLS)
     assert errors(result)[0] == ("parsing", "Malformed JSON in arguments")
     kind, message = errors(result)[1]
     assert kind == "parsing"
@@ -129,8 +132,10 @@ async def test_deeply_nested_arguments_are_rejected(dispatcher) -> None:
     value: object = 1
     for _ in range(101):
         value = [value]
-    result, _ = await run_turn(dispatcher, [ToolCall(id="a", function="add", arguments={"x": value, "y": 1})], ALL_TOOLS)
-    assert errors(result)[0] == ("parsing", "Error parsing tool call arguments: arguments exceed the maximum supported nesting depth of 100")
+    result, _ = await run_turn(dispatcher, [ToolCall(id="a", function="add", arguments={"x": value, "y": 1})],
+                               ALL_TOOLS)
+    assert errors(result)[0] == ("parsing", ("Error parsing tool call arguments: arguments exceed the maximum "
+                                             "supported nesting depth of 100"))
 
 
 async def test_deserialisation_on_the_executing_side(dispatcher) -> None:
@@ -149,7 +154,8 @@ async def test_deserialisation_on_the_executing_side(dispatcher) -> None:
 
 
 async def test_kwargs_tool_receives_all_arguments(dispatcher) -> None:
-    params = ToolParams(properties={"a": {"type": "integer", "description": "a"}, "b": {"type": "string", "description": "b"}})
+    params = ToolParams(properties={"a": {"type": "integer", "description": "a"},
+                                    "b": {"type": "string", "description": "b"}})
     tool = ToolDef(st.passthrough(), parameters=params)
     result, _ = await run_turn(dispatcher, calls(("passthrough", {"a": 1, "b": "x"})), [tool])
     assert result.messages[0].text == "a=1,b='x'"
@@ -172,7 +178,7 @@ async def test_per_tool_max_output_wins_and_zero_disables(dispatcher) -> None:
 
 
 async def test_default_limit_is_16_kib(dispatcher) -> None:
-    result, transcript = await run_turn(dispatcher, calls(("text_of_size", {"n": 16 * 1024 + 1})), ALL_TOOLS)
+    _result, transcript = await run_turn(dispatcher, calls(("text_of_size", {"n": 16 * 1024 + 1})), ALL_TOOLS)
     assert transcript.find(ToolEvent)[0].truncated == (16 * 1024 + 1, 16 * 1024)
 
 
@@ -208,13 +214,15 @@ async def test_disabled_tool_is_hidden_and_a_parsing_error(dispatcher) -> None:
 
 async def test_guardrails(dispatcher) -> None:
     def no_big_numbers(call, tool):
-        return GuardrailResult.reject("Numbers over 100 are not allowed.") if call.arguments["x"] > 100 else GuardrailResult.allow()
+        if call.arguments["x"] > 100:
+            return GuardrailResult.reject("Numbers over 100 are not allowed.")
+        return GuardrailResult.allow()
 
     def redact(call, output):
         return GuardrailResult.reject("[redacted]") if "3" in str(output) else GuardrailResult.allow()
 
     guarded = ToolDef(st.add(), input_guardrails=[no_big_numbers], output_guardrails=[redact])
-    result, transcript = await run_turn(
+    result, _transcript = await run_turn(
         dispatcher, calls(("add", {"x": 101, "y": 1}), ("add", {"x": 1, "y": 2}), ("add", {"x": 1, "y": 1})), [guarded])
     assert [m.text for m in result.messages] == ["Numbers over 100 are not allowed.", "[redacted]", "2"]
     assert [m.error for m in result.messages] == [None, None, None]
@@ -227,14 +235,16 @@ async def test_guardrails(dispatcher) -> None:
 async def test_tool_events_carry_timing_and_arguments(dispatcher) -> None:
     _, transcript = await run_turn(dispatcher, calls(("add", {"x": 2, "y": 5})), ALL_TOOLS)
     [event] = transcript.find(ToolEvent)
-    assert (event.id, event.function, event.arguments, event.result, event.error) == ("c0", "add", {"x": 2, "y": 5}, "7", None)
+    recorded = (event.id, event.function, event.arguments, event.result, event.error)
+    assert recorded == ("c0", "add", {"x": 2, "y": 5}, "7", None)
     assert event.started <= event.completed and event.working_time >= 0
 
 
 async def test_only_the_last_assistant_message_is_executed(dispatcher) -> None:
     from orchestrator.model import ChatMessageAssistant, ChatMessageUser, execute_tools
 
-    messages = [ChatMessageAssistant(content="", tool_calls=calls(("add", {"x": 1, "y": 1}))), ChatMessageUser(content="hi")]
+    messages = [ChatMessageAssistant(content="", tool_calls=calls(("add", {"x": 1, "y": 1}))),
+                ChatMessageUser(content="hi")]
     assert (await execute_tools(messages, ALL_TOOLS)).messages == []
 
 

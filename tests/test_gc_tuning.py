@@ -7,8 +7,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from orchestrator.util import tune_gc_for_many_samples
-from orchestrator.util import GcTuning
+from orchestrator.util import GcTuning, tune_gc_for_many_samples
 from orchestrator.util._gc import MANY_SAMPLES_THRESHOLDS
 
 

@@ -51,7 +51,8 @@ async def test_modify_without_a_call_is_not_run(dispatcher) -> None:
     result, transcript = await run_turn(dispatcher, ADD, TOOLS, approval=[ApprovalPolicy(deciding("modify"), "*")])
     error = result.messages[0].error
     assert (error.type, error.message) == (
-        "approval", "The approver chose to modify this tool call but supplied no modified call, so the call was not run.")
+        "approval",
+        "The approver chose to modify this tool call but supplied no modified call, so the call was not run.")
     assert transcript.find(ToolEvent)[0].result == ""
 
 
@@ -100,7 +101,7 @@ async def test_an_empty_policy_approves(dispatcher) -> None:
 
 async def test_termination_without_a_reason_uses_inspects_text(dispatcher) -> None:
     policy = [ApprovalPolicy(deciding("terminate"), "*")]
-    with pytest.raises(TerminateSampleError, match="^Tool call approver requested termination.$"):
+    with pytest.raises(TerminateSampleError, match=r"^Tool call approver requested termination\.$"):
         await run_turn(dispatcher, ADD, TOOLS, approval=policy)
 
 

@@ -134,7 +134,7 @@ async def test_validation_does_not_write_defaults_into_the_models_call() -> None
     assert turn[0].tool_calls[0].arguments == {"name": "ada"}
 
 
-@pytest.mark.parametrize("make, text", [
+@pytest.mark.parametrize(("make", "text"), [
     ("message_limit", "Message limit value must be a non-negative integer or None: -1"),
     ("token_limit", "Token limit value must be a non-negative integer or None: -1"),
     ("time_limit", "Time limit value must be a non-negative float or None: -1"),
@@ -142,7 +142,7 @@ async def test_validation_does_not_write_defaults_into_the_models_call() -> None
 def test_negative_limits_are_refused_in_inspects_words(make: str, text: str) -> None:
     import orchestrator.util as util
 
-    with pytest.raises(ValueError) as raised:
+    with pytest.raises(ValueError) as raised:  # noqa: PT011 - the exact message is asserted below
         getattr(util, make)(-1)
     assert str(raised.value) == text
 

@@ -9,6 +9,7 @@ from orchestrator.eval import Task
 from orchestrator.eval._log_file import EvalSample
 from orchestrator.log import ModelEvent, ToolEvent, Transcript, bind_transcript
 from orchestrator.model import (
+    ChatMessageAssistant,
     ContentDocument,
     ContentReasoning,
     ContentToolUse,
@@ -19,9 +20,12 @@ from orchestrator.model import (
     ModelOutput,
     get_model,
 )
-from orchestrator.model import ChatMessageAssistant
-from orchestrator.util import OutputLimitExceededError, SandboxEnvironment, SandboxEnvironmentLimits
-from orchestrator.util import override_max_read_file_size
+from orchestrator.util import (
+    OutputLimitExceededError,
+    SandboxEnvironment,
+    SandboxEnvironmentLimits,
+    override_max_read_file_size,
+)
 from tests.support import sample_tools as st
 from tests.support.execution import calls, run_turn
 
@@ -66,7 +70,8 @@ def test_eval_sample_transcript_is_its_events() -> None:
 
 
 async def test_tool_event_names_its_message_and_is_not_pending() -> None:
-    result, transcript = await run_turn(InProcessDispatcher(), calls(("add", {"x": 1, "y": 2}), ("nope", {})), [st.add()])
+    result, transcript = await run_turn(InProcessDispatcher(), calls(("add", {"x": 1, "y": 2}), ("nope", {})),
+                                        [st.add()])
     events = transcript.find(ToolEvent)
     assert [e.message_id for e in events] == [m.id for m in result.messages]
     assert [e.pending for e in events] == [None, None]

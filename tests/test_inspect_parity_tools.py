@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Optional, TypedDict
 
 import pytest
@@ -38,7 +38,7 @@ class Plain:
 
 @tool
 def parity_probe():
-    async def execute(kind: str, when: Optional[datetime] = None, obj: Optional[Plain] = None) -> str:
+    async def execute(kind: str, when: Optional[datetime] = None, obj: Optional[Plain] = None) -> str:  # noqa: UP045 - tool authors write typing.Optional: its schema is under test
         """Probe a behaviour.
 
         Args:
@@ -72,7 +72,8 @@ async def probe(arguments: dict, **kwargs):
 
 async def test_execute_tools_result_unpacks_and_keeps_attributes() -> None:
     history = [ChatMessageUser(content="hi"),
-               ChatMessageAssistant(content="", tool_calls=[ToolCall(id="a", function="add", arguments={"x": 1, "y": 2})])]
+               ChatMessageAssistant(content="",
+                                    tool_calls=[ToolCall(id="a", function="add", arguments={"x": 1, "y": 2})])]
     messages, output = await execute_tools(history, [st.add()])
     assert [m.text for m in messages] == ["3"] and output is None
     result = await execute_tools(history, [st.add()])
@@ -101,7 +102,7 @@ class Point(BaseModel):
 @dataclass
 class Box:
     w: int
-    h: Optional[int] = None
+    h: Optional[int] = None  # noqa: UP045 - tool authors write typing.Optional: its schema is under test
 
 
 class Shape(TypedDict):
@@ -190,7 +191,7 @@ async def test_naive_datetime_argument_becomes_utc() -> None:
 
 
 def test_tool_prompt_is_appended_to_the_description() -> None:
-    with pytest.warns(DeprecationWarning):
+    with pytest.warns(DeprecationWarning, match=r"@tool\(prompt=\.\.\.\) is deprecated"):
         @tool(prompt="Use it   wisely.")
         def prompted():
             async def execute() -> str:
@@ -217,7 +218,7 @@ async def test_uncaught_exception_keeps_its_type() -> None:
 
 
 async def test_uncaught_builtin_exception_keeps_its_type_on_every_dispatcher(dispatcher) -> None:
-    with pytest.raises(RuntimeError, match="^boom$"):
+    with pytest.raises(RuntimeError, match=r"^boom$"):
         await run_turn(dispatcher, calls(("fail", {"kind": "fatal"})), [st.fail()])
 
 
@@ -348,4 +349,4 @@ def test_naive_datetime_helper_is_utc() -> None:
     from orchestrator.tool._tool_def import deserialize_arguments
 
     parsed = ToolDef(parity_probe()).parsed
-    assert deserialize_arguments(parsed, {"kind": "k", "when": "2024-01-01T00:00:00"})["when"].tzinfo == timezone.utc
+    assert deserialize_arguments(parsed, {"kind": "k", "when": "2024-01-01T00:00:00"})["when"].tzinfo == UTC

@@ -36,7 +36,8 @@ async def test_a_stall_is_reported_with_the_stack_that_caused_it() -> None:
     assert watchdog._on_gc not in gc.callbacks  # stopped: nothing left behind
 
 
-async def test_off_unless_asked_and_a_bad_value_says_so(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_off_unless_asked_and_a_bad_value_says_so(monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv(ENV_VAR, raising=False)
     assert watchdog_from_env() is None
     monkeypatch.setenv(ENV_VAR, "fast")

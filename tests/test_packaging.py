@@ -42,7 +42,8 @@ def test_benchmarks_and_their_fleet_import_without_pytest() -> None:
     # A wheel install runs the checkout's benchmarks with no test dependencies installed.
     modules = ["tests.support.fleet", "tests.benchmarks._suite", "tests.benchmarks._broker",
                *(f"tests.benchmarks.{p.stem}" for p in sorted((ROOT / "tests" / "benchmarks").glob("[!_]*.py")))]
-    code = "import importlib, sys\nsys.modules['pytest'] = None\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
+    code = ("import importlib, sys\nsys.modules['pytest'] = None\n"
+            "for m in sys.argv[1:]:\n    importlib.import_module(m)\n")
     done = subprocess.run([sys.executable, "-c", code, *modules], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
 

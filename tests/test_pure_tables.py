@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from orchestrator._glob import match_call
-from orchestrator.tool._depth import exceeds_max_depth
 from orchestrator.execute._planner import plan_stages
 from orchestrator.model._truncate import ENVELOPE, effective_limit, truncate_output
 from orchestrator.tool import ToolApprovalError, ToolError, ToolParsingError
-from orchestrator.util import LimitExceededError, OutputLimitExceededError, SandboxUnavailableError
 from orchestrator.tool._classify import classify_exception
+from orchestrator.tool._depth import exceeds_max_depth
+from orchestrator.util import LimitExceededError, OutputLimitExceededError, SandboxUnavailableError
 from workers.sandbox._channel import _seconds
 
 PARALLEL = {"bash", "python", "p"}
@@ -131,7 +131,8 @@ def test_other_exceptions_are_fatal(exc: BaseException) -> None:
         ("bash(command='rm*')", "python", {"command": "rm x"}, False),
         ("bash(command='rm*')", "bash", {}, False),
         ("text_editor(command='view', path='/etc/*')", "text_editor", {"command": "view", "path": "/etc/passwd"}, True),
-        ("text_editor(command='view', path='/etc/*')", "text_editor", {"command": "create", "path": "/etc/passwd"}, False),
+        ("text_editor(command='view', path='/etc/*')", "text_editor", {"command": "create", "path": "/etc/passwd"},
+         False),
         ('bash(command="a, b")', "bash", {"command": "a, b"}, True),
         ("add(x=3)", "add", {"x": 3, "y": 1}, True),
         ("add(x=3)", "add", {"x": 4}, False),
@@ -154,7 +155,7 @@ def test_argument_depth(value, depth) -> None:
 
 
 @pytest.mark.parametrize(
-    "reported, admitted",
+    ("reported", "admitted"),
     [(0.25, 0.25), (3, 3.0), (0, 0.0), (None, None), ("0.2", None), (True, None), (-1.0, None),
      (float("inf"), None), (float("nan"), None), ([1], None), ({"s": 1}, None)],
 )

@@ -163,7 +163,7 @@ async def test_retry_lets_other_errors_and_cancellation_through_at_once() -> Non
     async def wrong() -> None:
         raise ValueError("not transient")
 
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not transient"):
         await retry(wrong, time.backoff(REDIS_RESTART), (ConnectionError, OSError))
 
     async def cancelled() -> None:

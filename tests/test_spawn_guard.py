@@ -159,7 +159,8 @@ def test_a_spawning_fixture_counts_against_every_test_that_requests_it(pytester:
     result.stdout.fnmatch_lines([
         ("*::test_later_user_gets_it_from_the_cache spawns a process (subprocess.Popen redis-server in fixture server,"
          " from test_inner.py:6) but is not marked slow"),
-        "*::test_later_user_through_another_fixture spawns a process (subprocess.Popen redis-server in fixture server,*",
+        ("*::test_later_user_through_another_fixture spawns a process "
+         "(subprocess.Popen redis-server in fixture server,*"),
     ])
 
 

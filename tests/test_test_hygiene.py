@@ -136,13 +136,15 @@ SLEEP_CASES = {
                    "        await asyncio.sleep(0.05)\n    assert ready()\n"), []),
     "sleep then an action": ("import time\ntime.sleep(0.01)\nsend()\nassert x\n", []),
     "one loop turn then assert": ("import asyncio\nasync def t():\n    await asyncio.sleep(0)\n    assert x\n", []),
-    "a short sleep is still a sleep": ("import asyncio\nasync def t():\n    await asyncio.sleep(0.001)\n    assert x\n", [3]),
-    "a sleep that is not time's": ("class Clock:\n    def sleep(self): pass\nclock = Clock()\nclock.sleep()\nassert x\n", []),
+    "a short sleep is still a sleep": ("import asyncio\nasync def t():\n    await asyncio.sleep(0.001)\n    assert x\n",
+                                       [3]),
+    "a sleep that is not time's": (
+        "class Clock:\n    def sleep(self): pass\nclock = Clock()\nclock.sleep()\nassert x\n", []),
     "a sleep in a sandbox command": ("async def t(env):\n    await env.exec(['sleep', '1'])\n    assert x\n", []),
 }
 
 
-@pytest.mark.parametrize("source, lines", SLEEP_CASES.values(), ids=SLEEP_CASES.keys())
+@pytest.mark.parametrize(("source", "lines"), SLEEP_CASES.values(), ids=SLEEP_CASES.keys())
 def test_a_sleep_directly_before_an_assert_is_found(source: str, lines: list[int]) -> None:
     assert [f.line for f in sleeps_before_asserts(textwrap.dedent(source))] == lines
 
@@ -157,7 +159,7 @@ SKIP_CASES = {
 }
 
 
-@pytest.mark.parametrize("source, lines", SKIP_CASES.values(), ids=SKIP_CASES.keys())
+@pytest.mark.parametrize(("source", "lines"), SKIP_CASES.values(), ids=SKIP_CASES.keys())
 def test_an_importorskip_of_an_installed_dependency_is_found(source: str, lines: list[int]) -> None:
     assert [f.line for f in installed_skips(source, INSTALLED)] == lines
 

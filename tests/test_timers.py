@@ -50,7 +50,7 @@ async def _state_after(body: Callable[[], Awaitable[Any]]) -> weakref.ref[_Sampl
 
 
 async def test_an_armed_deadline_fires_and_once_cancelled_holds_nothing() -> None:
-    with pytest.raises(TimeoutError):
+    with pytest.raises(TimeoutError):  # noqa: PT012 - arming and waiting are the one act under test
         async with asyncio.timeout(None) as scope:
             arm(scope, 0.01)
             await asyncio.sleep(5)
@@ -65,7 +65,7 @@ async def test_an_armed_deadline_fires_and_once_cancelled_holds_nothing() -> Non
 
 
 async def test_arm_with_none_sets_no_deadline() -> None:
-    async with asyncio.timeout(None) as scope:
+    async with asyncio.timeout(None) as scope:  # noqa: ASYNC100 - the scope's deadline is what is checked
         arm(scope, None)
         assert scope.when() is None
 
@@ -106,7 +106,8 @@ async def test_the_sample_path_frees_a_finished_samples_transcript() -> None:
         transcripts.append(weakref.ref(transcript))
         with bind_transcript(transcript), time_limit(3600):
             calls = [ToolCall(id="c1", function="timers_noop", arguments={})]
-            result = await execute_tools([ChatMessageUser(content="go"), ChatMessageAssistant(content="", tool_calls=calls)],
+            result = await execute_tools([ChatMessageUser(content="go"),
+                                          ChatMessageAssistant(content="", tool_calls=calls)],
                                          [noop()])
             assert result.messages[0].text == "ok"
             await model.generate("hello")
@@ -136,7 +137,8 @@ async def test_long_deadlines_expire_in_order_and_leave_no_timer_behind() -> Non
         await asyncio.sleep(0.005 * i)
         await call(i, 10.0)
 
-    await asyncio.wait_for(asyncio.gather(*(staggered(i) for i in range(50)), *(call(100 + i, 0.01) for i in range(50))), 10)
+    await asyncio.wait_for(
+        asyncio.gather(*(staggered(i) for i in range(50)), *(call(100 + i, 0.01) for i in range(50))), 10)
     assert sorted(expired) == list(range(50))  # every overrun, none of the quick ones
     assert expired == sorted(expired)  # in the order they fell due
     assert len(deadlines) == 0 and not deadlines._check_pending  # nothing left to check, no timer

@@ -11,10 +11,16 @@ sandbox configuration a message asks for into the one this worker will build, or
   refused below a positive lower bound, clamped to the worker's caps above (``_bounds.LIMITS``);
 * ``pull_policy``: a message may ask for any; it becomes ``never`` unless the image names a registry host
   (``image_registry``) among the worker's ``registries`` (``--registry``): a worker pulls from no other;
-* never from a message: a Docker endpoint, added capabilities, dropped hardening (``cap_drop`` must
-  keep ``ALL``, ``security_opt`` only ``no-new-privileges``), a network other than ``network_modes``,
-  a root user (``root``, uid 0 or gid 0 however written: ``00``, ``+0``; ``_bounds.parse_user``)
-  unless the worker allows root, a host directory (local ``root_dir``);
+* ``network_mode``: ``none`` always; ``public`` and ``allowlist`` only where the worker allows them
+  (``--allow-network``), the same for each of ``phase_network_modes`` (refused at open rather than
+  mid-sample); ``allowed_hosts`` only narrows ``allowlist``, so a message sets it freely; a phase's new
+  policy (``admit_network``) obeys the same rule;
+* capabilities: with ``cap_drop`` unset a root sandbox keeps Docker's default set where the worker
+  allows root (``--allow-root-user``); elsewhere admission writes ``cap_drop: ["ALL"]``, and an
+  explicit list without ``ALL`` needs ``--allow-root-user`` too;
+* never from a message: a Docker endpoint, added capabilities, dropped hardening (``security_opt``
+  only ``no-new-privileges``), a root user (``root``, uid 0 or gid 0 however written: ``00``, ``+0``;
+  ``_bounds.parse_user``) unless the worker allows root, a host directory (local ``root_dir``);
 * any other field (one added to the sandbox config later, e.g. devices or mounts) must keep its
   default: default-deny, so a new knob is never silently widened by a message.
 """
@@ -28,11 +34,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.util._image_names import image_registry, pulls_from  # re-exported: they moved to the shared layer
+from orchestrator.util._network_policy import NetworkMode, parse_network
 
-from ._bounds import LIMITS, SERVICE_LIMITS, Bound, AdmissionRefused, bounded, parse_bytes, parse_user, user_refusal
+from ._bounds import LIMITS, SERVICE_LIMITS, AdmissionRefused, Bound, bounded, parse_bytes, parse_user, user_refusal
 
-__all__ = ["AdmissionRefused", "AdmissionRules", "admit_sandbox", "admit_user", "broker_is_loopback", "image_registry", "parse_bytes",
-           "pulls_from"]
+__all__ = ["AdmissionRefused", "AdmissionRules", "admit_network", "admit_sandbox", "admit_user", "broker_is_loopback",
+           "image_registry", "network_refusal", "parse_bytes", "pulls_from"]
 
 MiB = 1024 * 1024
 
@@ -40,28 +47,34 @@ MiB = 1024 * 1024
 class AdmissionRules(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    sandbox_types: list[Literal["docker", "local"]] = Field(default_factory=lambda: ["docker"])
+    sandbox_types: list[Literal["docker", "local"]] = Field(default_factory=lambda: ["docker"])  # type: ignore[arg-type]  # the lambda's list is inferred as list[str]
     images: list[str] = Field(default_factory=lambda: ["toolfleet/*"], description="shell patterns of allowed images")
-    network_modes: list[str] = Field(default_factory=lambda: ["none"])
+    network_modes: list[str] = Field(default_factory=lambda: ["none"], description="network modes a sandbox may "
+                                     "ask for (--allow-network; 'public' brings 'allowlist', which is narrower)")
     max_memory: str = Field("4g", description="cap on a sandbox's mem_limit (and memswap_limit)")
-    max_cpus: float = Field(default_factory=lambda: float(os.cpu_count() or 1), gt=0, description="default: this host's CPUs")
+    max_cpus: float = Field(default_factory=lambda: float(os.cpu_count() or 1), gt=0,
+                            description="default: this host's CPUs")
     max_pids: int = Field(4096, gt=0)
     max_output_cap: int = Field(10 * MiB, gt=0, description="cap on bytes a sandbox command may capture per stream")
     max_pool_size: int = Field(8, ge=0)
     max_sandboxes: int = Field(256, gt=0, description="cap on a docker driver's containers on this host")
     max_ttl: float = Field(24 * 3600.0, gt=0)
-    local_root: str | None = Field(None, description="parent directory of local sandboxes (the worker's choice, never a message's)")
+    local_root: str | None = Field(None,
+                                   description="parent directory of local sandboxes (the worker's choice, never a "
+                                               "message's)")
     allow_runsc: bool = Field(True, description="a message may ask for the gVisor runtime (stronger isolation)")
     max_outcome_bytes: int = Field(512 * 1024, gt=0, description="a call's result is cut to this size at the worker "
                                    "before it is cached or stored (the model sees far less: 16 KiB by default)")
     registries: list[str] = Field(default_factory=list, description="registries (HOST[:PORT]) this worker pulls "
-                                  "sandbox images from (--registry); an image naming any other, or none, is never pulled")
+                                  "sandbox images from (--registry); an image naming any other, or none, is never "
+                                  "pulled")
     allow_root: bool = Field(False, description="a message may ask for uid/gid 0 (--allow-root-user; never by default)")
 
 
 # Fields a message may set freely (they only narrow, or only affect the sandbox's own inside).
 # Numeric fields are bounded by ``_bounds.LIMITS`` (all of them, defaults included) before this.
-_FREE = {"type", "image", "working_dir", "environment", "init", "read_only", "fast_path", "default_service"}
+_FREE = {"type", "image", "working_dir", "environment", "init", "read_only", "fast_path", "default_service",
+         "allowed_hosts"}
 
 
 def _refuse(field: str, why: str) -> AdmissionRefused:
@@ -95,9 +108,12 @@ def admit_sandbox(rules: AdmissionRules, config: dict[str, Any]) -> dict[str, An
         else:
             admitted[field] = _admit_field(rules, field, value, defaults.get(field))
     if kind == "docker":
+        if admitted.get("cap_drop") is None and not rules.allow_root:
+            admitted["cap_drop"] = ["ALL"]  # root without its capabilities, as before --allow-root-user
         image = admitted.get("image", "")
         if not _own_snapshot(admitted) and not any(fnmatch.fnmatchcase(image, pattern) for pattern in rules.images):
-            raise _refuse("image", f"{image!r} matches none of this worker's image patterns ({', '.join(rules.images)})")
+            raise _refuse("image",
+                          f"{image!r} matches none of this worker's image patterns ({', '.join(rules.images)})")
         if not pulls_from(rules.registries, image):
             admitted["pull_policy"] = "never"  # not a registry this worker pulls from: the image is there or not
         swap = admitted.get("memswap_limit")
@@ -112,7 +128,9 @@ def _own_snapshot(config: dict[str, Any]) -> bool:
     """A sandbox opened from a snapshot runs the snapshot's image, whatever the --image patterns: this host
     made it from a sandbox it admitted (the driver refuses a snapshot the host does not hold)."""
     snapshot = config.get("snapshot")
-    return bool(snapshot) and config.get("image") == f"toolfleet/snapshot:{snapshot['id']}"
+    if not snapshot:
+        return False
+    return bool(config.get("image") == f"toolfleet/snapshot:{snapshot['id']}")
 
 
 def _bounded(rules: AdmissionRules, field: str, value: Any, bound: Bound) -> Any:
@@ -136,12 +154,20 @@ def _admit_field(rules: AdmissionRules, field: str, value: Any, default: Any) ->
             admit_user(rules, field, value)
             return value
         case "network_mode":
-            if value not in rules.network_modes:
-                raise _refuse(field, f"network {value!r} is not allowed here (allowed: {', '.join(rules.network_modes)})")
+            why = network_refusal(rules, value)
+            if why is not None:
+                raise _refuse(field, why)
+            return value
+        case "phase_network_modes":
+            for mode in value:
+                why = network_refusal(rules, mode)
+                if why is not None:
+                    raise _refuse(field, why)
             return value
         case "cap_drop":
-            if "ALL" not in [str(c).upper() for c in value]:
-                raise _refuse(field, "a sandbox must drop ALL capabilities")
+            if "ALL" not in [str(c).upper() for c in value] and not rules.allow_root:
+                raise _refuse(field, "a sandbox must drop ALL capabilities unless the worker allows root "
+                                     "(--allow-root-user)")
             return value
         case "security_opt":
             if "no-new-privileges" not in value or any(opt != "no-new-privileges" for opt in value):
@@ -160,10 +186,31 @@ def _admit_field(rules: AdmissionRules, field: str, value: Any, default: Any) ->
     raise _refuse(field, f"it can only be set in the worker's own configuration (asked: {value!r})")
 
 
+def network_refusal(rules: AdmissionRules, mode: str) -> str | None:
+    """Why this worker refuses a sandbox network ``mode`` (None: admitted). Pure."""
+    if mode in rules.network_modes or mode == "none":
+        return None
+    return (f"network mode {mode!r} is not allowed here (allowed: {', '.join(rules.network_modes)}; "
+            f"start the worker with --allow-network {mode})")
+
+
+def admit_network(rules: AdmissionRules, mode: Any, allowed_hosts: Any) -> tuple[NetworkMode, list[str]]:
+    """A live sandbox's new network policy as a message asks it (a phase's): ``(mode, hosts)``
+    normalised, or ``AdmissionRefused`` by the same rules as ``network_mode`` at open."""
+    try:
+        mode, hosts = parse_network(mode, allowed_hosts)
+    except ValueError as exc:
+        raise AdmissionRefused(f"This worker refuses the sandbox network: {exc}.") from None
+    why = network_refusal(rules, mode)
+    if why is not None:
+        raise _refuse("network_mode", why)
+    return mode, hosts
+
+
 def _admit_service(rules: AdmissionRules, name: str, service: dict[str, Any]) -> dict[str, Any]:
     """A multi-service sandbox's service: its image, user and limits obey the same rules as the sandbox's.
 
-    Its network and hardening are the sandbox's own (it joins that container's namespace), so only
+    Its network policy and hardening are the sandbox's own (one policy for all its containers), so only
     these fields are a service's to ask for."""
     image = service.get("image", "")
     if not any(fnmatch.fnmatchcase(image, pattern) for pattern in rules.images):

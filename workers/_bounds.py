@@ -31,7 +31,8 @@ from typing import Any
 
 from orchestrator._errors import ToolfleetError
 
-__all__ = ["LIMITS", "SERVICE_LIMITS", "AdmissionRefused", "Bound", "ParsedUser", "bounded", "call_timeout", "parse_bytes",
+__all__ = ["LIMITS", "SERVICE_LIMITS", "AdmissionRefused", "Bound", "ParsedUser", "bounded", "call_timeout",
+           "parse_bytes",
            "parse_user", "result_bytes", "user_refusal"]
 
 MiB = 1024 * 1024

@@ -36,7 +36,6 @@ from orchestrator.tool._tool_call import ToolCallError
 
 from .fleet import Keyring, names, patiently, read_stored, verify_result
 
-
 T = TypeVar("T")
 
 
@@ -141,7 +140,7 @@ class CallMemory:
         if self._redis is not None and not await self._claim(call_id, claim_ttl):
             return await self._answer_duplicate(call_id)
         if call_id in self._cancelled:
-            raise asyncio.CancelledError()  # the cancel arrived while the claim was in flight
+            raise asyncio.CancelledError  # the cancel arrived while the claim was in flight
         return await execute()
 
     async def reassert_claims(self, ttl: float) -> None:
@@ -180,7 +179,7 @@ class CallMemory:
                 if not fut.done():
                     fut.set_exception(exc)
             return
-        for (_, _, fut), claimed in zip(batch, held):
+        for (_, _, fut), claimed in zip(batch, held, strict=True):
             if not fut.done():
                 fut.set_result(claimed)
 
@@ -192,13 +191,13 @@ class CallMemory:
         assert redis is not None
         keys = [names.call_key(call_id) for call_id, _ in claims]
         async with redis.pipeline(transaction=False) as pipe:
-            for key, (_, ttl) in zip(keys, claims):
+            for key, (_, ttl) in zip(keys, claims, strict=True):
                 pipe.set(key, self._owner, nx=True, ex=ttl)
             held = [bool(ok) for ok in await pipe.execute()]
         taken = [i for i, ok in enumerate(held) if not ok]
         if taken:
             owners = await redis.mget([keys[i] for i in taken])
-            for i, owner in zip(taken, owners):
+            for i, owner in zip(taken, owners, strict=True):
                 held[i] = (owner.decode() if isinstance(owner, bytes) else owner) == self._owner
         return held
 

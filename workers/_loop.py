@@ -22,10 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from ._call_memory import CallMemory
 from ._admission import AdmissionRules
-from .sandbox_host import SandboxHost
+from ._call_memory import CallMemory
 from .fleet import Heartbeat, HostRecord, Keyring, MissingSecretError, ReplySender, load_keyring, names, release_slots
+from .sandbox_host import SandboxHost
 
 log = structlog.get_logger("toolfleet.worker")
 T = TypeVar("T")
@@ -43,7 +43,8 @@ class WorkerConfig(BaseModel):
     max_call_seconds: float = Field(3600.0, gt=0, description="bound on a call that has no timeout of its own")
     call_grace: float = Field(30.0, ge=0, description="extra wait beyond a call's own timeout")
     open_timeout: float = Field(300.0, gt=0, description="bound on creating a sandbox")
-    orphan_grace: float = Field(30.0, gt=0, description="seconds an owner's lease may be missing before its sandboxes are closed")
+    orphan_grace: float = Field(30.0, gt=0,
+                                description="seconds an owner's lease may be missing before its sandboxes are closed")
     admission: AdmissionRules = Field(default_factory=AdmissionRules, description="what this worker agrees to run")
     call_memory_bytes: int = Field(64 * 1024 * 1024, gt=0, description="bound on the outcomes kept for redeliveries")
 
@@ -89,7 +90,8 @@ class WorkerRuntime:
             slots=self.config.slots,
             # What this worker runs and pulls, in its very first beat (placement and preflight read them).
             image_patterns=list(self.config.admission.images), sandbox_types=list(self.config.admission.sandbox_types),
-            registries=list(self.config.admission.registries), allow_root=self.config.admission.allow_root,
+            registries=list(self.config.admission.registries), network_modes=await self._network_modes(),
+            allow_root=self.config.admission.allow_root,
         )
         self.heartbeat = Heartbeat(self.redis, record, self.config.heartbeat_interval, self.config.heartbeat_ttl)
         self.heartbeat.on_beat(self._on_beat)
@@ -97,6 +99,18 @@ class WorkerRuntime:
         await self._first_beat()
         self.heartbeat.start()
         log.info("worker.ready", host=self.config.host, boot=self.boot, slots=self.config.slots)
+
+    async def _network_modes(self) -> list[str]:
+        """The network modes this worker gives sandboxes networks of their own for: those its policy
+        allows, [] when its host cannot enforce a policy (then only lone 'none' sandboxes run here).
+        The egress enforcer is started here, on the loop its DNS filter serves on (docs/egress.md)."""
+        egress = self.sandboxes.docker.egress
+        await egress.start()
+        if not egress.enforcing:
+            log.warning("worker.network_policies_unenforceable", host=self.config.host,
+                        allowed=self.config.admission.network_modes, reason=egress.unavailable)
+            return []
+        return [m for m in self.config.admission.network_modes if m in egress.modes]
 
     async def _first_beat(self, timeout: float = 120.0) -> None:
         """Announce the host; in a fresh deployment Redis may still be starting, so retry (bounded)."""
@@ -129,7 +143,7 @@ class WorkerRuntime:
         leases = await self.redis.mget([names.lease_key(o) for o in owners])
         now = asyncio.get_running_loop().time()
         gone: set[str] = set()
-        for owner, lease in zip(owners, leases):
+        for owner, lease in zip(owners, leases, strict=True):
             if lease is not None:
                 self._owner_missing.pop(owner, None)
             elif now - self._owner_missing.setdefault(owner, now) >= self.config.orphan_grace:
@@ -172,8 +186,13 @@ class WorkerRuntime:
             await self.heartbeat.stop(remove=True)
         try:
             await asyncio.wait_for(self.sandboxes.close_all(), 100.0)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - shutdown goes on: the reaper removes what is left
             log.warning("worker.close_sandboxes_failed", error=str(exc))
+        if self.sandboxes.docker.has_egress:  # what is still open goes now (the next start reaps the rest)
+            try:
+                await asyncio.wait_for(self.sandboxes.docker.egress.aclose(), 30.0)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("worker.close_networks_failed", error=str(exc))
         if self.redis is not None:
             await self.redis.aclose()
 
@@ -185,7 +204,7 @@ class WorkerRuntime:
         weight = 1 + len(getattr(self.sandboxes.lookup(handle), "services", None) or {})  # its containers' slots
         try:
             await self.sandboxes.close(handle)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - reported to the caller as an error reply
             log.warning("worker.close_sandbox_failed", host=host, handle=handle, error=str(exc))
             return {"error": {"type": type(exc).__name__, "message": str(exc)}, "host": host}
         finally:

@@ -58,7 +58,8 @@ def _cap_result(result: Any, cap: int) -> Any:
         return result.model_copy(update={"text": cut_middle(result.text, cap)})
     if isinstance(result, ContentImage):
         return result if len(result.image) <= cap else ContentText(text=f"[image of {_format(len(result.image))} "
-                                                                   f"omitted by the toolfleet worker (outcome cap {_format(cap)})]")
+                                                                   "omitted by the toolfleet worker (outcome cap "
+                                                                   f"{_format(cap)})]")
     if isinstance(result, list):
         budget, items = cap, []
         for item in result:
@@ -67,7 +68,8 @@ def _cap_result(result: Any, cap: int) -> Any:
                 items.append(item)
                 budget -= size
             elif isinstance(item, ContentImage) or budget < 256:
-                items.append(ContentText(text=f"[{_format(size)} omitted by the toolfleet worker (outcome cap {_format(cap)})]"))
+                items.append(
+                    ContentText(text=f"[{_format(size)} omitted by the toolfleet worker (outcome cap {_format(cap)})]"))
             else:
                 items.append(_cap_result(item, budget))
                 budget = 0

@@ -26,7 +26,7 @@ class ThreadProfiles:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_env(cls) -> "ThreadProfiles | None":
+    def from_env(cls) -> ThreadProfiles | None:
         path = os.environ.get(PROFILE_ENV)
         if not path:
             return None

@@ -1,8 +1,9 @@
 """The Celery app: Redis broker and result store, JSON only, late acks, task events on request.
 
 ``app`` is a worker-side instance (configured from ``TOOLFLEET_BROKER``, so ``celery -A workers.app
-inspect active`` works against the fleet; ``toolfleet worker`` builds its own with ``create_worker_app``); ``create_app(url)`` builds another for a publisher (the
-orchestrator's ``CeleryDispatcher``). Both register the same task names from ``workers.fleet.names``.
+inspect active`` works against the fleet; ``toolfleet worker`` builds its own with ``create_worker_app``);
+``create_app(url)`` builds another for a publisher (the orchestrator's ``CeleryDispatcher``). Both register the same
+task names from ``workers.fleet.names``.
 
 Pool decision: **threads**. A tool call is I/O-bound (it waits on a sandbox channel), and every call of
 a worker process must share one persistent asyncio loop, because sandboxes, their exec channels and
@@ -14,10 +15,9 @@ sandboxes (calls for one sandbox could land in a process that does not hold it);
 from __future__ import annotations
 
 import functools
-from contextlib import contextmanager
 import os
-import threading
 import time
+from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
 
@@ -27,13 +27,13 @@ from celery.backends.base import BackendStoreError
 from celery.backends.redis import RedisBackend
 from celery.worker.consumer import Consumer
 from kombu.transport import redis as kombu_redis
-from kombu.transport.virtual import Empty
-from kombu.transport.virtual import QoS as virtual_QoS
-from kombu.utils.json import dumps as kombu_dumps
+from kombu.transport.virtual import Empty, QoS as virtual_QoS
 from kombu.utils.encoding import bytes_to_str
+from kombu.utils.json import dumps as kombu_dumps
 from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import ResponseError
 
+from ._rejects import RejectLog, rejects  # noqa: F401 - RejectLog re-exported
 from .fleet import (
     DEFAULT_REPLAY_WINDOW,
     DEST_HEADER,
@@ -53,7 +53,6 @@ from .fleet import (
     result_mac,
     verify_message,
 )
-from ._rejects import RejectLog, rejects  # noqa: F401 - RejectLog re-exported
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
 BROKER_ENV = "TOOLFLEET_BROKER"
@@ -117,16 +116,17 @@ redis.call('PUBLISH', KEYS[1], ARGV[1])
 return 1
 """
 
-    def on_task_call(self, producer, task_id):  # type: ignore[no-untyped-def]
+    def on_task_call(self, producer: Any, task_id: Any) -> Any:
         return None
 
-    def add_pending_result(self, result, weak=False, start_drainer=True):  # type: ignore[no-untyped-def]
+    def add_pending_result(self, result: Any, weak: Any = False, start_drainer: Any = True) -> Any:
         return result
 
-    def remove_pending_result(self, result):  # type: ignore[no-untyped-def]
+    def remove_pending_result(self, result: Any) -> Any:
         return result
 
-    def _store_result(self, task_id, result, state, traceback=None, request=None, **kwargs):  # type: ignore[no-untyped-def]
+    def _store_result(self, task_id: Any, result: Any, state: Any, traceback: Any = None, request: Any = None,
+                      **kwargs: Any) -> Any:
         meta = self._get_result_meta(result=result, state=state, traceback=traceback, request=request)
         meta["task_id"] = bytes_to_str(task_id)
         keyring = (self.app.conf.broker_transport_options or {}).get(KEYRING_OPTION)
@@ -151,13 +151,14 @@ return 1
         events = FleetEvents(self.app.conf.broker_url)
         return UnstoredResults(store=lambda k, v, e: self._store_unless_success(k, v, e),
                                publish=lambda k, v: self.client.publish(k, v),
-                               announce=lambda task_id, error: events.publish("store_failed", task_id=task_id, error=error))
+                               announce=lambda task_id, error: events.publish(
+                                   "store_failed", task_id=task_id, error=error))
 
     @cached_property
-    def _store_script(self):  # type: ignore[no-untyped-def]
+    def _store_script(self) -> Any:
         return self.client.register_script(self._STORE_UNLESS_SUCCESS)  # hashed once per backend
 
-    def _store_unless_success(self, key, value, expires):  # type: ignore[no-untyped-def]
+    def _store_unless_success(self, key: Any, value: Any, expires: Any) -> Any:
         self._store_script(keys=[key], args=[value, expires])
 
 
@@ -180,23 +181,24 @@ class FleetQoS(kombu_redis.QoS):
         self._acks: list[str] = []
 
     @contextmanager
-    def pipe_or_acquire(self, pipe=None, client=None):  # type: ignore[no-untyped-def]
+    def pipe_or_acquire(self, pipe: Any = None, client: Any = None) -> Any:
         if pipe:
             yield pipe
         else:
             with self.channel.conn_or_acquire(client) as client:
                 yield client.pipeline(transaction=False)
 
-    def append(self, message, delivery_tag):  # type: ignore[no-untyped-def]
+    def append(self, message: Any, delivery_tag: Any) -> Any:
         delivery = message.delivery_info
         with self.pipe_or_acquire() as pipe:
             self._add_acks(pipe)
             pipe.zadd(self.unacked_index_key, {delivery_tag: time.time()})
-            pipe.hset(self.unacked_key, delivery_tag, kombu_dumps([message._raw, delivery["exchange"], delivery["routing_key"]]))
+            pipe.hset(self.unacked_key, delivery_tag,
+                      kombu_dumps([message._raw, delivery["exchange"], delivery["routing_key"]]))
             pipe.execute()
             virtual_QoS.append(self, message, delivery_tag)
 
-    def ack(self, delivery_tag):  # type: ignore[no-untyped-def]
+    def ack(self, delivery_tag: Any) -> Any:
         if not getattr(self.channel.connection, "batch_acks", False):
             return super().ack(delivery_tag)  # no event loop to flush them: ack now
         self._acks.append(delivery_tag)
@@ -235,7 +237,7 @@ class FleetRedisChannel(kombu_redis.Channel):
     QoS = FleetQoS
     _cached_client: tuple[object, object] | None = None
 
-    def close(self):  # type: ignore[no-untyped-def]
+    def close(self) -> Any:
         qos = self._qos
         if isinstance(qos, FleetQoS) and not self._closing:
             try:
@@ -244,7 +246,7 @@ class FleetRedisChannel(kombu_redis.Channel):
                 log.warning("worker.ack_flush_failed", error=str(exc)[:200])
         return super().close()
 
-    def _put(self, queue, message, **kwargs):  # type: ignore[no-untyped-def]
+    def _put(self, queue: Any, message: Any, **kwargs: Any) -> Any:
         keyring = self.connection.client.transport_options.get(KEYRING_OPTION)
         headers = message.get("headers")
         if keyring is not None and isinstance(headers, dict) and "task" in headers:
@@ -254,14 +256,14 @@ class FleetRedisChannel(kombu_redis.Channel):
                                               message.get("body", ""), issued, queue)
         return super()._put(queue, message, **kwargs)
 
-    def _brpop_read(self, **options):  # type: ignore[no-untyped-def]
+    def _brpop_read(self, **options: Any) -> Any:
         try:
             return super()._brpop_read(**options)
         except (ValueError, TypeError) as exc:  # JSONDecodeError, UnicodeDecodeError: the item is already popped
             rejects.reject("not JSON", None, f"{type(exc).__name__}: {exc}")
-            raise Empty() from None
+            raise Empty from None
 
-    def _create_client(self, asynchronous=False):  # type: ignore[no-untyped-def]
+    def _create_client(self, asynchronous: Any = False) -> Any:
         if asynchronous:
             return super()._create_client(asynchronous=True)
         pool = self.pool
@@ -279,7 +281,7 @@ class FleetRedisTransport(kombu_redis.Transport):
     Channel = FleetRedisChannel
     batch_acks = False
 
-    def register_with_event_loop(self, connection, loop):  # type: ignore[no-untyped-def]
+    def register_with_event_loop(self, connection: Any, loop: Any) -> Any:
         super().register_with_event_loop(connection, loop)
         self.batch_acks = True
         loop.on_tick.add(self._flush_acks)
@@ -294,8 +296,9 @@ class FleetRedisTransport(kombu_redis.Transport):
             except Exception as exc:  # noqa: BLE001 - the entries stay: redelivered after the visibility timeout
                 log.warning("worker.ack_flush_failed", error=str(exc)[:200])
 
-    def _deliver(self, message, queue):  # type: ignore[no-untyped-def]
-        options = self.client.transport_options
+    def _deliver(self, message: Any, queue: Any) -> Any:
+        client: Any = self.client  # kombu's Channel always has its connection here
+        options = client.transport_options
         if options.get(VERIFY_OPTION):
             reason = _message_verdict(message, queue, options.get(KEYRING_OPTION),
                                       window=options.get(REPLAY_OPTION) or DEFAULT_REPLAY_WINDOW)
@@ -312,8 +315,9 @@ class FleetRedisTransport(kombu_redis.Transport):
         # Tell the orchestrator at once (a wrong secret or clock used to be a silent hang).
         events = getattr(self, "_events", None)
         if events is None:
-            rest = self.client.as_uri(include_password=True).split("://", 1)[1]  # scheme: this transport's class
-            events = self._events = FleetEvents(f"{'rediss' if self.client.ssl else 'redis'}://{rest}")
+            client: Any = self.client  # kombu's Channel always has its connection here
+            rest = client.as_uri(include_password=True).split("://", 1)[1]  # scheme: this transport's class
+            events = self._events = FleetEvents(f"{'rediss' if client.ssl else 'redis'}://{rest}")
         return events
 
 
@@ -327,7 +331,7 @@ class FleetConsumer(Consumer):
     gone; otherwise the visibility timeout restores it), so skip it for that close only.
     """
 
-    def on_connection_error_after_connected(self, exc):  # type: ignore[no-untyped-def]
+    def on_connection_error_after_connected(self, exc: Any) -> Any:
         transport = getattr(self.connection, "transport", None)
         for channel in list(getattr(transport, "channels", None) or []):
             channel.do_restore = False

@@ -8,9 +8,9 @@ under an identity another live worker is heartbeating with.
 
 Consumes the shared call queue and this host's own queue (sandbox affinity), loads user tool code
 (``--import``, ``--path``, ``--install``, ``$TOOLFLEET_IMPORT``: ``_tool_modules``) so the registry holds
-it, publishes what it registered (``fleet._tool_manifest``, read by the eval's preflight), reaps orphaned sandboxes and heartbeats capacity at start, and
-drains on SIGTERM: the host is marked draining at once (no new placements), running calls finish,
-then its sandboxes are closed and its heartbeat removed.
+it, publishes what it registered (``fleet._tool_manifest``, read by the eval's preflight), reaps orphaned sandboxes and
+heartbeats capacity at start, and drains on SIGTERM: the host is marked draining at once (no new placements), running
+calls finish, then its sandboxes are closed and its heartbeat removed.
 """
 
 from __future__ import annotations
@@ -23,15 +23,17 @@ import secrets
 import socket
 import sys
 import uuid
+from typing import Any
 
-from ._loop import HOST_ENV, Runtimes, WorkerConfig
 from ._admission import AdmissionRules, broker_is_loopback
-from .app import BROKER_ENV, DEFAULT_BROKER, AppConfig, create_worker_app
-from .fleet import SECRET_ENV, SECRET_FILE_ENV, Keyring, MissingSecretError, claim_identity, load_keyring, names
+from ._loop import HOST_ENV, Runtimes, WorkerConfig
 from ._tool_modules import IMPORT_ENV, ToolModuleError, ToolModules, imports_from_env
-from .sandbox_host import SandboxHost
-from .sandbox.docker import HostSandboxes
+from .app import BROKER_ENV, DEFAULT_BROKER, AppConfig, create_worker_app
+from .egress import EgressEnforcer, EgressError
+from .fleet import SECRET_ENV, SECRET_FILE_ENV, Keyring, MissingSecretError, claim_identity, load_keyring, names
 from .sandbox._registry import SandboxRegistry
+from .sandbox.docker import HostSandboxes
+from .sandbox_host import SandboxHost
 
 # Tool modules every worker registers at start-up (the built-in tools); --import adds the user's.
 BUILTIN_TOOL_MODULES = ("orchestrator.tool._tools", "orchestrator.tool._tools._sandbox_access", "workers.snapshots")
@@ -45,7 +47,8 @@ SAFE_CONTROL = frozenset({"active", "active_queues", "clock", "conf", "hello", "
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="toolfleet worker", description="Run a toolfleet worker (a Celery worker).")
-    p.add_argument("--broker", default=os.environ.get(BROKER_ENV, DEFAULT_BROKER), help="Redis URL (broker and result store)")
+    p.add_argument("--broker", default=os.environ.get(BROKER_ENV, DEFAULT_BROKER),
+                   help="Redis URL (broker and result store)")
     p.add_argument("--concurrency", "-c", type=int, default=64, help="calls executed at once (pool threads)")
     tools = p.add_argument_group("tool code (loaded at start only: a message never imports anything)")
     tools.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
@@ -73,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="disk budget of the sandbox snapshots kept on this host, e.g. 20g (default: "
                    "TOOLFLEET_SNAPSHOT_DISK, else 10g); a snapshot that does not fit is refused")
     p.add_argument("--heartbeat-interval", type=float, default=2.0)
-    p.add_argument("--heartbeat-ttl", type=float, default=10.0, help="seconds without a heartbeat before the host is lost")
+    p.add_argument("--heartbeat-ttl", type=float, default=10.0,
+                   help="seconds without a heartbeat before the host is lost")
     p.add_argument("--orphan-grace", type=float, default=30.0,
                    help="seconds an orchestrator may be gone before the sandboxes it opened here are closed")
     p.add_argument("--pool", choices=["threads", "solo"], default="threads",
@@ -93,30 +97,54 @@ def build_parser() -> argparse.ArgumentParser:
                             "message can then run commands on this host)")
     trust.add_argument("--allow-root-user", action="store_true",
                        help="let a message run sandbox commands as uid or gid 0 (refused by default, however written)")
-    trust.add_argument("--local-root", metavar="DIR", help="parent directory of local sandboxes (default: the system temp dir)")
+    trust.add_argument("--local-root", metavar="DIR",
+                       help="parent directory of local sandboxes (default: the system temp dir)")
     trust.add_argument("--image", dest="images", action="append", metavar="PATTERN",
                        help="allowed sandbox image pattern (repeatable; default toolfleet/*)")
     trust.add_argument("--registry", dest="registries", action="append", type=_registry_host, metavar="HOST[:PORT]",
                        help="registry this worker pulls sandbox images from when a sample's image names it and is "
                             "missing here (repeatable; default: none: the worker never pulls)")
-    trust.add_argument("--allow-network", dest="networks", action="append", metavar="MODE",
-                       help="docker network mode a sandbox may ask for, besides none (repeatable)")
+    trust.add_argument("--allow-network", dest="networks", action="append", choices=["public", "allowlist"],
+                       help="sandbox network mode a sandbox may ask for besides none (repeatable): allowlist (only "
+                            "its allowed_hosts) or public (the internet; allowlist too). Either way never this "
+                            "host, the broker, other sandboxes, metadata or private ranges (docs/egress.md); "
+                            "enforced with nftables, which needs CAP_NET_ADMIN in the host's network namespace")
+    trust.add_argument("--egress-allow", dest="egress_allow", action="append", default=[], metavar="CIDR|HOST",
+                       help="a private network or host sandboxes with a network may reach besides the internet "
+                            "(repeatable), e.g. a package mirror on 10.0.0.0/8; never link-local, metadata, this "
+                            "host or the broker")
+    trust.add_argument("--egress-dns", dest="egress_dns", action="append", default=[], metavar="ADDR[:PORT]",
+                       help="resolver the sandboxes' DNS filter asks (repeatable; default: this host's "
+                            "/etc/resolv.conf)")
+    trust.add_argument("--egress-pool", dest="egress_pool", default="10.213.0.0/16", metavar="CIDR",
+                       help="IPv4 network the sandboxes' own networks are carved from (a /27 each); it must "
+                            "overlap none of this host's, the cluster's or the test internet's networks")
     trust.add_argument("--max-memory", default="4g", help="cap on a sandbox's memory limit")
-    trust.add_argument("--max-cpus", type=float, default=float(os.cpu_count() or 1), help="cap on a sandbox's CPU limit (default: this host's CPUs)")
+    trust.add_argument("--max-cpus", type=float, default=float(os.cpu_count() or 1),
+                       help="cap on a sandbox's CPU limit (default: this host's CPUs)")
     trust.add_argument("--max-pids", type=int, default=4096, help="cap on a sandbox's pids limit")
     trust.add_argument("--max-outcome-bytes", type=int, default=512 * 1024,
-                       help="a call's result is cut to this many bytes at the worker (the model sees 16 KiB by default)")
+                       help="a call's result is cut to this many bytes at the worker (the model sees 16 KiB by "
+                            "default)")
     trust.add_argument("--unsafe-remote-control", action="store_true",
                        help="keep all of Celery's remote-control commands (shutdown, revoke, pool_restart, ...), "
                             "which anyone who can write to the broker can send")
     return p
 
 
+def network_modes(asked: list[str] | None) -> list[str]:
+    """``--allow-network`` values as the modes admitted: none always; public brings allowlist (narrower)."""
+    modes = {"none", *(asked or [])}
+    if "public" in modes:
+        modes.add("allowlist")
+    return [m for m in ("none", "public", "allowlist") if m in modes]
+
+
 def build_admission(args: argparse.Namespace) -> AdmissionRules:
     return AdmissionRules(
         sandbox_types=["docker", "local"] if args.allow_local else ["docker"],
         images=args.images or ["toolfleet/*"],
-        network_modes=["none", *(args.networks or [])],
+        network_modes=network_modes(args.networks),
         max_memory=args.max_memory, max_cpus=args.max_cpus, max_pids=args.max_pids,
         max_outcome_bytes=args.max_outcome_bytes, local_root=args.local_root, registries=args.registries or [],
         allow_root=args.allow_root_user,
@@ -138,6 +166,42 @@ def _registry_host(value: str) -> str:
     if not re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)(:\d{1,5})?", value):
         raise argparse.ArgumentTypeError(f"{value!r} is not HOST[:PORT] (no scheme, no path), e.g. 127.0.0.1:5000")
     return value
+
+
+def build_egress(args: argparse.Namespace, owner: str) -> EgressEnforcer:
+    """The worker's one egress enforcer: the operator's allowances, and its broker's host protected
+    (never reachable from a sandbox, whatever the operator allows)."""
+    from pydantic import ValidationError
+
+    from .egress import EgressConfig, EgressEnforcer
+    from .sandbox.docker import DockerAPI
+
+    try:
+        pool = getattr(args, "egress_pool", None)
+        config = EgressConfig(allow=tuple(args.egress_allow), protect=broker_hosts(args.broker),
+                              upstreams=tuple(getattr(args, "egress_dns", ())),
+                              **({"subnet_pool": pool} if pool else {}))
+    except ValidationError as exc:  # one line naming the flag
+        error = exc.errors()[0]
+        flag = _EGRESS_FLAGS.get(str(error["loc"][0]) if error["loc"] else "", "--egress-*")
+        message = str(error["msg"]).removeprefix("Value error, ")
+        raise ValueError(message if message.startswith("--") else f"{flag}: {message}") from None
+    return EgressEnforcer(config, DockerAPI(None, 4), owner=owner)
+
+
+_EGRESS_FLAGS = {"allow": "--egress-allow", "upstreams": "--egress-dns", "subnet_pool": "--egress-pool",
+                 "protect": "--broker"}
+
+
+def broker_hosts(url: str) -> tuple[str, ...]:
+    """The broker's host as a URL names it (an address or a name, resolved when the enforcer starts);
+    none for a unix socket or loopback (sandboxes never reach the host's own addresses anyway)."""
+    from urllib.parse import urlsplit
+
+    if broker_is_loopback(url):
+        return ()
+    host = (urlsplit(url).hostname or "").strip("[]")
+    return (host,) if host else ()
 
 
 def default_identity() -> str:
@@ -194,9 +258,14 @@ def _run(args: argparse.Namespace, keyring: Keyring) -> int:
     os.environ[HOST_ENV] = config.host  # what a `local` sandbox's commands see as $TOOLFLEET_HOST
     # This worker's sandboxes: its slots and spares; containers labelled with its identity; pulls from its
     # registries only (none by default). Built here and handed to the runtime its tasks run on.
+    try:
+        egress = build_egress(args, config.host)
+    except ValueError as exc:  # an --egress-allow that is neither a network nor a host, or never reachable
+        print(f"toolfleet worker: {str(exc).splitlines()[0]}", file=sys.stderr, flush=True)
+        return 2
     sandboxes = SandboxHost(HostSandboxes(limit=args.slots, max_spares=args.warm_pool, idle_ttl=args.pool_idle_ttl,
                                           pooled_images=args.pool_images or (), owner=config.host,
-                                          registries=config.admission.registries), SandboxRegistry())
+                                          registries=config.admission.registries, egress=egress), SandboxRegistry())
     if args.snapshot_disk:
         sandboxes.docker.snapshots.budget = args.snapshot_disk  # bytes (--snapshot-disk, parsed)
     runtimes = Runtimes(args.broker)
@@ -205,7 +274,13 @@ def _run(args: argparse.Namespace, keyring: Keyring) -> int:
     if args.allow_local:
         print("toolfleet worker: --allow-local: `local` sandboxes run as this user on this host, with NO isolation",
               file=sys.stderr, flush=True)
-    rt = runtimes.start(config, keyring, sandboxes)  # before consuming: the first task must find the loop and the host name
+    try:
+        # before consuming: the first task must find the loop and the host name
+        rt = runtimes.start(config, keyring, sandboxes)
+    except EgressError as exc:  # e.g. an --egress-allow name that does not resolve
+        runtimes.stop()
+        print(f"toolfleet worker: {exc}", file=sys.stderr, flush=True)
+        return 2
     if rt is not None and rt.heartbeat is not None:  # what this worker runs, for the orchestrator's preflight
         rt.heartbeat.record.image_patterns = list(config.admission.images)
         rt.heartbeat.record.sandbox_types = list(config.admission.sandbox_types)
@@ -229,7 +304,7 @@ def _run(args: argparse.Namespace, keyring: Keyring) -> int:
     return 0
 
 
-def _connect_lifecycle(app, host: str, runtimes: Runtimes) -> None:  # type: ignore[no-untyped-def]
+def _connect_lifecycle(app: Any, host: str, runtimes: Runtimes) -> None:  # app: a Celery app (untyped)
     from celery.signals import worker_ready, worker_shutting_down
 
     @worker_ready.connect(weak=False)

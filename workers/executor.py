@@ -16,6 +16,7 @@ from typing import Any
 
 from orchestrator._errors import ControlFlowSignal, ToolfleetError
 from orchestrator._wire import CallOutcome, CallRequest, FatalError
+from orchestrator.tool._classify import classify_exception
 from orchestrator.tool._content import ContentImage, ContentText
 from orchestrator.tool._registry import ToolNotRegisteredError, rebuild_tool
 from orchestrator.tool._tool_call import ToolCallError
@@ -30,10 +31,8 @@ from orchestrator.util._sandbox import (
     _named,
     bind_sandbox,
 )
-
-from orchestrator.tool._classify import classify_exception
-from orchestrator.util._timers import LongDeadlines, arm
 from orchestrator.util._sandbox_recorder import ExecList, RecordingSandbox, recorded_services
+from orchestrator.util._timers import LongDeadlines, arm
 
 HOST = socket.gethostname()
 
@@ -151,7 +150,8 @@ async def execute_request(request: CallRequest, tool: Callable[..., Any] | None 
         env = (lookup or lookup_sandbox)(request.sandbox)
     except SandboxUnavailableError as exc:
         now = time.time()
-        return CallOutcome(call_id=request.call_id, error=classify_exception(exc, request.function), started=now, completed=now, host=HOST)
+        return CallOutcome(call_id=request.call_id, error=classify_exception(exc, request.function), started=now,
+                           completed=now, host=HOST)
     return await execute_call(request, tool=tool, env=env)
 
 

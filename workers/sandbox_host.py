@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import structlog
 
@@ -25,14 +25,18 @@ from orchestrator._wire import CallOutcome, CallRequest, SandboxSpec
 from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableError
 from orchestrator.util._sandbox_config import DockerSandboxConfig, LocalSandboxConfig
 from orchestrator.util._sandbox_parse import sandbox_config
+from orchestrator.util._sandbox_recorder import ExecList, RecordingSandbox
 
 from . import executor
-from orchestrator.util._sandbox_recorder import ExecList, RecordingSandbox
 from .sandbox._build import build_driver
-from .sandbox.docker import HostSandboxes, host_sandboxes
-from .sandbox._driver_cache import MAX_IDLE_DRIVERS, DriverCache
 from .sandbox._driver import SandboxDriver, SandboxRequest
+from .sandbox._driver_cache import MAX_IDLE_DRIVERS, DriverCache
+from .sandbox._environment import AgentSandboxEnvironment
 from .sandbox._registry import SandboxRegistry, default_registry
+from .sandbox.docker import HostSandboxes, host_sandboxes
+
+if TYPE_CHECKING:
+    from .egress import EgressPolicy
 
 __all__ = ["SETUP_TIMEOUT_S", "SandboxHost", "SandboxSetupError"]
 
@@ -49,8 +53,8 @@ class SandboxHost:
     who owns each open sandbox, and the docker host settings every docker driver it builds shares
     (``docker``)."""
 
-    _process: ClassVar["SandboxHost | None"] = None
-    _live: ClassVar["weakref.WeakSet[SandboxHost]"] = weakref.WeakSet()  # this process's hosts (snapshot removal)
+    _process: ClassVar[SandboxHost | None] = None
+    _live: ClassVar[weakref.WeakSet[SandboxHost]] = weakref.WeakSet()  # this process's hosts (snapshot removal)
 
     def __init__(self, docker: HostSandboxes | None = None, registry: SandboxRegistry | None = None,
                  max_idle_drivers: int = MAX_IDLE_DRIVERS) -> None:
@@ -61,7 +65,7 @@ class SandboxHost:
         SandboxHost._live.add(self)
 
     @classmethod
-    def process(cls) -> "SandboxHost":
+    def process(cls) -> SandboxHost:
         """The host embedded mode shares across dispatchers of this process (as its drivers and pools are)."""
         if cls._process is None:
             cls._process = cls()
@@ -101,7 +105,7 @@ class SandboxHost:
                     )
         except BaseException as exc:
             with contextlib.suppress(Exception):
-                exc.sandbox_execs = execs  # type: ignore[attr-defined]
+                exc.sandbox_execs = execs  # type: ignore[attr-defined]  # carried on any exception
             await self.close(handle)
             raise
         log.debug("sandbox.opened", handle=handle, sample=spec.sample_id, driver=spec.config.get("type"))
@@ -118,9 +122,18 @@ class SandboxHost:
             self.registry.release(handle)
             return
         try:
-            await driver.destroy(env)
+            await driver.destroy(cast(AgentSandboxEnvironment, env))  # its driver made it: an agent sandbox
         finally:
             await self.drivers.give_back(driver)  # its last sandbox gone: the driver may be closed
+
+    async def set_network(self, handle: str, policy: EgressPolicy) -> None:
+        """Change the network policy of the sandbox ``handle`` (``SandboxUnavailableError`` if it is gone,
+        or its backend or host cannot; the previous policy then stays)."""
+        env = self.registry.get(handle)
+        driver = self._owners.get(handle)
+        if driver is None:
+            raise SandboxUnavailableError(f"Sandbox '{handle}' is not one this host opened.")
+        await driver.set_network(cast(AgentSandboxEnvironment, env), policy)  # its driver made it: an agent sandbox
 
     def lookup(self, handle: str) -> SandboxEnvironment:
         """The live sandbox for a handle in this process (``SandboxUnavailableError`` if gone)."""
@@ -146,7 +159,7 @@ class SandboxHost:
             return 0
         try:
             return await driver.reap()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - reaping is best effort; the next sweep tries again
             log.info("sandbox.reap_skipped", reason=str(exc))
             return 0
         finally:
@@ -157,12 +170,12 @@ class SandboxHost:
         for handle in list(self._owners):
             try:
                 await self.close(handle)
-            except Exception as exc:  # keep closing the rest
+            except Exception as exc:  # noqa: BLE001 - keep closing the rest
                 log.warning("sandbox.close_failed", handle=handle, error=str(exc))
         await self.drivers.close_all()
 
     @classmethod
-    def live(cls) -> list["SandboxHost"]:
+    def live(cls) -> list[SandboxHost]:
         """Every host of this process (a snapshot's removal closes the drivers any of them opened forks with)."""
         return list(cls._live)
 

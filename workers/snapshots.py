@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import json
 
-from orchestrator.tool import tool
+from orchestrator.tool import Tool, tool
 from orchestrator.tool._tools._sandbox_access import SANDBOX_SNAPSHOT_TOOL, sandbox_snapshot  # noqa: F401 - re-exported
 
 SNAPSHOT_REMOVE_TOOL = "_snapshot_remove"
 
 
 @tool(name=SNAPSHOT_REMOVE_TOOL)
-def snapshot_remove():  # type: ignore[no-untyped-def]
+def snapshot_remove() -> Tool:
     async def execute(eval_id: str) -> str:
         """Remove an eval's snapshots (those not kept) from this host.
 
@@ -35,8 +35,8 @@ def snapshot_remove():  # type: ignore[no-untyped-def]
 
 async def remove_eval_snapshots(eval_id: str) -> list[str]:
     """Remove ``eval_id``'s snapshots from this host, and the drivers forks of them used."""
-    from .sandbox_host import SandboxHost
     from .sandbox.docker import DockerAPI
+    from .sandbox_host import SandboxHost
 
     dockers = {id(h.docker): h.docker for h in SandboxHost.live()}  # hosts may share one
     if not eval_id or not any(d.engines.acquired for d in dockers.values()):

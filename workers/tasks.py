@@ -5,11 +5,15 @@
   the sender's ``reply`` channel (and kept under its outcome key) as soon as it completes
   (``workers.fleet._replies``); Celery stores no result. Each call is claimed and remembered exactly as
   below (the claims of one stage in one round trip).
-* ``toolfleet.call(payload)``: one call, for plain Celery clients: ``execute_request(CallRequest.model_validate(payload))`` → the
+* ``toolfleet.call(payload)``: one call, for plain Celery clients:
+``execute_request(CallRequest.model_validate(payload))`` → the
   ``CallOutcome`` as JSON. Only registered tools run (the executor rebuilds them from the registry by
   ``ToolRef``); the call id is the task id, and ``_call_memory`` answers a redelivered copy with the
   stored outcome instead of running the call again.
 * ``toolfleet.open_sandbox(spec)`` / ``toolfleet.close_sandbox(handle)``: sandbox lifecycle on this host.
+* ``toolfleet.sandbox_network(handle, policy)``: a live sandbox's new network policy (a Harbor phase's),
+  admitted as ``network_mode`` is at open (``--allow-network``) and enforced by this host; a replayed
+  copy changes nothing (remembered as an open is).
 * remote-control ``toolfleet_cancel(call_ids)``: cancel running calls (the sandbox kills the process
   group). Celery's own ``revoke(terminate=True)`` cannot stop a call in the threads pool.
 
@@ -27,8 +31,8 @@ from typing import Any
 import structlog
 from celery import Celery
 from celery.exceptions import Ignore
-from celery.worker.request import Request
 from celery.worker.control import control_command
+from celery.worker.request import Request
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
@@ -36,12 +40,12 @@ from orchestrator._wire import CallOutcome, CallRequest, FatalError, SandboxSpec
 from orchestrator.tool._registry import is_registered, not_registered_message
 from orchestrator.tool._tool_call import ToolCallError
 
+from ._admission import AdmissionRefused, admit_network, admit_sandbox
 from ._bounds import call_timeout, result_bytes
-from ._rejects import rejects
 from ._call_memory import CallRunningElsewhere
 from ._loop import Runtimes, WorkerRuntime
 from ._outcome_cap import cap_outcome
-from ._admission import AdmissionRefused, admit_sandbox
+from ._rejects import rejects
 from .fleet import DEFAULT_REPLAY_WINDOW, first_consumption, names, slot_weight, verify_cancel
 
 log = structlog.get_logger("toolfleet.worker")
@@ -58,18 +62,20 @@ def _payload_too_large(app: Celery, payload: Any) -> int | None:
 
 
 def _error_outcome(call_id: str, host: str, type_: str, message: str) -> dict[str, Any]:
-    return json.loads(_error_json(call_id, host, type_, message))
+    outcome: dict[str, Any] = json.loads(_error_json(call_id, host, type_, message))
+    return outcome
 
 
 def _error_json(call_id: str, host: str, type_: str, message: str) -> str:
     now = time.time()
-    error = ToolCallError(type=type_, message=message)  # type: ignore[arg-type]
+    error = ToolCallError(type=type_, message=message)
     return CallOutcome(call_id=call_id, error=error, started=now, completed=now, host=host).model_dump_json()
 
 
 async def run_call(rt: WorkerRuntime, payload: dict[str, Any], task_id: str) -> dict[str, Any]:
     """One call's outcome as JSON data (the ``toolfleet.call`` task's result)."""
-    return json.loads((await answer_call(rt, payload, task_id))[1])
+    outcome: dict[str, Any] = json.loads((await answer_call(rt, payload, task_id))[1])
+    return outcome
 
 
 async def answer_call(rt: WorkerRuntime, payload: Any, task_id: str) -> tuple[str, str]:
@@ -82,7 +88,8 @@ async def answer_call(rt: WorkerRuntime, payload: Any, task_id: str) -> tuple[st
     except ValidationError as exc:
         now = time.time()
         fatal = FatalError(type="InvalidCallRequest", message=f"The worker refused a malformed call request: {exc}")
-        return call_id, CallOutcome(call_id=call_id, fatal=fatal, started=now, completed=now, host=host).model_dump_json()
+        outcome = CallOutcome(call_id=call_id, fatal=fatal, started=now, completed=now, host=host)
+        return call_id, outcome.model_dump_json()
     assert rt.memory is not None
     # A message's own numbers, bounded (workers._bounds): a call never outlives the worker's deadline.
     request = request.model_copy(update={"timeout": call_timeout(request.timeout, rt.config.max_call_seconds),
@@ -90,14 +97,18 @@ async def answer_call(rt: WorkerRuntime, payload: Any, task_id: str) -> tuple[st
     if request.tool is not None and not is_registered(request.tool.name):
         # Only the registry built at start-up (built-ins + --import): a message never causes an import.
         now = time.time()
-        fatal = FatalError(type="ToolNotRegisteredError", message=not_registered_message(request.tool.name, request.tool.module))
-        return call_id, CallOutcome(call_id=call_id, fatal=fatal, started=now, completed=now, host=host).model_dump_json()
+        fatal = FatalError(type="ToolNotRegisteredError",
+                           message=not_registered_message(request.tool.name, request.tool.module))
+        outcome = CallOutcome(call_id=call_id, fatal=fatal, started=now, completed=now, host=host)
+        return call_id, outcome.model_dump_json()
     if rt.memory.was_cancelled(call_id):
         return call_id, _error_json(call_id, host, "cancelled", "The call was cancelled before it started.")
     deadline = (request.timeout or rt.config.max_call_seconds) + rt.config.call_grace
     try:
         # The claim is also the call's replay memory: kept at least as long as a copy could be accepted.
-        outcome = await rt.memory.run_once(call_id, lambda: _capped(rt.sandboxes.execute(request), rt.admission.max_outcome_bytes),
+        outcome = await rt.memory.run_once(call_id,
+                                           lambda: _capped(rt.sandboxes.execute(request),
+                                                           rt.admission.max_outcome_bytes),
                                            claim_ttl=max(deadline, DEFAULT_REPLAY_WINDOW.ttl))
     except asyncio.CancelledError:
         return call_id, _error_json(call_id, host, "cancelled", "The call was cancelled.")
@@ -107,8 +118,9 @@ async def answer_call(rt: WorkerRuntime, payload: Any, task_id: str) -> tuple[st
     outcome.host = host
     text = outcome.model_dump_json()
     if len(text) > request.max_result_bytes:
-        limit = f"{request.max_result_bytes // (1024 * 1024)} MiB" if request.max_result_bytes >= 1 << 20 else f"{request.max_result_bytes} bytes"
-        text = outcome.model_copy(update={"result": None, "error": ToolCallError(type="limit",  # type: ignore[arg-type]
+        cap = request.max_result_bytes
+        limit = f"{cap // (1024 * 1024)} MiB" if cap >= 1 << 20 else f"{cap} bytes"
+        text = outcome.model_copy(update={"result": None, "error": ToolCallError(type="limit",
                                   message=f"The tool exceeded its output limit of {limit}.")}).model_dump_json()
     return call_id, text
 
@@ -132,9 +144,10 @@ async def run_stage(rt: WorkerRuntime, reply: str, payloads: list[Any], task_id:
                 _, text = await answer_call(rt, payload, call_id)
         except CallRunningElsewhere:
             return  # the process running it answers on the same reply channel
-        except Exception as exc:  # noqa: BLE001 - never leave the orchestrator waiting for its deadline
+        except Exception as exc:  # never leave the orchestrator waiting for its deadline
             log.exception("worker.stage_call_failed", call_id=call_id[:64])
-            text = _error_json(call_id, rt.config.host, "sandbox_unavailable", f"The worker failed to run the call: {exc}")
+            text = _error_json(call_id, rt.config.host, "sandbox_unavailable",
+                               f"The worker failed to run the call: {exc}")
         replies.send(reply, call_id, text)
 
     await asyncio.gather(*(one(p) for p in payloads))
@@ -148,7 +161,8 @@ async def _capped(run: Any, cap: int) -> CallOutcome:
 async def run_open(rt: WorkerRuntime, payload: dict[str, Any], owner: str | None = None) -> dict[str, Any]:
     host = rt.config.host
     if rt.draining:
-        return {"error": {"type": "draining", "message": f"Worker host '{host}' is draining and takes no new sandboxes."}}
+        return {"error": {"type": "draining",
+                          "message": f"Worker host '{host}' is draining and takes no new sandboxes."}}
     try:
         spec = SandboxSpec.model_validate(payload)
         spec = spec.model_copy(update={"config": admit_sandbox(rt.admission, spec.config)})  # the worker decides
@@ -181,6 +195,26 @@ async def run_close(rt: WorkerRuntime, handle: str) -> dict[str, Any]:
     return await rt.close_sandbox(handle)
 
 
+async def run_network(rt: WorkerRuntime, handle: Any, request: Any) -> dict[str, Any]:
+    """Change a sandbox's network policy: ``{"network_mode": mode, "host": ...}`` or ``{"error": ...}``."""
+    from .egress import EgressPolicy
+
+    host = rt.config.host
+    try:
+        if not isinstance(handle, str) or not isinstance(request, dict):
+            raise AdmissionRefused("This worker refuses a malformed sandbox network request.")
+        mode, hosts = admit_network(rt.admission, request.get("network_mode"), request.get("allowed_hosts", []))
+        await rt.sandboxes.set_network(handle, EgressPolicy(mode=mode, allowed_hosts=tuple(hosts)))
+    except AdmissionRefused as exc:
+        log.warning("worker.network_refused", host=host, reason=str(exc))
+        return {"error": {"type": "PolicyRefused", "message": str(exc)}, "host": host}  # the wire's name, kept
+    except Exception as exc:  # noqa: BLE001 - reported to the orchestrator as data
+        log.warning("worker.network_failed", host=host, error=str(exc))
+        return {"error": {"type": type(exc).__name__, "message": str(exc)}, "host": host}
+    log.info("worker.network_changed", host=host, sandbox=handle, mode=mode)
+    return {"network_mode": mode, "host": host}
+
+
 log_ack_errors = logging.getLogger("toolfleet.worker.ack")
 
 
@@ -193,6 +227,8 @@ class FleetRequest(Request):
     lost the message; otherwise the visibility timeout redelivers it and the call memory answers),
     so treat it as acked. The outcome is stored by the result backend independently of the ack.
     """
+
+    acknowledged: bool  # Celery's own attribute (its Request carries no types)
 
     def acknowledge(self) -> None:
         # Same as Celery's, except that the (deferred) ack also tolerates the AttributeError.
@@ -219,12 +255,13 @@ def register_tasks(app: Celery, runtimes: Runtimes) -> None:
         if cap is not None:
             return _error_outcome(str(payload.get("call_id", task_id)), rt.config.host, "limit",
                                   f"The tool call's arguments exceeded the payload limit of {cap} bytes.")
-        timeout = call_timeout(payload.get("timeout") if isinstance(payload, dict) else None, rt.config.max_call_seconds)
+        timeout = call_timeout(payload.get("timeout") if isinstance(payload, dict) else None,
+                               rt.config.max_call_seconds)
         bound = (timeout or rt.config.max_call_seconds) + 2 * rt.config.call_grace
         try:
             return rt.submit(run_call(rt, payload, task_id), timeout=bound)
         except CallRunningElsewhere:
-            raise Ignore() from None  # the first execution stores the result under this task id
+            raise Ignore from None  # the first execution stores the result under this task id
         except TimeoutError:
             return _error_outcome(task_id, rt.config.host, "timeout", "Command timed out before completing.")
 
@@ -232,10 +269,12 @@ def register_tasks(app: Celery, runtimes: Runtimes) -> None:
     def stage(self: Any, reply: Any, payloads: Any) -> None:
         """A stage's calls for this host: outcomes go to ``reply`` (no Celery result is stored)."""
         rt = runtimes.get()
-        if not names.is_reply_channel(reply) or not isinstance(payloads, list) or not 0 < len(payloads) <= names.MAX_STAGE_CALLS:
+        if not names.is_reply_channel(reply) or not isinstance(payloads, list) \
+                or not 0 < len(payloads) <= names.MAX_STAGE_CALLS:
             rejects.reject("malformed stage", self.request.delivery_info.get("routing_key"), f"stage {self.request.id}")
             return None
-        timeouts = [call_timeout(p.get("timeout") if isinstance(p, dict) else None, rt.config.max_call_seconds) for p in payloads]
+        timeouts = [call_timeout(p.get("timeout") if isinstance(p, dict) else None, rt.config.max_call_seconds)
+                    for p in payloads]
         bound = max(t or rt.config.max_call_seconds for t in timeouts) + 2 * rt.config.call_grace
         try:
             rt.submit(run_stage(rt, reply, payloads, self.request.id, _payload_cap(app)), timeout=bound)
@@ -248,13 +287,29 @@ def register_tasks(app: Celery, runtimes: Runtimes) -> None:
         rt = runtimes.get()
         cap = _payload_too_large(app, payload)
         if cap is not None:
-            return {"error": {"type": "limit", "message": f"The sandbox spec (files, setup) exceeded the payload limit of {cap} bytes."},
+            return {"error": {"type": "limit",
+                              "message": f"The sandbox spec (files, setup) exceeded the payload limit of {cap} bytes."},
                     "host": rt.config.host}
-        if rt.redis is not None and not rt.submit(first_consumption(rt.redis, self.request.id, DEFAULT_REPLAY_WINDOW), timeout=30):
+        if rt.redis is not None and not rt.submit(first_consumption(rt.redis, self.request.id, DEFAULT_REPLAY_WINDOW),
+                                                  timeout=30):
             rejects.reject("replayed", self.request.delivery_info.get("routing_key"), f"open_sandbox {self.request.id}")
-            raise Ignore()  # a copy of a consumed open (a replay): nothing opened, nothing stored
+            raise Ignore  # a copy of a consumed open (a replay): nothing opened, nothing stored
         try:
             return rt.submit(run_open(rt, payload, owner), timeout=rt.config.open_timeout)
+        except TimeoutError as exc:
+            return {"error": {"type": "TimeoutError", "message": str(exc)}, "host": rt.config.host}
+
+    @app.task(name=names.TASK_SANDBOX_NETWORK, bind=True, acks_late=True, Request=_REQUEST)
+    def sandbox_network(self: Any, handle: Any, request: Any) -> dict[str, Any]:
+        rt = runtimes.get()
+        first = rt.submit(first_consumption(rt.redis, self.request.id, DEFAULT_REPLAY_WINDOW), timeout=30) \
+            if rt.redis is not None else True
+        if not first:
+            rejects.reject("replayed", self.request.delivery_info.get("routing_key"),
+                           f"sandbox_network {self.request.id}")
+            raise Ignore  # a copy of a consumed change (a replay): it must not undo a later phase's policy
+        try:
+            return rt.submit(run_network(rt, handle, request), timeout=rt.config.open_timeout)
         except TimeoutError as exc:
             return {"error": {"type": "TimeoutError", "message": str(exc)}, "host": rt.config.host}
 

@@ -52,7 +52,8 @@ class AgentState:
                 self._output = ModelOutput()
             else:
                 self._output = ModelOutput(model=last.model or "",
-                                           choices=[ChatCompletionChoice(message=last.model_copy(), stop_reason="stop")])
+                                           choices=[
+                                               ChatCompletionChoice(message=last.model_copy(), stop_reason="stop")])
         return self._output
 
     @output.setter
@@ -65,18 +66,18 @@ class AgentState:
         """Whether an output was set explicitly (not synthesised from the messages)."""
         return self._output_set
 
-    def copy(self) -> "AgentState":
+    def copy(self) -> AgentState:
         """A deep copy (a run never edits its caller's messages)."""
         state = AgentState(messages=copy.deepcopy(list(self._messages)), output=copy.deepcopy(self._output))
         state._output_set = self._output_set
         return state
 
-    def __copy__(self) -> "AgentState":
+    def __copy__(self) -> AgentState:
         state = AgentState(messages=list(self._messages), output=self.output.model_copy())
         state._output_set = self._output_set
         return state
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> "AgentState":
+    def __deepcopy__(self, memo: dict[int, Any]) -> AgentState:
         return self.copy()
 
     def __repr__(self) -> str:
@@ -139,21 +140,24 @@ def rebuild_agent(registry_name: str, **params: Any) -> Agent:
 def _tag(instance: Any, meta: AgentMeta) -> Agent:
     try:
         setattr(instance, AGENT_META_ATTR, meta)
-        return instance  # type: ignore[no-any-return]
+        return instance  # type: ignore[no-any-return]  # the callable, tagged: now an Agent
     except AttributeError:
         # Bound methods and some callables refuse attributes: wrap once.
         @functools.wraps(instance)
         async def wrapped(state: AgentState, *args: Any, **kwargs: Any) -> AgentState:
-            return await instance(state, *args, **kwargs)
+            result: AgentState = await instance(state, *args, **kwargs)
+            return result
 
         setattr(wrapped, AGENT_META_ATTR, meta)
-        return wrapped  # type: ignore[return-value]
+        return wrapped
 
 
 @overload
 def agent(func: Callable[..., Agent], /) -> Callable[..., Agent]: ...
 @overload
-def agent(*, name: str | None = ..., description: str | None = ...) -> Callable[[Callable[..., Agent]], Callable[..., Agent]]: ...
+def agent(
+    *, name: str | None = ..., description: str | None = ...
+) -> Callable[[Callable[..., Agent]], Callable[..., Agent]]: ...
 
 
 def agent(func: Callable[..., Agent] | None = None, *, name: str | None = None, description: str | None = None) -> Any:
@@ -171,7 +175,8 @@ def agent(func: Callable[..., Agent] | None = None, *, name: str | None = None, 
         def wrapper(*args: Any, **kwargs: Any) -> Agent:
             instance = factory(*args, **kwargs)
             if not callable(instance):
-                raise TypeError(f"Agent factory '{registry_name}' must return an async callable, not {type(instance).__name__}.")
+                raise TypeError(
+                    f"Agent factory '{registry_name}' must return an async callable, not {type(instance).__name__}.")
             bound = signature.bind(*args, **kwargs)
             params = dict(bound.arguments)
             existing = agent_meta(instance)
@@ -195,13 +200,13 @@ def agent_with(agent: Agent, *, name: str | None = None, description: str | None
     """The same agent with another display name and/or description (the registry name is kept)."""
     meta = agent_meta(agent) or AgentMeta(registry_name=agent_name(agent), name=agent_name(agent))
 
-    @functools.wraps(agent)  # type: ignore[arg-type]
+    @functools.wraps(agent)
     async def renamed(state: AgentState, *args: Any, **kwargs: Any) -> AgentState:
         return await agent(state, *args, **kwargs)
 
     new = replace(meta, name=name or meta.name, description=description or meta.description)
     setattr(renamed, AGENT_META_ATTR, new)
-    return renamed  # type: ignore[return-value]
+    return renamed
 
 
 def _doc_summary(func: Callable[..., Any]) -> str | None:

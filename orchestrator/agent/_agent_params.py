@@ -15,13 +15,14 @@ import docstring_parser
 from ._agent import Agent, agent_description, agent_name
 
 
-def agent_parameters(agent: Agent, curried: dict[str, Any], skip: tuple[str, ...] = ()) -> tuple[list[inspect.Parameter], dict[str, str]]:
+def agent_parameters(agent: Agent, curried: dict[str, Any],
+                     skip: tuple[str, ...] = ()) -> tuple[list[inspect.Parameter], dict[str, str]]:
     """(keyword-only parameters, descriptions) for the agent's un-curried parameters after the state."""
     try:
         signature = inspect.signature(agent)
     except (TypeError, ValueError):
         signature = None
-    target = inspect.unwrap(agent)  # type: ignore[arg-type]
+    target = inspect.unwrap(agent)
     names = list(signature.parameters)[1:] if signature is not None else []
     accepts_any = signature is not None and any(
         p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
@@ -32,7 +33,7 @@ def agent_parameters(agent: Agent, curried: dict[str, Any], skip: tuple[str, ...
         return [], {}
     try:
         hints = get_type_hints(target)
-    except Exception:  # unresolvable forward references: fall back to raw annotations
+    except Exception:  # noqa: BLE001 - unresolvable forward references: fall back to raw annotations
         hints = dict(getattr(target, "__annotations__", {}))
     docs = {p.arg_name: p.description for p in docstring_parser.parse(inspect.getdoc(target) or "").params}
     params: list[inspect.Parameter] = []
@@ -44,7 +45,7 @@ def agent_parameters(agent: Agent, curried: dict[str, Any], skip: tuple[str, ...
             raise ValueError(f"Description not provided for parameter '{pname}' of function '{agent_name(agent)}'.")
         params.append(inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY, default=param.default,
                                         annotation=hints.get(pname, Any)))
-        descriptions[pname] = docs[pname]
+        descriptions[pname] = docs[pname] or ""
     return params, descriptions
 
 

@@ -13,17 +13,17 @@ import inspect
 import itertools
 import types
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Union
+from typing import Any
 
 from orchestrator.tool._tool_def import ToolDef
 from orchestrator.util._limits import Limit, turn_limit
 
-from ._agent import Agent, AgentState, agent_description, agent_name
+from ._agent import Agent, AgentState, agent_name
 from ._agent_params import agent_parameters, require_description
 from ._nested import nested_run
 from ._run import run
 
-OutputExtractor = Callable[[AgentState], Union[str, Awaitable[str]]]
+OutputExtractor = Callable[[AgentState], str | Awaitable[str]]
 
 INPUT_DESCRIPTION = "Input message."  # what Inspect tells the model
 
@@ -57,7 +57,7 @@ def as_tool(
             raise limit_error  # → a ``limit`` error for the model (executor classification)
         if output_extractor is not None:
             result = output_extractor(state)
-            return await result if inspect.isawaitable(result) else result  # type: ignore[no-any-return]
+            return await result if inspect.isawaitable(result) else result
         return state.output.completion
 
     signature, descriptions = _signature(agent, agent_kwargs)
@@ -82,7 +82,7 @@ def _with_signature(execute: Callable[..., Any], signature: inspect.Signature, n
     """
     code = execute.__code__.replace(co_name=f"as_tool_{next(_unique)}")
     fn = types.FunctionType(code, execute.__globals__, name, execute.__defaults__, execute.__closure__)
-    fn.__signature__ = signature  # type: ignore[attr-defined]
+    fn.__signature__ = signature  # type: ignore[attr-defined]  # inspect reads it
     fn.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
     fn.__doc__ = None
     return fn

@@ -105,7 +105,7 @@ def prefix_assistant(messages: list[ChatMessage], name: str) -> list[ChatMessage
                 if index is None:
                     parts.insert(0, ContentText(text=prefix.rstrip()))
                 else:
-                    parts[index] = ContentText(text=prefix + parts[index].text)  # type: ignore[union-attr]
+                    parts[index] = ContentText(text=prefix + parts[index].text)  # type: ignore[union-attr]  # index found a ContentText
                 message = message.model_copy(update={"content": parts})
         out.append(message)
     return out

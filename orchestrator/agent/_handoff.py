@@ -37,7 +37,7 @@ from orchestrator.tool._tool_call import ToolCall, ToolCallError
 from orchestrator.tool._tool_def import ToolDef
 from orchestrator.util._limits import Limit
 
-from ._agent import Agent, agent_description, agent_name
+from ._agent import Agent, agent_name
 from ._agent_params import agent_parameters, require_description
 from ._as_tool import _with_signature
 from ._filter import apply_filter, content_only, prefix_assistant

@@ -57,7 +57,7 @@ def react(
     *,
     name: str | None = None,
     description: str | None = None,
-    prompt: str | AgentPrompt | None = AgentPrompt(),
+    prompt: str | AgentPrompt | None = AgentPrompt(),  # noqa: B008 - Inspect's signature; never mutated
     tools: Sequence[Any] | None = None,
     model: str | Model | Agent | None = None,
     attempts: int | AgentAttempts = 1,
@@ -197,7 +197,8 @@ def react(
     return execute
 
 
-def _system_message(prompt: str | AgentPrompt | None, submit_name: str | None, tools: list[Any]) -> ChatMessageSystem | None:
+def _system_message(prompt: str | AgentPrompt | None, submit_name: str | None,
+                    tools: list[Any]) -> ChatMessageSystem | None:
     """Instructions, the handoff prompt (with handoff tools), then the assistant prompt — followed by
     the submit prompt unless the assistant prompt names ``{submit}`` itself (as Inspect builds it)."""
     if prompt is None:

@@ -54,7 +54,8 @@ def remove_submit(messages: list[ChatMessage], name: str) -> list[ChatMessage]:
     for message in messages:
         if isinstance(message, ChatMessageTool) and message.function == name:
             continue
-        if isinstance(message, ChatMessageAssistant) and message.tool_calls and any(c.function == name for c in message.tool_calls):
+        if isinstance(message, ChatMessageAssistant) and message.tool_calls \
+                and any(c.function == name for c in message.tool_calls):
             calls = [c for c in message.tool_calls if c.function != name]
             message = message.model_copy(update={"tool_calls": calls or None})
         out.append(message)

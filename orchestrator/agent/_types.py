@@ -72,7 +72,7 @@ class AgentAttempts:
 
     attempts: int = 1
     # A string, or an async fn (state, scores: list[Score]) -> message.
-    incorrect_message: str | Callable[["AgentState", list[Any]], Awaitable[str]] = DEFAULT_INCORRECT_MESSAGE
+    incorrect_message: str | Callable[[AgentState, list[Any]], Awaitable[str]] = DEFAULT_INCORRECT_MESSAGE
     # Scores the state (the answer is state.output.completion). None: the scorer bound with
     # ``attempt_scorer`` (the eval runner binds the task's scorer per sample).
     scorer: AttemptScorer | None = None
@@ -80,7 +80,8 @@ class AgentAttempts:
 
 
 AgentContinue = Callable[["AgentState"], Awaitable[Union[bool, str, "AgentState"]]]
-"""Called after every turn: True continue (nudging if no tool calls), False/None stop, str a message, AgentState a new state."""
+"""Called after every turn: True continue (nudging if no tool calls), False/None stop, str a message, AgentState a new
+state."""
 
 
 class Compaction(ABC):
@@ -94,7 +95,7 @@ class Compaction(ABC):
     @abstractmethod
     async def compact(self, messages: list[ChatMessage], force: bool = False) -> list[ChatMessage] | None: ...
 
-    def record_output(self, output: ModelOutput) -> None:
+    def record_output(self, output: ModelOutput) -> None:  # noqa: B027 - optional hook: does nothing unless overridden
         """Called after each generation (e.g. to calibrate token counts)."""
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "ApprovalPolicy",
     "Approver",
     "NoTerminalError",
+    "approval",
     "approval_policy_scope",
     "approver",
     "auto_approver",

@@ -22,7 +22,9 @@ class Approval(BaseModel):
 
 
 class Approver(Protocol):
-    async def __call__(self, message: str, call: ToolCall, view: ToolCallView, history: list[ChatMessage]) -> Approval: ...
+    async def __call__(
+        self, message: str, call: ToolCall, view: ToolCallView, history: list[ChatMessage]
+    ) -> Approval: ...
 
 
 _APPROVERS: NamedFactories[Approver] = NamedFactories("approver")

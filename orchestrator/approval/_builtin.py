@@ -50,7 +50,8 @@ def human_approver(choices: list[str] | None = None) -> Approver:
         if choice is None:
             return Approval(decision="terminate", explanation="Approval prompt dismissed by the operator.")
         if choice == "always":
-            return Approval(decision="approve", always=True, explanation=explanation or "Approved for the rest of this run.")
-        return Approval(decision=choice, explanation=explanation or f"Human operator chose {choice}.")  # type: ignore[arg-type]
+            return Approval(decision="approve", always=True, explanation=explanation
+                            or "Approved for the rest of this run.")
+        return Approval(decision=choice, explanation=explanation or f"Human operator chose {choice}.")
 
     return approve

@@ -16,8 +16,8 @@ import select
 import sys
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import ContextManager
 
 from orchestrator._errors import ControlFlowSignal, ToolfleetError
 from orchestrator.util._running_sample import running_sample
@@ -44,15 +44,15 @@ _lock = threading.Lock()
 
 # Context-manager factories entered around every prompt: a live progress display registers one that
 # pauses it (and gives back the real stdout it redirects) while the operator answers.
-_guards: list[Callable[[], ContextManager[object]]] = []
+_guards: list[Callable[[], AbstractContextManager[object]]] = []
 
 
-def add_prompt_guard(guard: Callable[[], ContextManager[object]]) -> None:
+def add_prompt_guard(guard: Callable[[], AbstractContextManager[object]]) -> None:
     """Enter ``guard()`` around each console prompt (e.g. pause a live display) until removed."""
     _guards.append(guard)
 
 
-def remove_prompt_guard(guard: Callable[[], ContextManager[object]]) -> None:
+def remove_prompt_guard(guard: Callable[[], AbstractContextManager[object]]) -> None:
     with contextlib.suppress(ValueError):
         _guards.remove(guard)
 
@@ -73,7 +73,7 @@ class ConsolePrompt:
             for word in {choice.label.lower(), choice.value.lower(), *choice.aliases}:
                 self._keys[word] = choice.value
         if len(set(initials)) == len(initials):  # single-letter answers only when unambiguous
-            for letter, choice in zip(initials, choices):
+            for letter, choice in zip(initials, choices, strict=True):
                 self._keys.setdefault(letter, choice.value)
             self.menu = " / ".join(f"[{c.label[0]}]{c.label[1:]}" for c in choices)
         else:
@@ -154,7 +154,7 @@ class _LineReader:
     def readline(self) -> str | None:
         while b"\n" not in self.buffer:
             if self.cancel.is_set():
-                raise _Cancelled()
+                raise _Cancelled
             ready, _, _ = select.select([self.fd], [], [], _POLL_SECONDS)
             if not ready:
                 continue

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator._glob import validate_pattern
 from orchestrator._policy_chain import entries_from_config, first_decision, load_policy_file
 from orchestrator.log._events import ApprovalEvent
 from orchestrator.log._transcript import transcript
@@ -22,7 +23,6 @@ from orchestrator.model._chat_message import ChatMessage
 from orchestrator.tool._tool_call import ToolCall, ToolCallView
 
 from ._approval import Approval, Approver, approver_factory, approver_name
-from orchestrator._glob import validate_pattern
 
 
 @dataclass
@@ -100,7 +100,8 @@ async def decide(
                                           modified=approval.modified, explanation=approval.explanation))
         return approval
 
-    approval, matched = await first_decision(policy, call, ask, lambda a: a.decision == "escalate")
+    decided = await first_decision(policy, call, ask, lambda a: a.decision == "escalate")
+    approval, matched = decided  # in two steps: mypy solves the call's type from an unpacking target wrongly
     if approval is not None:
         if approval.always and approval.decision in ("approve", "reject"):
             store.decisions[call.function] = approval

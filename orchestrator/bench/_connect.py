@@ -37,8 +37,8 @@ async def fleet_dispatcher(broker: str | None) -> Any:
         raise SetupError(str(exc)) from exc
 
 
-async def open_sandboxes(dispatcher: "Dispatcher", n: int, config: dict[str, Any], eval_id: str,
-                         prefix: str) -> tuple[list["SampleRoute"], float]:
+async def open_sandboxes(dispatcher: Dispatcher, n: int, config: dict[str, Any], eval_id: str,
+                         prefix: str) -> tuple[list[SampleRoute], float]:
     """``n`` sandboxes opened at once, and the seconds that took."""
     start = time.perf_counter()
     routes = await asyncio.gather(*(dispatcher.open_sandbox(SandboxSpec(eval_id=eval_id, sample_id=f"{prefix}-{i}",
@@ -46,11 +46,11 @@ async def open_sandboxes(dispatcher: "Dispatcher", n: int, config: dict[str, Any
     return list(routes), time.perf_counter() - start
 
 
-def bash_request(route: "SampleRoute", cmd: str = "true") -> CallRequest:
+def bash_request(route: SampleRoute, cmd: str = "true") -> CallRequest:
     """One ``bash`` tool call into ``route``'s sandbox, as ``execute_tools`` would send it."""
-    from orchestrator.tool._registry import tool_meta
+    from orchestrator.tool._registry import tool_ref
     from orchestrator.tool._tools import bash
 
-    ref = tool_meta(bash()).ref  # type: ignore[union-attr]
+    ref = tool_ref(bash())
     return CallRequest(call_id=uuid.uuid4().hex, function="bash", tool=ref, arguments={"cmd": cmd},
                        sandbox=route.sandbox, sample_id=route.sample_id)

@@ -21,20 +21,21 @@ class RedisCounters:
     by_command: dict[str, int] = field(default_factory=dict)  # calls per command (Lua's inner calls included)
 
     @classmethod
-    def from_info(cls, commandstats: dict[str, Any], stats: dict[str, Any], cpu: dict[str, Any] | None = None) -> "RedisCounters":
+    def from_info(cls, commandstats: dict[str, Any], stats: dict[str, Any],
+                  cpu: dict[str, Any] | None = None) -> RedisCounters:
         by_command = {k.removeprefix("cmdstat_"): int(v.get("calls", 0)) for k, v in commandstats.items()
                       if k.startswith("cmdstat_") and isinstance(v, dict)}
         cpu_s = float((cpu or {}).get("used_cpu_user", 0.0)) + float((cpu or {}).get("used_cpu_sys", 0.0))
         return cls(sum(by_command.values()), int(stats.get("total_net_input_bytes", 0)),
                    int(stats.get("total_net_output_bytes", 0)), cpu_s, by_command)
 
-    def minus(self, before: "RedisCounters") -> "RedisCounters":
+    def minus(self, before: RedisCounters) -> RedisCounters:
         by_command = {k: v - before.by_command.get(k, 0) for k, v in self.by_command.items()}
         return RedisCounters(self.commands - before.commands, self.bytes_in - before.bytes_in,
                              self.bytes_out - before.bytes_out, self.cpu_s - before.cpu_s,
                              {k: v for k, v in by_command.items() if v})
 
-    def plus(self, other: "RedisCounters") -> "RedisCounters":
+    def plus(self, other: RedisCounters) -> RedisCounters:
         by_command = dict(self.by_command)
         for k, v in other.by_command.items():
             by_command[k] = by_command.get(k, 0) + v

@@ -1,4 +1,5 @@
-"""``toolfleet bench fanout --broker URL``: many samples at once, each running stages of parallel bash calls, on a running fleet.
+"""``toolfleet bench fanout --broker URL``: many samples at once, each running stages of parallel bash calls, on a
+running fleet.
 
 Opens ``--samples`` sandboxes on the fleet through the ``CeleryDispatcher`` (placement spreads them),
 then every sample runs ``--stages`` turns of ``--stage`` parallel ``bash true`` calls through

@@ -45,7 +45,8 @@ def configure_logging(level: str | None = None) -> None:
     tty = sys.stderr.isatty()
     renderer = structlog.dev.ConsoleRenderer(colors=True) if tty else structlog.processors.JSONRenderer()
     structlog.configure(
-        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True), renderer],
+        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True),
+                    renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,

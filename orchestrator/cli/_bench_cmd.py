@@ -70,7 +70,8 @@ def run_bench(args: argparse.Namespace) -> int:
         return fail(f"bench: cannot import the checkout's benchmarks at {root}: {exc}")
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: toolfleet bench WORKLOAD [--json] [options]\n       toolfleet bench all [--quick] [--json]"
-              "\n\nworkloads: " + (f"{', '.join(names)} (checkout: {root})" if names else f"none here: {_checkout.WHERE}")
+              "\n\nworkloads: "
+              + (f"{', '.join(names)} (checkout: {root})" if names else f"none here: {_checkout.WHERE}")
               + f"\non a running fleet (--broker URL): {', '.join(FLEET_MEASUREMENTS)}")
         return 0 if argv else 1
     name, rest = argv[0], argv[1:]
@@ -80,14 +81,16 @@ def run_bench(args: argparse.Namespace) -> int:
         return _run_workload(importlib.import_module(FLEET_MEASUREMENTS[name]), f"toolfleet bench {name}", rest)
     if root is None:
         return fail(f"bench {name}: no toolfleet checkout in {Path.cwd()} or above, and {_checkout.WHERE}; "
-                    f"this install measures a running fleet: toolfleet bench {'|'.join(FLEET_MEASUREMENTS)} --broker URL.")
+                    f"this install measures a running fleet: toolfleet bench {'|'.join(FLEET_MEASUREMENTS)} --broker "
+                    "URL.")
     if name == "all":
         return _run_all(rest, names)
     return fail(f"Unknown bench workload '{name}' (available: {', '.join(names) or 'none'}).")
 
 
 def _parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
-    return OneLineParser(prog=prog, description=(doc or "").strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    return OneLineParser(prog=prog, description=(doc or "").strip(),
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def _run_workload(module: ModuleType, prog: str, rest: list[str]) -> int:

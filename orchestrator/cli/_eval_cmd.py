@@ -98,13 +98,18 @@ def _add_run_flags(p: argparse.ArgumentParser, defaults_from_log: bool = False) 
     p.add_argument("--max-subprocesses", type=int, help="tool calls executing at once" + note)
     p.add_argument("--max-samples", type=int, help="samples in flight at once (default 32)" + note)
     p.add_argument("--max-sandboxes", type=int, help="sandboxes alive at once" + note)
-    p.add_argument("--retry-on-error", type=int, nargs="?", const=1, help="retry errored samples N times (flag alone: 1)" + note)
+    p.add_argument("--retry-on-error", type=int, nargs="?", const=1,
+                   help="retry errored samples N times (flag alone: 1)" + note)
     p.add_argument("--sandbox", type=_sandbox_flag,
                    help="local | docker | docker:COMPOSE_FILE (overrides the task's sandbox)" + note)
     # $TOOLFLEET_BROKER as the worker reads it: a URL holding the Redis password stays out of argv (ps).
     p.add_argument("--broker", default=None if defaults_from_log else os.environ.get("TOOLFLEET_BROKER") or None,
                    help="Redis URL: run tool calls on toolfleet workers (distributed mode; default: "
                         "$TOOLFLEET_BROKER)" + note)
+    p.add_argument("--egress-allow", dest="egress_allow", action="append", metavar="CIDR|HOST",
+                   help="embedded mode: a private network or host sandboxes with a network may reach besides the "
+                        "internet (repeatable), e.g. a local package mirror; with --broker the workers' own "
+                        "--egress-allow decides (docs/egress.md)")
     p.add_argument("--approval", metavar="FILE|human|auto", help="approval policy (overrides the task's)" + note)
     p.add_argument("--review", metavar="FILE|human", help="review policy (overrides the task's)" + note)
     p.add_argument("--message-limit", type=int, help="per-sample message limit" + note)
@@ -115,7 +120,8 @@ def _add_run_flags(p: argparse.ArgumentParser, defaults_from_log: bool = False) 
     p.add_argument("--no-preflight", dest="preflight", action="store_false",
                    help="skip the checks made before the first sample starts (sandbox specs, docker images, live "
                         "workers, the model endpoint)")
-    p.add_argument("--log-dir", default=None if defaults_from_log else "logs", help="where eval logs go (default ./logs)")
+    p.add_argument("--log-dir", default=None if defaults_from_log else "logs",
+                   help="where eval logs go (default ./logs)")
     p.add_argument("--display", choices=["auto", "rich", "log", "none"], default="auto",
                    help="progress display: rich on a TTY, JSON log lines otherwise (auto)")
     p.add_argument("--log-format", choices=["jsonl", "eval", "json"], default=None,
@@ -175,7 +181,7 @@ def _batch_flag(value: str) -> bool | int | dict[str, Any]:
     except yaml.YAMLError as exc:
         raise argparse.ArgumentTypeError(f"{value} is not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
     except ValueError as exc:
-        first = getattr(exc, "errors", lambda: [{}])()[0]
+        first: dict[str, Any] = getattr(exc, "errors", lambda: [{}])()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "options"
         raise argparse.ArgumentTypeError(f"{value}: {where}: {first.get('msg', exc)}") from None
 
@@ -197,11 +203,12 @@ def _common_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return dict(limit=args.limit, epochs=args.epochs, max_samples=args.max_samples, max_sandboxes=args.max_sandboxes,
                 retry_on_error=args.retry_on_error, sandbox=args.sandbox, broker=args.broker, approval=args.approval,
                 review=args.review, message_limit=args.message_limit, token_limit=args.token_limit,
-                time_limit=args.time_limit, working_limit=args.working_limit, display=args.display, sample_id=args.sample_id,
+                time_limit=args.time_limit, working_limit=args.working_limit, display=args.display,
+                sample_id=args.sample_id,
                 epochs_reducer=args.epochs_reducer.split(",") if args.epochs_reducer else None,
                 fail_on_error=parse_fail_on_error(args.fail_on_error), max_connections=args.max_connections,
                 max_subprocesses=args.max_subprocesses, config=config or None, log_format=args.log_format,
-                preflight=args.preflight, model_prices=args.model_prices)
+                preflight=args.preflight, model_prices=args.model_prices, egress_allow=args.egress_allow)
 
 
 def parse_fail_on_error(value: str | None) -> bool | float | None:

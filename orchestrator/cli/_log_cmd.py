@@ -110,7 +110,8 @@ def log_show(args: argparse.Namespace) -> int:
     if args.sample is not None:
         return _show_sample(log, args.sample, args.epoch, getattr(args, "events", False))
     row = _summary(log)
-    _say(f"{row['task']} · {row['model']} · {row['status']} · {row['done']}/{row['total']} samples, {row['errors']} errors")
+    _say(f"{row['task']} · {row['model']} · {row['status']} · {row['done']}/{row['total']} samples, {row['errors']} "
+         "errors")
     _say(f"eval id {log.eval.eval_id} · runs {len(log.runs)} · log {log.location}")
     from orchestrator.model._pricing import format_cost
 
@@ -219,9 +220,9 @@ def log_export(args: argparse.Namespace) -> int:
         if not logs:
             return fail(f"No eval logs under {source}.")
         for log in logs:
-            _say(export_inspect_log(log, args.format))
+            _say(str(export_inspect_log(log, args.format)))
         return 0
-    _say(export_inspect_log(source, args.format, args.output))
+    _say(str(export_inspect_log(source, args.format, args.output)))
     return 0
 
 

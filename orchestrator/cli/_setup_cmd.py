@@ -1,4 +1,5 @@
-"""``toolfleet setup [redis] [registry] [images] [browser]``: bring a bare machine to what the test suite and docker mode need.
+"""``toolfleet setup [redis] [registry] [images] [browser]``: bring a bare machine to what the test suite and docker
+mode need.
 
 What it provides, each step skipped when already there (so a second run takes a second):
 
@@ -41,7 +42,8 @@ BUILD_TIMEOUT = 1800.0
 
 def add_command(commands: Any) -> None:
     p = commands.add_parser(
-        "setup", help="install redis-server, docker-registry and chromium, build the sandbox images (what the tests need)",
+        "setup", help="install redis-server, docker-registry and chromium, build the sandbox images (what the tests "
+                      "need)",
         description="Provide what the test suite and docker mode need on a bare machine: redis-server, "
                     "docker-registry and chromium (apt, as root) and the sandbox images (sandbox_images/build.sh). "
                     "Idempotent.")
@@ -92,7 +94,8 @@ def _ensure_program(package: str, why: str, names: tuple[str, ...] = ()) -> None
 _PROGRAMS = {
     "redis": ("redis-server", "redis-server (the Celery tests start their own on loopback)", ()),
     "registry": ("docker-registry", "docker-registry (the image pull tests start their own on loopback)", ()),
-    "browser": ("chromium", "chromium (the inspect view test renders a log headless)", ("chromium", "chromium-browser")),
+    "browser": ("chromium", "chromium (the inspect view test renders a log headless)",
+                ("chromium", "chromium-browser")),
 }
 
 
@@ -138,7 +141,7 @@ def _require_docker() -> None:
         import docker
 
         docker.from_env(timeout=10).ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means "no usable daemon"; the reason goes in the line
+    except Exception as exc:  # any failure means "no usable daemon"; the reason goes in the line
         raise SetupError(f"no reachable Docker Engine ({type(exc).__name__}): install Docker and start its daemon "
                          "(or set DOCKER_HOST)") from exc
 

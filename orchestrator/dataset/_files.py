@@ -17,9 +17,9 @@ it may not contain ``..``. The value is (Inspect's forms, plus ``bytes`` and ``P
 
 ``resolve_sample_files`` runs when the task loads (``load_task``): it turns path strings into
 absolute ``Path``s, decodes nothing yet, and checks every path exists and is readable and that the
-sample's total (``st_size`` here; the bytes read when packing) stays under ``sample_files_limit()`` (``TOOLFLEET_SAMPLE_FILES_LIMIT`` bytes, default
-4 MiB: the whole sample spec must fit in one broker message). Each problem is a ``SampleFilesError``
-naming the sample and the path.
+sample's total (``st_size`` here; the bytes read when packing) stays under ``sample_files_limit()``
+(``TOOLFLEET_SAMPLE_FILES_LIMIT`` bytes, default 4 MiB: the whole sample spec must fit in one broker message). Each
+problem is a ``SampleFilesError`` naming the sample and the path.
 
 ``pack_sample_files`` runs when the sample's sandbox opens: the files become ONE gzipped tar archive per
 kind of key (relative keys, absolute keys), written into the sandbox as one base64 text file and
@@ -79,7 +79,7 @@ def _where(sample_id: object, key: str) -> str:
     return f"Sample {sample_id!r}, file '{key}'"
 
 
-def _check_key(sample_id: object, key: str) -> None:
+def _check_key(sample_id: object, key: object) -> None:  # a dataset's keys: anything until checked
     if not isinstance(key, str) or not key.strip() or "\0" in key:
         raise SampleFilesError(f"Sample {sample_id!r}: a files key must be a non-empty path, got {key!r}.")
     if ".." in PurePosixPath(key).parts:
@@ -129,7 +129,7 @@ def decode_data_uri(sample_id: object, key: str, value: str) -> bytes:
         raise SampleFilesError(f"{_where(sample_id, key)}: invalid data URI ({exc}).") from None
 
 
-def resolve_sample_files(sample: "Sample", base_dir: Path | None = None,
+def resolve_sample_files(sample: Sample, base_dir: Path | None = None,
                          limit: int | None = None) -> dict[str, FileValue] | None:
     """Check a sample's files and return them with path strings made absolute ``Path``s (see module doc)."""
     if not sample.files:
@@ -215,7 +215,8 @@ def _read(sample_id: object, files: dict[str, FileValue], limit: int) -> list[tu
         if total > limit:
             raise SampleFilesError(
                 f"Sample {sample_id!r}: files exceed the limit of {limit:,} bytes at '{dest}' (from {source}, "
-                f"at least {size:,} bytes read; {total:,} so far). Put large files in the sample's image, or raise {LIMIT_ENV}.")
+                f"at least {size:,} bytes read; {total:,} so far). Put large files in the sample's image, or raise "
+                f"{LIMIT_ENV}.")
         read.append((dest, item, executable))
     return read
 
@@ -223,18 +224,18 @@ def _read(sample_id: object, files: dict[str, FileValue], limit: int) -> list[tu
 def _archive(members: Iterable[tuple[str, bytes | Link, bool]]) -> bytes:
     buffer = io.BytesIO()
     now = int(time.time())
-    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=now, compresslevel=6) as gz:
-        with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
-            for name, item, executable in members:
-                info = tarfile.TarInfo(name)
-                info.mtime, info.uid, info.gid, info.uname, info.gname = now, 0, 0, "root", "root"
-                if isinstance(item, Link):  # a link, as it was: resolved inside the sandbox, never on the host
-                    info.type, info.linkname, info.mode = tarfile.SYMTYPE, item.target, 0o777
-                    tar.addfile(info)
-                    continue
-                info.size = len(item)
-                info.mode = 0o755 if executable else 0o644
-                tar.addfile(info, io.BytesIO(item))
+    with (gzip.GzipFile(fileobj=buffer, mode="wb", mtime=now, compresslevel=6) as gz,
+          tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar):
+        for name, item, executable in members:
+            info = tarfile.TarInfo(name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = now, 0, 0, "root", "root"
+            if isinstance(item, Link):  # a link, as it was: resolved inside the sandbox, never on the host
+                info.type, info.linkname, info.mode = tarfile.SYMTYPE, item.target, 0o777
+                tar.addfile(info)
+                continue
+            info.size = len(item)
+            info.mode = 0o755 if executable else 0o644
+            tar.addfile(info, io.BytesIO(item))
     return buffer.getvalue()
 
 
@@ -257,7 +258,7 @@ def pack_sample_files(sample_id: object, files: dict[str, FileValue] | None, set
     for members, target in ((relative, ""), (absolute, " -C /")):
         if not members:
             continue
-        carrier = f"/tmp/.toolfleet-files-{uuid.uuid4().hex}.b64"
+        carrier = f"/tmp/.toolfleet-files-{uuid.uuid4().hex}.b64"  # noqa: S108 - in the sandbox; a fresh name
         wire[carrier] = base64.b64encode(_archive(members)).decode("ascii")
         where = "the working directory" if not target else "/"
         lines.append(f"base64 -d {carrier} | tar -xzf -{target} || {{ echo \"toolfleet: could not unpack the "
@@ -268,7 +269,7 @@ def pack_sample_files(sample_id: object, files: dict[str, FileValue] | None, set
     return wire, script
 
 
-def resolve_dataset_files(samples: Iterable["Sample"], base_dir: Path | None = None) -> None:
+def resolve_dataset_files(samples: Iterable[Sample], base_dir: Path | None = None) -> None:
     """Check every sample's files when a task loads, storing the resolved form on each sample."""
     limit = sample_files_limit()
     for sample in samples:
@@ -276,6 +277,6 @@ def resolve_dataset_files(samples: Iterable["Sample"], base_dir: Path | None = N
             sample.files = resolve_sample_files(sample, base_dir, limit)
 
 
-def sandbox_files_wire(sample: "Sample", base_dir: Path | None = None) -> tuple[dict[str, str], str | None]:
+def sandbox_files_wire(sample: Sample, base_dir: Path | None = None) -> tuple[dict[str, str], str | None]:
     """A sample's ``(files, setup)`` as they travel in a ``SandboxSpec`` (blocking file I/O: run in a thread)."""
     return pack_sample_files(sample.id, resolve_sample_files(sample, base_dir), sample.setup)

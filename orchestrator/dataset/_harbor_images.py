@@ -184,7 +184,7 @@ class DockerImageBuilder:
                                            + (f" (after: {tail[-1]})" if tail else ""))
                 text = str(chunk.get("stream") or "").strip()
                 if text:
-                    tail = (tail + [text])[-5:]
+                    tail = [*tail, text][-5:]
                 if time.monotonic() > deadline:
                     raise HarborBuildError(f"building {build.tag} took longer than {build.timeout:g} s "
                                            "(environment.build_timeout_sec)")

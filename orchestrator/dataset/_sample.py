@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, Self, overload
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -63,9 +63,9 @@ class Dataset(Sequence[Sample]):
     @overload
     def __getitem__(self, index: int) -> Sample: ...
     @overload
-    def __getitem__(self, index: slice) -> "Dataset": ...
+    def __getitem__(self, index: slice) -> Self: ...
 
-    def __getitem__(self, index: int | slice) -> "Sample | Dataset":
+    def __getitem__(self, index: int | slice) -> Sample | Self:
         if isinstance(index, slice):
             return type(self)(self.samples[index], self.name, self.location, self.shuffled)
         return self.samples[index]
@@ -77,10 +77,10 @@ class Dataset(Sequence[Sample]):
         return iter(self.samples)
 
     def shuffle(self, seed: int | None = None) -> None:
-        random.Random(seed).shuffle(self.samples)
+        random.Random(seed).shuffle(self.samples)  # noqa: S311 - a reproducible order, no secret
         self.shuffled = True
 
-    def filter(self, predicate: Callable[[Sample], bool], name: str | None = None) -> "Dataset":
+    def filter(self, predicate: Callable[[Sample], bool], name: str | None = None) -> Dataset:
         return type(self)([s for s in self.samples if predicate(s)], name or self.name, self.location, self.shuffled)
 
     def __repr__(self) -> str:

@@ -1,5 +1,7 @@
 """Dispatchers: the seam between stage planning and execution."""
 
+from typing import Any
+
 from ._context import (
     active_dispatcher,
     current_route,
@@ -31,7 +33,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):  # type: ignore[no-untyped-def]
+def __getattr__(name: str) -> Any:
     # Lazy: importing Celery costs ~0.2 s, and embedded mode never needs it.
     if name in ("CeleryDispatcher", "CeleryDispatcherConfig"):
         from . import celery as _celery

@@ -11,6 +11,7 @@ is told whether a host incarnation is lost (``is_lost``) and which calls a lost 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 import uuid
@@ -48,7 +49,7 @@ PUBLISH_SAMPLES = 100_000  # (messages, calls) per publish kept (two ints each)
 class Pending:
     task_id: str
     future: asyncio.Future[Any]
-    kind: Literal["call", "open", "close"]
+    kind: Literal["call", "open", "close", "network"]
     function: str
     payload: Any
     queue: str
@@ -63,7 +64,8 @@ class Pending:
 
 def _error_outcome(call_id: str, type_: str, message: str, host: str | None = None) -> CallOutcome:
     now = time.time()
-    return CallOutcome(call_id=call_id, error=ToolCallError(type=type_, message=message), started=now, completed=now, host=host)  # type: ignore[arg-type]
+    return CallOutcome(call_id=call_id, error=ToolCallError(type=type_, message=message), started=now, completed=now,
+                       host=host)
 
 
 def _stage_messages(records: list[Pending], reply: str) -> list[TaskMessage]:
@@ -151,7 +153,7 @@ class PendingCalls:
     # --- calls ---------------------------------------------------------------------------------
 
     def dispatch(self, stage: Sequence[Dispatch],
-                 where: Callable[[str], tuple[str | None, str | None]]) -> list["asyncio.Future[CallOutcome]"]:
+                 where: Callable[[str], tuple[str | None, str | None]]) -> list[asyncio.Future[CallOutcome]]:
         """``where(sandbox handle)``: the (host, boot) holding that sandbox, (None, None) if unknown."""
         loop = asyncio.get_running_loop()
         route = current_route()
@@ -189,7 +191,7 @@ class PendingCalls:
         for rec in records:
             if rec.future.done():
                 continue  # cancelled before it was sent: nothing to publish, nothing to stop
-            rec.future.add_done_callback(lambda f, rec=rec: self._on_done(rec, f))
+            rec.future.add_done_callback(functools.partial(self._on_done, rec))
             if self.fleet_error is not None:
                 self._fail_misconfigured(rec)
                 continue
@@ -223,19 +225,19 @@ class PendingCalls:
             bound = (rec.timeout or self.config.max_call_seconds) + self.config.call_grace
             if rec.kind == "open":
                 bound = self.config.open_timeout
-            elif rec.kind == "close":
+            elif rec.kind in ("close", "network"):
                 bound = self.config.close_timeout
             rec.deadline = call_later(bound, self._expire, rec.task_id, bound)  # holds no sample once cancelled
         lifecycle = [rec for rec in records if rec.kind != "call"]
         if lifecycle:
             raws = await self._listener.expect([rec.task_id for rec in lifecycle])
-            for rec, raw in zip(lifecycle, raws):
+            for rec, raw in zip(lifecycle, raws, strict=True):
                 rec.raw = raw
-                raw.add_done_callback(lambda r, rec=rec: self._on_meta(rec, r))
+                raw.add_done_callback(functools.partial(self._on_meta, rec))
 
-    async def lifecycle(self, kind: Literal["open", "close"], name: str, arg: Any, queue: str,
+    async def lifecycle(self, kind: Literal["open", "close", "network"], name: str, arg: Any, queue: str,
                         host: str, boot: str | None) -> dict[str, Any]:
-        """Send a sandbox open/close task to ``queue`` and wait for the worker's Celery result."""
+        """Send a sandbox open/close/network task to ``queue`` and wait for the worker's Celery result."""
         await self._start()  # a resumed eval may close a dead run's sandboxes before anything else
         loop = asyncio.get_running_loop()
         rec = Pending(task_id=uuid.uuid4().hex, future=loop.create_future(), kind=kind, function=f"{kind}_sandbox",
@@ -246,10 +248,11 @@ class PendingCalls:
         await self._track([rec])
         try:
             await self._publisher.stage([TaskMessage(rec.task_id, name, arg, queue)])
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             rec.future.cancel()
             raise SandboxUnavailableError(f"Could not reach the worker fleet to {kind} a sandbox: {exc}") from exc
-        return await rec.future
+        meta: dict[str, Any] = await rec.future
+        return meta
 
     # --- resolution ----------------------------------------------------------------------------
 
@@ -281,7 +284,7 @@ class PendingCalls:
     async def recheck_outcomes(self, records: list[Pending]) -> None:
         """Resolve calls whose outcome was stored while this dispatcher was not listening."""
         values = await self._listener.stored_outcomes([r.task_id for r in records])
-        for rec, value in zip(records, values):
+        for rec, value in zip(records, values, strict=True):
             for call_id, mac, text in parse_items(value) if value is not None else []:
                 if call_id == rec.task_id:
                     self._answer(call_id, mac, text)
@@ -364,7 +367,8 @@ class PendingCalls:
             if rec.kind == "call":
                 self._resolve(rec, self._lost_outcome(rec))
             elif not rec.future.done():
-                rec.future.set_exception(SandboxUnavailableError(f"Worker host '{host}' was lost during {rec.function}."))
+                rec.future.set_exception(
+                    SandboxUnavailableError(f"Worker host '{host}' was lost during {rec.function}."))
 
     # --- cancellation --------------------------------------------------------------------------
 
@@ -383,7 +387,8 @@ class PendingCalls:
         try:
             for host, ids in by_host.items():
                 destination = [names.worker_nodename(host)] if host else None
-                await self._publisher.broadcast(names.CONTROL_CANCEL, {"call_ids": ids, "mac": cancel_mac(self._keyring, ids)},
+                await self._publisher.broadcast(names.CONTROL_CANCEL,
+                                                {"call_ids": ids, "mac": cancel_mac(self._keyring, ids)},
                                                 destination)
         except Exception as exc:  # noqa: BLE001 - best effort: the worker's own deadline still applies
             log.warning("dispatch.cancel_failed", error=str(exc))
@@ -408,12 +413,12 @@ class PendingCalls:
         except (RedisError, OSError) as exc:
             log.warning("dispatch.recheck_failed", error=str(exc))
             return
-        lost = [r for r, claim in zip(pending, claims) if claim is None]
+        lost = [r for r, claim in zip(pending, claims, strict=True) if claim is None]
         if lost:
             log.warning("dispatch.republish", calls=len(lost))
             try:
                 await self._publisher.stage(_stage_messages(lost, self._reply))
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - kombu/redis raise many kinds; each lost call gets its outcome
                 for rec in lost:
                     self._resolve(rec, _error_outcome(rec.task_id, "sandbox_unavailable",
                         f"The call was lost when the broker restarted and could not be sent again ({exc})."))

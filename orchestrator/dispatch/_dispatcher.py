@@ -41,7 +41,7 @@ class Dispatcher(ABC):
     fleet_error: str | None = None
 
     @abstractmethod
-    def dispatch(self, stage: Sequence[Dispatch]) -> list["asyncio.Future[CallOutcome]"]:
+    def dispatch(self, stage: Sequence[Dispatch]) -> list[asyncio.Future[CallOutcome]]:
         """Start every call of ``stage`` concurrently and return one future per call, in order."""
 
     async def run_one(self, item: Dispatch) -> CallOutcome:
@@ -53,12 +53,24 @@ class Dispatcher(ABC):
             future.cancel()  # no-op once done; stops the call if the caller was cancelled
 
     @abstractmethod
-    async def open_sandbox(self, spec: SandboxSpec) -> "SampleRoute":
+    async def open_sandbox(self, spec: SandboxSpec) -> SampleRoute:
         """Create the sample's sandbox where its calls will run; return the route to it."""
 
     @abstractmethod
-    async def close_sandbox(self, route: "SampleRoute") -> None:
+    async def close_sandbox(self, route: SampleRoute) -> None:
         """Destroy the sample's sandbox (idempotent; never raises for an already-gone sandbox)."""
+
+    @abstractmethod
+    async def set_sandbox_network(self, route: SampleRoute, network_mode: str,
+                                  allowed_hosts: Sequence[str] = ()) -> None:
+        """Change the network policy of the sample's live sandbox, all its containers at once:
+        ``network_mode`` ``none`` | ``public`` | ``allowlist`` (with ``allowed_hosts``), as a sandbox
+        config names it (docs/egress.md); e.g. a Harbor task's ``[agent]`` / ``[verifier]`` phase. Where
+        the sandbox lives decides, as for ``network_mode`` at open: a worker admits the mode only with
+        ``--allow-network`` and its host enforces it. A connection the old policy allowed is judged by
+        the new one from its next packet on. The sandbox must have a network of its own (opened with
+        ``phase_network_modes``, services, or a mode other than ``none``). Refused or impossible:
+        ``SandboxUnavailableError`` (one sentence), and the previous policy stays."""
 
     async def remove_snapshots(self, eval_id: str) -> list[str]:
         """Remove ``eval_id``'s snapshots (those not kept) where they are; returns their ids."""
@@ -68,7 +80,7 @@ class Dispatcher(ABC):
     # (nothing to journal for a later resume to close) and that Docker must answer.
     sandboxes_here: bool = False
 
-    async def preflight(self, needs: SandboxNeeds) -> None:
+    async def preflight(self, needs: SandboxNeeds) -> None:  # noqa: B027 - optional hook: does nothing unless overridden
         """Check, before an eval's first sample, that the sandboxes ``needs`` describes can open where this
         dispatcher runs them (``PreflightError``: one sentence)."""
 
@@ -82,7 +94,7 @@ class Dispatcher(ABC):
         how many went."""
         return 0
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - optional hook: does nothing unless overridden
         """Release connections and listeners."""
 
 
@@ -105,8 +117,8 @@ class SampleRoute:
 def attach_setup_execs(exc: BaseException, execs: Any, dropped: int, host: str | None) -> None:
     """A failed open carries the execs it ran (a failing setup's output) on its exception."""
     try:
-        exc.sandbox_execs = list(execs or ())  # type: ignore[attr-defined]
-        exc.sandbox_execs_dropped = dropped  # type: ignore[attr-defined]
-        exc.sandbox_host = host  # type: ignore[attr-defined]
+        exc.sandbox_execs = list(execs or ())  # type: ignore[attr-defined]  # carried on any exception
+        exc.sandbox_execs_dropped = dropped  # type: ignore[attr-defined]  # carried on any exception
+        exc.sandbox_host = host  # type: ignore[attr-defined]  # carried on any exception
     except AttributeError:  # an exception type that refuses attributes: nothing to carry
         pass

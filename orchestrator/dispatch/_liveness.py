@@ -41,7 +41,7 @@ class HostLiveness:
             boots = await pipe.execute()
         now = time.monotonic()
         known: dict[str, str | None] = {}
-        for host, raw in zip(hosts, boots):
+        for host, raw in zip(hosts, boots, strict=True):
             boot = raw.decode() if isinstance(raw, bytes) else raw
             if boot is None:
                 since = self._missing_since.setdefault(host, now)

@@ -67,7 +67,8 @@ def _setup_execs(answer: Any) -> tuple[list[SandboxExec], int]:
 
 def _refused_draining(answer: Any) -> bool:
     """Whether a worker's open answer is its refusal as a draining host (``workers.tasks.run_open``)."""
-    return isinstance(answer, dict) and isinstance(answer.get("error"), dict) and answer["error"].get("type") == "draining"
+    return (isinstance(answer, dict) and isinstance(answer.get("error"), dict)
+            and answer["error"].get("type") == "draining")
 
 
 def _images(config: dict[str, Any] | None) -> list[str] | None:
@@ -135,7 +136,8 @@ class SandboxPlacement:
             try:
                 await self._hold_lease()
                 meta = await self._calls.lifecycle("open", names.TASK_OPEN_SANDBOX,
-                                                   [spec.model_dump(mode="json"), self._client_id], host.queue, host.host, host.boot)
+                                                   [spec.model_dump(mode="json"), self._client_id], host.queue,
+                                                   host.host, host.boot)
             except BaseException:
                 await self._release(host.host, weight, spec.eval_id)
                 raise
@@ -163,7 +165,8 @@ class SandboxPlacement:
                            setup_execs=tuple(execs), setup_execs_dropped=dropped)
 
     async def _place(self, redis: Any, image: list[str] | None = None, pull_policy: str = "missing",
-                     weight: int = 1, eval_id: str | None = None, sample_id: str | None = None, only: str | None = None) -> Any:
+                     weight: int = 1, eval_id: str | None = None, sample_id: str | None = None,
+                     only: str | None = None) -> Any:
         """Reserve a slot; while the fleet is busy (full, or this eval holds its fair share while another
         eval waits), wait — bounded by ``placement_wait``, or ``no_host_wait`` while no host is alive —
         and say so: in Redis (the ``toolfleet.sandbox.demand`` list the autoscaler watches), in the
@@ -175,7 +178,8 @@ class SandboxPlacement:
         try:
             while True:
                 try:
-                    host, held = await self.placer.reserve_timed(image, pull_policy, weight, eval_id, only)  # have the image, else can pull it
+                    # have the image, else can pull it
+                    host, held = await self.placer.reserve_timed(image, pull_policy, weight, eval_id, only)
                     self.placement_seconds.append(held - asked)
                     self.placement_resumed_seconds.append(loop.time() - asked)
                     if token is not None:
@@ -248,6 +252,28 @@ class SandboxPlacement:
         except (RedisError, OSError) as exc:
             log.debug("dispatch.lease_failed", error=str(exc))
 
+    # --- a phase's network ----------------------------------------------------------------------
+
+    async def set_network(self, route: SampleRoute, network_mode: str, allowed_hosts: list[str]) -> None:
+        """Ask the host holding the sandbox to change its network policy (a signed task it admits)."""
+        if route.sandbox is None:
+            raise SandboxUnavailableError("This sample has no sandbox whose network could change.")
+        host, boot = self._sandboxes.get(route.sandbox, (names.host_of_queue(route.queue), None))
+        if host is None or self._is_lost(host, boot):
+            raise SandboxUnavailableError(f"The worker host holding sandbox '{route.sandbox}' is gone.")
+        try:
+            answer = await self._calls.lifecycle(
+                "network", names.TASK_SANDBOX_NETWORK,
+                [route.sandbox, {"network_mode": network_mode, "allowed_hosts": list(allowed_hosts)}],
+                names.host_queue(host), host, boot)
+        except TimeoutError as exc:
+            raise SandboxUnavailableError(f"Worker host '{host}' did not change the sandbox's network: {exc}") from exc
+        result = answer.get("result") if answer.get("status") == "SUCCESS" else None
+        if not isinstance(result, dict) or result.get("network_mode") != network_mode:
+            reason = result.get("error", {}).get("message") if isinstance(result, dict) else answer.get("result")
+            raise SandboxUnavailableError(f"Worker host '{host}' did not change the sandbox's network to "
+                                          f"'{network_mode}': {reason}")
+
     # --- closing -------------------------------------------------------------------------------
 
     async def close(self, route: SampleRoute) -> None:
@@ -263,7 +289,8 @@ class SandboxPlacement:
         if host is None or self._is_lost(host, boot) or self._closed:
             return  # nothing left to close: the host (and the sandbox) is gone
         try:
-            await self._calls.lifecycle("close", names.TASK_CLOSE_SANDBOX, [route.sandbox], names.host_queue(host), host, boot)
+            await self._calls.lifecycle("close", names.TASK_CLOSE_SANDBOX, [route.sandbox], names.host_queue(host),
+                                        host, boot)
         except (SandboxUnavailableError, TimeoutError, asyncio.CancelledError) as exc:
             if isinstance(exc, asyncio.CancelledError):
                 raise

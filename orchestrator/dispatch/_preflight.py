@@ -1,10 +1,12 @@
 """What a dispatcher checks before an eval's first sample: can the sandboxes it needs open where it runs them.
 
 ``InProcessDispatcher.preflight``: every docker image is on this machine's Docker, or pullable (from any
-registry); tools run in this process, so there is nothing to check about them. ``CeleryDispatcher.preflight``:
+registry), and every network mode a sandbox asks for is enforced here (``check_local_networks``); tools
+run in this process, so there is nothing to check about them. ``CeleryDispatcher.preflight``:
 the broker has live workers; every tool the samples run on workers is registered on every live worker
 that takes calls (see ``check_worker_tools``); if sandboxes are needed, one of them accepts them, runs
-their type, allows and has (or pulls) each image, and has slots for the largest multi-service sandbox.
+their type, allows and has (or pulls) each image, offers each network mode (``--allow-network``, and a
+host that enforces it), and has slots for the largest multi-service sandbox.
 Each problem is one ``PreflightError`` sentence (a ``SetupError``: the CLI prints it as one line, exit 1).
 """
 
@@ -19,7 +21,7 @@ from orchestrator._errors import SetupError
 from orchestrator.util._image_names import image_registry, pulls_from
 
 __all__ = ["PROBE_TIMEOUT_S", "PreflightError", "SandboxNeeds", "check_fleet", "check_local_images",
-           "check_worker_tools"]
+           "check_local_networks", "check_worker_tools", "network_refusal"]
 
 PROBE_TIMEOUT_S = 5.0
 FRESH_IMAGE_WAIT_S = 12.0  # > the workers' image-listing period (5 s) plus a heartbeat interval
@@ -54,6 +56,8 @@ class SandboxNeeds:
         self.tools: dict[str, str] = {}
         # Samples whose task runs commands as root in their sandboxes (a worker must allow it: --allow-root-user).
         self.root: list[str] = []
+        # Network modes a host must enforce for them (``DockerSandboxConfig.enforced_modes``) -> their samples.
+        self.networks: dict[str, list[str]] = {}
 
 
 def _who(samples: list[str]) -> str:
@@ -93,6 +97,34 @@ async def check_local_images(images: dict[str, list[str]], pullable: Collection[
         more = f" (and {len(gone) - 1} more image(s))" if len(gone) > 1 else ""
         raise PreflightError(f"Docker image '{image}' ({_who(images[image])}) is not on this machine{more}: "
                              f"build it or `docker pull {image}`.")
+
+
+ENFORCING_HINT = "nftables and CAP_NET_ADMIN in the host's network namespace: docs/egress.md"
+
+
+async def check_local_networks(egress: Any, networks: dict[str, list[str]]) -> None:
+    """Embedded mode: this machine's egress enforcer (``workers.egress.EgressEnforcer``, started now)
+    enforces every mode the samples ask for."""
+    if not networks:
+        return
+    modes = await egress.ready()
+    for mode, who in sorted(networks.items()):
+        if not egress.enforcing or mode not in modes:
+            raise PreflightError(f"Network mode '{mode}' ({_who(who)}) cannot be enforced on this machine "
+                                 f"({egress.unavailable}); it needs {ENFORCING_HINT}.")
+
+
+def network_refusal(mode: str, who: list[str], hosts: Sequence[Any]) -> str | None:
+    """Why no live worker in ``hosts`` takes a sandbox asking for network ``mode`` (None: one does).
+    A worker lists the modes it gives sandboxes networks of their own for, [] where its host enforces
+    none. Pure; table-tested."""
+    if any(mode in h.network_modes for h in hosts):
+        return None
+    if any(h.network_modes for h in hosts):
+        return (f"Network mode '{mode}' ({_who(who)}) is allowed by none of the {len(hosts)} live worker(s): "
+                f"start workers with --allow-network {mode}.")
+    return (f"Network mode '{mode}' ({_who(who)}) is enforced by none of the {len(hosts)} live worker(s): "
+            f"their hosts cannot enforce network policies ({ENFORCING_HINT}).")
 
 
 def _listed(items: list[str], limit: int = 5) -> str:
@@ -140,7 +172,8 @@ async def check_worker_tools(client: Any, hosts: Sequence[Any], tools: dict[str,
     if nowhere:
         several = len(nowhere) > 1
         raise PreflightError(f"Tool{'s' if several else ''} {_tool_names(nowhere, tools)} "
-                             f"{'are' if several else 'is'} registered on no live worker: {_imports(nowhere, tools, 'workers')}.")
+                             f"{'are' if several else 'is'} registered on no live worker: "
+                             f"{_imports(nowhere, tools, 'workers')}.")
     partial = [n for n, without in lacking.items() if without]
     if partial:
         hosts_without = sorted({h for n in partial for h in lacking[n]})
@@ -153,7 +186,8 @@ async def check_worker_tools(client: Any, hosts: Sequence[Any], tools: dict[str,
 
 async def check_fleet(broker_url: str, images: dict[str, list[str]], kinds: set[str],
                       pullable: Collection[str] = (), pods: dict[int, list[str]] | None = None,
-                      tools: dict[str, str] | None = None, root: list[str] | None = None) -> None:
+                      tools: dict[str, str] | None = None, networks: dict[str, list[str]] | None = None,
+                      root: list[str] | None = None) -> None:
     """Distributed mode: live workers exist, have every tool the samples run on them, accept sandboxes if
     needed (and run commands as root for the ``root`` samples), and have (or can pull) every image."""
     from redis.asyncio import Redis
@@ -188,6 +222,10 @@ async def check_fleet(broker_url: str, images: dict[str, list[str]], kinds: set[
             raise PreflightError(f"The task runs commands as root in its sandboxes ({_who(root)}), which "
                                  f"{len(refusing)} of the {len(takers)} live workers ({_listed(refusing, 3)}) do not "
                                  "allow, and a sample may be placed on any: start every worker with --allow-root-user.")
+    for mode, who in sorted((networks or {}).items()):
+        why = network_refusal(mode, who, takers)
+        if why is not None:
+            raise PreflightError(why)
     largest = max(h.slots for h in takers)
     for containers, who in sorted((pods or {}).items(), reverse=True)[:1]:
         if containers > largest:

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import structlog
 from celery import Celery, group
-from kombu import Exchange, Queue
+from kombu.entity import Exchange, Queue
 
 from orchestrator.util._retry import Backoff, RetryPolicy, retry
 
@@ -56,7 +56,8 @@ class Publisher:
                     on_retry=self._publish_failed)
 
     async def broadcast(self, command: str, arguments: dict[str, Any], destination: list[str] | None) -> None:
-        await self._run(lambda: self.app.control.broadcast(command, arguments=arguments, destination=destination, reply=False))
+        await self._run(lambda: self.app.control.broadcast(command, arguments=arguments, destination=destination,
+                                                           reply=False))
 
     def broker_restarted(self) -> None:
         self._declared.clear()  # the bindings went with the old Redis (a set swap is atomic enough across threads)

@@ -23,6 +23,7 @@ Redis (one UNLINK every ``DELETE_BATCH_S``): it is needed only until the orchest
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -49,12 +50,13 @@ RECONNECT = RetryPolicy(max_retries=None, max_elapsed=float("inf"), initial_dela
 
 
 class ResultListener:
-    def __init__(self, url: str, health_interval: float = 5.0, on_reconnect: Callable[[], Awaitable[None]] | None = None,
+    def __init__(self, url: str, health_interval: float = 5.0,
+                 on_reconnect: Callable[[], Awaitable[None]] | None = None,
                  keyring: Keyring | None = None, on_event: Callable[[bytes], None] | None = None,
                  reply_channel: str | None = None, on_reply: Callable[[bytes], None] | None = None) -> None:
-        self._conn_kwargs = dict(parse_url(url))
+        self._conn_kwargs: dict[str, Any] = dict(parse_url(url))
         # rediss:// gives SSLConnection (TLS to the broker); keep it for the subscribed connection too.
-        self._conn_class = self._conn_kwargs.pop("connection_class", None) or Connection
+        self._conn_class: type[Connection] = self._conn_kwargs.pop("connection_class", None) or Connection
         # Ordinary commands (re-checks, placement, fair-share counts). A blocking pool: a thousand samples
         # closing at once wait their turn for a connection instead of failing "Too many connections"
         # (which would leave their eval's fair-share counts held).
@@ -71,6 +73,7 @@ class ResultListener:
         self._flush_scheduled = False
         self._task: asyncio.Task[None] | None = None
         self._health: asyncio.Task[None] | None = None
+        self._reconnect_task: asyncio.Task[None] | None = None
         self._last_seen = time.monotonic()
         self._health_interval = health_interval
         self._on_reconnect = on_reconnect
@@ -122,10 +125,8 @@ class ResultListener:
             futures.append(fut)
         conn = self._conn
         if conn is not None:
-            try:
+            with contextlib.suppress(RedisError, OSError):  # the reader reconnects and re-subscribes everything pending
                 await conn.send_command("SUBSCRIBE", *(names.result_key(t) for t in task_ids), check_health=False)
-            except (RedisError, OSError):
-                pass  # the reader reconnects and re-subscribes everything pending
         return futures
 
     def forget(self, task_id: str, future: asyncio.Future[dict[str, Any]] | None = None) -> None:
@@ -162,8 +163,8 @@ class ResultListener:
                     self.reconnects += 1
                     log.warning("dispatch.listener_reconnected", pending=len(self._futures))
                     await self.recheck(list(self._futures))
-                    if self._on_reconnect is not None:
-                        asyncio.ensure_future(self._on_reconnect())
+                    if self._on_reconnect is not None:  # held: the loop keeps only a weak reference to a task
+                        self._reconnect_task = asyncio.ensure_future(self._on_reconnect())
                 first = False
                 while True:
                     response = await conn.read_response()
@@ -220,7 +221,8 @@ class ResultListener:
         if not task_ids:
             return 0
         values = await self.redis.mget([names.result_key(t) for t in task_ids])
-        return sum(1 for task_id, value in zip(task_ids, values) if value is not None and self._resolve(task_id, value))
+        return sum(1 for task_id, value in zip(task_ids, values, strict=True) if value is not None
+                   and self._resolve(task_id, value))
 
     async def stored_outcomes(self, call_ids: list[str]) -> list[Any]:
         """The stage outcomes stored for these calls (``workers.fleet.read_stored``; None where there is none yet)."""
@@ -242,20 +244,16 @@ class ResultListener:
         channels = [c for c in channels if c[len(names.RESULT_PREFIX):] not in self._futures]
         conn = self._conn
         if channels and conn is not None:
-            try:
+            with contextlib.suppress(RedisError, OSError):  # a reconnect subscribes only what is still pending
                 await conn.send_command("UNSUBSCRIBE", *channels, check_health=False)
-            except (RedisError, OSError):
-                pass  # a reconnect subscribes only what is still pending
 
     async def _delete(self) -> None:
         self._delete_scheduled = False
         keys, self._consumed = self._consumed, []
         if not keys or self._closed:
             return
-        try:
+        with contextlib.suppress(RedisError, OSError):  # result_expires removes them anyway
             await self.redis.unlink(*keys)
-        except (RedisError, OSError):
-            pass  # result_expires removes them anyway
 
     async def _ping_loop(self) -> None:
         while True:
@@ -267,7 +265,5 @@ class ResultListener:
                 log.warning("dispatch.listener_silent", seconds=round(time.monotonic() - self._last_seen, 1))
                 await conn.disconnect(nowait=True)  # the reader fails and reconnects
                 continue
-            try:
+            with contextlib.suppress(RedisError, OSError):
                 await conn.send_command("PING", check_health=False)
-            except (RedisError, OSError):
-                pass

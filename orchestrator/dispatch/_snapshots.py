@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Sequence
 
 from orchestrator._wire import CallRequest
+from orchestrator.tool._registry import tool_ref
 
 from ._context import set_route
 from ._dispatcher import Dispatch, Dispatcher, SampleRoute
@@ -22,7 +23,7 @@ async def remove_snapshots_on(dispatcher: Dispatcher, eval_id: str, queues: Sequ
     async def remove_on(queue: str | None) -> list[str]:
         instance = snapshot_remove()
         request = CallRequest(call_id=uuid.uuid4().hex, function=SNAPSHOT_REMOVE_TOOL,
-                              tool=getattr(instance, "__toolfleet_tool__").ref, arguments={"eval_id": eval_id})
+                              tool=tool_ref(instance), arguments={"eval_id": eval_id})
         set_route(SampleRoute(queue=queue))  # this task's own context: the call goes to that host's queue
         outcome = await dispatcher.run_one(Dispatch(request, instance))
         if outcome.error is None and outcome.fatal is None and outcome.result:

@@ -64,9 +64,12 @@ class CeleryDispatcherConfig(BaseModel):
     type: Literal["celery"] = "celery"
     broker_url: str = Field(default_factory=lambda: AppConfig().broker_url)
     max_payload_bytes: int = Field(8 * 1024 * 1024, gt=0, description="cap on a call's JSON request")
-    call_grace: float = Field(30.0, ge=0, description="seconds beyond a call's own timeout before the orchestrator gives up")
+    call_grace: float = Field(30.0, ge=0,
+                              description="seconds beyond a call's own timeout before the orchestrator gives up")
     max_call_seconds: float = Field(3600.0, gt=0, description="deadline of a call that has no timeout of its own")
-    lost_grace: float = Field(5.0, ge=0, description="seconds a host's heartbeat may be missing (e.g. Redis restart) before it is lost")
+    lost_grace: float = Field(5.0, ge=0,
+                              description="seconds a host's heartbeat may be missing (e.g. Redis restart) before it is "
+                                          "lost")
     watch_interval: float = Field(1.0, gt=0, description="how often pending calls' hosts are checked")
     open_timeout: float = Field(300.0, gt=0, description="bound on creating a sandbox on a worker")
     placement_wait: float = Field(3600.0, ge=0, description="how long open_sandbox waits for a free slot while the "
@@ -75,10 +78,12 @@ class CeleryDispatcherConfig(BaseModel):
                                 "(autoscaling from zero); at most placement_wait")
     placement_leases: int = Field(128, ge=0, description="sandbox slots per kind of sandbox (image, pull policy, "
                                   "eval) this orchestrator may reserve ahead and hand out without a Redis round trip "
-                                  "(sized by recent demand, given back after 5 s unused); 0: every placement asks Redis")
+                                  "(sized by recent demand, given back after 5 s unused); 0: every placement asks "
+                                  "Redis")
     send_sent_events: bool = Field(False, description="Celery task-sent events (Flower's SENT state; workers' own task "
                                    "events already show every task): each costs ~12% more publisher CPU per call")
-    lease_ttl: float = Field(3.0, gt=0, description="seconds this orchestrator's sandbox lease outlives its last renewal")
+    lease_ttl: float = Field(3.0, gt=0,
+                             description="seconds this orchestrator's sandbox lease outlives its last renewal")
     close_timeout: float = Field(60.0, gt=0)
     stage_linger: float = Field(0.002, ge=0, le=0.05, description="while this many calls are in flight already "
                                 "(busy_calls), a stage waits up to this many seconds for others to share its "
@@ -96,13 +101,17 @@ class CeleryDispatcher(Dispatcher):
         self.config = config or CeleryDispatcherConfig(**({"broker_url": broker_url} if broker_url else {}))
         # Workers accept only task messages signed with the fleet secret: without it nothing could run.
         self._keyring = load_keyring(self.config.secret.get_secret_value() if self.config.secret else None)
-        self.app = create_app(AppConfig(broker_url=self.config.broker_url, max_payload_bytes=self.config.max_payload_bytes),
+        self.app = create_app(AppConfig(broker_url=self.config.broker_url,
+                                        max_payload_bytes=self.config.max_payload_bytes),
                               keyring=self._keyring)
         self.app.conf.task_send_sent_event = self.config.send_sent_events
-        self.client_id = uuid.uuid4().hex  # owner of the sandboxes this dispatcher opens (lease); names its reply channel
+        # owner of the sandboxes this dispatcher opens (lease); names its reply channel
+        self.client_id = uuid.uuid4().hex
         self._reply = names.reply_channel(self.client_id)
-        self._listener = ResultListener(self.config.broker_url, on_reconnect=self._after_reconnect, keyring=self._keyring,
-                                        on_event=self._on_fleet_event, reply_channel=self._reply, on_reply=self._on_reply)
+        self._listener = ResultListener(self.config.broker_url, on_reconnect=self._after_reconnect,
+                                        keyring=self._keyring,
+                                        on_event=self._on_fleet_event, reply_channel=self._reply,
+                                        on_reply=self._on_reply)
         self._publisher = Publisher(self.app, self.config.publish_timeout)
         self._liveness = HostLiveness(self.config.lost_grace)
         self._calls = PendingCalls(self.config, self._keyring, self._listener, self._publisher, self._reply,
@@ -177,7 +186,7 @@ class CeleryDispatcher(Dispatcher):
 
     # --- calls and sandboxes -------------------------------------------------------------------
 
-    def dispatch(self, stage: Sequence[Dispatch]) -> list["asyncio.Future[CallOutcome]"]:
+    def dispatch(self, stage: Sequence[Dispatch]) -> list[asyncio.Future[CallOutcome]]:
         return self._calls.dispatch(stage, self._placement.where)
 
     async def open_sandbox(self, spec: SandboxSpec) -> SampleRoute:
@@ -186,6 +195,10 @@ class CeleryDispatcher(Dispatcher):
 
     async def close_sandbox(self, route: SampleRoute) -> None:
         await self._placement.close(route)
+
+    async def set_sandbox_network(self, route: SampleRoute, network_mode: str,
+                                  allowed_hosts: Sequence[str] = ()) -> None:
+        await self._placement.set_network(route, network_mode, list(allowed_hosts))
 
     async def remove_snapshots(self, eval_id: str) -> list[str]:
         """Every live host removes the eval's snapshots it holds (tools on a worker may have taken some)."""
@@ -197,7 +210,7 @@ class CeleryDispatcher(Dispatcher):
 
     async def preflight(self, needs: SandboxNeeds) -> None:
         await check_fleet(self.config.broker_url, needs.images, needs.kinds, needs.pullable, needs.pods, needs.tools,
-                          root=needs.root)
+                          needs.networks, root=needs.root)
 
     # --- what the result listener hears --------------------------------------------------------
 

@@ -10,12 +10,15 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
+from pydantic import ValidationError
+
 from orchestrator._wire import CallOutcome, SandboxSpec
+from orchestrator.util._network_policy import parse_network
 from orchestrator.util._sandbox import SandboxEnvironment, SandboxUnavailableError
 from workers.executor import HOST, execute_call
 
 from ._dispatcher import Dispatch, Dispatcher, SampleRoute, attach_setup_execs
-from ._preflight import SandboxNeeds, check_local_images
+from ._preflight import SandboxNeeds, check_local_images, check_local_networks
 
 if TYPE_CHECKING:
     from workers.sandbox_host import SandboxHost
@@ -23,14 +26,16 @@ if TYPE_CHECKING:
 
 class InProcessDispatcher(Dispatcher):
     """``host``: the sandboxes it opens and runs calls in (default: the one this process's embedded
-    dispatchers share, so docker pools outlive one eval)."""
+    dispatchers share, so docker pools outlive one eval); ``owns_host``: it closes that host with itself
+    (an eval's own host, e.g. for ``--egress-allow``)."""
 
     name = "inprocess"
     sandboxes_here = True
-    _default: ClassVar["InProcessDispatcher | None"] = None
+    _default: ClassVar[InProcessDispatcher | None] = None
 
-    def __init__(self, host: SandboxHost | None = None) -> None:
+    def __init__(self, host: SandboxHost | None = None, owns_host: bool = False) -> None:
         self._host = host
+        self._owns_host = owns_host and host is not None  # closed with this dispatcher (its sandboxes, networks)
 
     @property
     def host(self) -> SandboxHost:
@@ -42,12 +47,28 @@ class InProcessDispatcher(Dispatcher):
         return self._host
 
     @classmethod
-    def default(cls) -> "InProcessDispatcher":
+    def with_egress_allowances(cls, allow: Sequence[str]) -> InProcessDispatcher:
+        """Embedded mode with ``--egress-allow``: a sandbox host of its own (capacity, spares) whose egress
+        enforcer also lets sandboxes with a network reach ``allow``; closed with the dispatcher.
+        ``ValueError`` (one line) for an allowance that is neither a network nor a host, or never reachable."""
+        from workers.egress import EgressConfig, EgressEnforcer
+        from workers.sandbox.docker import DockerAPI, HostSandboxes
+        from workers.sandbox_host import SandboxHost
+
+        try:
+            config = EgressConfig(allow=tuple(allow))
+        except ValidationError as exc:
+            raise ValueError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
+        enforcer = EgressEnforcer(config, DockerAPI(None, 4))
+        return cls(SandboxHost(HostSandboxes(egress=enforcer)), owns_host=True)
+
+    @classmethod
+    def default(cls) -> InProcessDispatcher:
         if cls._default is None:
             cls._default = cls()
         return cls._default
 
-    def dispatch(self, stage: Sequence[Dispatch]) -> list["asyncio.Future[CallOutcome]"]:
+    def dispatch(self, stage: Sequence[Dispatch]) -> list[asyncio.Future[CallOutcome]]:
         return [asyncio.ensure_future(self._run(item)) for item in stage]
 
     async def run_one(self, item: Dispatch) -> CallOutcome:
@@ -81,6 +102,8 @@ class InProcessDispatcher(Dispatcher):
 
     async def preflight(self, needs: SandboxNeeds) -> None:
         await check_local_images(needs.images, needs.pullable)
+        if needs.networks:
+            await check_local_networks(self.host.docker.egress, needs.networks)
 
     def local_sandbox(self, route: SampleRoute) -> SandboxEnvironment | None:
         try:
@@ -98,6 +121,25 @@ class InProcessDispatcher(Dispatcher):
             return 0  # it opened no sandbox: no spares of its own
         return await self._host.drain()
 
+    async def aclose(self) -> None:
+        if self._owns_host and self._host is not None:
+            await self._host.close_all()
+            if self._host.docker.has_egress:
+                await self._host.docker.egress.aclose()
+
     async def close_sandbox(self, route: SampleRoute) -> None:
         if route.sandbox is not None:
             await self.host.close(route.sandbox)
+
+    async def set_sandbox_network(self, route: SampleRoute, network_mode: str,
+                                  allowed_hosts: Sequence[str] = ()) -> None:
+        # Embedded mode is the operator's own: every mode its host enforces, no admission beyond the form.
+        from workers.egress import EgressPolicy
+
+        if route.sandbox is None:
+            raise SandboxUnavailableError("This sample has no sandbox whose network could change.")
+        try:
+            mode, hosts = parse_network(network_mode, list(allowed_hosts))
+        except ValueError as exc:
+            raise SandboxUnavailableError(f"The sandbox network cannot change: {exc}.") from None
+        await self.host.set_network(route.sandbox, EgressPolicy(mode=mode, allowed_hosts=tuple(hosts)))

@@ -5,6 +5,7 @@ from ._eval import eval, eval_async, eval_retry, eval_retry_async
 from ._eval_set import eval_set, eval_set_async
 from ._harbor import harbor_task, oracle_failures
 from ._inspect_export import export_inspect_log, write_inspect_log
+from ._load import load_task
 from ._log_file import (
     LOG_FORMAT,
     LOG_VERSION,
@@ -22,7 +23,6 @@ from ._log_file import (
 )
 from ._policies import UnknownModelError, scripted_policies, scripted_policy
 from ._progress import EvalProgress
-from ._load import load_task
 from ._task import Task, TaskError, task
 
 __all__ = [

@@ -2,7 +2,8 @@
 
 A thin wrapper over the eval's dispatcher: each call of a stage waits for a slot, then goes to the
 wrapped dispatcher as a one-call stage (the calls of a stage still run concurrently, up to the bound).
-Cancelling the returned future cancels the wait or the call. Sandboxes (and the other seam methods) pass straight through.
+Cancelling the returned future cancels the wait or the call. Sandboxes (and the other seam methods) pass straight
+through.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ class BoundedDispatcher(Dispatcher):
         self.peak = 0  # most calls seen executing at once (for tests and diagnostics)
         self._running = 0
 
-    def dispatch(self, stage: Sequence[Dispatch]) -> list["asyncio.Future[CallOutcome]"]:
+    def dispatch(self, stage: Sequence[Dispatch]) -> list[asyncio.Future[CallOutcome]]:
         return [asyncio.ensure_future(self._bounded(item)) for item in stage]
 
     async def _bounded(self, item: Dispatch) -> CallOutcome:
@@ -43,8 +44,12 @@ class BoundedDispatcher(Dispatcher):
     async def close_sandbox(self, route: SampleRoute) -> None:
         await self.inner.close_sandbox(route)
 
+    async def set_sandbox_network(self, route: SampleRoute, network_mode: str,
+                                  allowed_hosts: Sequence[str] = ()) -> None:
+        await self.inner.set_sandbox_network(route, network_mode, allowed_hosts)
+
     @property
-    def sandboxes_here(self) -> bool:  # type: ignore[override]
+    def sandboxes_here(self) -> bool:  # type: ignore[override]  # the wrapped dispatcher's, read through
         return self.inner.sandboxes_here
 
     async def preflight(self, needs: SandboxNeeds) -> None:

@@ -65,7 +65,7 @@ class RichDisplay:
         grid.add_row("log", f"[dim]{escape(safe(p.log))}[/dim]")
         return grid
 
-    def __enter__(self) -> "RichDisplay":
+    def __enter__(self) -> RichDisplay:
         from orchestrator.approval._console import add_prompt_guard
 
         self.live.start()
@@ -118,7 +118,7 @@ class LogDisplay:
             await asyncio.sleep(LOG_INTERVAL_S)
             self.log.info("progress", **self.progress.snapshot())
 
-    def __enter__(self) -> "LogDisplay":
+    def __enter__(self) -> LogDisplay:
         self.progress.listeners.append(self.on_change)
         self.log.info("eval_start", log=self.progress.log, **self.progress.snapshot())
         self._ticker = asyncio.get_running_loop().create_task(self._tick())
@@ -134,7 +134,8 @@ class LogDisplay:
 @contextlib.asynccontextmanager
 async def open_display(display: Any, progress: EvalProgress) -> AsyncIterator[None]:
     # Inspect's display names: "plain" is line output, "full"/"conversation" the live view.
-    kind = {"plain": "log", "full": "rich", "conversation": "rich"}.get(display, display) if isinstance(display, str) else display
+    kind = ({"plain": "log", "full": "rich", "conversation": "rich"}.get(display, display) if isinstance(display, str)
+            else display)
     if kind == "auto":
         kind = "rich" if sys.stderr.isatty() else "log"
     if kind in (None, "none"):

@@ -11,7 +11,7 @@ here); ``orchestrator/_errors.py`` draws the whole tree. Defined here:
 
 from __future__ import annotations
 
-from orchestrator._errors import SetupError
+from orchestrator._errors import SetupError as SetupError  # the eval modules import it from here
 
 EvalSetupError = SetupError  # its public name in orchestrator.eval (and before the setup errors were one class)
 

@@ -21,7 +21,7 @@ import traceback
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import structlog
 
@@ -34,6 +34,7 @@ from orchestrator.model._model import Model, model_context
 
 from ._harbor import is_harbor_spec, register_oracle_model
 from ._identity import recordable_args
+from ._load import load_task
 from ._log_file import (
     LOG_SUFFIX,
     EvalError,
@@ -45,18 +46,25 @@ from ._log_file import (
     read_eval_log,
     sample_key,
 )
-from ._plan import _build_spec, _find_resumable, _generate_config, _identity, _Options, _sample_id_list, _sample_ids, _select
+from ._plan import (
+    _build_spec,
+    _find_resumable,
+    _generate_config,
+    _identity,
+    _Options,
+    _sample_id_list,
+    _sample_ids,
+    _select,
+)
 from ._policies import configured_model, resolve_model
-from ._preflight import describe_sandbox_error, probe_model
-from ._sandboxes import SandboxConfigs
-from ._preflight import preflight as run_preflight
+from ._preflight import describe_sandbox_error, preflight as run_preflight, probe_model
 from ._progress import EvalProgress
 from ._reducers import check_reducers
 from ._results import eval_results, eval_stats
 from ._retry_events import reporting_retries
 from ._runner import SampleRunner
+from ._sandboxes import SandboxConfigs
 from ._setup import check_docker, make_dispatcher, resolve_policies
-from ._load import load_task
 from ._task import Task, TaskError, import_task_file
 
 _logger = structlog.get_logger("toolfleet.eval")
@@ -97,7 +105,8 @@ def _quiet_unless_configured() -> None:
     if structlog.is_configured():
         return
     level = logging.getLevelName((os.environ.get("TOOLFLEET_LOG_LEVEL") or "warning").upper())
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(level if isinstance(level, int) else logging.WARNING),
+    numeric = level if isinstance(level, int) else logging.WARNING
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(numeric),
                         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
 
 
@@ -135,6 +144,7 @@ async def eval_async(
     skip_complete: bool = False,
     preflight: bool = True,
     model_prices: str | Path | None = None,
+    egress_allow: Sequence[str] | None = None,
 ) -> list[EvalLog]:
     """Run every task; see the module docstring for concurrency and resume semantics.
 
@@ -151,7 +161,9 @@ async def eval_async(
     same identity in ``log_dir`` is returned instead of running again (what ``eval_set`` relies on).
     ``preflight``: before the first sample, check sandbox specs, images, live workers and the model
     endpoint once (see ``_preflight``); False skips it. ``model_prices``: a price file over the built-in
-    table (see ``orchestrator.model._pricing``; default ``$TOOLFLEET_MODEL_PRICES``).
+    table (see ``orchestrator.model._pricing``; default ``$TOOLFLEET_MODEL_PRICES``). ``egress_allow``:
+    embedded mode's ``--egress-allow`` (networks or hosts sandboxes with a network may reach besides the
+    internet; docs/egress.md).
     """
     _quiet_unless_configured()
     task_list = [tasks] if isinstance(tasks, (Task, str)) else list(tasks)
@@ -181,7 +193,7 @@ async def eval_async(
         await probe_model(resolved_model)
     own_dispatcher = dispatcher is None
     if dispatcher is None:
-        dispatcher = await make_dispatcher(broker)
+        dispatcher = await make_dispatcher(broker, egress_allow)
     logs: list[EvalLog] = []
     try:
         for task in resolved:
@@ -307,7 +319,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     run_id = uuid.uuid4().hex[:12]
     await writer.run(run_id, resumed=bool(finished) or o.log_file is not None)
 
-    todo = [(s, e) for e in range(1, epochs + 1) for s in samples if sample_key(s.id, e) not in finished]  # type: ignore[arg-type]
+    todo = [(s, e) for e in range(1, epochs + 1) for s in samples if sample_key(s.id, e) not in finished]  # type: ignore[arg-type]  # ids are set by now
     progress = EvalProgress(task=spec.task, model=str(model), log=str(path), total=len(samples) * epochs,
                             done=len(finished), resumed=len(finished), notice=notice, limiter=model.connections)
     if o.max_subprocesses is not None:
@@ -352,7 +364,8 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
                 progress.done += 1
                 progress.errors += result.error is not None
                 progress.notify("sample")
-                if getattr(dispatcher, "fleet_error", None) is not None:  # a misconfigured fleet fails every sample: stop, say why
+                # a misconfigured fleet fails every sample: stop, say why
+                if getattr(dispatcher, "fleet_error", None) is not None:
                     from ._errors import FleetMisconfiguredError
 
                     raise FleetMisconfiguredError(str(dispatcher.fleet_error))
@@ -372,7 +385,7 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
             await asyncio.gather(*workers, return_exceptions=True)
             status = "cancelled" if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)) else "error"
             error = EvalError(type=type(exc).__name__, message=str(exc) or type(exc).__name__)
-            await asyncio.shield(writer.footer(status, eval_results(task, results, progress.total, epochs,  # type: ignore[arg-type]
+            await asyncio.shield(writer.footer(status, eval_results(task, results, progress.total, epochs,  # type: ignore[arg-type]  # results holds finished samples only
                                                                     o.epochs_reducer),
                                                eval_stats(results, started_at, model), error))
             if not isinstance(exc, _ErrorThresholdReached):
@@ -382,13 +395,13 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
             status = "error"
             error = EvalError(type="SampleErrors", message=f"{sum(s.error is not None for s in results.values())} "
                               "sample(s) failed; re-run them with `toolfleet eval-retry LOG`.")
-        await writer.footer(status, eval_results(task, results, progress.total, epochs, o.epochs_reducer),  # type: ignore[arg-type]
+        await writer.footer(status, eval_results(task, results, progress.total, epochs, o.epochs_reducer),  # type: ignore[arg-type]  # results holds finished samples only
                             eval_stats(results, started_at, model), error)
     _active_logs.remove(path)
     if o.log_format != "jsonl":
-        from ._inspect_export import export_inspect_log
+        from ._inspect_export import ExportFormat, export_inspect_log
 
-        await asyncio.to_thread(export_inspect_log, path, o.log_format)
+        await asyncio.to_thread(export_inspect_log, path, cast(ExportFormat, o.log_format))  # checked by the CLI
     return read_eval_log(path)
 
 

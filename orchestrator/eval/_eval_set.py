@@ -19,8 +19,8 @@ from orchestrator.model._model import Model
 from orchestrator.util._retry import Backoff, RetryPolicy
 
 from ._eval import eval_async
-from ._log_file import EvalLog
 from ._harbor import is_harbor_spec, register_oracle_model
+from ._log_file import EvalLog
 from ._task import Task, TaskError, import_task_file
 
 DEFAULT_RETRY_ATTEMPTS = 10

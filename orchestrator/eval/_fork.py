@@ -14,11 +14,10 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from orchestrator._wire import SandboxSpec
-from orchestrator.util._sandbox import SandboxEnvironment
-from orchestrator.util._snapshot import Snapshot
-
 from orchestrator.dispatch import Dispatcher, SampleRoute, active_dispatcher, current_route
 from orchestrator.scorer._sandbox_proxy import DispatchedSandbox
+from orchestrator.util._sandbox import SandboxEnvironment
+from orchestrator.util._snapshot import Snapshot
 
 CLOSE_TIMEOUT_S = 60.0
 MAX_FORKS = 256

@@ -73,7 +73,8 @@ def harbor_agent(message_limit: int | None = None) -> Solver:
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         with time_limit(float(state.metadata["harbor"]["agent_timeout"])):
-            return await agent(state, generate)
+            solved: TaskState = await agent(state, generate)
+            return solved
 
     return solve
 

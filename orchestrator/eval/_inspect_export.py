@@ -36,7 +36,7 @@ SANDBOX_OUTPUT_CHARS = 10_000
 
 
 def _iso(ts: float | None) -> str | None:
-    return None if ts is None else dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat()
+    return None if ts is None else dt.datetime.fromtimestamp(ts, dt.UTC).isoformat()
 
 
 def _error(message: str, traceback: str | None = None) -> dict[str, Any]:
@@ -151,7 +151,8 @@ def _sample(s: dict[str, Any], model: str, eval_id: str) -> dict[str, Any]:
         "error": _error(f"{error['type']}: {error['message']}", error.get("traceback")) if error else None,
         "error_retries": [_error(f"{r['type']}: {r['message']}", r.get("traceback"))
                           for r in s.get("error_retries") or []],
-        "limit": {"type": limit["type"] if limit["type"] in _LIMIT_TYPES else "custom", "limit": limit.get("limit") or 0}
+        "limit": {"type": limit["type"] if limit["type"] in _LIMIT_TYPES else "custom", "limit": limit.get("limit")
+                  or 0}
         if limit else None,
     }
 
@@ -182,7 +183,8 @@ def inspect_log(log: Any) -> dict[str, Any]:
         "model": model, "model_args": spec.get("model_args") or {},
         "model_generate_config": spec.get("generate_config") or {},
         "config": {k: config.get(k) for k in ("limit", "epochs", "epochs_reducer", "fail_on_error", "message_limit",
-                                              "token_limit", "time_limit", "working_limit", "max_samples", "max_sandboxes",
+                                              "token_limit", "time_limit", "working_limit", "max_samples",
+                                              "max_sandboxes",
                                               "max_subprocesses")} | {"sample_id": config.get("sample_ids")},
         "packages": {"toolfleet": spec.get("toolfleet_version") or ""},
         "metadata": {"toolfleet_log": data.get("location"), "identity": spec.get("identity")},
@@ -200,10 +202,12 @@ def inspect_log(log: Any) -> dict[str, Any]:
                         "scored_samples": sc.get("scored_samples"), "params": {},
                         "metrics": {k: {"name": m["name"], "value": m["value"], "params": {}}
                                     for k, m in sc["metrics"].items()}} for sc in results["scores"]]},
-        "stats": {"started_at": _iso(stats.get("started_at")) or "", "completed_at": _iso(stats.get("completed_at")) or "",
+        "stats": {"started_at": _iso(stats.get("started_at")) or "", "completed_at": _iso(stats.get("completed_at"))
+                  or "",
                   "model_usage": {k: _usage(v) for k, v in (stats.get("model_usage") or {}).items()}},
         "error": _error(data["error"]["message"], data["error"].get("traceback")) if data.get("error") else None,
-        "samples": [_sample(s, model, spec["eval_id"]) for s in sorted(data["samples"], key=lambda s: (s["epoch"], str(s["id"])))],
+        "samples": [_sample(s, model, spec["eval_id"])
+                    for s in sorted(data["samples"], key=lambda s: (s["epoch"], str(s["id"])))],
     }
     return out
 

@@ -244,7 +244,8 @@ def read_eval_log(path: str | Path, header_only: bool = False) -> EvalLog:
             if kind != "header" or record.get("format") != LOG_FORMAT:
                 raise LogFormatError(f"'{path}' is not a toolfleet eval log.")
             if record.get("version", 0) > LOG_VERSION:
-                raise LogFormatError(f"'{path}' is log version {record['version']}; this toolfleet reads up to {LOG_VERSION}.")
+                raise LogFormatError(
+                    f"'{path}' is log version {record['version']}; this toolfleet reads up to {LOG_VERSION}.")
             log = EvalLog(eval=EvalSpec.model_validate(record["eval"]), location=str(path))
             if header_only:
                 return log
@@ -284,7 +285,7 @@ class LogWriter:
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def create(cls, path: Path, spec: EvalSpec) -> "LogWriter":
+    async def create(cls, path: Path, spec: EvalSpec) -> LogWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         writer = cls(path)
         header = {"type": "header", "format": LOG_FORMAT, "version": LOG_VERSION, "eval": dump_model(spec)}
@@ -292,7 +293,7 @@ class LogWriter:
         return writer
 
     @classmethod
-    async def resume(cls, path: Path) -> "LogWriter":
+    async def resume(cls, path: Path) -> LogWriter:
         await asyncio.to_thread(_cut_torn_tail, path)
         return cls(path)
 

@@ -22,6 +22,7 @@ from ._log_file import LOG_SUFFIX, EvalConfig, EvalDataset, EvalSpec, LogFormatE
 from ._setup import redact
 from ._task import Task, TaskError
 
+
 @dataclass
 class _Options:
     limit: int | None
@@ -136,7 +137,8 @@ def _build_spec(task: Task, model: Model, samples: list[Sample], o: _Options, sa
         task_file_hash=identity.task_file_hash, identity=identity,
         config=EvalConfig(limit=o.limit, sample_ids=o.sample_ids, epochs_reducer=o.epochs_reducer,
                           fail_on_error=o.fail_on_error, max_connections=o.max_connections,
-                          max_subprocesses=o.max_subprocesses, log_format=o.log_format, model_prices=o.model_prices, epochs=o.epochs or task.epochs, max_samples=o.max_samples,
+                          max_subprocesses=o.max_subprocesses, log_format=o.log_format, model_prices=o.model_prices,
+                          epochs=o.epochs or task.epochs, max_samples=o.max_samples,
                           max_sandboxes=o.max_sandboxes, retry_on_error=o.retry_on_error, sandbox=sandbox,
                           broker=redact(o.broker), approval=policy_name(o.approval), review=policy_name(o.review),
                           message_limit=task.message_limit, token_limit=task.token_limit, time_limit=task.time_limit,
@@ -145,7 +147,8 @@ def _build_spec(task: Task, model: Model, samples: list[Sample], o: _Options, sa
     )
 
 
-def _find_resumable(log_dir: Path, identity: EvalIdentity, complete_too: bool = False) -> tuple[Path | None, str | None]:
+def _find_resumable(log_dir: Path, identity: EvalIdentity,
+                    complete_too: bool = False) -> tuple[Path | None, str | None]:
     """The newest unfinished log in ``log_dir`` with this identity (or finished, with ``complete_too``: eval-set
     skips those); else why the newest unfinished log of the same task (if any) was not resumed (a notice)."""
     if not log_dir.is_dir():

@@ -12,10 +12,11 @@
   ``_task_tools.worker_tools``) is registered on every live worker (workers publish their registry at
   start); a tool on none, or on only some, is one line naming it and the ``--import`` that provides it;
 - distributed mode: the broker has live workers; if sandboxes are needed, one of them accepts them,
-  runs their type (``local`` needs ``--allow-local``), allows each image (``--image`` patterns) and
-  has slots for the largest multi-service sandbox (one per container); a task whose own code runs
-  commands as root (``Task.runs_as_root``: Harbor tasks) needs every worker that takes sandboxes to
-  allow it (``--allow-root-user``);
+  runs their type (``local`` needs ``--allow-local``), allows each image (``--image`` patterns),
+  offers each network mode a sandbox asks for (``--allow-network``, on a host that enforces it; embedded
+  mode: this machine enforces it) and has slots for the largest multi-service sandbox (one per container);
+  a task whose own code runs commands as root (``Task.runs_as_root``: Harbor tasks) needs every worker
+  that takes sandboxes to allow it (``--allow-root-user``);
 - the model endpoint answers (openai and anthropic providers: one ``models.list`` with a short
   timeout; scripted models are not probed).
 
@@ -88,6 +89,8 @@ def sandbox_needs(task_sandbox: Any, samples: Sequence[Any], base_dir: Any = Non
                 needs.images.setdefault(image, []).append(str(sample.id))
         if config.containers > 1:
             needs.pods.setdefault(config.containers, []).append(str(sample.id))
+        for mode in getattr(config, "enforced_modes", ()):
+            needs.networks.setdefault(mode, []).append(str(sample.id))
     return needs
 
 
@@ -120,13 +123,13 @@ def _sdk_for(api: Any) -> tuple[Any, Any, str, str] | None:
 
 async def probe_model(model: Any) -> None:
     """One cheap request (``models.list``) to the model's endpoint (openai and anthropic providers)."""
+    api = _provider_api(model)
     try:
-        found = _sdk_for(_provider_api(model))
+        found = _sdk_for(api)
     except ImportError:
         return
-    if found is None:
+    if found is None or api is None:
         return
-    api = _provider_api(model)
     sdk, client_class, default_url, env = found
     client = client_class(api_key=api.api_key, base_url=api.base_url, max_retries=0, timeout=PROBE_TIMEOUT_S)
     where = api.base_url or default_url
@@ -161,7 +164,7 @@ async def preflight(task_sandbox: Any, samples: Sequence[Any], *, dispatcher: Di
         await check_local_images(needs.images, needs.pullable)
     elif broker_url:
         await check_fleet(broker_url, needs.images, needs.kinds, needs.pullable, needs.pods, needs.tools,
-                          root=needs.root)
+                          needs.networks, root=needs.root)
 
 
 __all__ = ["PreflightError", "preflight", "probe_model"]

@@ -39,7 +39,7 @@ class EvalProgress:
     started: float = field(default_factory=time.monotonic)
     _recent_calls: deque[float] = field(default_factory=deque)
     _live_retries: dict[str | None, int] = field(default_factory=dict)  # model span -> retries seen live
-    listeners: list[Callable[[str, "EvalProgress"], None]] = field(default_factory=list)
+    listeners: list[Callable[[str, EvalProgress], None]] = field(default_factory=list)
 
     def on_event(self, event: BaseEvent) -> None:
         if isinstance(event, ToolEvent):
@@ -104,7 +104,8 @@ class EvalProgress:
     def snapshot(self) -> dict[str, float | int | str | None]:
         eta = self.eta_s
         return {"task": self.task, "notice": self.notice, "model": self.model, "done": self.done, "total": self.total,
-                "running": self.running, "waiting_for_slot": self.waiting, "errors": self.errors, "retries": self.retries,
+                "running": self.running, "waiting_for_slot": self.waiting, "errors": self.errors,
+                "retries": self.retries,
                 "model_retries": self.model_retries, "rate_limits": self.rate_limits,
                 "tool_calls": self.tool_calls, "tool_calls_per_s": round(self.tool_calls_per_s, 2),
                 "tokens": self.tokens, "cost": round(self.cost, 6), "connections": self.connections,

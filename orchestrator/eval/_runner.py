@@ -37,14 +37,14 @@ from orchestrator.model._model import Model, model_context
 from orchestrator.model._usage import usage_scope
 from orchestrator.review._policy import review_policy_scope
 from orchestrator.scorer._sandbox_proxy import DispatchedSandbox
-from orchestrator.util._fork import bind_fork_opener, reset_fork_opener
 from orchestrator.scorer._score import Score, scorer_info
 from orchestrator.scorer._target import Target
 from orchestrator.solver._solver import make_generate
 from orchestrator.solver._task_state import TaskState, bind_sample_state, initial_messages
+from orchestrator.util._fork import bind_fork_opener, reset_fork_opener
 from orchestrator.util._limit_errors import LimitExceededError, TerminateSampleError
 from orchestrator.util._limits import apply_limits, message_limit, time_limit, token_limit, working_limit
-from orchestrator.util._sandbox import SandboxEnvironment, SandboxLostError, SandboxUnavailableError, bind_sandbox
+from orchestrator.util._sandbox import SandboxEnvironment, SandboxLostError, bind_sandbox
 from orchestrator.util._working import bind_working_clock, reset_working_clock
 
 from ._fork import fork
@@ -190,7 +190,7 @@ class SampleRunner:
                     self.progress.running -= 1
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - every sample error is recorded, then maybe retried
+            except Exception as exc:  # every sample error is recorded, then maybe retried
                 # Inspect records an unexpected exception as its repr (``RuntimeError('kaboom')``); our own
                 # errors (sandbox lost, setup failed, limits) carry sentences written for the user: kept as is.
                 message = str(exc) if _worded(exc) else repr(exc)
@@ -275,10 +275,8 @@ class SampleRunner:
         # Shielded and bounded: cancellation (Ctrl-C) must still tear the sandbox down, but a lost
         # worker must not hang the eval (its reaper removes what we could not).
         close = asyncio.ensure_future(self._close_and_record(route))
-        try:
+        with contextlib.suppress(Exception, asyncio.CancelledError):  # best effort
             await asyncio.wait_for(asyncio.shield(close), CLOSE_TIMEOUT_S)
-        except (Exception, asyncio.CancelledError):  # noqa: BLE001 - best effort
-            pass
 
     async def _close_and_record(self, route: SampleRoute) -> None:
         await self.dispatcher.close_sandbox(route)
@@ -292,7 +290,7 @@ class SampleRunner:
     def _finish(self, result: EvalSample, state: TaskState, transcript: Transcript, usage: Any) -> EvalSample:
         result.messages = list(state.messages)
         result.output = state.output
-        result.events = list(transcript.events)  # type: ignore[arg-type]
+        result.events = list(transcript.events)  # type: ignore[arg-type]  # the transcript's events are the log's Event union
         result.model_usage = dict(usage.by_model)
         result.completed_at = time.time()
         result.total_time = result.completed_at - (result.started_at or result.completed_at)

@@ -6,23 +6,34 @@ Failures here are user mistakes (``SetupError`` subclasses) with one clear sente
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.dispatch import Dispatcher, InProcessDispatcher
-from orchestrator.dispatch._preflight import redact  # noqa: F401 - re-exported (the CLI and the log use it)
+from orchestrator.dispatch._preflight import redact as redact  # re-exported (the CLI and the log use it)
 
-from ._errors import BrokerUnreachableError, DockerUnreachableError, PolicyFileError
+from ._errors import BrokerUnreachableError, DockerUnreachableError, EvalSetupError, PolicyFileError
 
 PREFLIGHT_TIMEOUT_S = 5.0
 
 
-async def make_dispatcher(broker: str | None) -> Dispatcher:
-    """Embedded (in-process) without a broker; the Celery dispatcher with one (checked reachable first)."""
+async def make_dispatcher(broker: str | None, egress_allow: Sequence[str] | None = None) -> Dispatcher:
+    """Embedded (in-process) without a broker; the Celery dispatcher with one (checked reachable first).
+    ``egress_allow`` (``--egress-allow``): embedded mode's own sandbox host, whose egress enforcer lets
+    sandboxes reach those networks too; with a broker the workers' flags decide, so it is refused."""
     if broker is None:
+        if egress_allow:
+            try:
+                return InProcessDispatcher.with_egress_allowances(egress_allow)
+            except ValueError as exc:
+                raise EvalSetupError(str(exc)) from None
         return InProcessDispatcher()
+    if egress_allow:
+        raise EvalSetupError("--egress-allow is for embedded mode: with --broker each worker's own --egress-allow "
+                             "decides what its sandboxes reach (docs/egress.md).")
     await _check_broker(broker)
     try:
-        from orchestrator.dispatch.celery import CeleryDispatcher  # type: ignore[import-not-found]
+        from orchestrator.dispatch.celery import CeleryDispatcher
     except ImportError as exc:
         raise BrokerUnreachableError(f"Distributed mode is not available in this install: {exc}") from exc
     return CeleryDispatcher(broker)
@@ -39,7 +50,8 @@ async def _check_broker(url: str) -> None:
     try:
         await asyncio.wait_for(client.ping(), PREFLIGHT_TIMEOUT_S)
     except (RedisError, OSError, TimeoutError) as exc:
-        raise BrokerUnreachableError(f"Cannot reach the broker at {redact(url)}: {exc or type(exc).__name__}") from exc
+        reason = str(exc) or type(exc).__name__
+        raise BrokerUnreachableError(f"Cannot reach the broker at {redact(url)}: {reason}") from exc
     finally:
         await client.aclose()
 
@@ -56,7 +68,7 @@ async def check_docker() -> None:
 
     try:
         await asyncio.wait_for(asyncio.to_thread(ping), PREFLIGHT_TIMEOUT_S + 1)
-    except Exception as exc:  # noqa: BLE001 - docker raises many kinds; all mean "not reachable"
+    except Exception as exc:  # docker raises many kinds; all mean "not reachable"
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DockerUnreachableError(f"Cannot reach the Docker daemon (needed for --sandbox docker): {reason}") from exc
 

@@ -51,7 +51,8 @@ class Task:
             dataset = [Sample(input="prompt")]
         self.dataset = dataset if isinstance(dataset, Dataset) else MemoryDataset(list(dataset))
         self.solver = _chain(solver)
-        self.scorer: list[Any] = [] if scorer is None else list(scorer) if isinstance(scorer, (list, tuple)) else [scorer]
+        self.scorer: list[Any] = ([] if scorer is None else list(scorer) if isinstance(scorer, (list, tuple))
+                                  else [scorer])
         self.sandbox = sandbox
         self.approval = approval
         self.review = review
@@ -123,7 +124,7 @@ def import_task_file(path: str | Path) -> Any:
     file = Path(path).resolve()
     if not file.is_file():
         raise TaskError(f"Task file '{path}' does not exist.")
-    module_name = GENERATED_TASK_MODULE + hashlib.sha1(str(file).encode()).hexdigest()[:12]
+    module_name = GENERATED_TASK_MODULE + hashlib.sha1(str(file).encode(), usedforsecurity=False).hexdigest()[:12]
     if module_name in sys.modules:
         return sys.modules[module_name]
     spec = importlib.util.spec_from_file_location(module_name, file)
@@ -140,7 +141,8 @@ def import_task_file(path: str | Path) -> Any:
         where = ""
         if isinstance(exc, SyntaxError) and exc.lineno:
             where = f" (line {exc.lineno})"
-        raise TaskError(f"Task file '{path}' failed to import{where}: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+        message = f"Task file '{path}' failed to import{where}: {type(exc).__name__}: {exc}"
+        raise TaskError(message.splitlines()[0]) from exc
     finally:
         sys.path.remove(str(file.parent))
     return module
@@ -164,7 +166,8 @@ def load_task_file(spec: str, task_args: dict[str, Any] | None = None) -> Task:
     elif len(found) == 1:
         factory = next(iter(found.values()))
     else:
-        raise TaskError(f"Task file '{path}' has several tasks ({', '.join(sorted(found))}); pick one with {path}@NAME.")
+        raise TaskError(
+            f"Task file '{path}' has several tasks ({', '.join(sorted(found))}); pick one with {path}@NAME.")
     params = inspect.signature(factory).parameters
     args = dict(task_args or {})
     unknown = [k for k in args if k not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values())]
@@ -206,5 +209,5 @@ def _check_arg_types(factory: Callable[..., Task], args: dict[str, Any]) -> None
             msg = exc.errors()[0]["msg"] if exc.errors() else str(exc)
             raise TaskError(f"-T {key}={value!r}: task '{getattr(factory, TASK_ATTR)}' expects "
                             f"{getattr(hint, '__name__', None) or hint} ({msg}).") from None
-        except Exception:  # noqa: BLE001 - a type pydantic cannot check: leave it to the task
+        except Exception:  # noqa: BLE001, S112 - a type pydantic cannot check: leave it to the task
             continue

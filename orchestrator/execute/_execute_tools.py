@@ -89,11 +89,12 @@ async def _execute(
                 runnable.append(p)
             else:
                 results[p.call.id] = finish_unexecuted(p)
-        handoff = next((p for p in runnable if hasattr(p.tool.tool, HANDOFF_ATTR)), None)  # type: ignore[union-attr]
+        handoff = next((p for p in runnable if hasattr(p.tooldef.tool, HANDOFF_ATTR)), None)
         if handoff is not None:
             # A handoff is serial, so it is alone in its stage; later calls still run (as in Inspect).
             with span(name=handoff.call.function, type="tool"):
-                tool_message, extra[handoff.call.id], handoff_output = await _run_handoff(handoff, message, history, ctx)
+                handed = await _run_handoff(handoff, message, history, ctx)
+                tool_message, extra[handoff.call.id], handoff_output = handed
             results[handoff.call.id] = tool_message
             output = handoff_output or output
             continue
@@ -126,36 +127,36 @@ _CANCEL_GRACE_SECONDS = 30.0
 
 
 async def _finish(track: _Track, ctx: FinishContext) -> ChatMessageTool:
-    track.outcome = await track.future  # type: ignore[misc]
+    track.outcome = await track.future  # type: ignore[misc]  # a dispatched track has its future
     with span(name=track.p.call.function, type="tool"):
         return await _complete(track, ctx)
 
 
 async def _complete(track: _Track, ctx: FinishContext) -> ChatMessageTool:
     try:
-        track.message = await complete_call(track.p, track.outcome, ctx)  # type: ignore[arg-type]
+        track.message = await complete_call(track.p, track.outcome, ctx)  # type: ignore[arg-type]  # set by the await above
     except asyncio.CancelledError:
         raise
     except BaseException:
         track.settled = True
         raise
-    await ctx.review_executed(track.p, track.message, track.outcome.result)  # type: ignore[union-attr]
+    await ctx.review_executed(track.p, track.message, track.outcome.result)  # type: ignore[union-attr]  # both set by now
     return track.message
 
 
 def _dispatch(p: Prepared) -> Dispatch:
     # In this process the ToolDef itself runs, so an explicit name, description or ToolParams given
     # to ToolDef(...) holds at execution as it does in the schema (Inspect executes the ToolDef).
-    if runs_locally(p.tool):  # type: ignore[arg-type]
-        return Dispatch(p.request, p.tool, local=True)  # type: ignore[arg-type]
-    return Dispatch(p.request, p.tool.tool)  # type: ignore[arg-type,union-attr]
+    if runs_locally(p.tooldef):
+        return Dispatch(p.sent, p.tooldef, local=True)  # type: ignore[arg-type]  # a ToolDef: tool_def() takes it as is
+    return Dispatch(p.sent, p.tooldef.tool)
 
 
 async def _run_stage(stage: list[Prepared], ctx: FinishContext) -> list[tuple[Prepared, ChatMessageTool]]:
     if len(stage) == 1:
         # A one-call stage (every serial call) runs inline: no task of its own, no stage bookkeeping.
         p = stage[0]
-        dispatcher = InProcessDispatcher.default() if runs_locally(p.tool) else active_dispatcher()  # type: ignore[arg-type]
+        dispatcher = InProcessDispatcher.default() if runs_locally(p.tooldef) else active_dispatcher()
         track = _Track(p, None)
         # The call runs inside its tool span, so what it does (a nested agent run) nests under it.
         with span(name=p.call.function, type="tool"):
@@ -166,16 +167,16 @@ async def _run_stage(stage: list[Prepared], ctx: FinishContext) -> list[tuple[Pr
                 await _abandon([track], [], exc)
                 raise
 
-    local = [p for p in stage if runs_locally(p.tool)]  # type: ignore[arg-type]
-    remote = [p for p in stage if not runs_locally(p.tool)]  # type: ignore[arg-type]
+    local = [p for p in stage if runs_locally(p.tooldef)]
+    remote = [p for p in stage if not runs_locally(p.tooldef)]
     tracks: list[_Track] = []
     if local:
         in_process = InProcessDispatcher.default()
-        for p, fut in zip(local, in_process.dispatch([_dispatch(p) for p in local])):  # type: ignore[arg-type,union-attr]
+        for p, fut in zip(local, in_process.dispatch([_dispatch(p) for p in local]), strict=True):
             tracks.append(_Track(p, fut))
     if remote:
         dispatcher = active_dispatcher()
-        for p, fut in zip(remote, dispatcher.dispatch([Dispatch(p.request, p.tool.tool) for p in remote])):  # type: ignore[arg-type,union-attr]
+        for p, fut in zip(remote, dispatcher.dispatch([Dispatch(p.sent, p.tooldef.tool) for p in remote]), strict=True):
             tracks.append(_Track(p, fut))
 
     if not ctx.review:
@@ -190,12 +191,12 @@ async def _run_stage(stage: list[Prepared], ctx: FinishContext) -> list[tuple[Pr
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         failed = [t for t in tasks if t in done and not t.cancelled() and t.exception() is not None]
         if failed:
-            raise failed[0].exception()  # type: ignore[misc]
+            raise failed[0].exception()  # type: ignore[misc]  # not None: filtered above
     except BaseException as exc:
         # Fatal error, terminate, or cancellation: stop calls still running and reviews still pending.
         await _abandon(tracks, tasks, exc)
         raise
-    return [(t.p, task.result()) for t, task in zip(tracks, tasks)]
+    return [(t.p, task.result()) for t, task in zip(tracks, tasks, strict=True)]
 
 
 async def _as_completed(futures: list[asyncio.Future[CallOutcome]]) -> AsyncIterator[asyncio.Future[CallOutcome]]:
@@ -218,10 +219,11 @@ async def _as_completed(futures: list[asyncio.Future[CallOutcome]]) -> AsyncIter
         yield done.popleft()
 
 
-async def _finish_in_completion_order(tracks: list[_Track], ctx: FinishContext) -> list[tuple[Prepared, ChatMessageTool]]:
+async def _finish_in_completion_order(tracks: list[_Track],
+                                      ctx: FinishContext) -> list[tuple[Prepared, ChatMessageTool]]:
     by_future = {t.future: t for t in tracks}
     try:
-        async for future in _as_completed(list(by_future)):  # type: ignore[arg-type]
+        async for future in _as_completed(list(by_future)):  # type: ignore[arg-type]  # tracks with futures only
             track = by_future[future]
             track.outcome = future.result()
             with span(name=track.p.call.function, type="tool"):
@@ -229,10 +231,11 @@ async def _finish_in_completion_order(tracks: list[_Track], ctx: FinishContext) 
     except BaseException as exc:
         await _abandon(tracks, [], exc)
         raise
-    return [(t.p, t.message) for t in tracks]  # type: ignore[misc]
+    return [(t.p, t.message) for t in tracks]  # type: ignore[misc]  # every track finished
 
 
-async def _abandon(tracks: list[_Track], tasks: list[asyncio.Future[ChatMessageTool]], cause: BaseException) -> None:
+async def _abandon(tracks: list[_Track], tasks: Sequence[asyncio.Future[ChatMessageTool]],
+                   cause: BaseException) -> None:
     """Cancel unfinished calls and reviews; executed results stay on record, the rest become ``cancelled``."""
     futures = [t.future for t in tracks if t.future is not None]
     for task in tasks:
@@ -240,7 +243,8 @@ async def _abandon(tracks: list[_Track], tasks: list[asyncio.Future[ChatMessageT
     for future in futures:
         future.cancel()
     if tasks or futures:
-        await asyncio.wait([*tasks, *futures], timeout=_CANCEL_GRACE_SECONDS)
+        waits: list[asyncio.Future[Any]] = [*tasks, *futures]
+        await asyncio.wait(waits, timeout=_CANCEL_GRACE_SECONDS)
     for task in tasks:  # siblings' own errors are superseded by ``cause``; retrieve them so none is "unretrieved"
         if task.done() and not task.cancelled():
             task.exception()
@@ -248,9 +252,10 @@ async def _abandon(tracks: list[_Track], tasks: list[asyncio.Future[ChatMessageT
         if track.message is not None or track.settled:
             continue  # ToolEvent recorded; a pending review was cancelled (and said so)
         outcome = track.outcome
-        future = track.future
-        if outcome is None and future is not None and future.done() and not future.cancelled() and future.exception() is None:
-            outcome = track.future.result()
+        pending = track.future
+        if outcome is None and pending is not None and pending.done() and not pending.cancelled() \
+                and pending.exception() is None:
+            outcome = pending.result()
         if outcome is not None:
             keep_result(track.p, outcome)  # executed, but the sample stopped before it was processed
         else:
@@ -260,7 +265,7 @@ async def _abandon(tracks: list[_Track], tasks: list[asyncio.Future[ChatMessageT
 async def _run_handoff(
     p: Prepared, message: ChatMessageAssistant, history: list[ChatMessage], ctx: FinishContext
 ) -> tuple[ChatMessageTool, list[ChatMessage], ModelOutput | None]:
-    handler = getattr(p.tool.tool, HANDOFF_ATTR)  # type: ignore[union-attr]
+    handler = getattr(p.tooldef.tool, HANDOFF_ATTR)
     tool_message, new_messages, output = await handler(p.call, message, history)
     await ctx.review_executed(p, tool_message, tool_message.text)
     return tool_message, new_messages, output

@@ -41,7 +41,7 @@ def _original(fatal: FatalError, exception: BaseException | None) -> BaseExcepti
     if isinstance(named, type) and issubclass(named, Exception):
         try:
             return named(fatal.message)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a constructor wanting other arguments: no builtin then
             return None
     return None
 
@@ -59,7 +59,7 @@ def fatal_exception(fatal: FatalError, function: str, exception: BaseException |
         raised = cls.__new__(cls, *args)
         raised.args = original.args
         raised.__dict__.update(getattr(original, "__dict__", {}))
-    except Exception:
+    except Exception:  # noqa: BLE001 - a class that cannot be rebuilt from its args: the generic fatal
         return ToolExecutionFatal(fatal, function)
     raised.fatal = fatal
     raised.function = function

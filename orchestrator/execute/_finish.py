@@ -30,7 +30,6 @@ from ._fatal import fatal_exception
 from ._prepare import Prepared, tool_view
 
 
-
 @dataclass
 class FinishContext:
     message: ChatMessageAssistant
@@ -45,7 +44,7 @@ class FinishContext:
         # The sample id an operator sees (the eval's, not the sandbox route's), for cancel_review.
         sample_id = current_sample_label() or (p.request.sample_id if p.request is not None else None)
         await run_pending(p.call, sample_id, review_call(
-            self.review, self.message.text, p.call, result, output, tool_view(p.tool, p.call), self.history))  # type: ignore[arg-type]
+            self.review, self.message.text, p.call, result, output, tool_view(p.tooldef, p.call), self.history))
 
 
 def _content(result: Any) -> str | list[Any]:
@@ -106,7 +105,7 @@ def finish_unexecuted(p: Prepared) -> ChatMessageTool:
         return message
     from orchestrator.tool._classify import classify_exception
 
-    error = classify_exception(p.error, p.call.function)  # type: ignore[arg-type]
+    error = classify_exception(p.error, p.call.function)  # type: ignore[arg-type]  # no replacement: so an error
     message = ChatMessageTool(content="", tool_call_id=p.call.id, function=p.call.function, error=error)
     _record(p, "", error, message_id=message.id)
     return message
@@ -118,7 +117,7 @@ async def complete_call(p: Prepared, outcome: CallOutcome, ctx: FinishContext) -
         _record(p, outcome.fatal.message, None, outcome, failed=True)
         raise fatal_exception(outcome.fatal, p.call.function, outcome.exception) from outcome.exception
     output = outcome.result
-    for guardrail in p.tool.output_guardrails:  # type: ignore[union-attr]
+    for guardrail in p.tooldef.output_guardrails:
         verdict = guardrail(p.call, output)
         if inspect.isawaitable(verdict):
             verdict = await verdict
@@ -126,7 +125,7 @@ async def complete_call(p: Prepared, outcome: CallOutcome, ctx: FinishContext) -
             output = verdict.message or ""
         elif verdict.behavior == "raise":
             raise ToolGuardrailTripwire(getattr(guardrail, "__name__", "output_guardrail"), verdict.message)
-    limit = effective_limit(p.tool.max_output, ctx.max_output, active_generate_config().max_tool_output)  # type: ignore[union-attr]
+    limit = effective_limit(p.tooldef.max_output, ctx.max_output, active_generate_config().max_tool_output)
     content, truncated = _truncate(_content(output), p.call.function, limit)
     message = ChatMessageTool(content=content, tool_call_id=p.call.id, function=p.call.function, error=outcome.error)
     _record(p, content, outcome.error, outcome, truncated, message_id=message.id)

@@ -12,14 +12,14 @@ from typing import Any
 from orchestrator._ids import new_id
 from orchestrator._wire import CallRequest
 from orchestrator.approval._policy import decide
-from orchestrator.tool._errors import ToolApprovalError, ToolError, ToolParsingError
-from orchestrator.tool._guardrails import GuardrailResult, ToolGuardrailTripwire
-from orchestrator.tool._tool_call import ToolCall, ToolCallView
-from orchestrator.tool._tool_def import ToolDef
 from orchestrator.log._events import ToolEvent
 from orchestrator.log._transcript import transcript
 from orchestrator.model._chat_message import ChatMessage, ChatMessageAssistant
 from orchestrator.model._tool_call_parse import depth_error_message, exceeds_max_depth
+from orchestrator.tool._errors import ToolApprovalError, ToolError, ToolParsingError
+from orchestrator.tool._guardrails import GuardrailResult, ToolGuardrailTripwire
+from orchestrator.tool._tool_call import ToolCall, ToolCallView
+from orchestrator.tool._tool_def import ToolDef
 from orchestrator.util._limit_errors import TerminateSampleError
 
 TERMINATED_BY_APPROVER = "Tool call approver requested termination."
@@ -42,6 +42,20 @@ class Prepared:
     def runnable(self) -> bool:
         return self.error is None and self.replacement is None
 
+    @property
+    def tooldef(self) -> ToolDef:
+        """The tool of a call that got past lookup (every runnable call has one)."""
+        if self.tool is None:
+            raise RuntimeError(f"tool call {self.call.id} has no tool: it was not runnable")
+        return self.tool
+
+    @property
+    def sent(self) -> CallRequest:
+        """The request of a runnable call, as dispatched."""
+        if self.request is None:
+            raise RuntimeError(f"tool call {self.call.id} has no request: it was not runnable")
+        return self.request
+
 
 def record_unexecuted(call: ToolCall) -> None:
     """The ``ToolEvent`` of a call that ends the sample before running (Inspect logs it too)."""
@@ -51,8 +65,9 @@ def record_unexecuted(call: ToolCall) -> None:
 def tool_view(tool: ToolDef, call: ToolCall) -> ToolCallView:
     if tool.viewer is not None:
         try:
-            return tool.viewer(call)
-        except Exception:  # a broken viewer must not break approval; fall back to the plain call
+            view: ToolCallView = tool.viewer(call)
+            return view
+        except Exception:  # noqa: BLE001, S110 - a broken viewer must not break approval: the plain call
             pass
     return ToolCallView()
 
@@ -123,7 +138,8 @@ async def prepare_call(
     for guardrail in tool.input_guardrails:
         verdict: GuardrailResult = await _maybe_await(guardrail(call, tool))
         if verdict.behavior == "reject":
-            return Prepared(call, tool, replacement=verdict.message or f"Tool call {call.function} was rejected by a guardrail.")
+            return Prepared(call, tool, replacement=verdict.message
+                            or f"Tool call {call.function} was rejected by a guardrail.")
         if verdict.behavior == "raise":
             raise ToolGuardrailTripwire(getattr(guardrail, "__name__", "input_guardrail"), verdict.message)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -106,7 +106,7 @@ def full_model_inputs(events: list[Any]) -> dict[str, list[Any]]:
             continue
         ref, count = get("input_ref"), get("input_ref_count") or 0
         head = full.get(ref, [])[:count] if ref else []
-        full[get("uuid")] = head + list(get("input") or [])
+        full[str(get("uuid"))] = head + list(get("input") or [])
     return full
 
 
@@ -165,10 +165,8 @@ class SampleLimitEvent(BaseEvent):
 
 
 Event = Annotated[
-    Union[
-        ToolEvent, ApprovalEvent, ReviewEvent, ModelEvent, SpanBeginEvent, SpanEndEvent,
-        InfoEvent, ErrorEvent, SampleLimitEvent, SandboxEvent,
-    ],
+    ToolEvent | ApprovalEvent | ReviewEvent | ModelEvent | SpanBeginEvent | SpanEndEvent | InfoEvent | ErrorEvent
+    | SampleLimitEvent | SandboxEvent,
     Field(discriminator="event"),
 ]
 

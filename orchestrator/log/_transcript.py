@@ -16,7 +16,6 @@ from orchestrator.util._subtask import SUBTASK_TRACE
 
 from ._events import BaseEvent, InfoEvent, ModelEvent, SpanBeginEvent, SpanEndEvent
 
-
 _RECENT_INPUTS = 4  # model inputs remembered for sharing (interleaved agents each have their own)
 
 
@@ -69,7 +68,7 @@ class Transcript:
 
 def _common_head(a: list[Any], b: list[Any]) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
@@ -99,7 +98,7 @@ def bind_transcript(t: Transcript) -> Iterator[Transcript]:
         _transcript.reset(token)
 
 
-class span:  # noqa: N801 - used as a function: `with span(name=..., type=...) as span_id:`
+class span:  # used as a function: `with span(name=..., type=...) as span_id:`
     """Open a span; events recorded inside carry its id; nested spans become its children.
 
     A class rather than a generator-based context manager: one opens around every tool call."""

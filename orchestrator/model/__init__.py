@@ -2,14 +2,6 @@
 
 from typing import TYPE_CHECKING, Any
 
-from ._chat_message import (
-    ChatMessage,
-    ChatMessageAssistant,
-    ChatMessageBase,
-    ChatMessageSystem,
-    ChatMessageTool,
-    ChatMessageUser,
-)
 from orchestrator.tool._content import (
     ContentDocument,
     ContentImage,
@@ -19,6 +11,14 @@ from orchestrator.tool._content import (
 )
 
 from ._batch import BatchError
+from ._chat_message import (
+    ChatMessage,
+    ChatMessageAssistant,
+    ChatMessageBase,
+    ChatMessageSystem,
+    ChatMessageTool,
+    ChatMessageUser,
+)
 from ._generate_config import BatchConfig, GenerateConfig, GenerateConfigArgs
 from ._model import (
     Model,

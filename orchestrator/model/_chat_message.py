@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -56,6 +56,6 @@ class ChatMessageTool(ChatMessageBase):
 
 
 ChatMessage = Annotated[
-    Union[ChatMessageSystem, ChatMessageUser, ChatMessageAssistant, ChatMessageTool],
+    ChatMessageSystem | ChatMessageUser | ChatMessageAssistant | ChatMessageTool,
     Field(discriminator="role"),
 ]

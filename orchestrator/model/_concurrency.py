@@ -121,7 +121,8 @@ class ConnectionLimiter:
         change = None
         if self.state.limit != before:
             self.lowest = min(self.lowest, self.state.limit)
-            change = LimitChange(at=round(time.monotonic() - (self._started or time.monotonic()), 3), limit=self.state.limit,
+            change = LimitChange(at=round(time.monotonic() - (self._started or time.monotonic()), 3),
+                                 limit=self.state.limit,
                                  reason="overload" if self.state.limit < before else "success")
             self._trace.append(change)
         self._wake()

@@ -49,7 +49,7 @@ class GenerateConfig(BaseModel):
             raise ValueError(f"a batch size is at least 1, got {value}")
         return value
 
-    def merge(self, other: "GenerateConfig") -> "GenerateConfig":
+    def merge(self, other: GenerateConfig) -> GenerateConfig:
         """``other``'s set values win."""
         return GenerateConfig(**{**self.model_dump(exclude_none=True), **other.model_dump(exclude_none=True)})
 
@@ -74,11 +74,13 @@ class GenerateConfigArgs(TypedDict, total=False):
     batch: bool | int | BatchConfig | None
 
 
-_active_config: ContextVar[GenerateConfig] = ContextVar("toolfleet_generate_config", default=GenerateConfig())
+# No default object: one shared GenerateConfig would carry any change to it into every context.
+_active_config: ContextVar[GenerateConfig | None] = ContextVar("toolfleet_generate_config", default=None)
 
 
 def active_generate_config() -> GenerateConfig:
-    return _active_config.get()
+    config = _active_config.get()
+    return GenerateConfig() if config is None else config
 
 
 def set_active_generate_config(config: GenerateConfig) -> None:

@@ -28,8 +28,8 @@ from orchestrator.tool._tool_def import ToolDef, tool_def
 from orchestrator.tool._tool_info import ToolInfo
 from orchestrator.util._limits import check_message_limit, check_token_limit, record_token_usage, record_turn
 from orchestrator.util._retry import Backoff
-from orchestrator.util._working import report_wait_since, sample_waiting
 from orchestrator.util._timers import arm
+from orchestrator.util._working import report_wait_since, sample_waiting
 
 from ._batch import BatchBackend, BatchError, batch_pool
 from ._chat_message import ChatMessage, ChatMessageUser
@@ -105,7 +105,7 @@ class ModelAPI(ABC):
         """The provider's batch API, used when ``GenerateConfig.batch`` is on (None: it has none)."""
         return None
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - optional hook: does nothing unless overridden
         """Release clients and connections."""
 
 
@@ -186,7 +186,8 @@ class Model:
         choice = (tool_choice or "auto") if infos else None
         # Ambient (eval/agent) settings < this model's own < this call's.
         cfg = _merge(_merge(active_generate_config(), self.config), config)
-        policy = self.retry if cfg.max_retries is None else self.retry.model_copy(update={"max_retries": cfg.max_retries})
+        policy = self.retry if cfg.max_retries is None else self.retry.model_copy(
+            update={"max_retries": cfg.max_retries})
         name = str(self)
         # Limits hold wherever the model is called (a hand-written agent loop included): an input
         # already at the message limit, or a token limit already reached, could only be exceeded.
@@ -261,7 +262,8 @@ class Model:
             except Exception as ex:
                 # Our own per-attempt timeout is transient by nature, a batch says; anything else the provider judges.
                 batched = isinstance(ex, BatchError)
-                retryable = ex.retryable if batched else isinstance(ex, TimeoutError) or self.api.should_retry(ex)
+                retryable = (ex.retryable if isinstance(ex, BatchError)
+                             else isinstance(ex, TimeoutError) or self.api.should_retry(ex))
                 if not retryable:
                     raise ModelError(str(self), _describe(ex), backoff.retries, False) from ex
                 # A batch may take hours: max_elapsed (sized for direct calls) would forbid any retry after one.
@@ -391,7 +393,7 @@ def get_model(model: str | Model | None = None, *, config: GenerateConfig | None
     key = repr((provider, model_name, base_url, api_key, config, retry, sorted(model_args.items()), env))
     if memoize and cls.memoize and key in _MEMO:
         return _MEMO[key]
-    api = cls(model_name, base_url=base_url, api_key=api_key, config=config, **model_args)  # type: ignore[call-arg]
+    api = cls(model_name, base_url=base_url, api_key=api_key, config=config, **model_args)
     api.provider = provider
     # The provider's config: ``config`` plus what its own arguments set (``-M max_retries=3``).
     resolved = Model(api, api.config, retry)
@@ -417,8 +419,11 @@ def _snapshot(output: ModelOutput) -> ModelOutput:
     choices = []
     for choice in output.choices:
         message = choice.message
-        own = {name: list(value) if isinstance(value, list) else dict(value)  # only the containers: fields set stay as they were
-               for name, value in (("content", message.content), ("tool_calls", message.tool_calls), ("metadata", message.metadata))
+        # only the containers: fields set stay as they were
+        own = {name: list(value) if isinstance(value, list) else dict(value)
+               for name, value in (("content", message.content), ("tool_calls", message.tool_calls),
+                                   ("metadata", message.metadata))
                if isinstance(value, (list, dict))}
         choices.append(choice.model_copy(update={"message": message.model_copy(update=own)}))
-    return output.model_copy(update={"choices": choices, **({"metadata": dict(output.metadata)} if output.metadata else {})})
+    return output.model_copy(update={"choices": choices,
+                                     **({"metadata": dict(output.metadata)} if output.metadata else {})})

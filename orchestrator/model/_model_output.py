@@ -23,7 +23,7 @@ class ModelUsage(BaseModel):
     reasoning_tokens: int | None = None
     total_cost: float | None = None  # USD, from the price table (None: no price known for the model)
 
-    def __add__(self, other: "ModelUsage") -> "ModelUsage":
+    def __add__(self, other: ModelUsage) -> ModelUsage:
         def add(a: int | None, b: int | None) -> int | None:
             return None if a is None and b is None else (a or 0) + (b or 0)
 
@@ -73,13 +73,15 @@ class ModelOutput(BaseModel):
         if self.choices:
             self.choices[0].message.text = value
         else:
-            self.choices.append(ChatCompletionChoice(message=ChatMessageAssistant(content=value, model=self.model), stop_reason="stop"))
+            self.choices.append(ChatCompletionChoice(message=ChatMessageAssistant(content=value, model=self.model),
+                                                     stop_reason="stop"))
 
     @staticmethod
-    def from_content(model: str, content: str, stop_reason: StopReason = "stop") -> "ModelOutput":
+    def from_content(model: str, content: str, stop_reason: StopReason = "stop") -> ModelOutput:
         return ModelOutput(
             model=model,
-            choices=[ChatCompletionChoice(message=ChatMessageAssistant(content=content, model=model, source="generate"), stop_reason=stop_reason)],
+            choices=[ChatCompletionChoice(message=ChatMessageAssistant(content=content, model=model, source="generate"),
+                                          stop_reason=stop_reason)],
         )
 
     @staticmethod
@@ -89,13 +91,14 @@ class ModelOutput(BaseModel):
         tool_arguments: dict[str, Any],
         tool_call_id: str | None = None,
         content: str | None = None,
-    ) -> "ModelOutput":
+    ) -> ModelOutput:
         if content is None:  # Inspect's default text beside the call (mockllm outputs read the same)
             content = f"tool call for tool {tool_name}"
-        call = ToolCall(id=tool_call_id or f"call_{uuid.uuid4().hex[:12]}", function=tool_name, arguments=tool_arguments)
+        call = ToolCall(id=tool_call_id or f"call_{uuid.uuid4().hex[:12]}", function=tool_name,
+                        arguments=tool_arguments)
         return ModelOutput.for_tool_calls(model, [call], content)
 
     @staticmethod
-    def for_tool_calls(model: str, calls: list[ToolCall], content: str = "") -> "ModelOutput":
+    def for_tool_calls(model: str, calls: list[ToolCall], content: str = "") -> ModelOutput:
         message = ChatMessageAssistant(content=content, tool_calls=calls, model=model, source="generate")
         return ModelOutput(model=model, choices=[ChatCompletionChoice(message=message, stop_reason="tool_calls")])

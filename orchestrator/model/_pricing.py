@@ -56,7 +56,8 @@ class ModelPrice(BaseModel):
         return dollars * (1 - self.batch_discount) if batch else dollars
 
 
-def _p(input: float, output: float, cache_read: float | None = None, cache_write: float | None = None) -> dict[str, Any]:
+def _p(input: float, output: float, cache_read: float | None = None,
+       cache_write: float | None = None) -> dict[str, Any]:
     return {"input": input, "output": output, "cache_read": cache_read, "cache_write": cache_write}
 
 
@@ -101,7 +102,7 @@ class PriceTable:
             for key, value in (BUILTIN_PRICES if prices is None else prices).items()
         }
 
-    def merged(self, overrides: Mapping[str, ModelPrice]) -> "PriceTable":
+    def merged(self, overrides: Mapping[str, ModelPrice]) -> PriceTable:
         return PriceTable({**self.prices, **overrides})
 
     def price(self, model: str) -> ModelPrice | None:

@@ -18,7 +18,8 @@ class Truncated(NamedTuple):
     limit: int
 
 
-def effective_limit(tool_max_output: int | None, call_max_output: int | None, config_max_tool_output: int | None) -> int:
+def effective_limit(tool_max_output: int | None, call_max_output: int | None,
+                    config_max_tool_output: int | None) -> int:
     """Per-tool ``max_output`` > ``execute_tools(max_output=)`` > config ``max_tool_output`` > 16 KiB. 0 disables."""
     for value in (tool_max_output, call_max_output, config_max_tool_output):
         if value is not None:

@@ -58,6 +58,6 @@ def human_reviewer(choices: list[str] | None = None) -> Reviewer:
         choice, explanation = await prompt.ask(text)
         if choice is None:
             return Review(decision="terminate", explanation="Review prompt dismissed by the operator.")
-        return Review(decision=choice, explanation=explanation or f"Human operator chose {choice}.")  # type: ignore[arg-type]
+        return Review(decision=choice, explanation=explanation or f"Human operator chose {choice}.")
 
     return review

@@ -89,7 +89,8 @@ async def run_pending(call: ToolCall, sample_id: str | None, review: Awaitable[R
         return await review
     except asyncio.CancelledError:
         if handle.cancelled_by_operator and task.uncancel() == 0:
-            message = f"Tool call {call.function} ({call.id}) was cancelled while its review was pending; the result is kept."
+            message = (f"Tool call {call.function} ({call.id}) was cancelled while its review was pending; "
+                       "the result is kept.")
             if handle.reason:
                 message += f" Reason: {handle.reason}"
             _info(call, message, "operator")

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 from orchestrator._glob import validate_pattern
 from orchestrator._policy_chain import entries_from_config, first_decision, load_policy_file
 from orchestrator.log._events import ReviewEvent
@@ -77,7 +76,8 @@ async def review_call(
                                         explanation=review.explanation))
         return review
 
-    review, matched = await first_decision(policy, call, ask, lambda r: r.decision == "escalate")
+    decided = await first_decision(policy, call, ask, lambda r: r.decision == "escalate")
+    review, matched = decided  # in two steps: mypy solves the call's type from an unpacking target wrongly
     if review is None:
         if not matched:
             return Review(decision="continue", explanation="No reviewer matched.")

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 def includes(ignore_case: bool = True) -> Scorer:
     """Correct when any target appears in the model's final answer."""
 
-    async def score(state: "TaskState", target: Target) -> Score:
+    async def score(state: TaskState, target: Target) -> Score:
         answer = state.output.completion
         haystack = answer.lower() if ignore_case else answer
         hit = any((t.lower() if ignore_case else t) in haystack for t in target)
@@ -42,7 +42,7 @@ def match(location: Literal["begin", "end", "any", "exact"] = "end", ignore_case
           numeric: bool = False) -> Scorer:
     """Correct when a target matches the beginning/end of the answer, anywhere in it, or all of it."""
 
-    async def score(state: "TaskState", target: Target) -> Score:
+    async def score(state: TaskState, target: Target) -> Score:
         answer = state.output.completion.strip()
         candidate = answer
         if numeric:

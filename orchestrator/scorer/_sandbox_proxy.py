@@ -2,8 +2,8 @@
 
 In distributed mode the sample's sandbox is on a worker host, so the sample runner binds this proxy as the
 sample's ``sandbox()``: each ``exec`` / ``read_file`` / ``write_file`` becomes a call to an internal tool
-(``orchestrator/tool/_tools/_sandbox_access.py``) through the active dispatcher, and errors come back as the exceptions the
-``SandboxEnvironment`` contract names. (Embedded mode binds the real environment instead.)
+(``orchestrator/tool/_tools/_sandbox_access.py``) through the active dispatcher, and errors come back as the exceptions
+the ``SandboxEnvironment`` contract names. (Embedded mode binds the real environment instead.)
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from orchestrator._errors import ToolfleetError
 from orchestrator._wire import CallOutcome, CallRequest
-from orchestrator.util._snapshot import Snapshot, SnapshotError
+from orchestrator.tool._registry import tool_ref
 from orchestrator.util._sandbox import (
     ExecResult,
     OutputLimitExceededError,
@@ -23,6 +23,7 @@ from orchestrator.util._sandbox import (
     SandboxTimeoutError,
     SandboxUnavailableError,
 )
+from orchestrator.util._snapshot import Snapshot, SnapshotError
 
 
 class SandboxCallError(ToolfleetError, RuntimeError):
@@ -42,7 +43,7 @@ async def call_sandbox_tool(name: str, arguments: dict[str, Any], route: Any = N
     factory = {scoring.SCORER_EXEC_TOOL: scoring.scorer_exec, scoring.SANDBOX_FILE_TOOL: scoring.sandbox_file,
                scoring.SANDBOX_SNAPSHOT_TOOL: scoring.sandbox_snapshot}[name]
     instance = factory()
-    request = CallRequest(call_id=uuid.uuid4().hex, function=name, tool=getattr(instance, "__toolfleet_tool__").ref,
+    request = CallRequest(call_id=uuid.uuid4().hex, function=name, tool=tool_ref(instance),
                           arguments=arguments, sample_id=route.sample_id, sandbox=route.sandbox)
     [future] = active_dispatcher().dispatch([Dispatch(request, instance)])
     outcome = await future

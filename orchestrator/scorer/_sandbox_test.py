@@ -1,8 +1,8 @@
 """Sandbox-executed scoring: run a command in the sample's sandbox; pass on exit 0.
 
 The command goes through the active dispatcher as a call to the registered ``_scorer_exec`` tool
-(``orchestrator/tool/_tools/_sandbox_access.py``), so it reaches the sandbox in embedded mode and on a worker host alike.
-Scorers that call ``sandbox().exec(...)`` themselves (Inspect style) work too: the sample runner binds
+(``orchestrator/tool/_tools/_sandbox_access.py``), so it reaches the sandbox in embedded mode and on a worker host
+alike. Scorers that call ``sandbox().exec(...)`` themselves (Inspect style) work too: the sample runner binds
 the real sandbox (embedded) or a ``DispatchedSandbox`` proxy (distributed) as the sample's ``sandbox()``.
 """
 
@@ -43,7 +43,7 @@ async def exec_in_sandbox(cmd: list[str], input: str | None = None, files: dict[
     return ExecResult(returncode=data["returncode"], stdout=data["stdout"], stderr=data["stderr"])
 
 
-async def _resolve(value: Any, state: "TaskState", target: Target) -> Any:
+async def _resolve(value: Any, state: TaskState, target: Target) -> Any:
     if callable(value):
         value = value(state, target)
         if inspect.isawaitable(value):
@@ -64,7 +64,7 @@ def sandbox_test(command: CommandSpec, files: dict[str, str] | Callable[..., Any
     into the sandbox first — e.g. the hidden tests. A command that outlives ``timeout`` fails.
     """
 
-    async def score(state: "TaskState", target: Target) -> Score:
+    async def score(state: TaskState, target: Target) -> Score:
         cmd = await _resolve(command, state, target)
         argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         result = await exec_in_sandbox(argv, input=await _resolve(input, state, target),

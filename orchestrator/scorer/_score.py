@@ -30,7 +30,7 @@ class Score(BaseModel):
 
 
 class Scorer(Protocol):
-    async def __call__(self, state: "TaskState", target: Target) -> Score: ...
+    async def __call__(self, state: TaskState, target: Target) -> Score: ...
 
 
 Metric = Callable[[list[Score]], float]
@@ -88,7 +88,8 @@ def stderr() -> Metric:
     return metric
 
 
-def scorer(metrics: Sequence[Metric] | None = None, name: str | None = None) -> Callable[[Callable[..., Scorer]], Callable[..., Scorer]]:
+def scorer(metrics: Sequence[Metric] | None = None,
+           name: str | None = None) -> Callable[[Callable[..., Scorer]], Callable[..., Scorer]]:
     """Decorate a scorer factory; the instance carries its name and metrics (used for the log's results)."""
 
     def decorate(factory: Callable[..., Scorer]) -> Callable[..., Scorer]:
@@ -104,7 +105,7 @@ def scorer(metrics: Sequence[Metric] | None = None, name: str | None = None) -> 
 
 
 def scorer_info(instance: Any) -> tuple[str, list[Metric]]:
-    info = getattr(instance, SCORER_ATTR, None)
+    info: tuple[str, list[Metric]] | None = getattr(instance, SCORER_ATTR, None)
     if info is not None:
         return info
     return getattr(instance, "__name__", type(instance).__name__), [accuracy(), stderr()]

@@ -11,7 +11,7 @@ class Target(Sequence[str]):
     def __init__(self, target: str | Sequence[str]) -> None:
         self.target: list[str] = [target] if isinstance(target, str) else list(target)
 
-    def __getitem__(self, index: int) -> str:  # type: ignore[override]
+    def __getitem__(self, index: int) -> str:  # type: ignore[override]  # Inspect's Target: int indexes only
         return self.target[index]
 
     def __len__(self) -> int:

@@ -4,7 +4,8 @@ from ._harbor import harbor_logs, harbor_oracle
 from ._solver import Generate, Solver, chain, generate, resolve_solver, solver, system_message, use_tools
 from ._task_state import TaskState, sample_state
 
-__all__ = ["Generate", "Solver", "TaskState", "chain", "generate", "harbor_logs", "harbor_oracle", "resolve_solver", "sample_state", "solver", "system_message", "use_tools"]
+__all__ = ["Generate", "Solver", "TaskState", "chain", "generate", "harbor_logs", "harbor_oracle", "resolve_solver",
+           "sample_state", "solver", "system_message", "use_tools"]
 
 
 def __getattr__(name: str) -> object:

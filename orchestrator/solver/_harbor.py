@@ -73,10 +73,10 @@ def harbor_oracle() -> Solver:
         env = resolve_env(meta.get("solution_env") or {}, meta.get("task_env"))
         try:
             result = await box.exec(["bash", "/solution/solve.sh"], env=env, timeout=timeout)
-        except TimeoutError:
+        except TimeoutError as exc:
             state.output = ModelOutput.from_content("oracle", f"solve.sh timed out after {timeout:g} s")
-            raise LimitExceededError("time", value=timeout, limit=timeout,
-                                     message=f"solve.sh did not finish within the agent timeout ({timeout:g} s)")
+            message = f"solve.sh did not finish within the agent timeout ({timeout:g} s)"
+            raise LimitExceededError("time", value=timeout, limit=timeout, message=message) from exc
         tail = (result.stdout + result.stderr)[-OUTPUT_TAIL:]
         state.output = ModelOutput.from_content("oracle", f"solve.sh exited {result.returncode}\n{tail}".rstrip())
         state.messages.append(state.output.message)

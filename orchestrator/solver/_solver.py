@@ -50,7 +50,7 @@ def solver(name: str | Callable[..., Solver] | None = None) -> Any:
 
 
 def solver_name(instance: Any) -> str:
-    return getattr(instance, SOLVER_NAME_ATTR, None) or getattr(instance, "__name__", type(instance).__name__)
+    return str(getattr(instance, SOLVER_NAME_ATTR, None) or getattr(instance, "__name__", type(instance).__name__))
 
 
 def make_generate(model: Model) -> Generate:
@@ -140,7 +140,7 @@ def chain(*solvers: Solver | Sequence[Solver]) -> Solver:
     flat: list[Solver] = []
     for s in solvers:
         for item in s if isinstance(s, (list, tuple)) else [s]:
-            flat.append(as_solver(item) if is_agent(item) else item)  # type: ignore[arg-type]
+            flat.append(as_solver(item) if is_agent(item) else item)  # type: ignore[arg-type]  # a non-agent item is a Solver
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         for s in flat:

@@ -26,7 +26,8 @@ def classify_exception(exc: BaseException, function: str) -> ToolCallError | Non
         case UnicodeDecodeError():
             return ToolCallError(type="unicode_decode", message=f"Error decoding bytes to {exc.encoding}: {exc.reason}")
         case ValueError() if "embedded null byte" in str(exc):
-            return ToolCallError(type="parsing", message=f"An argument to tool '{function}' contained an embedded null byte.")
+            return ToolCallError(type="parsing",
+                                 message=f"An argument to tool '{function}' contained an embedded null byte.")
         case PermissionError():
             return ToolCallError(type="permission", message=_os_error_text(exc))
         case FileNotFoundError():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import mimetypes
 from pathlib import PurePosixPath
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, JsonValue, model_validator
 
@@ -80,5 +80,5 @@ class ContentToolUse(BaseModel):
 
 
 Content = Annotated[
-    Union[ContentText, ContentImage, ContentReasoning, ContentDocument, ContentToolUse], Field(discriminator="type")
+    ContentText | ContentImage | ContentReasoning | ContentDocument | ContentToolUse, Field(discriminator="type")
 ]

@@ -20,15 +20,15 @@ class GuardrailResult(BaseModel):
     message: str | None = None
 
     @classmethod
-    def allow(cls) -> "GuardrailResult":
+    def allow(cls) -> GuardrailResult:
         return cls()
 
     @classmethod
-    def reject(cls, message: str) -> "GuardrailResult":
+    def reject(cls, message: str) -> GuardrailResult:
         return cls(behavior="reject", message=message)
 
     @classmethod
-    def raise_(cls, message: str) -> "GuardrailResult":
+    def raise_(cls, message: str) -> GuardrailResult:
         return cls(behavior="raise", message=message)
 
 

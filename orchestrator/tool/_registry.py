@@ -6,6 +6,7 @@ called with); a log names tools the same way.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 from collections.abc import Callable
@@ -86,6 +87,14 @@ def tool_meta(obj: Any) -> ToolMeta | None:
     return getattr(obj, TOOL_META_ATTR, None)
 
 
+def tool_ref(obj: Any) -> ToolRef:
+    """How a worker rebuilds ``obj``: the reference a registered ``@tool`` factory gave it."""
+    meta = tool_meta(obj)
+    if meta is None or meta.ref is None:
+        raise TypeError(f"{obj!r} was not made by a registered @tool factory: a worker cannot rebuild it.")
+    return meta.ref
+
+
 class ToolNotRegisteredError(ToolfleetError, LookupError):
     """A tool was asked for by a name no factory is registered under."""
 
@@ -95,10 +104,8 @@ def rebuild_tool(ref: ToolRef) -> Any:
     factory = _REGISTRY.get(ref.name)
     if factory is None and ref.module:
         # The module may be importable here but not yet imported (e.g. built-ins).
-        try:
+        with contextlib.suppress(ImportError):
             importlib.import_module(ref.module)
-        except ImportError:
-            pass
         factory = _REGISTRY.get(ref.name)
     if factory is None:
         raise ToolNotRegisteredError(not_registered_message(ref.name, ref.module))

@@ -7,7 +7,7 @@ import inspect
 import re
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeAlias, Union, overload
+from typing import Any, Protocol, TypeAlias, overload
 
 from ._content import ContentImage, ContentText
 from ._registry import (
@@ -20,9 +20,7 @@ from ._registry import (
     tool_meta,
 )
 
-ToolResult: TypeAlias = Union[
-    str, int, float, bool, ContentText, ContentImage, list[Union[str, ContentText, ContentImage]]
-]
+ToolResult: TypeAlias = str | int | float | bool | ContentText | ContentImage | list[str | ContentText | ContentImage]
 
 
 class Tool(Protocol):
@@ -134,7 +132,8 @@ def set_tool_description(tool: Tool, description: str | None = None, parameters:
     return tool
 
 
-def tool_with(tool: Tool, name: str | None = None, description: str | None = None, parameters: dict[str, str] | None = None) -> Tool:
+def tool_with(tool: Tool, name: str | None = None, description: str | None = None,
+              parameters: dict[str, str] | None = None) -> Tool:
     """A copy of ``tool`` with another name and/or descriptions (same implementation)."""
     meta = tool_meta(tool)
     if meta is None:
@@ -152,4 +151,4 @@ def tool_with(tool: Tool, name: str | None = None, description: str | None = Non
     if parameters:
         new_meta.param_descriptions.update(parameters)
     setattr(wrapped, TOOL_META_ATTR, new_meta)
-    return wrapped  # type: ignore[return-value]
+    return wrapped

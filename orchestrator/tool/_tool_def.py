@@ -10,8 +10,8 @@ from __future__ import annotations
 import copy
 import json
 import weakref
-from datetime import datetime, timezone
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -43,7 +43,7 @@ def _fast_check_for(schema_json: str) -> Callable[[Any], Any] | None:
         # use_default=False: the check must not write schema defaults into the model's arguments
         # (the ToolCall in the history keeps what the model sent, as in Inspect).
         return fastjsonschema.compile(json.loads(schema_json), use_default=False)
-    except Exception:  # a schema fastjsonschema cannot compile: always take the slow path
+    except Exception:  # noqa: BLE001 - a schema fastjsonschema cannot compile: always take the slow path
         return None
 
 
@@ -55,9 +55,16 @@ def _adapter_for(hint: Any) -> TypeAdapter[Any]:
 class ToolDef:
     """A tool's complete definition: callable, name, description, parameters and behaviour."""
 
+    tool: Callable[..., Any]
+    meta: ToolMeta
+    parsed: ParsedFunction
+    name: str
+    description: str | None
+    parameters: ToolParams
+
     def __init__(
         self,
-        tool: Callable[..., Any] | "ToolDef",
+        tool: Callable[..., Any] | ToolDef,
         name: str | None = None,
         description: str | None = None,
         parameters: dict[str, str] | ToolParams | None = None,
@@ -136,7 +143,7 @@ class ToolDef:
     runs_on = property(lambda self: self.meta.runs_on)
     input_guardrails = property(lambda self: self.meta.input_guardrails)
     output_guardrails = property(lambda self: self.meta.output_guardrails)
-    ref: ToolRef | None = property(lambda self: self.meta.ref)  # type: ignore[assignment]
+    ref: ToolRef | None = property(lambda self: self.meta.ref)  # type: ignore[assignment]  # a read-only view of meta.ref
 
     def _validate_descriptions(self, check_params: bool = True) -> None:
         if not self.description:
@@ -188,7 +195,7 @@ class ToolDef:
         meta.description = self.description
         meta.param_descriptions = {k: p.description or "" for k, p in self.parameters.properties.items()}
         setattr(self.tool, TOOL_META_ATTR, meta)
-        return self.tool  # type: ignore[return-value]
+        return self.tool
 
     def __repr__(self) -> str:
         return f"ToolDef(name={self.name!r}, parallel={self.parallel})"
@@ -216,7 +223,7 @@ def deserialize_arguments(parsed: ParsedFunction, arguments: dict[str, Any]) -> 
             except (TypeError, PydanticUserError):  # unhashable/unsupported hint: the JSON value as given
                 value = arguments[pname]
             if isinstance(value, datetime) and value.tzinfo is None:
-                value = value.replace(tzinfo=timezone.utc)  # as Inspect: a naive time means UTC
+                value = value.replace(tzinfo=UTC)  # as Inspect: a naive time means UTC
             kwargs[pname] = value
         elif pname in parsed.defaults:
             continue
@@ -227,7 +234,7 @@ def deserialize_arguments(parsed: ParsedFunction, arguments: dict[str, Any]) -> 
     return kwargs
 
 
-_TOOLDEF_CACHE: "weakref.WeakKeyDictionary[Any, tuple[Any, int, ToolDef]]" = weakref.WeakKeyDictionary()
+_TOOLDEF_CACHE: weakref.WeakKeyDictionary[Any, tuple[Any, int, ToolDef]] = weakref.WeakKeyDictionary()
 
 
 def tool_def(tool: Callable[..., Any] | ToolDef) -> ToolDef:

@@ -6,6 +6,7 @@ one schema, so per-call work never re-reflects a function.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import typing
 from collections.abc import Callable
@@ -86,7 +87,8 @@ def _strip_titles(schema: Any) -> Any:
 
 
 def _docstring_type_schema(type_name: str | None) -> dict[str, Any]:
-    mapping = {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "list": "array", "dict": "object"}
+    mapping = {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "list": "array",
+               "dict": "object"}
     if type_name and type_name.strip() in mapping:
         return {"type": mapping[type_name.strip()]}
     return {}
@@ -95,7 +97,7 @@ def _docstring_type_schema(type_name: str | None) -> dict[str, Any]:
 @lru_cache(maxsize=512)
 def _typeddict_clone(hint: Any) -> Any:
     fields = {k: adaptable_hint(v) for k, v in get_type_hints(hint).items()}
-    clone = typing_extensions.TypedDict(hint.__name__, fields, total=hint.__total__)  # type: ignore[operator]
+    clone = typing_extensions.TypedDict(hint.__name__, fields, total=hint.__total__)  # type: ignore[misc]  # built at run time
     clone.__module__ = hint.__module__
     return clone
 
@@ -139,7 +141,7 @@ def parse_function(func: Callable[..., Any]) -> ParsedFunction:
     signature = inspect.signature(func)
     try:
         hints = get_type_hints(target, include_extras=True)
-    except Exception:  # unresolvable forward refs: fall back to raw annotations
+    except Exception:  # noqa: BLE001 - unresolvable forward refs: fall back to raw annotations
         hints = dict(getattr(target, "__annotations__", {}))
     hints.pop("return", None)
 
@@ -177,10 +179,8 @@ def parse_function(func: Callable[..., Any]) -> ParsedFunction:
             required.append(pname)
         else:
             defaults[pname] = param.default
-            try:
+            with contextlib.suppress(Exception):  # a default pydantic cannot serialise: no "default" key
                 schema["default"] = TypeAdapter(Any).dump_python(param.default, mode="json")
-            except Exception:
-                pass
         properties[pname] = ToolParam(**schema)
 
     parsed = ParsedFunction(
@@ -197,4 +197,5 @@ def parse_function(func: Callable[..., Any]) -> ParsedFunction:
 
 def is_optional(hint: Any) -> bool:
     origin = typing.get_origin(hint)
-    return origin in (typing.Union, getattr(__import__("types"), "UnionType", None)) and type(None) in typing.get_args(hint)
+    unions = (typing.Union, getattr(__import__("types"), "UnionType", None))
+    return origin in unions and type(None) in typing.get_args(hint)

@@ -2,6 +2,7 @@
 
 from orchestrator._errors import ControlFlowSignal, SetupError, ToolfleetError
 
+from ._fork import fork
 from ._gc import GcTuning, tune_gc_for_many_samples
 from ._limit_errors import LimitExceededError, TerminateSampleError
 from ._limited_messages import MessageList
@@ -35,11 +36,10 @@ from ._sandbox import (
     bind_sandbox,
     sandbox,
 )
-from ._fork import fork
+from ._sandbox_limits import SandboxEnvironmentLimits, override_max_read_file_size
 from ._snapshot import Snapshot, SnapshotError
 from ._subtask import subtask
 from ._token_metering import TokenLimit
-from ._sandbox_limits import SandboxEnvironmentLimits, override_max_read_file_size
 
 __all__ = [
     "ControlFlowSignal",

@@ -7,11 +7,12 @@ the resulting config travels to a worker, which never opens a path a task named.
 What maps: the default service (named ``default``, else the one with ``x-default: true``, else the
 first) becomes the sandbox's container (its image, user, working_dir, environment, limits; its
 ``command`` is replaced by toolfleet's keep-alive). Every other service becomes a ``services`` entry
-(image, command, entrypoint, environment, user, working_dir, healthcheck, limits). All of them share
-one loopback-only network, so ``ports``, ``networks`` and ``network_mode`` other than ``none`` have no
-meaning here and are refused, as are ``build`` (build the image first), ``volumes`` and anything that
-widens the sandbox (``privileged``, ``cap_add``, ``devices``). Keys with no effect on a sandbox
-(``depends_on``, ``container_name``, ``restart``, ``x-*``...) are ignored.
+(image, command, entrypoint, environment, user, working_dir, healthcheck, limits). They run as compose
+runs them, each reaching the others by name on a network of the sandbox's own, whose way out is the
+sandbox's ``network_mode`` (none by default); so ``ports``, ``networks`` and a compose ``network_mode``
+other than ``none`` have no meaning here and are refused, as are ``build`` (build the image first),
+``volumes`` and anything that widens the sandbox (``privileged``, ``cap_add``, ``devices``). Keys with no effect
+on a sandbox (``depends_on``, ``container_name``, ``restart``, ``x-*``...) are ignored.
 """
 
 from __future__ import annotations
@@ -37,13 +38,13 @@ _IGNORED = {"depends_on", "container_name", "hostname", "restart", "platform", "
             "stop_grace_period", "stop_signal", "logging", "x-default", "x-local"}
 _WHY = {
     "build": "build the image first (docker build -t NAME .) and give its 'image'",
-    "ports": "the services share one loopback-only network: reach a service as NAME:PORT, nothing is published",
-    "networks": "the services share one loopback-only network",
+    "ports": "the services reach each other as NAME:PORT on the sandbox's own network; nothing is published",
+    "networks": "the services share one network of the sandbox's own",
     "volumes": "a sandbox mounts nothing from the host: give files with Sample.files",
     "privileged": "sandboxes never run privileged",
     "cap_add": "sandboxes drop every capability",
     "devices": "sandboxes get no host devices",
-    "extra_hosts": "every service name already resolves to 127.0.0.1",
+    "extra_hosts": "every service name already resolves to its service",
 }
 _DEFAULT_KEYS = {"image", "command", "user", "working_dir", "environment", "mem_limit", "cpus", "pids_limit",
                  "init", "read_only", "runtime", "network_mode", "deploy", "healthcheck", "entrypoint"}
@@ -97,7 +98,8 @@ def config_from_compose(data: Any, source: str = "compose.yaml") -> DockerSandbo
         raise ComposeError(f"{source}: needs a 'services' mapping with at least one service")
     for key in data:
         if key in ("networks", "volumes", "configs", "secrets"):
-            raise ComposeError(f"{source}: top-level '{key}' is not supported ({_WHY.get(key, 'sandboxes are self-contained')})")
+            raise ComposeError(
+                f"{source}: top-level '{key}' is not supported ({_WHY.get(key, 'sandboxes are self-contained')})")
     services: dict[str, dict[str, Any]] = {}
     for name, body in data["services"].items():
         if not isinstance(body, dict):
@@ -138,7 +140,8 @@ def _fields(body: dict[str, Any], where: str, allowed: set[str], default: bool) 
             raise ComposeError(f"{where}: '{key}' is not supported by toolfleet sandboxes")
         if key == "network_mode":
             if value != "none":
-                raise ComposeError(f"{where}: network_mode {value!r}: the services share one loopback-only network")
+                raise ComposeError(f"{where}: network_mode {value!r}: the services share one network of the sandbox's "
+                                   "own; its way out is the sandbox's network_mode (none, public, allowlist)")
         elif key == "image":
             out["image"] = str(value)
         elif key == "command":
@@ -164,7 +167,8 @@ def _fields(body: dict[str, Any], where: str, allowed: set[str], default: bool) 
         else:  # pids_limit, init, read_only
             out[key] = value
     if "image" not in out:
-        raise ComposeError(f"{where}: needs an 'image'" + (" (build it first: docker build -t NAME .)" if "build" in body else ""))
+        raise ComposeError(f"{where}: needs an 'image'"
+                           + (" (build it first: docker build -t NAME .)" if "build" in body else ""))
     return out
 
 

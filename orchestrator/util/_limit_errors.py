@@ -23,7 +23,8 @@ class LimitExceededError(ControlFlowSignal):
         self.value_str = _fmt(value)
         self.limit = limit
         self.limit_str = _fmt(limit)
-        self.message = message or (f"Exceeded {type} limit: {limit:,}" if limit is not None else f"Exceeded {type} limit")
+        self.message = message or (
+            f"Exceeded {type} limit: {limit:,}" if limit is not None else f"Exceeded {type} limit")
         self.source = source
         super().__init__(self.message)
 
@@ -39,6 +40,6 @@ class TerminateSampleError(ControlFlowSignal, RuntimeError):  # a RuntimeError a
 def _fmt(value: float | int | None) -> str:
     if value is None:
         return "none"
-    if isinstance(value, bool) or isinstance(value, int):
+    if isinstance(value, bool | int):
         return f"{int(value):,}"
     return f"{value:,.2f}"

@@ -12,7 +12,7 @@ from typing import Any, SupportsIndex
 from ._limits import check_message_limit
 
 
-class MessageList(list):  # type: ignore[type-arg]
+class MessageList(list):  # type: ignore[type-arg]  # list's own subclass, items untyped as Inspect's
     """A ``list`` of chat messages that checks the active message limit before it grows."""
 
     def __init__(self, iterable: Iterable[Any] = ()) -> None:
@@ -37,7 +37,7 @@ class MessageList(list):  # type: ignore[type-arg]
         self._grow(1)
         super().insert(index, item)
 
-    def __iadd__(self, items: Iterable[Any]) -> "MessageList":  # type: ignore[override,misc]
+    def __iadd__(self, items: Iterable[Any]) -> MessageList:  # type: ignore[misc]  # += takes any iterable, as list's
         self.extend(items)
         return self
 

@@ -41,9 +41,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._limit_errors import LimitExceededError, LimitType
-from ._token_metering import TokenLimit as TokenLimitSpec
-from ._token_metering import LimitTokens, NoUsage, TokenMetering, current_limit_tokens, parse_token_limit
 from ._timers import call_later
+from ._token_metering import (
+    LimitTokens,
+    NoUsage,
+    TokenLimit as TokenLimitSpec,
+    TokenMetering,
+    current_limit_tokens,
+    parse_token_limit,
+)
 from ._working import (
     WorkingClock,
     bind_working_clock,
@@ -74,7 +80,7 @@ class Limit:
             raise ValueError(f"{self.type.capitalize()} limit value must be a non-negative {number} or None: {limit}")
 
     # -- activation ------------------------------------------------------------------------
-    def __enter__(self) -> "Limit":
+    def __enter__(self) -> Limit:
         if self._entered:
             raise RuntimeError(REUSE_MESSAGE)
         self._entered = True
@@ -117,9 +123,10 @@ class Limit:
     def error(self, value: float | int) -> LimitExceededError:
         status = "reached" if value == self.limit else "exceeded"
         return LimitExceededError(self.type, value=value, limit=self.limit, source=self,
-                                  message=f"{self.type.capitalize()} limit {status}. value: {value:,}; limit: {self.limit:,}")
+                                  message=f"{self.type.capitalize()} limit {status}. value: {value:,}; limit: "
+                                          f"{self.limit:,}")
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> "Limit":
+    def __deepcopy__(self, memo: dict[int, Any]) -> Limit:
         # A copy is a fresh, inactive limit with the same bound (baselines and timers are not copied).
         return type(self)(self.limit)
 
@@ -152,7 +159,7 @@ class MessageLimit(Limit):
         """The last conversation length checked against this limit (Inspect raises here instead)."""
         return self._last
 
-    def check(self, count: int | None = None, raise_for_equal: bool = False) -> None:  # type: ignore[override]
+    def check(self, count: int | None = None, raise_for_equal: bool = False) -> None:  # type: ignore[override]  # Inspect's signature
         """Inspect's form: check a conversation of ``count`` messages (default: the last one checked)."""
         self.check_count(self._last if count is None else count, raise_for_equal)
 
@@ -211,8 +218,8 @@ class TokenLimit(Limit):
         return LimitExceededError("token", value=value, limit=self.limit, source=self,
                                   message=f"{label}. value: {value:,}; limit: {self.limit:,}")
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> "TokenLimit":
-        return TokenLimit(self.limit, self.metering)  # type: ignore[arg-type]
+    def __deepcopy__(self, memo: dict[int, Any]) -> TokenLimit:
+        return TokenLimit(self.limit, self.metering)  # type: ignore[arg-type]  # a copy of a valid limit
 
 
 class TurnLimit(Limit):

@@ -77,7 +77,8 @@ class LoopWatchdog:
             self._gc_start = (time.perf_counter(), time.thread_time())
         else:
             wall, cpu = time.perf_counter() - self._gc_start[0], time.thread_time() - self._gc_start[1]
-            self.gc_pauses.setdefault(int(info.get("generation", 0)), []).append((wall, cpu, int(info.get("collected", 0))))
+            pauses = self.gc_pauses.setdefault(int(info.get("generation", 0)), [])
+            pauses.append((wall, cpu, int(info.get("collected", 0))))
 
     def _watch(self) -> None:
         stalled_since: float | None = None
@@ -93,7 +94,8 @@ class LoopWatchdog:
             frame = sys._current_frames().get(self._loop_thread or 0)
             if frame is not None:
                 summary = traceback.extract_stack(frame)[-STACK_DEPTH:]
-                self.stacks[tuple(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in reversed(summary))] += 1
+                frames = tuple(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in reversed(summary))
+                self.stacks[frames] += 1
 
     def report(self, out: TextIO | None = None) -> None:
         out = out or sys.stderr
@@ -104,8 +106,10 @@ class LoopWatchdog:
             if pauses:  # CPU time too: on a loaded machine the wall time includes waiting for a core
                 walls, cpus = [p[0] for p in pauses], [p[1] for p in pauses]
                 worst = sorted(pauses, reverse=True)[:3]
-                print(f"  gc gen{gen}: {len(pauses)} collections, median {sorted(walls)[len(walls) // 2] * 1000:.1f} ms, "
-                      f"max {max(walls) * 1000:.1f} ms (CPU {max(cpus) * 1000:.1f} ms), total {sum(walls) * 1000:.0f} ms "
+                print(f"  gc gen{gen}: {len(pauses)} collections, median {sorted(walls)[len(walls) // 2] * 1000:.1f} "
+                      "ms, "
+                      f"max {max(walls) * 1000:.1f} ms (CPU {max(cpus) * 1000:.1f} ms), total {sum(walls) * 1000:.0f} "
+                      "ms "
                       f"(CPU {sum(cpus) * 1000:.0f} ms); worst (ms, collected): "
                       + ", ".join(f"({w * 1000:.0f}, {n})" for w, _, n in worst), file=out)
         total = sum(self.stacks.values())

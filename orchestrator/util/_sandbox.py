@@ -107,23 +107,24 @@ class SandboxEnvironment(ABC):
 
     # Inspect's lifecycle hooks, so a port's subclass keeps its overrides importable. Toolfleet's
     # drivers own the lifecycle (create, pool, reap), so the engine does not call these.
-    @classmethod
+    @classmethod  # noqa: B027 - optional hook: does nothing unless overridden
     async def task_init(cls, task_name: str, config: Any | None) -> None:
         """Called once per task before its samples in Inspect; a no-op by default."""
 
-    @classmethod
+    @classmethod  # noqa: B027 - optional hook: does nothing unless overridden
     async def task_cleanup(cls, task_name: str, config: Any | None, cleanup: bool) -> None:
         """Called once per task after its samples in Inspect; a no-op by default."""
 
     @classmethod
-    async def sample_init(cls, task_name: str, config: Any | None, metadata: dict[str, str]) -> dict[str, SandboxEnvironment]:
+    async def sample_init(cls, task_name: str, config: Any | None,
+                          metadata: dict[str, str]) -> dict[str, SandboxEnvironment]:
         """Inspect creates a sample's environments here; toolfleet's drivers do (see ``workers.sandbox``)."""
         raise NotImplementedError(
             f"{cls.__name__}.sample_init: toolfleet creates sandboxes through drivers "
             "(workers.sandbox.local / docker), not through SandboxEnvironment.sample_init."
         )
 
-    @classmethod
+    @classmethod  # noqa: B027 - optional hook: does nothing unless overridden
     async def sample_cleanup(cls, task_name: str, config: Any | None, environments: dict[str, SandboxEnvironment],
                              interrupted: bool) -> None:
         """Called after each sample in Inspect; a no-op by default."""

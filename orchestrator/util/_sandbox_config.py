@@ -11,12 +11,14 @@ built from one. What one sandbox holds (``containers``, ``images``) is computed 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["DEFAULT_IMAGE", "DEFAULT_OUTPUT_CAP", "DockerSandboxConfig", "HealthCheck", "LocalSandboxConfig", "SnapshotRef",
-           "SandboxConfig", "ServiceConfig"]
+from ._network_policy import NetworkMode, normalise_hosts
+
+__all__ = ["DEFAULT_IMAGE", "DEFAULT_OUTPUT_CAP", "DockerSandboxConfig", "HealthCheck", "LocalSandboxConfig",
+           "SandboxConfig", "ServiceConfig", "SnapshotRef"]
 
 DEFAULT_IMAGE = "toolfleet/sandbox:latest"
 DEFAULT_OUTPUT_CAP = 1024 * 1024  # bytes kept per stream per command (head and tail; the middle is dropped)
@@ -99,11 +101,23 @@ class DockerSandboxConfig(_BaseConfig):
     working_dir: str | None = Field(None, description="where commands (and setup) run; None: the image's WORKDIR")
     environment: dict[str, str] = Field(default_factory=dict, description="environment variables of the container")
     # Hardening (all on by default, all configurable per task).
-    network_mode: str = Field("none", description="docker network; a worker allows others only with --allow-network")
-    cap_drop: list[str] = Field(default_factory=lambda: ["ALL"], description="capabilities dropped (must keep ALL "
-                                "when asked through a worker)")
+    network_mode: NetworkMode = Field("none", description="what the sandbox reaches (docs/egress.md): 'none' (only "
+                                      "its own services), 'public' (the internet, never the host, the broker, other "
+                                      "sandboxes or private ranges), 'allowlist' (only allowed_hosts); enforced by "
+                                      "the host; a worker allows public/allowlist only with --allow-network")
+    allowed_hosts: list[str] = Field(default_factory=list, description="with network_mode 'allowlist': host names, "
+                                     "'*.example.org' (any name below it), IP addresses or networks")
+    phase_network_modes: list[NetworkMode] = Field(
+        default_factory=list, description="modes the sandbox's policy may change to while it lives (a Harbor "
+        "task's [agent]/[verifier] network_mode, through the dispatcher's set_sandbox_network): with any, it gets "
+        "a network of its own even in mode 'none' with one container, a worker admits each at open as it admits "
+        "network_mode, and preflight needs a worker that enforces each")
+    cap_drop: list[str] | None = Field(None, description="capabilities dropped; None: ALL, except for a sandbox "
+                                       "whose user is root where root is allowed (a worker with --allow-root-user, "
+                                       "or embedded mode): Docker's default set, as Docker gives root")
     cap_add: list[str] = Field(default_factory=list, description="capabilities added back (embedded mode only)")
-    security_opt: list[str] = Field(default_factory=lambda: ["no-new-privileges"], description="docker security options")
+    security_opt: list[str] = Field(default_factory=lambda: ["no-new-privileges"],
+                                    description="docker security options")
     pids_limit: int = Field(512, description="processes at once in the container")
     mem_limit: str = Field("1g", description="memory limit (docker notation: 512m, 2g)")
     memswap_limit: str | None = Field(None, description="None: same as mem_limit (no swap)")
@@ -122,9 +136,10 @@ class DockerSandboxConfig(_BaseConfig):
         "(before each sandbox), 'never'; a worker pulls only from the registries it is started with (--registry)")
     # Several containers per sample (a pod): tools target this one; the others are sandbox("name").
     services: dict[str, ServiceConfig] = Field(
-        default_factory=dict, description="more containers of the sample (name -> service), sharing this "
-        "container's network namespace: loopback only, every service name resolves to 127.0.0.1; created, "
-        "health-checked and removed together on one host, each counted against its capacity; never pooled")
+        default_factory=dict, description="more containers of the sample (name -> service), as compose runs them: "
+        "each with its own network namespace on a network private to the sandbox, reaching the others by service "
+        "name, under the sandbox's network_mode; created, health-checked and removed together on one host, each "
+        "counted against its capacity; never pooled")
     default_service: str = Field("default", description="the name sandbox(name) gives this (the default) container")
     snapshot: SnapshotRef | None = Field(None, description="open from this snapshot (its image is the snapshot's; "
                                          "set by Snapshot.sandbox_config()): placed on the host holding it")
@@ -152,14 +167,38 @@ class DockerSandboxConfig(_BaseConfig):
                 raise ValueError(f"service name {name!r} is not a hostname (letters, digits, '-'; at most 63)")
         return services
 
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts_parse(cls, hosts: list[str]) -> list[str]:
+        return normalise_hosts(hosts)
+
+    @field_validator("phase_network_modes")
+    @classmethod
+    def _phases_once(cls, modes: list[NetworkMode]) -> list[NetworkMode]:
+        return list(dict.fromkeys(modes))
+
     @model_validator(mode="after")
     def _pod_rules(self) -> DockerSandboxConfig:
-        if self.services:
-            if self.default_service in self.services:
-                raise ValueError(f"service {self.default_service!r} is the default container's name: rename it")
-            if self.network_mode != "none":
-                raise ValueError("a sandbox with services has one loopback-only network: network_mode must be 'none'")
+        if self.services and self.default_service in self.services:
+            raise ValueError(f"service {self.default_service!r} is the default container's name: rename it")
+        if self.allowed_hosts and self.network_mode != "allowlist":
+            raise ValueError(f"allowed_hosts is for network_mode 'allowlist' (this sandbox's is {self.network_mode!r})")
         return self
+
+    @property
+    def needs_network(self) -> bool:
+        """Whether the sandbox gets a Docker network of its own (and the host's rules on it): a way out,
+        several containers, or a policy that may change. A lone container in mode 'none' has no network."""
+        return self.network_mode != "none" or bool(self.services) or bool(self.phase_network_modes)
+
+    @property
+    def enforced_modes(self) -> list[NetworkMode]:
+        """The modes its host must enforce, initial one first ([]: none needs rules). A 'none' sandbox
+        whose services are its only reason for a network needs none: where the host cannot enforce,
+        its services share one loopback namespace instead."""
+        if self.network_mode == "none" and not self.phase_network_modes:
+            return []
+        return list(dict.fromkeys([self.network_mode, *self.phase_network_modes]))
 
     @property
     def containers(self) -> int:
@@ -180,7 +219,8 @@ _SERVICE_NAME = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?")
 
 _POOL_KEY_FIELDS = {
     "image", "user", "working_dir", "environment", "network_mode", "cap_drop", "cap_add", "security_opt",
-    "pids_limit", "mem_limit", "memswap_limit", "cpus", "init", "read_only", "disk_limit", "writable_paths", "runtime",
+    "allowed_hosts", "phase_network_modes", "pids_limit", "mem_limit", "memswap_limit", "cpus", "init", "read_only",
+    "disk_limit", "writable_paths", "runtime",
 }
 
-SandboxConfig = Annotated[Union[LocalSandboxConfig, DockerSandboxConfig], Field(discriminator="type")]
+SandboxConfig = Annotated[LocalSandboxConfig | DockerSandboxConfig, Field(discriminator="type")]

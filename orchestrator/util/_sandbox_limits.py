@@ -63,10 +63,10 @@ class _Size:
 class SandboxEnvironmentLimits:
     """Current sandbox limits, read as class attributes (as in Inspect)."""
 
-    MAX_READ_FILE_SIZE: int = _Size(read=True, text=False)  # type: ignore[assignment]
-    MAX_READ_FILE_SIZE_STR: str = _Size(read=True, text=True)  # type: ignore[assignment]
-    MAX_EXEC_OUTPUT_SIZE: int = _Size(read=False, text=False)  # type: ignore[assignment]
-    MAX_EXEC_OUTPUT_SIZE_STR: str = _Size(read=False, text=True)  # type: ignore[assignment]
+    MAX_READ_FILE_SIZE: int = _Size(read=True, text=False)  # type: ignore[assignment]  # a descriptor reading the live limit, typed as Inspect's constant
+    MAX_READ_FILE_SIZE_STR: str = _Size(read=True, text=True)  # type: ignore[assignment]  # a descriptor, as above
+    MAX_EXEC_OUTPUT_SIZE: int = _Size(read=False, text=False)  # type: ignore[assignment]  # a descriptor, as above
+    MAX_EXEC_OUTPUT_SIZE_STR: str = _Size(read=False, text=True)  # type: ignore[assignment]  # a descriptor, as above
 
 
 @contextlib.contextmanager

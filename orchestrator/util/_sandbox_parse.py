@@ -43,4 +43,5 @@ def sandbox_config(value: str | dict[str, Any] | BaseModel | tuple[str, Any],
         value = {"type": value}
     elif isinstance(value, BaseModel):
         value = value.model_dump()
-    return _ADAPTER.validate_python(value)
+    parsed: SandboxConfig = _ADAPTER.validate_python(value)
+    return parsed

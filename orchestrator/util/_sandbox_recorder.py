@@ -107,7 +107,8 @@ class RecordingSandbox(SandboxEnvironment):
     Anything else (``state``, ``sandbox_id``, driver extras) is the wrapped environment's.
     """
 
-    def __init__(self, env: SandboxEnvironment, sink: Callable[[SandboxExec], None], service: str | None = None) -> None:
+    def __init__(self, env: SandboxEnvironment, sink: Callable[[SandboxExec], None],
+                 service: str | None = None) -> None:
         self.wrapped = unwrap(env)
         self._sink = sink
         self._service = service  # a multi-service sandbox's container, named on each record
@@ -134,7 +135,7 @@ class RecordingSandbox(SandboxEnvironment):
     async def read_file(self, file: str, text: bool = True) -> Any:
         started, t0 = time.time(), time.perf_counter()
         try:
-            contents = await self.wrapped.read_file(file, text=text)  # type: ignore[call-overload]
+            contents = await self.wrapped.read_file(file, text=text)  # type: ignore[call-overload]  # text is a runtime bool: both overloads
         except BaseException as exc:
             self._record("read_file", started, t0, file=file, error=exc)
             raise
@@ -174,7 +175,7 @@ class RecordingSandbox(SandboxEnvironment):
             self._sink(SandboxExec(action=action, cmd=line, file=file, input=stdin, result=result, output=shown,
                                    truncated=truncated or cut_in or cut_out, error=why, service=self._service,
                                    started=started, duration=duration))
-        except Exception:  # noqa: BLE001 - recording must never change what the tool sees
+        except Exception:  # noqa: BLE001, S110 - recording must never change what the tool sees
             pass
 
 

@@ -54,7 +54,7 @@ def subtask(name: str | Callable[..., Any], store: Any = None, type: str | None 
             if not inspect.iscoroutinefunction(func):
                 raise TypeError(f"'{label}' is not declared as an async callable.")
             logged = input if input is not None else {
-                **{p: a for p, a in zip(inspect.signature(func).parameters, args)}, **kwargs}
+                **dict(zip(inspect.signature(func).parameters, args, strict=False)), **kwargs}
 
             async def body() -> Any:
                 with SUBTASK_TRACE.span(label, "subtask"):

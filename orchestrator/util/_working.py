@@ -51,7 +51,7 @@ class WorkingClock:
     def waiting(self, start: float, end: float) -> float:
         """Seconds of ``[start, end]`` the sample spent waiting (open waits run to ``end``)."""
         total = 0.0
-        for s, e in zip(self._starts, self._ends):
+        for s, e in zip(self._starts, self._ends, strict=True):
             if e <= start:
                 continue
             if s >= end:
@@ -62,7 +62,7 @@ class WorkingClock:
             lo = max(min(self._open), start)
             if lo < end:
                 covered = 0.0
-                for s, e in zip(self._starts, self._ends):
+                for s, e in zip(self._starts, self._ends, strict=True):
                     if e > lo and s < end:
                         covered += min(e, end) - max(s, lo)
                 total += (end - lo) - covered

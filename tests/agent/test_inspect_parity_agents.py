@@ -131,7 +131,7 @@ def helper():
 async def test_handoff_keeps_sibling_calls_and_runs_later_ones(bound) -> None:
     parent = scripted(calls(call("add", x=1, y=1), call("transfer_to_helper"), call("add", x=2, y=2)), submit("done"))
     state = await run(react(tools=[at.add(), handoff(helper())], model=parent), "go")
-    [assistant] = [m for m in state.messages if m.role == "assistant" and m.tool_calls and len(m.tool_calls) == 3]
+    [_assistant] = [m for m in state.messages if m.role == "assistant" and m.tool_calls and len(m.tool_calls) == 3]
     tools = [m for m in state.messages if isinstance(m, ChatMessageTool)]
     assert [t.function for t in tools] == ["add", "transfer_to_helper", "add"]
     assert [t.text for t in tools] == ["2", "Successfully transferred to helper.", "4"]
@@ -265,7 +265,7 @@ async def test_on_continue_with_no_submit_and_none_stops(bound) -> None:
     state = await run(react(submit=False, on_continue=keep_going, model=model), "q")
     assert len(seen) == 2 and model.api.calls == 2
     assert texts(state.messages, "user")[-1] == "\nPlease proceed to the next step using your best judgement.\n"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="on_continue with no submit tool is not permitted"):
         react(submit=False, on_continue="go on")
 
 
@@ -288,7 +288,8 @@ async def test_token_limit_leaves_no_unanswered_assistant_message(bound) -> None
 
     out = calls(call("add", x=1, y=1), tokens=60)
     with usage_scope("s"):
-        state, error = await run(react(tools=[at.add()], model=get_model("scripted", policy=lambda m, t: out.model_copy(deep=True))),
+        state, error = await run(react(tools=[at.add()],
+                                       model=get_model("scripted", policy=lambda m, t: out.model_copy(deep=True))),
                                  "q", limits=[token_limit(100)])
     assert error is not None and error.message == "Token limit exceeded. value: 120; limit: 100"
     assert roles(state.messages)[-1] == "tool"
@@ -302,9 +303,8 @@ def test_limit_api() -> None:
     assert limit.remaining == 3
     with limit:
         pass
-    with pytest.raises(RuntimeError, match="may only be used once"):
-        with limit:
-            pass
+    with pytest.raises(RuntimeError, match="may only be used once"), limit:
+        pass
     assert copy.deepcopy(limit).limit == 3
     assert LimitExceededError("token", value=250000, limit=200000).limit_str == "200,000"
     assert LimitExceededError("token", value=1, limit=200000).message == "Exceeded token limit: 200,000"
@@ -312,7 +312,7 @@ def test_limit_api() -> None:
     out = token_limit("output:1m")
     assert (out.limit, out.metering) == (1_000_000, "output")
     assert token_limit(10, type="(input * 0.1) + output").metering == "(input * 0.1) + output"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="token limit: expected"):
         token_limit("12x")
 
 
@@ -464,7 +464,8 @@ async def test_attempts_in_a_task_hand_the_scorers_score_to_incorrect_message(tm
                 solver=react(attempts=AgentAttempts(attempts=3, incorrect_message=incorrect)))
     [log] = await eval_async(task, scripted(submit("5"), submit("1"), submit("2")), log_dir=tmp_path)
     [sample] = log.samples
-    assert texts(sample.messages, "user") == ["What is 1 + 1?", "Incorrect: Answer is too high", "Incorrect: Answer is too low"]
+    assert texts(sample.messages, "user") == ["What is 1 + 1?", "Incorrect: Answer is too high",
+                                              "Incorrect: Answer is too low"]
 
 
 async def test_content_only_turns_server_tool_use_into_text_and_drops_reasoning() -> None:
@@ -473,5 +474,6 @@ async def test_content_only_turns_server_tool_use_into_text_and_drops_reasoning(
 
     use = ContentToolUse(tool_type="web_search", id="s1", name="web_search", arguments='{"query": "tides"}',
                          result="Found 3 results", error=None)
-    [out] = await content_only([ChatMessageAssistant(content=[ContentReasoning(reasoning="hmm"), ContentText(text="a"), use])])
+    content = [ContentReasoning(reasoning="hmm"), ContentText(text="a"), use]
+    [out] = await content_only([ChatMessageAssistant(content=content)])
     assert [c.text for c in out.content] == ["a", 'web_search {"query": "tides"}\n\nFound 3 results']

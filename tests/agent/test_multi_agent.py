@@ -271,7 +271,8 @@ async def test_as_tool_time_limit_becomes_a_limit_tool_error(bound) -> None:
     parent = Recorder(calls(call("sleepy", input="nap")), submit("woke"))
     state = await run(react(tools=[as_tool(sleepy, limits=[time_limit(0.3)])], model=parent.model()), "task")
     [result] = [m for m in state.messages if isinstance(m, ChatMessageTool)]
-    assert (result.error.type, result.error.message) == ("limit", "The tool exceeded its time limit of 0.30.")  # Inspect formats floats with two decimals
+    # Inspect formats floats with two decimals
+    assert (result.error.type, result.error.message) == ("limit", "The tool exceeded its time limit of 0.30.")
     assert state.output.completion == "woke"
 
 

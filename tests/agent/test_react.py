@@ -335,6 +335,7 @@ async def test_incorrect_message_may_be_computed_from_the_score(bound) -> None:
         return f"Score {score[0].value}; try again."  # a list of Scores, as Inspect passes
 
     model = scripted(submit("close"), submit("exact"))
-    state = await run(react(model=model, attempts=AgentAttempts(attempts=3, scorer=scorer, incorrect_message=hint)), "q")
+    state = await run(react(model=model, attempts=AgentAttempts(attempts=3, scorer=scorer, incorrect_message=hint)),
+                      "q")
     assert texts(state.messages, "user") == ["q", "Score 0.5; try again."]
     assert state.output.completion == "exact"

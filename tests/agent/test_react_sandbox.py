@@ -105,7 +105,7 @@ async def test_sandbox_errors_reach_the_model(sandboxed) -> None:
 
 async def test_time_limit_stops_a_long_command(sandboxed) -> None:
     model = scripted(calls(call("bash", cmd="sleep 60")))
-    state, error = await run(react(tools=[bash()], model=model), "wait", limits=[time_limit(1.0)])
+    _state, error = await run(react(tools=[bash()], model=model), "wait", limits=[time_limit(1.0)])
     assert error is not None and error.type == "time"
 
 

@@ -71,7 +71,7 @@ async def test_token_limit_counts_model_usage(bound) -> None:
 
 async def test_turn_limit(bound) -> None:
     model = add_forever()
-    state, error = await run(react(tools=[at.add()], model=model), "q", limits=[turn_limit(4)])
+    _state, error = await run(react(tools=[at.add()], model=model), "q", limits=[turn_limit(4)])
     assert error is not None and (error.type, error.limit) == ("turn", 4)
     # As in Inspect, a turn is counted when a generation completes: the fifth one raises.
     assert model.api.calls == 5
@@ -88,16 +88,15 @@ async def test_time_limit_interrupts_a_running_tool(bound) -> None:
 
 async def test_working_limit_is_checked_at_checkpoints(bound) -> None:
     model = scripted(calls(call("nap", seconds=0.3)), calls(call("nap", seconds=0.3)), submit("x"))
-    state, error = await run(react(tools=[at.nap()], model=model), "q", limits=[working_limit(0.2)])
+    _state, error = await run(react(tools=[at.nap()], model=model), "q", limits=[working_limit(0.2)])
     assert error is not None and error.type == "working"
 
 
 async def test_enclosing_limit_breach_propagates(bound) -> None:
     # Token limits are checked outermost first (message limits only innermost, as in Inspect).
     outer = token_limit(100)
-    with usage_scope("sample"), pytest.raises(LimitExceededError) as info:
-        with apply_limits([outer]):
-            await run(react(tools=[at.add()], model=add_forever(tokens=40)), "q", limits=[token_limit(1000)])
+    with usage_scope("sample"), pytest.raises(LimitExceededError) as info, apply_limits([outer]):
+        await run(react(tools=[at.add()], model=add_forever(tokens=40)), "q", limits=[token_limit(1000)])
     assert info.value.source is outer
 
 
@@ -123,7 +122,7 @@ def test_a_limit_is_copied_fresh_and_cannot_be_entered_twice() -> None:
 
 
 def test_negative_limits_are_rejected() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must be a non-negative integer"):
         message_limit(-1)
 
 
@@ -243,7 +242,7 @@ async def test_waiting_time_is_not_working_time(bound) -> None:
         check_limits()
         return state
 
-    state, error = await run(waits, "q", limits=[working_limit(0.2)])
+    _state, error = await run(waits, "q", limits=[working_limit(0.2)])
     assert error is None
 
 
@@ -261,7 +260,6 @@ async def test_time_limit_outer_cancellation_is_not_a_breach() -> None:
 
 
 async def test_time_limit_breach_outside_an_agent() -> None:
-    with pytest.raises(LimitExceededError) as info:
-        with time_limit(0.1):
-            await asyncio.sleep(10)
+    with pytest.raises(LimitExceededError) as info, time_limit(0.1):
+        await asyncio.sleep(10)
     assert info.value.type == "time" and info.value.limit == 0.1

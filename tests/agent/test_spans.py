@@ -18,7 +18,8 @@ def span_tree(events: list[Any]) -> list[Any]:
         children.setdefault(b.parent_id, []).append(b)
 
     def render(parent: str | None) -> list[Any]:
-        return [("model" if b.type == "model" else f"{b.type}:{b.name}", render(b.id)) for b in children.get(parent, [])]
+        return [
+            ("model" if b.type == "model" else f"{b.type}:{b.name}", render(b.id)) for b in children.get(parent, [])]
 
     return render(None)
 
@@ -77,7 +78,7 @@ async def test_every_event_carries_its_span(bound) -> None:
         span = begins[event.span_id]
         assert (span.type, span.name) == ("tool", event.function)
     # The child's model call sits under the child's agent span, under the parent's tool span.
-    child_model = [e for e in bound.find(ModelEvent)][1]
+    child_model = list(bound.find(ModelEvent))[1]
     agent_span = begins[begins[child_model.span_id].parent_id]
     assert (agent_span.type, agent_span.name) == ("agent", "child")
     assert (begins[agent_span.parent_id].type, begins[agent_span.parent_id].name) == ("tool", "child")

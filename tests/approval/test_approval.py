@@ -23,7 +23,8 @@ from tests.support.execution import calls, run_turn
 TOOLS = [st.add(), st.text_of_size(), st.noop()]
 
 
-def scripted_approver(decision: str, explanation: str | None = None, modified: dict | None = None, seen: list | None = None, always: bool = False):
+def scripted_approver(decision: str, explanation: str | None = None, modified: dict | None = None,
+                      seen: list | None = None, always: bool = False):
     async def decide(message, call, view, history):
         if seen is not None:
             seen.append(call.function)
@@ -69,7 +70,7 @@ async def test_first_non_escalating_approver_decides_in_order(dispatcher) -> Non
 async def test_reject_with_and_without_explanation(dispatcher) -> None:
     for explanation, message in (("Too risky.", "Too risky."), (None, "Tool call not approved.")):
         policy = [ApprovalPolicy(scripted_approver("reject", explanation), "*")]
-        result, t = await run_turn(dispatcher, calls(("add", {"x": 1, "y": 1})), TOOLS, approval=policy)
+        result, _t = await run_turn(dispatcher, calls(("add", {"x": 1, "y": 1})), TOOLS, approval=policy)
         assert errs(result) == [("approval", message)]
 
 
@@ -78,7 +79,8 @@ async def test_argument_globs_select_approvers(dispatcher) -> None:
         ApprovalPolicy(scripted_approver("reject", "no big outputs"), "text_of_size(n='1000*')"),
         ApprovalPolicy(auto_approver(), "*"),
     ]
-    result, _ = await run_turn(dispatcher, calls(("text_of_size", {"n": 10000}), ("text_of_size", {"n": 5})), TOOLS, approval=policy)
+    result, _ = await run_turn(dispatcher, calls(("text_of_size", {"n": 10000}), ("text_of_size", {"n": 5})), TOOLS,
+                               approval=policy)
     assert errs(result) == [("approval", "no big outputs"), None]
     assert result.messages[1].text == "xxxxx"
 
@@ -106,7 +108,7 @@ async def test_modify_changing_the_function_is_an_error(dispatcher) -> None:
 
 async def test_terminate_ends_the_sample(dispatcher) -> None:
     policy = [ApprovalPolicy(scripted_approver("terminate", "Operator stop."), "*")]
-    with pytest.raises(TerminateSampleError, match="Operator stop."):
+    with pytest.raises(TerminateSampleError, match=r"Operator stop\."):
         await run_turn(dispatcher, calls(("add", {"x": 1, "y": 1})), TOOLS, approval=policy)
 
 
@@ -116,7 +118,8 @@ async def test_active_policy_and_replacement(dispatcher) -> None:
         result, _ = await run_turn(dispatcher, calls(("add", {"x": 1, "y": 1})), TOOLS)
         assert errs(result) == [("approval", "outer")]
         # an explicit policy replaces the active one for the duration of the call
-        result, _ = await run_turn(dispatcher, calls(("add", {"x": 1, "y": 1})), TOOLS, approval=[ApprovalPolicy(auto_approver(), "*")])
+        result, _ = await run_turn(dispatcher, calls(("add", {"x": 1, "y": 1})), TOOLS,
+                                   approval=[ApprovalPolicy(auto_approver(), "*")])
         assert errs(result) == [None]
 
 
@@ -147,7 +150,8 @@ def test_yaml_policy(tmp_path) -> None:
         return decide
 
     path = tmp_path / "policy.yaml"
-    path.write_text('approvers:\n  - name: test_reject_all\n    tools: ["bash(command=\'rm*\')"]\n    reason: dangerous\n'
+    path.write_text('approvers:\n  - name: test_reject_all\n    tools: ["bash(command=\'rm*\')"]\n    reason: '
+                    'dangerous\n'
                     "  - name: auto\n    tools: '*'\n")
     policy = policy_from_file(path)
     assert [p.tools for p in policy] == [["bash(command='rm*')"], "*"]

@@ -50,7 +50,8 @@ class Outcome:
     result: dict[str, Any] | None
 
 
-def verdict(returncode: int | None, stdout: str, stderr: str, timeout: float) -> tuple[str | None, dict[str, Any] | None]:
+def verdict(returncode: int | None, stdout: str, stderr: str,
+            timeout: float) -> tuple[str | None, dict[str, Any] | None]:
     """Why a workload's run failed (None: it passed) and its result object. Pure; table-tested.
 
     ``returncode`` None means the run was stopped at its time bound."""
@@ -76,11 +77,13 @@ def verdict(returncode: int | None, stdout: str, stderr: str, timeout: float) ->
 def _reported_problems(result: dict[str, Any]) -> str:
     """What a result object says went wrong: ``errors`` > 0 or ``ok`` false, at top level or in a run."""
     found: list[str] = []
-    for where, obj in [("", result), *[(f"run {i}: ", r) for i, r in enumerate(result.get("runs") or []) if isinstance(r, dict)]]:
+    for where, obj in [("", result),
+                       *[(f"run {i}: ", r) for i, r in enumerate(result.get("runs") or []) if isinstance(r, dict)]]:
         errors = obj.get("errors")
         if isinstance(errors, (int, float)) and not isinstance(errors, bool) and errors > 0:
             first = obj.get("first_error")
-            found.append(f"{where}{errors:g} error(s)" + (f" (first: {' '.join(str(first).split())[:200]})" if first else ""))
+            found.append(f"{where}{errors:g} error(s)"
+                         + (f" (first: {' '.join(str(first).split())[:200]})" if first else ""))
         if obj.get("ok") is False:
             found.append(f"{where}ok is false")
     return "; ".join(found)
@@ -91,7 +94,8 @@ def run_one(name: str, argv: list[str], timeout: float) -> Outcome:
     cmd = python("-m", "orchestrator.cli", "bench", name, "--json", *argv)
     start = time.perf_counter()
     # Its own session, so a timeout ends the workload's fleet (redis-server, workers) with it.
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True,
                             start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)

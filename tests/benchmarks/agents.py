@@ -35,7 +35,8 @@ WATCHDOG_ENV = "TOOLFLEET_LOOP_WATCHDOG"  # orchestrator.util._loop_watchdog.ENV
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--samples", type=int, nargs="+", default=[1000, 5000], help="concurrent samples (one run per N)")
+    parser.add_argument("--samples", type=int, nargs="+", default=[1000, 5000],
+                        help="concurrent samples (one run per N)")
     parser.add_argument("--turns", type=int, default=10, help="tool-calling turns per sample (a submit turn follows)")
     parser.add_argument("--calls", type=int, default=2, help="parallel tool calls per turn")
     parser.add_argument("--latency", type=float, default=DEFAULT_LATENCY,
@@ -126,6 +127,7 @@ async def _measure(samples: int, turns: int, calls: int, latency: float = 0.0, r
     from orchestrator.model import get_model, usage_scope
 
     model = get_model("scripted", policy=_policy(turns, calls, latency))
+    api: Any = model.api  # the scripted provider counts its calls
     tool = _bench_tool()
     agent = react(tools=[tool], model=model)
     completed: list[int] = []
@@ -138,7 +140,7 @@ async def _measure(samples: int, turns: int, calls: int, latency: float = 0.0, r
         # react joins the answer to the submit turn's text (answer_delimiter): the answer ends it.
         if not state.output.completion.endswith(ANSWER):
             raise RuntimeError(f"sample {i} ended without its answer: {state.output.completion!r}")
-        completed.append(model.api.calls)
+        completed.append(api.calls)
 
     lags: list[float] = []
     stop = asyncio.Event()
@@ -164,7 +166,7 @@ async def _measure(samples: int, turns: int, calls: int, latency: float = 0.0, r
     if watchdog is not None:
         watchdog.stop()
         watchdog.report()
-    generations = model.api.calls
+    generations = api.calls
     lags.sort()
     return {
         "samples": samples,

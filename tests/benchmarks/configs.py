@@ -52,7 +52,7 @@ class Usage:
     rss_mb: float
 
     @classmethod
-    def now(cls) -> "Usage":
+    def now(cls) -> Usage:
         proc = psutil.Process()
         return cls(proc.num_threads(), proc.num_fds(), round(proc.memory_info().rss / 2**20, 1))
 
@@ -63,7 +63,8 @@ _DOCKER_VARIANTS: list[Callable[[int], dict[str, Any]]] = [
     lambda i: {"image": OTHER_IMAGE, "environment": {"SOAK": str(i)}},
     lambda i: {"user": "root", "pids_limit": 256 + i % 251},
     lambda i: {"working_dir": "/tmp", "mem_limit": f"{256 + i % 509}m"},
-    lambda i: {"network_mode": "bridge", "cpus": round(0.5 + (i % 97) / 100, 2)},
+    # A network of its own, its rules and DNS filter each time (the host must enforce egress: docs/egress.md).
+    lambda i: {"network_mode": "public", "cpus": round(0.5 + (i % 97) / 100, 2)},
     lambda i: {"disk_limit": f"{512 + i % 499}m"},
     lambda i: {"disk_limit": None, "read_only": True, "ttl": 3600.0 + i},
     lambda i: {"init": False, "memswap_limit": f"{1100 + i % 503}m"},
@@ -151,8 +152,8 @@ def _containers_of(owner: str) -> int:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from workers.sandbox_host import SandboxHost
     from workers.sandbox.docker import HostSandboxes
+    from workers.sandbox_host import SandboxHost
 
     owner = f"bench-configs-{uuid.uuid4().hex[:8]}"  # its own label: no other process's reaper takes these
     host = SandboxHost(HostSandboxes(limit=max(8, args.concurrency * 4), owner=owner))

@@ -21,8 +21,7 @@ import asyncio
 import time
 from typing import Any
 
-from orchestrator.bench._connect import bash_request as _bash_request
-from orchestrator.bench._connect import fleet_dispatcher
+from orchestrator.bench._connect import bash_request as _bash_request, fleet_dispatcher
 from orchestrator.bench._round_trip import add_measure_arguments, open_route, round_trips
 from orchestrator.bench._timing import percentile_ms
 from orchestrator.dispatch import SampleRoute
@@ -58,13 +57,14 @@ def _plain_celery(dispatcher: Any, route: SampleRoute, calls: int, stage: int) -
     """The same task through Celery's own API, waiting with ``.get()`` (a thread: it blocks)."""
     from celery import Celery, group
 
-    from workers.fleet import load_keyring, names
     from workers.app import KEYRING_OPTION, FleetRedisTransport
+    from workers.fleet import load_keyring, names
 
     # Stock Celery (its own Redis result backend and result consumer), not toolfleet's publisher-side
     # app; only its broker transport is the fleet's, because workers drop every task message that is
     # not signed with the fleet secret (an unsigned baseline never gets an answer).
-    app = Celery("plain", broker=dispatcher.config.broker_url, backend=dispatcher.config.broker_url, set_as_current=False)
+    app = Celery("plain", broker=dispatcher.config.broker_url, backend=dispatcher.config.broker_url,
+                 set_as_current=False)
     app.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"],
                     result_accept_content=["json"],
                     broker_transport=f"{FleetRedisTransport.__module__}:{FleetRedisTransport.__name__}",
@@ -77,7 +77,8 @@ def _plain_celery(dispatcher: Any, route: SampleRoute, calls: int, stage: int) -
             app.send_task(names.TASK_CALL, args=[payload], queue=route.queue).get(timeout=60)
             single.append(time.perf_counter() - start)
         for _ in range(max(1, calls // 10)):
-            sigs = [app.signature(names.TASK_CALL, args=[_bash_request(route).model_dump(mode="json")], queue=route.queue)
+            sigs = [app.signature(names.TASK_CALL, args=[_bash_request(route).model_dump(mode="json")],
+                                  queue=route.queue)
                     for _ in range(stage)]
             start = time.perf_counter()
             group(sigs).apply_async().get(timeout=60)
@@ -86,7 +87,8 @@ def _plain_celery(dispatcher: Any, route: SampleRoute, calls: int, stage: int) -
         app.close()
     return {
         "workload": "dispatch",
-        "implementation": "plain Celery (messages signed by the fleet transport): send_task().get() / GroupResult.get()",
+        "implementation": ("plain Celery (messages signed by the fleet transport): send_task().get() / "
+                           "GroupResult.get()"),
         "p50_ms": percentile_ms(single, 0.5),
         "p99_ms": percentile_ms(single, 0.99),
         "group_p50_ms": percentile_ms(grouped, 0.5),

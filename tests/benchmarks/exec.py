@@ -16,7 +16,8 @@ Measured in one run, on the same container:
   On a storage driver such as fuse-overlayfs a spawn that follows a pause (any round trip) is slower
   than one right after another, so the back-to-back floor is below what any channel can reach;
   ``vs_in_sandbox`` (``p50_ms`` over ``in_sandbox_p50_ms``) compares like with like;
-- ``channel``: how the calls reached the agent — ``unix`` (its socket, direct) or ``stream`` (the exec stream, through the daemon);
+- ``channel``: how the calls reached the agent — ``unix`` (its socket, direct) or ``stream`` (the exec stream, through
+the daemon);
 - ``baseline``: the same command (``bash --login -c true``, same user) as one ``docker exec`` per
   call through the Engine API (exec_create + exec_start + exec_inspect), same counts;
 - ``python``: ``python`` tool calls (``print(1)``) through the executor: ``warm_p50_ms`` with the
@@ -39,9 +40,9 @@ from typing import Any
 
 from orchestrator._wire import CallRequest
 from orchestrator.tool._registry import tool_meta
-from workers.executor import execute_call
-from workers.sandbox import build_driver, DEFAULT_IMAGE, DockerSandboxConfig, SandboxRequest
 from orchestrator.tool._tools import bash, python
+from workers.executor import execute_call
+from workers.sandbox import DEFAULT_IMAGE, DockerSandboxConfig, SandboxRequest, build_driver
 
 # The floor: spawning the same command from inside the sandbox, no channel at all (same container,
 # same limits). It tells what part of p50 is the process spawn itself on this machine. Prints every
@@ -110,7 +111,7 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
     cpus = DockerSandboxConfig().cpus if cpus is None else cpus
 
     # Cold start: no pool, so create() pays for container create + start + agent hello.
-    cold_driver = build_driver(DockerSandboxConfig(image=image, pool_size=0, cpus=cpus))
+    cold_driver: Any = build_driver(DockerSandboxConfig(image=image, pool_size=0, cpus=cpus))  # the Docker driver
     cold: list[float] = []
     try:
         await cold_driver.start()
@@ -122,7 +123,7 @@ async def run(args: argparse.Namespace | int | None = None, concurrency: int = 1
     finally:
         await cold_driver.aclose()
 
-    driver = build_driver(DockerSandboxConfig(image=image, pool_size=2, max_sandboxes=ACQUIRES + 4, cpus=cpus))
+    driver: Any = build_driver(DockerSandboxConfig(image=image, pool_size=2, max_sandboxes=ACQUIRES + 4, cpus=cpus))
     try:
         await driver.start()
         acquire: list[float] = []
@@ -238,7 +239,8 @@ def _raw_call(env: Any, lat: list[float], split: list[tuple[float, float]]) -> C
     return one
 
 
-def _tool_call(env: Any, tool: Any, function: str, arguments: dict[str, Any], expect: str) -> Callable[[], Awaitable[None]]:
+def _tool_call(env: Any, tool: Any, function: str, arguments: dict[str, Any],
+               expect: str) -> Callable[[], Awaitable[None]]:
     """One call of ``tool`` through the executor into ``env``, checked against its expected result."""
     ref = tool_meta(tool).ref  # type: ignore[union-attr]
 

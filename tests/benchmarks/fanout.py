@@ -66,7 +66,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         dispatcher = await fleet_dispatcher(url)
         local = InProcessDispatcher()
         routes, open_s = await open_sandboxes(dispatcher, args.samples, config, "bench", "fan")
-        local_routes = (await open_sandboxes(local, args.samples, config, "bench-embedded", "emb"))[0] if args.embedded else []
+        local_routes = ((await open_sandboxes(local, args.samples, config, "bench-embedded", "emb"))[0]
+                        if args.embedded else [])
         rounds = FleetRounds(dispatcher, routes, url, args.stages, args.stage)
         embedded_rounds: list[dict[str, Any]] = []
         cpu_workers = 0.0
@@ -114,7 +115,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if embedded and embedded["calls_per_s"]:
         out["vs_embedded"] = round(celery["calls_per_s"] / embedded["calls_per_s"], 2)
         # Same calls in both: Celery calls/s over embedded calls/s is embedded wall time over Celery's.
-        out["vs_embedded_by_round"] = [round(e["wall_s"] / c["wall_s"], 2) for c, e in zip(rounds.rounds, embedded_rounds)]
+        out["vs_embedded_by_round"] = [round(e["wall_s"] / c["wall_s"], 2)
+                                       for c, e in zip(rounds.rounds, embedded_rounds, strict=True)]
     if baseline:
         out["speedup"] = round(celery["calls_per_s"] / baseline["calls_per_s"], 1) if baseline["calls_per_s"] else None
     return out
@@ -130,7 +132,8 @@ async def _docker_exec_baseline(fleet: Any, routes: list[SampleRoute], args: arg
     pool = ThreadPoolExecutor(max_workers=args.samples * args.stage, thread_name_prefix="bench-docker-exec")
     loop = asyncio.get_running_loop()
     try:
-        found = await loop.run_in_executor(pool, lambda: client.containers(filters={"label": f"{labels.EVAL_ID}=bench"}))
+        found = await loop.run_in_executor(pool,
+                                           lambda: client.containers(filters={"label": f"{labels.EVAL_ID}=bench"}))
         containers = [c["Id"] for c in found][: len(routes)]
         if not containers:
             return {"workload": "fanout", "implementation": "docker exec (Engine API)", "calls_per_s": 0.0,

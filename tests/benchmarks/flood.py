@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from orchestrator.dispatch.celery import CeleryDispatcher, CeleryDispatcherConfig
-    from orchestrator.model import ChatMessageAssistant, ChatMessageUser, execute_tools
+    from orchestrator.model import ChatMessage, ChatMessageAssistant, ChatMessageTool, ChatMessageUser, execute_tools
     from orchestrator.tool import ToolCall, bash
 
     tools = [bash(timeout=600)]
@@ -54,7 +54,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         config["pool_size"] = 0
     cmd = f"yes 0123456789abcdefghijklmnopqrstuvwxyz | head -c {args.mb * 1_000_000}"
     unknown: dict[str, float | None] = {"rss_mb": None, "peak_rss_mb": None}
-    async with fleet_or_broker(args.broker, concurrency=max(16, args.in_flight), slots=args.sandboxes + 4) as (url, fleet):
+    async with fleet_or_broker(args.broker, concurrency=max(16, args.in_flight), slots=args.sandboxes
+                               + 4) as (url, fleet):
         dispatcher = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=url))
         routes: list[SampleRoute] = list(await asyncio.gather(*(
             dispatcher.open_sandbox(SandboxSpec(eval_id="bench-flood", sample_id=f"flood-{i}", config=config))
@@ -68,15 +69,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             async with gate:
                 token = set_route(routes[i % len(routes)])
                 try:
-                    messages = [ChatMessageUser(content="flood"), ChatMessageAssistant(
+                    messages: list[ChatMessage] = [ChatMessageUser(content="flood"), ChatMessageAssistant(
                         content="", tool_calls=[ToolCall(id=f"f{i}", function="bash", arguments={"cmd": cmd})])]
                     result = await execute_tools(messages, tools)
                 finally:
                     reset_route(token)
                 for m in result.messages:
                     sizes.append(len(str(m.content).encode()))
-                    if m.error is not None and m.error.type != "limit":  # type: ignore[attr-defined]
-                        errors.append(m.error.message)  # type: ignore[attr-defined]
+                    if isinstance(m, ChatMessageTool) and m.error is not None and m.error.type != "limit":
+                        errors.append(m.error.message)
 
         active = set_active_dispatcher(dispatcher)
         start = time.perf_counter()

@@ -28,7 +28,8 @@ DEFAULT_MODES = "embedded:local,embedded:docker,celery:docker"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--modes", default=DEFAULT_MODES, help=f"comma-separated mode:sandbox pairs (default {DEFAULT_MODES})")
+    parser.add_argument("--modes", default=DEFAULT_MODES,
+                        help=f"comma-separated mode:sandbox pairs (default {DEFAULT_MODES})")
     parser.add_argument("--policy", default="oracle", help="scripted policy: oracle or wrong")
     parser.add_argument("--limit", type=int, default=None, help="first N problems (default: all 164)")
     parser.add_argument("--max-samples", type=int, default=32)

@@ -53,14 +53,15 @@ def _measure(calls: int, reps: int) -> dict[str, Any]:
 
     def decide(decision: str) -> Any:
         async def review(message: str, call: Any, result: Any, output: Any, view: Any, history: Any) -> Review:
-            return Review(decision=decision)  # type: ignore[arg-type]
+            return Review(decision=decision)
 
         return review
 
     policies: dict[str, list[ReviewPolicy] | None] = {
         "none": None,
         "continue": [ReviewPolicy(decide("continue"))],
-        "chain3": [ReviewPolicy(decide("escalate")), ReviewPolicy(decide("escalate")), ReviewPolicy(decide("continue"))],
+        "chain3": [ReviewPolicy(decide("escalate")), ReviewPolicy(decide("escalate")),
+                   ReviewPolicy(decide("continue"))],
     }
 
     def turn(name: str) -> list[Any]:

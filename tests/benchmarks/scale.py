@@ -40,9 +40,8 @@ import time
 from typing import Any
 
 from orchestrator._wire import SandboxSpec
-from orchestrator.dispatch import SampleRoute, reset_active_dispatcher, reset_route, set_active_dispatcher, set_route
-
 from orchestrator.bench import LoopLag, command_usec, percentile_ms, redis_counters, redis_memory_mb
+from orchestrator.dispatch import SampleRoute, reset_active_dispatcher, reset_route, set_active_dispatcher, set_route
 
 from ._broker import add_broker_argument, fleet_or_broker
 
@@ -155,7 +154,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "redis_commands_by_type_per_open": redis_opened.minus(redis_start).per(len(routes)),
         # Commands a Lua script runs count as commands too (INFO commandstats counts them).
         "redis_commands_per_call": round(redis_called.minus(redis_before_calls).commands / max(1, calls), 2),
-        "redis_bytes_per_call": round((lambda d: (d.bytes_in + d.bytes_out) / max(1, calls))(redis_called.minus(redis_before_calls))),
+        "redis_bytes_per_call": round((lambda d: (d.bytes_in + d.bytes_out) / max(1, calls))(
+            redis_called.minus(redis_before_calls))),
         "redis_cpu_ms_per_call": round(redis_called.minus(redis_before_calls).cpu_s / max(1, calls) * 1000, 4),
         "redis_cpu_ms_per_open": round(redis_opened.minus(redis_start).cpu_s / max(1, len(routes)) * 1000, 4),
         "worker_peak_rss_mb": max((m["peak_rss_mb"] for m in memory), default=None),
@@ -209,7 +209,7 @@ async def _slots_in_use(url: str, names: Any) -> int:
 
     client = aredis.Redis.from_url(url)
     try:
-        hosts = [h.decode() for h in await client.smembers(names.HOSTS_SET)]
+        hosts = [h.decode() if isinstance(h, bytes) else h for h in await client.smembers(names.HOSTS_SET)]
         values = await client.mget([names.slots_used_key(h) for h in hosts]) if hosts else []
         return sum(int(v or 0) for v in values)
     finally:
@@ -217,7 +217,7 @@ async def _slots_in_use(url: str, names: Any) -> int:
 
 
 async def _calls(dispatcher: Any, routes: list[SampleRoute], calls: int, errors: list[str]) -> dict[str, Any]:
-    from orchestrator.model import ChatMessageAssistant, ChatMessageUser, execute_tools
+    from orchestrator.model import ChatMessage, ChatMessageAssistant, ChatMessageTool, ChatMessageUser, execute_tools
     from orchestrator.tool import ToolCall, bash
 
     tools = [bash()]
@@ -227,12 +227,13 @@ async def _calls(dispatcher: Any, routes: list[SampleRoute], calls: int, errors:
         token = set_route(route)
         try:
             for turn in range(calls):
-                messages = [ChatMessageUser(content="go"), ChatMessageAssistant(
+                messages: list[ChatMessage] = [ChatMessageUser(content="go"), ChatMessageAssistant(
                     content="", tool_calls=[ToolCall(id=f"t{turn}", function="bash", arguments={"cmd": "true"})])]
                 start = time.perf_counter()
                 result = await execute_tools(messages, tools)
                 latencies.append(time.perf_counter() - start)
-                errors.extend(f"call: {m.error.message}" for m in result.messages if m.error is not None)  # type: ignore[attr-defined]
+                errors.extend(f"call: {m.error.message}" for m in result.messages
+                              if isinstance(m, ChatMessageTool) and m.error is not None)
         finally:
             reset_route(token)
 

@@ -1,7 +1,7 @@
 """``toolfleet bench snapshot``: how long taking a sandbox snapshot and forking sandboxes from it take.
 
-In this process (embedded mode), or through the workers of ``--broker``, on one docker sandbox holding ``mib`` MiB on a tmpfs-backed path and as
-much in its container layer:
+In this process (embedded mode), or through the workers of ``--broker``, on one docker sandbox holding ``mib`` MiB on a
+tmpfs-backed path and as much in its container layer:
 - ``snapshot_s``: ``await sandbox.snapshot()`` — the first of a sandbox (one commit) and, as
   ``resnapshot_s``, a second one of the same sandbox (two commits: see ``workers.sandbox.docker._snapshot``);
 - ``fork_first_s``: ``fork(snapshot, forks)`` until all are ready, the first time (the snapshot's driver
@@ -30,10 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from orchestrator.dispatch import CeleryDispatcher, set_route
-    from orchestrator.dispatch import reset_route
-    from orchestrator.eval._fork import _sandbox_for
-    from orchestrator.eval._fork import fork as open_forks
+    from orchestrator.dispatch import CeleryDispatcher, reset_route, set_route
+    from orchestrator.eval._fork import _sandbox_for, fork as open_forks
     from orchestrator.util import fork
     from orchestrator.util._fork import bind_fork_opener
 

@@ -101,7 +101,7 @@ class ContainerCounter:
             await asyncio.sleep(self.interval)
 
     @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator["ContainerCounter"]:
+    async def running(self) -> AsyncIterator[ContainerCounter]:
         task = asyncio.create_task(self.poll())
         try:
             yield self
@@ -121,7 +121,7 @@ class StartCounter:
         self._proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
 
-    async def __aenter__(self) -> "StartCounter":
+    async def __aenter__(self) -> StartCounter:
         self._proc = await asyncio.create_subprocess_exec(
             "docker", "events", "--filter", "type=container", "--filter", "event=start",
             "--filter", "label=toolfleet.managed=1",
@@ -206,8 +206,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     correct = sum(1 for s in log.samples if s.error is None and s.scores["tests_pass"].value == "C")
     containers_per_run = sum(1 + (s.metadata.get("repo") in SERVICE_IMAGES) for s in log.samples)
     return {"workload": "swe", "policy": args.policy, "images": len(names), "samples": total,
-            "workers": args.workers, "worker_hosts": hosts, "slots": args.slots, "correct": correct, "errors": len(errors),
-            **({"first_error": f"{errors[0].id}: {errors[0].error.message}"} if errors else {}),
+            "workers": args.workers, "worker_hosts": hosts, "slots": args.slots, "correct": correct,
+            "errors": len(errors),
+            **({"first_error": f"{errors[0].id}: {getattr(errors[0].error, 'message', '')}"} if errors else {}),
             "wall_s": round(wall, 3), "samples_per_s": round(total / wall, 3) if wall > 0 else None,
             "container_starts": sum(started), "container_starts_per_worker": started,
             "containers_needed": containers_per_run,

@@ -47,7 +47,8 @@ def test_every_workload_has_a_quick_size() -> None:
     (True, "b", [("b", ["--q"])]),
     (True, " b , a ", [("b", ["--q"]), ("a", [])]),
 ])
-def test_plan(quick: bool, only: str | None, expected: list[tuple[str, list[str]]], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plan(quick: bool, only: str | None, expected: list[tuple[str, list[str]]],
+              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_suite, "QUICK", {"b": ["--q"]})
     assert _suite.plan(["a", "b"], quick, only) == expected
 

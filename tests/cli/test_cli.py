@@ -43,7 +43,8 @@ TASK = f"{BASIC}@basic"
 
 
 def test_missing_task_file(tmp_path: Path) -> None:
-    _assert_one_line_error(run("eval", str(tmp_path / "nope.py"), "--model", "scripted/echo"), "nope.py", "does not exist")
+    _assert_one_line_error(run("eval", str(tmp_path / "nope.py"), "--model", "scripted/echo"), "nope.py",
+                           "does not exist")
 
 
 def test_task_file_without_that_task() -> None:

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.mark.slow  # runs the CLI in a child process
-@pytest.mark.parametrize("flags, needle", [
+@pytest.mark.parametrize(("flags", "needle"), [
     (["-T", "n=abc"], "-T n='abc': task 'basic' expects int"),
     (["-T", "nope=1"], "has no parameter 'nope'"),
     (["-M", "foo=1"], "Model provider 'scripted' has no argument 'foo'"),
@@ -101,7 +101,8 @@ def test_log_list_walks_subdirectories_and_keeps_long_names(tmp_path: Path) -> N
     listing = run("log", "list", "--log-dir", str(tmp_path))
     assert listing.returncode == 0
     assert str(log.relative_to(tmp_path)) in listing.stdout
-    as_json = [json.loads(line) for line in run("log", "list", "--log-dir", str(tmp_path), "--json").stdout.splitlines()]
+    as_json = [
+        json.loads(line) for line in run("log", "list", "--log-dir", str(tmp_path), "--json").stdout.splitlines()]
     assert [row["log"] for row in as_json] == [str(log)]
 
 

@@ -20,7 +20,8 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 def test_progress_display_on_a_tty(tmp_path: Path) -> None:
     env = {**os.environ, "TOOLFLEET_TEST_DELAY": "0.2", "TERM": "xterm-256color"}
-    child = pexpect.spawn(sys.executable, ["-m", "orchestrator.cli", "eval", f"{BASIC}@basic", "--model", "scripted/echo",
+    child = pexpect.spawn(sys.executable, ["-m", "orchestrator.cli", "eval", f"{BASIC}@basic", "--model",
+                                           "scripted/echo",
                                            "-T", "n=8", "--max-samples", "2", "--log-dir", str(tmp_path)],
                           env=env, encoding="utf-8", timeout=60, dimensions=(40, 120))
     try:
@@ -46,7 +47,8 @@ def test_ctrl_c_stops_cleanly_and_the_eval_resumes(tmp_path: Path) -> None:
     from orchestrator.eval import eval_retry, read_eval_log
 
     env = {**os.environ, "TOOLFLEET_TEST_DELAY": "0.3", "TERM": "xterm-256color"}
-    child = pexpect.spawn(sys.executable, ["-m", "orchestrator.cli", "eval", f"{BASIC}@basic", "--model", "scripted/echo",
+    child = pexpect.spawn(sys.executable, ["-m", "orchestrator.cli", "eval", f"{BASIC}@basic", "--model",
+                                           "scripted/echo",
                                            "-T", "n=30", "--max-samples", "2", "--log-dir", str(tmp_path)],
                           env=env, encoding="utf-8", timeout=60, dimensions=(40, 120))
     try:

@@ -16,7 +16,8 @@ BOUND = 30.0  # a lost host's pending calls resolve within this many seconds (th
 
 
 def request(function: str, arguments: dict[str, Any] | None = None, sandbox: str | None = None,
-            timeout: float | None = None, call_id: str | None = None, module: str = sample_tools.__name__) -> CallRequest:
+            timeout: float | None = None, call_id: str | None = None,
+            module: str = sample_tools.__name__) -> CallRequest:
     return CallRequest(call_id=call_id or uuid.uuid4().hex, function=function,
                        tool=ToolRef(name=function, module=module), arguments=arguments or {},
                        sandbox=sandbox, timeout=timeout)
@@ -29,7 +30,8 @@ def bash_request(cmd: str, sandbox: str) -> CallRequest:
     return CallRequest(call_id=uuid.uuid4().hex, function="bash", tool=ref, arguments={"cmd": cmd}, sandbox=sandbox)
 
 
-def dispatch(dispatcher, requests: list[CallRequest], route: SampleRoute | None = None) -> list[asyncio.Future[CallOutcome]]:  # type: ignore[no-untyped-def]
+def dispatch(dispatcher, requests: list[CallRequest],
+             route: SampleRoute | None = None) -> list[asyncio.Future[CallOutcome]]:
     token = set_route(route or SampleRoute())
     try:
         return dispatcher.dispatch([Dispatch(r, None) for r in requests])  # type: ignore[arg-type]
@@ -37,7 +39,7 @@ def dispatch(dispatcher, requests: list[CallRequest], route: SampleRoute | None 
         reset_route(token)
 
 
-async def one(dispatcher, req: CallRequest, route: SampleRoute | None = None, bound: float = BOUND) -> CallOutcome:  # type: ignore[no-untyped-def]
+async def one(dispatcher, req: CallRequest, route: SampleRoute | None = None, bound: float = BOUND) -> CallOutcome:
     [fut] = dispatch(dispatcher, [req], route)
     return await asyncio.wait_for(fut, bound)
 

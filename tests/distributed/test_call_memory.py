@@ -12,8 +12,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from orchestrator._wire import CallOutcome
 from tests.support.waits import until
-from workers.fleet import names
 from workers._call_memory import CallMemory, CallRunningElsewhere
+from workers.fleet import names
 
 pytestmark = pytest.mark.celery
 

@@ -65,14 +65,16 @@ async def test_oversized_arguments_are_refused_before_sending(session_worker) ->
 async def test_oversized_payload_is_refused_by_the_worker(celery_dispatcher) -> None:
     task_id = uuid.uuid4().hex
     [raw] = await _expect(celery_dispatcher, task_id)
-    payload = request("text_of_size", {"n": 1, "char": "x" * (9 * 1024 * 1024)}, call_id=task_id).model_dump(mode="json")
+    big = request("text_of_size", {"n": 1, "char": "x" * (9 * 1024 * 1024)}, call_id=task_id)
+    payload = big.model_dump(mode="json")
     await asyncio.to_thread(celery_dispatcher.app.send_task, names.TASK_CALL, args=[payload], task_id=task_id,
                             queue=names.SHARED_QUEUE)
     meta = await asyncio.wait_for(raw, 60)
     assert meta["result"]["error"]["type"] == "limit" and "payload limit" in meta["result"]["error"]["message"]
 
 
-async def test_a_redelivered_call_is_answered_from_memory_not_run_again(celery_dispatcher, session_worker, tmp_path) -> None:
+async def test_a_redelivered_call_is_answered_from_memory_not_run_again(
+    celery_dispatcher, session_worker, tmp_path) -> None:
     log = str(tmp_path / "log")
     req = request("record", {"path": log, "label": "once"})
     first = await one(celery_dispatcher, req)
@@ -180,7 +182,7 @@ class _EventTap:
             self._receiver = self.app.events.Receiver(conn, handlers={"*": self.events.append})
             self._receiver.capture(limit=None, timeout=None, wakeup=False)
 
-    def start(self) -> "_EventTap":
+    def start(self) -> _EventTap:
         self._thread.start()
         return self
 
@@ -194,7 +196,8 @@ class _EventTap:
         return {e["type"]: e for e in list(self.events) if e.get("uuid") == task_id}
 
 
-async def test_task_events_for_flower_are_off_until_switched_on_as_flower_does(celery_dispatcher, session_worker) -> None:
+async def test_task_events_for_flower_are_off_until_switched_on_as_flower_does(
+    celery_dispatcher, session_worker) -> None:
     broker, node = session_worker.broker_url, names.worker_nodename(session_worker.host)
     tap = _EventTap(broker).start()
     try:
@@ -281,17 +284,19 @@ async def test_stages_dispatched_together_share_one_message_and_each_splices_in_
     """Stages of several samples dispatched in one loop tick go out as one message per queue; the
     worker answers each call on the reply channel and every stage still gets its own outcomes."""
     before = len(celery_dispatcher.published)
-    stages = [dispatch(celery_dispatcher, [request("add", {"x": 10 * s + i, "y": 1}) for i in range(3)]) for s in range(4)]
+    stages = [dispatch(celery_dispatcher, [request("add", {"x": 10 * s
+                                                           + i, "y": 1}) for i in range(3)]) for s in range(4)]
     outcomes = [await asyncio.wait_for(asyncio.gather(*futures), 30) for futures in stages]
     assert [[o.result for o in stage] for stage in outcomes] == [[10 * s + i + 1 for i in range(3)] for s in range(4)]
     assert list(celery_dispatcher.published)[before:] == [(1, 12)]
 
 
-@pytest.mark.parametrize("linger, publishes", [(0.0, [(1, 2), (1, 2)]), (0.05, [(1, 4)])])
+@pytest.mark.parametrize(("linger", "publishes"), [(0.0, [(1, 2), (1, 2)]), (0.05, [(1, 4)])])
 async def test_a_busy_dispatcher_lingers_so_later_stages_share_the_message(session_worker, linger, publishes) -> None:
     """From ``busy_calls`` calls in flight (0 here: always), a stage waits up to ``stage_linger`` for
     others; with no linger, a stage dispatched a tick later goes in a message of its own."""
-    d = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=session_worker.broker_url, stage_linger=linger, busy_calls=0))
+    d = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=session_worker.broker_url, stage_linger=linger,
+                                                       busy_calls=0))
     try:
         await d.start()
         first = dispatch(d, [request("add", {"x": i, "y": 1}) for i in range(2)])

@@ -18,7 +18,7 @@ IMAGE = "toolfleet/sandbox:latest"
 
 
 @pytest.fixture
-def docker_client(sandbox_image):  # noqa: ANN001 - the fixture provides (or fails loudly on) the image
+def docker_client(sandbox_image):  # the fixture provides (or fails loudly on) the image
     import docker
 
     client = docker.from_env(timeout=30)
@@ -39,7 +39,8 @@ async def test_a_killed_sandbox_container_is_sandbox_unavailable_and_others_keep
         routes.append(other)
         assert (await one(d, bash_request("echo alive", victim.sandbox), victim)).result.strip() == "alive"
         [container] = await asyncio.to_thread(
-            docker_client.containers.list, filters={"label": [f"toolfleet.eval_id={eval_id}", "toolfleet.sample_id=victim"]})
+            docker_client.containers.list, filters={
+                "label": [f"toolfleet.eval_id={eval_id}", "toolfleet.sample_id=victim"]})
         await asyncio.to_thread(container.kill)
         lost = await one(d, bash_request("echo again", victim.sandbox), victim, bound=BOUND)
         assert lost.error is not None and lost.error.type == "sandbox_unavailable", lost

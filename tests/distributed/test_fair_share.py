@@ -17,6 +17,7 @@ import pytest
 from redis.asyncio import Redis
 
 from orchestrator.eval import eval_async
+from tests.eval.task_files import BASIC
 from workers.fleet import (
     FairShareError,
     HostRecord,
@@ -27,8 +28,6 @@ from workers.fleet import (
     release_slots,
     stop_waiting,
 )
-
-from tests.eval.task_files import BASIC
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(240)]
 
@@ -94,7 +93,8 @@ async def test_with_no_live_worker_a_sample_waits_only_no_host_wait(own_redis) -
     d = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=own_redis.url, placement_wait=3600, no_host_wait=0.5))
     try:
         with pytest.raises(SandboxUnavailableError, match="No worker host is alive"):
-            await asyncio.wait_for(d.open_sandbox(SandboxSpec(eval_id="e", sample_id="s", config={"type": "local"})), 30)
+            await asyncio.wait_for(d.open_sandbox(SandboxSpec(eval_id="e", sample_id="s", config={"type": "local"})),
+                                   30)
     finally:
         await d.aclose()
 

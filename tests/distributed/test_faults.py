@@ -52,7 +52,7 @@ async def test_placement_fills_hosts_by_free_slots_and_calls_follow_the_sandbox(
     assert sorted(hosts) == sorted([a.host, a.host, b.host, b.host])
     with pytest.raises(SandboxUnavailableError, match="all full or draining"):
         await d.open_sandbox(local_spec("s-extra"))
-    for route, host in zip(routes, hosts):
+    for route, host in zip(routes, hosts, strict=True):
         outcome = await one(d, bash_request("echo $TOOLFLEET_HOST", route.sandbox), route)
         assert outcome.host == host and outcome.result.strip() == host
     # A full fleet: the placement waits (and says so in the demand list) until a slot frees up.
@@ -73,14 +73,16 @@ async def test_placement_fills_hosts_by_free_slots_and_calls_follow_the_sandbox(
     await d.close_sandbox(routes[0])  # idempotent
 
 
-async def test_sigkill_during_a_long_call_resolves_sandbox_unavailable_and_never_reruns(fleet, make_dispatcher, tmp_path) -> None:
+async def test_sigkill_during_a_long_call_resolves_sandbox_unavailable_and_never_reruns(
+    fleet, make_dispatcher, tmp_path) -> None:
     first = fleet.worker(slots=1)
     d = make_dispatcher()
     route = await d.open_sandbox(local_spec("victim"))
     assert names.host_of_queue(route.queue) == first.host
     second = fleet.worker(slots=1)  # started after placement: the retry has somewhere to go
     log = str(tmp_path / "log")
-    [fut] = dispatch(d, [request("record", {"path": log, "label": "long", "delay": 60.0}, sandbox=route.sandbox)], route)
+    [fut] = dispatch(d, [request("record", {"path": log, "label": "long", "delay": 60.0}, sandbox=route.sandbox)],
+                     route)
     await _until_started(log, "long")
     first.kill()
     outcome = await asyncio.wait_for(fut, BOUND)
@@ -96,13 +98,15 @@ async def test_sigkill_during_a_long_call_resolves_sandbox_unavailable_and_never
     assert starts(log, "long") == 1  # the killed call was not run again anywhere
 
 
-async def test_sigkill_during_a_parallel_stage_while_other_samples_keep_running(fleet, make_dispatcher, tmp_path) -> None:
+async def test_sigkill_during_a_parallel_stage_while_other_samples_keep_running(
+    fleet, make_dispatcher, tmp_path) -> None:
     doomed, healthy = fleet.worker(slots=1), fleet.worker(slots=1)
     d = make_dispatcher()
     routes = {names.host_of_queue(r.queue): r for r in [await d.open_sandbox(local_spec(f"s{i}")) for i in range(2)]}
     victim, other = routes[doomed.host], routes[healthy.host]
     log = str(tmp_path / "log")
-    stage = [request("record", {"path": log, "label": f"p{i}", "delay": 60.0}, sandbox=victim.sandbox) for i in range(4)]
+    stage = [
+        request("record", {"path": log, "label": f"p{i}", "delay": 60.0}, sandbox=victim.sandbox) for i in range(4)]
     futures = dispatch(d, stage, victim)
     for i in range(4):
         await _until_started(log, f"p{i}")
@@ -160,7 +164,8 @@ async def test_sigterm_drains_running_calls_and_takes_no_new_sandboxes(fleet, ma
     route = await d.open_sandbox(local_spec("drain"))
     staying = fleet.worker(slots=4)
     log = str(tmp_path / "log")
-    [fut] = dispatch(d, [request("record", {"path": log, "label": "finishing", "delay": 2.0}, sandbox=route.sandbox)], route)
+    [fut] = dispatch(d, [request("record", {"path": log, "label": "finishing", "delay": 2.0}, sandbox=route.sandbox)],
+                     route)
     await _until_started(log, "finishing")
     leaving.proc.send_signal(signal.SIGTERM)
     client = fleet.redis.client()
@@ -180,7 +185,8 @@ async def test_sigterm_drains_running_calls_and_takes_no_new_sandboxes(fleet, ma
 async def test_sandboxes_of_a_vanished_orchestrator_are_closed_by_their_host(fleet, make_dispatcher, tmp_path) -> None:
     boxes = tmp_path / "boxes"
     boxes.mkdir()
-    worker = fleet.worker(extra_args=("--local-root", str(boxes)))  # the worker's choice: a message cannot name host dirs
+    # the worker's choice: a message cannot name host dirs
+    worker = fleet.worker(extra_args=("--local-root", str(boxes)))
     d = make_dispatcher(lease_ttl=1.0)
     route = await d.open_sandbox(local_spec("orphan"))
     assert len(list(boxes.iterdir())) == 1

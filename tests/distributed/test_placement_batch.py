@@ -18,8 +18,7 @@ import time
 import pytest
 from redis.asyncio import Redis
 
-from workers.fleet import FairShareError, HostRecord, NoCapacityError, Placer, names
-from workers.fleet import _reserve
+from workers.fleet import FairShareError, HostRecord, NoCapacityError, Placer, _reserve, names
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(120)]
 
@@ -36,7 +35,8 @@ async def _used(redis: Redis, hosts: list[str]) -> dict[str, int]:
 
 
 def test_encoding_names_each_candidate_host_once() -> None:
-    asks = [_reserve.Ask([("h1", 0, 4), ("h2", 0, 8)], 1, "a", 12), _reserve.Ask([("h2", 0, 8), ("h1", 1, 4)], 2, "", 12),
+    asks = [_reserve.Ask([("h1", 0, 4), ("h2", 0, 8)], 1, "a", 12),
+            _reserve.Ask([("h2", 0, 8), ("h1", 1, 4)], 2, "", 12),
             _reserve.Ask([("h1", 0, 4)], 1, "a", 12, lease="t1")]
     call = _reserve.encode(asks, 30.0, 5.0, 8.0)
     assert call.hosts == ["h1", "h2"]
@@ -48,10 +48,11 @@ def test_encoding_names_each_candidate_host_once() -> None:
     assert call.args == [2, 30.0, 5.0, 3, 8.0, 1, "a", 12, "", 2, 1, 0, 4, 2, 0, 8, 2, "", 12, "", 2, 2, 0, 8, 1, 1, 4,
                          1, "a", 12, "t1", 1, 1, 0, 4]
     answers = _reserve.decode(call, 3, [2, b"boot-h2", 0, -1, 3, 2, 0, 0, 0])
-    assert answers == [_reserve.Answer(host="h2", boot="boot-h2"), _reserve.Answer(fair_share=(3, 2)), _reserve.Answer()]
-    with pytest.raises(ValueError):
+    assert answers == [_reserve.Answer(host="h2", boot="boot-h2"), _reserve.Answer(fair_share=(3, 2)),
+                       _reserve.Answer()]
+    with pytest.raises(ValueError, match="reservation script answered"):
         _reserve.decode(call, 2, [1, b"x", 0])  # too short: never read as some answer
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="reservation script named host 3"):
         _reserve.decode(call, 1, [3, b"x", 0])  # names a host the call did not
 
 

@@ -244,7 +244,8 @@ async def test_idle_leases_go_back_and_aclose_gives_back_every_lease(redis) -> N
     await other.hosts()
     await asyncio.gather(*(other.reserve(eval_id="a") for _ in range(6)))
     await _settled(other)
-    assert other.leased == 64 and await _used(redis, ["h1"]) == {"h1": 4 + 6} and await _leased(redis, ["h1"]) == {"h1": 64}
+    assert other.leased == 64
+    assert await _used(redis, ["h1"]) == {"h1": 4 + 6} and await _leased(redis, ["h1"]) == {"h1": 64}
     await other.aclose()
     assert other.leased == 0 and await _leased(redis, ["h1"]) == {"h1": 0}
     assert await _used(redis, ["h1"]) == {"h1": 10} and await _eval_slots(redis, "a") == 10
@@ -414,7 +415,8 @@ async def test_an_open_refused_by_a_host_that_began_draining_is_placed_again(fle
         assert d.placer.leased == 2
         staying = fleet.worker(slots=4)
         log = str(tmp_path / "log")
-        [fut] = dispatch(d, [request("record", {"path": log, "label": "busy", "delay": 2.0}, sandbox=route.sandbox)], route)
+        [fut] = dispatch(d, [request("record", {"path": log, "label": "busy", "delay": 2.0}, sandbox=route.sandbox)],
+                         route)
         for _ in range(1500):  # bounded (30 s): a running call keeps the draining worker alive
             if starts(log, "busy"):
                 break
@@ -430,7 +432,8 @@ async def test_an_open_refused_by_a_host_that_began_draining_is_placed_again(fle
         await _settled(d.placer)
         # `leaving` holds the first two sandboxes only (its lease given back); `staying` the second and
         # any slots leased since (the refill of the second placement, depending on timing).
-        assert int(client.get(names.slots_used_key(leaving.host))) == 2 and client.zcard(names.leased_key(leaving.host)) == 0
+        assert int(client.get(names.slots_used_key(leaving.host))) == 2
+        assert client.zcard(names.leased_key(leaving.host)) == 0
         assert int(client.get(names.slots_used_key(staying.host))) == 1
         assert client.zcard(names.leased_key(staying.host)) == d.placer.leased
         assert (await asyncio.wait_for(fut, BOUND)).result == "busy"

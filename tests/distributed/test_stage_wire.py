@@ -27,7 +27,8 @@ def _rec(call_id: str, queue: str) -> Pending:
 def test_one_message_per_queue_in_declared_order() -> None:
     recs = [_rec("a", "q1"), _rec("b", "q2"), _rec("c", "q1"), _rec("d", "q1")]
     messages = _stage_messages(recs, REPLY)
-    assert [(m.queue, m.task_id, m.name) for m in messages] == [("q1", "a", names.TASK_STAGE), ("q2", "b", names.TASK_STAGE)]
+    assert [(m.queue, m.task_id, m.name) for m in messages] == [("q1", "a", names.TASK_STAGE),
+                                                                ("q2", "b", names.TASK_STAGE)]
     reply, payloads = messages[0].args
     assert reply == REPLY and [p["call_id"] for p in payloads] == ["a", "c", "d"]
     assert [item["call_id"] for item in json.loads(messages[0].argsrepr or "")] == ["a", "c", "d"]
@@ -40,7 +41,7 @@ def test_a_stage_larger_than_a_message_is_split() -> None:
     assert messages[1].task_id == f"c{names.MAX_STAGE_CALLS}"
 
 
-@pytest.mark.parametrize("channel, ok", [
+@pytest.mark.parametrize(("channel", "ok"), [
     (names.reply_channel("ab" * 16), True),
     (names.reply_channel("AB" * 16), False),
     (names.reply_channel("ab" * 15), False),
@@ -54,7 +55,7 @@ def test_only_reply_channels_are_accepted(channel, ok) -> None:  # type: ignore[
     assert names.is_reply_channel(channel) is ok
 
 
-@pytest.mark.parametrize("data, n", [
+@pytest.mark.parametrize(("data", "n"), [
     (b"not json", 0), (b"{}", 0), (b"[]", 0), (b"[1, 2, 3]", 0), (b'["a", "m", "{}"]', 1),
     (b'[["a", "m", "{}"], ["b", "m", "{}"]]', 2), (b'[["a", "m", "{}"], ["b", 7, "{}"], "junk"]', 1), (None, 0),
 ])

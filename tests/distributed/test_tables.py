@@ -63,9 +63,9 @@ def test_dispatcher_config_is_tagged_and_strict() -> None:
 
     config = CeleryDispatcherConfig(broker_url="redis://x:1/0")
     assert config.type == "celery"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="call_grace"):
         CeleryDispatcherConfig(broker_url="redis://x:1/0", call_grace=-1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="call_grace_s"):
         CeleryDispatcherConfig(broker_url="redis://x:1/0", call_grace_s=1)  # a typo is an error, not ignored
 
 
@@ -191,7 +191,7 @@ def test_a_multi_service_sandbox_prefers_hosts_with_all_its_images() -> None:
     hosts = [rec("app-only", ["app"]), rec("both", ["app", "db"]), rec("none", [])]
     idle = {h.host: 0 for h in hosts}
     assert [h.host for h in choose_hosts(hosts, idle, image=["app", "db"])] == ["both"]
-    assert [h.host for h in choose_hosts(hosts, idle, image=["app"])][0] in ("app-only", "both")
+    assert next(h.host for h in choose_hosts(hosts, idle, image=["app"])) in ("app-only", "both")
     assert {h.host for h in choose_hosts(hosts, idle, image=["app"])} == {"app-only", "both"}
     # A host that can pull the missing one comes after those that have both.
     pulling = [*hosts, rec("puller", ["app"], ["127.0.0.1:5000"])]
@@ -290,7 +290,8 @@ def test_lease_pools_are_bounded_refused_keys_give_back_and_idle_leases_expire()
 
     a, b = (None, "missing", "a"), (None, "missing", "b")
     leases = Leases(per_key=2, total=3, idle_s=2.0, backoff_s=0.5)
-    assert [leases.answered(a, _lease("h", taken=t), False, t)[0] for t in (0.0, 1.0, 1.5)] == [True, True, False]  # per key
+    # per key
+    assert [leases.answered(a, _lease("h", taken=t), False, t)[0] for t in (0.0, 1.0, 1.5)] == [True, True, False]
     assert [leases.answered(b, _lease("h", taken=t), False, t)[0] for t in (1.0, 1.0)] == [True, False]  # in total
     for _ in range(3):
         leases.asked(b, 1.0)

@@ -123,7 +123,8 @@ async def test_a_worker_without_a_readable_list_is_not_held_against_a_tool(fleet
     judges by the workers it can read, and lets the eval start."""
     fleet.worker(imports=(SAMPLE_TOOLS, USER_TOOLS))
     older = fleet.worker(imports=(SAMPLE_TOOLS, USER_TOOLS))
-    fleet.redis.client().set(f"toolfleet:host:{older.host}:tools", b"from an older worker: not a manifest", keepttl=True)
+    fleet.redis.client().set(f"toolfleet:host:{older.host}:tools", b"from an older worker: not a manifest",
+                             keepttl=True)
     [log] = await eval_async(_grading_task(task_code_tools.grade()), _grading_model(), broker=fleet.redis.url,
                              log_dir=tmp_path, display="none")
     assert log.status == "success", [s.error for s in log.samples]
@@ -203,7 +204,8 @@ def _wheel(directory: Path, module: str, source: str) -> Path:
         raw = hashlib.sha256(text.encode()).digest()
         return "sha256=" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
-    record = "".join(f"{path},{digest(text)},{len(text.encode())}\n" for path, text in files.items()) + f"{dist}/RECORD,,\n"
+    record = "".join(f"{path},{digest(text)},{len(text.encode())}\n" for path, text in files.items())
+    record += f"{dist}/RECORD,,\n"
     path = directory / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as whl:
         for member, text in {**files, f"{dist}/RECORD": record}.items():
@@ -255,16 +257,19 @@ def _start(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize(("args", "env", "line"), [
     (["--import", "no_such_module_anywhere"], {},
-     "toolfleet worker: --import no_such_module_anywhere failed: ModuleNotFoundError: No module named 'no_such_module_anywhere'"),
+     ("toolfleet worker: --import no_such_module_anywhere failed: ModuleNotFoundError: "
+      "No module named 'no_such_module_anywhere'")),
     ([], {"TOOLFLEET_IMPORT": "tests.support.sample_tools, not_a_module_either"},
-     "toolfleet worker: --import not_a_module_either failed: ModuleNotFoundError: No module named 'not_a_module_either'"),
+     ("toolfleet worker: --import not_a_module_either failed: ModuleNotFoundError: "
+      "No module named 'not_a_module_either'")),
     (["--import", "/nonexistent/task.py"], {}, "toolfleet worker: --import /nonexistent/task.py: no such file"),
     (["--path", "/nonexistent/dir"], {}, "toolfleet worker: --path /nonexistent/dir: not a directory"),
     (["--install", "/etc/hostname"], {},
-     "toolfleet worker: --install /etc/hostname: not a wheel (.whl) or a directory holding wheels "
-     "(build one with `pip wheel --no-deps -w dist .`)"),
+     ("toolfleet worker: --install /etc/hostname: not a wheel (.whl) or a directory holding wheels "
+      "(build one with `pip wheel --no-deps -w dist .`)")),
 ])
-def test_tool_code_that_cannot_load_stops_the_worker_in_one_line(args: list[str], env: dict[str, str], line: str) -> None:
+def test_tool_code_that_cannot_load_stops_the_worker_in_one_line(
+    args: list[str], env: dict[str, str], line: str) -> None:
     done = _start(args, **env)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == line

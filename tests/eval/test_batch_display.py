@@ -26,7 +26,8 @@ def test_scope_counts_each_batch_once_and_journals_it() -> None:
     scope = BatchScope(journal=journal, on_change=changed)
 
     async def run() -> None:
-        await scope.submitted("openai/m", "b1", [{"custom_id": "c1", "sample_id": "s1", "epoch": 1, "turn": 1, "key": "k"}])
+        await scope.submitted("openai/m", "b1", [{"custom_id": "c1", "sample_id": "s1", "epoch": 1, "turn": 1,
+                                                  "key": "k"}])
         scope.waiting_on("b1")  # a resumed request attaching to the same batch: not a second one
         scope.waiting_on("b0")  # a batch an earlier run submitted
         await scope.ended("openai/m", "b1", "completed", None)

@@ -1,8 +1,8 @@
 """``toolfleet eval --batch``: a react eval whose model requests all go through the provider's batch API.
 
 The real CLI in a subprocess, the real openai / anthropic SDK, a batch server on loopback (OpenAI Batch,
-Anthropic Message Batches) whose responder plays the agent (two parallel ``bash`` calls in the sample's sandbox, then submit), embedded and with the
-sandboxes on a Celery worker. Asserted on the server's request log: several samples'
+Anthropic Message Batches) whose responder plays the agent (two parallel ``bash`` calls in the sample's sandbox, then
+submit), embedded and with the sandboxes on a Celery worker. Asserted on the server's request log: several samples'
 requests per batch and not one direct chat completion. Then an orchestrator SIGKILLed after submitting a
 batch: ``eval-retry`` collects that batch's results instead of submitting (paying for) them again.
 """
@@ -110,7 +110,7 @@ def test_react_eval_with_batch_pools_every_request(tmp_path: Path, provider: str
 
 @pytest.mark.celery
 @pytest.mark.parametrize("provider", list(PROVIDERS))
-def test_react_eval_with_batch_pools_every_request_through_workers(tmp_path: Path, provider: str, fleet) -> None:  # type: ignore[no-untyped-def]
+def test_react_eval_with_batch_pools_every_request_through_workers(tmp_path: Path, provider: str, fleet) -> None:
     worker = fleet.worker(concurrency=8, slots=8)
     log = _eval_pools_every_request(tmp_path, provider, "--broker", fleet.redis.url)
     hosts = {e.host for s in log.samples for e in s.events if e.event == "tool" and e.function == "bash"}
@@ -119,7 +119,8 @@ def test_react_eval_with_batch_pools_every_request_through_workers(tmp_path: Pat
 
 def _eval_pools_every_request(tmp_path: Path, provider: str, *more: str) -> Any:
     with PROVIDERS[provider][0]() as server:
-        done = subprocess.run(_eval_cmd(tmp_path, _batch_options(tmp_path), provider, *more), env=_env(server, provider),
+        done = subprocess.run(_eval_cmd(tmp_path, _batch_options(tmp_path), provider, *more),
+                              env=_env(server, provider),
                               capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"samples: {N}/{N} completed, 0 errored" in done.stdout
@@ -173,7 +174,8 @@ def test_sigkilled_mid_batch_resumes_and_collects_without_paying_twice(tmp_path:
         assert [r["batch_id"] for r in before.batches] == [first]
 
         server.hold_batches.clear()  # the provider finishes the batch while nobody is watching
-        resumed = subprocess.run(_toolfleet("eval-retry", str(log_path), "--display", "none"), env=_env(server, provider),
+        resumed = subprocess.run(_toolfleet("eval-retry", str(log_path), "--display", "none"),
+                                 env=_env(server, provider),
                                  capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
 

@@ -54,7 +54,8 @@ def test_resume_after_sigkill_closes_the_dead_runs_sandboxes_on_workers(tmp_path
     marker = tmp_path / "runs.txt"
     log_dir = tmp_path / "logs"
     env = {**os.environ, "TOOLFLEET_TEST_MARKER": str(marker)}
-    cmd = [sys.executable, "-m", "orchestrator.cli", "eval", f"{BASIC}@sandboxed", "--model", "scripted/bash_then_answer",
+    cmd = [sys.executable, "-m", "orchestrator.cli", "eval", f"{BASIC}@sandboxed", "--model",
+           "scripted/bash_then_answer",
            "-T", "n=8", "-T", "sandbox=local", "--broker", fleet.redis.url,
            "--max-samples", "3", "--log-dir", str(log_dir), "--display", "none"]
     # Kill while every slot holds a journaled sandbox (so no open is in flight: a sandbox whose open had

@@ -240,7 +240,8 @@ async def test_duplicate_sample_ids_are_a_user_error(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # runs an eval in a child Python
 @pytest.mark.parametrize(("level", "debug_lines"), [(None, False), ("debug", True)])
-def test_as_a_library_toolfleet_logs_nothing_below_warning(tmp_path: Path, level: str | None, debug_lines: bool) -> None:
+def test_as_a_library_toolfleet_logs_nothing_below_warning(tmp_path: Path, level: str | None,
+                                                           debug_lines: bool) -> None:
     """eval_async from a user's script: no debug lines on stdout or stderr unless TOOLFLEET_LOG_LEVEL asks."""
     import os
     import subprocess

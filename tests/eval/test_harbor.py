@@ -1,6 +1,7 @@
-"""``harbor:DIR`` end to end with real Docker: ``examples/harbor --oracle`` scores 1.0 embedded and on two
-real workers through Redis; a broken solution is reported by name; the default solver is a react agent
-with bash, python and text_editor; the verifier ignores a reward the agent planted; the image cache.
+"""``harbor:DIR`` end to end with real Docker: ``examples/harbor --oracle`` scores what it scores under Harbor
+(1.0, and kv-store 0) embedded and on two real workers through Redis; a broken solution is reported by name;
+the default solver is a react agent with bash, python and text_editor; the verifier ignores a reward the agent
+planted; the image cache.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import docker
 import pytest
 
 from orchestrator.dataset import load_harbor
-from orchestrator.eval._harbor import ORACLE_MODEL
 from orchestrator.eval import eval_async, eval_retry_async, oracle_failures, scripted_policy
 from orchestrator.eval._preflight import PreflightError
+from orchestrator.eval._harbor import ORACLE_MODEL
 from orchestrator.model import ChatMessageTool, ModelOutput
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,15 +37,17 @@ def _rewards(log: Any) -> dict[str, dict[str, float]]:
 
 def _check_examples(log: Any) -> None:
     assert log.status == "success"
+    # kv-store scores 0, as under Harbor: its service listens on 127.0.0.1 in its own network namespace, so the
+    # agent's container reaching http://kv:8000 is refused (services run as compose runs them).
     assert _rewards(log) == {"fix-word-count": {"reward": 1.0, "cases_passed": 1.0}, "hello-world": {"reward": 1.0},
-                             "kv-store": {"reward": 1.0}}
+                             "kv-store": {"reward": 0.0}}
     means = {s.name: s.metrics["mean"].value for s in log.results.scores}
-    assert means == {"reward": 1.0, "cases_passed": pytest.approx(1 / 3)}  # tasks without the name count 0, as Harbor
+    assert means == {"reward": pytest.approx(2 / 3), "cases_passed": pytest.approx(1 / 3)}  # missing names count 0
     for sample in log.samples:  # the verifier's files are in the log: its output, and the reward file it wrote
         files = {f["name"]: f for f in sample.scores["harbor"].metadata["verifier_files"]}
         assert "test-stdout.txt" in files and ({"reward.txt", "reward.json"} & set(files)), files
         assert all(f["whole"] for f in files.values())
-    assert oracle_failures(log) == []
+    assert oracle_failures(log) == ["kv-store (reward 0)"]
     by_id = {str(s.id): s for s in log.samples}
     for sid, sample in by_id.items():  # each task ran on its own content-addressed image
         [opened] = [e.data for e in sample.events if e.event == "info" and e.source == "sandbox"]
@@ -162,7 +165,8 @@ def _sleepy(messages: list[Any], tools: list[Any]) -> ModelOutput:
     from orchestrator.solver import sample_state
 
     state = sample_state()
-    if state is not None and state.sample_id == "slow-agent" and not any(isinstance(m, ChatMessageTool) for m in messages):
+    if state is not None and state.sample_id == "slow-agent" and not any(
+        isinstance(m, ChatMessageTool) for m in messages):
         return ModelOutput.for_tool_call("scripted", "bash", {"cmd": "sleep 60"})
     return ModelOutput.for_tool_call("scripted", "submit", {"answer": "done"})
 
@@ -221,8 +225,8 @@ def test_unmapped_settings_are_one_line_each(tmp_path: Path, sandbox_image: str)
     lines = load_harbor(tmp_path, build=False).lines("DIR")
     assert lines[:2] == [
         "harbor: not mapped, ignored: environment.gpus=1 (sandboxes get no GPUs) (tasks gpu-a, gpu-b)",
-        "harbor: not mapped, ignored: environment.allow_internet=true (toolfleet sandboxes have no network) "
-        "(tasks gpu-a, gpu-b)"]
+        ("harbor: not mapped, ignored: environment.allow_internet=true (toolfleet sandboxes have no network) "
+         "(tasks gpu-a, gpu-b)")]
     assert lines[2].startswith("harbor: 2 tasks from DIR; images: 0 built, 0 cached") and len(lines) == 3
 
 

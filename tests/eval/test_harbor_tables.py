@@ -227,8 +227,8 @@ def test_cli_malformed_task_is_one_line(tmp_path: Path, extra: list[str]) -> Non
                            "--model", "scripted", "--log-dir", str(tmp_path / "logs")],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 1
-    assert done.stderr.splitlines() == [f"toolfleet: error: Harbor task 'broken' ({tmp_path / 'broken'}): "
-                                        "instruction.md is missing"], done.stderr
+    assert done.stderr.splitlines() == [(f"toolfleet: error: Harbor task 'broken' ({tmp_path / 'broken'}): "
+                                         "instruction.md is missing")], done.stderr
 
 
 @pytest.mark.slow  # runs the CLI in a child process

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from orchestrator.dataset import Sample
-from orchestrator.eval import Task, eval_async, eval_retry_async, read_eval_log
+from orchestrator.eval import Task, eval_async, eval_retry_async
 from orchestrator.eval._reducers import ReducerError, reducer
 from orchestrator.eval._task import TaskError
 from orchestrator.model import ModelOutput, get_model
@@ -53,7 +53,7 @@ async def test_same_identity_resumes_and_says_so(tmp_path: Path, monkeypatch: py
     assert sum(1 for s in log.samples for e in s.events if e.event == "info") == 4
 
 
-@pytest.mark.parametrize("change, field", [
+@pytest.mark.parametrize(("change", "field"), [
     ({"model_args": {"default_output": "other"}}, "model_args"),
     ({"config": {"temperature": 0.9}}, "generate_config"),
     ({"epochs": 2}, "epochs"),
@@ -98,7 +98,7 @@ async def test_sample_id_selects_and_unknown_ids_are_one_line(tmp_path: Path) ->
         await eval_async(f"{FLAKY}@flaky", "scripted/answer", log_dir=tmp_path, sample_id="nope")
 
 
-@pytest.mark.parametrize("fail_on_error, ran", [(True, 1), (2, 2), (0.5, 3), (None, 6)])
+@pytest.mark.parametrize(("fail_on_error", "ran"), [(True, 1), (2, 2), (0.5, 3), (None, 6)])
 async def test_fail_on_error_stops_the_eval(tmp_path: Path, fail_on_error: Any, ran: int) -> None:
     def boom(messages: list[Any], tools: list[Any]) -> ModelOutput:
         raise RuntimeError("model down")
@@ -151,7 +151,7 @@ def _scores(*values: Any) -> list[Score]:
     return [Score(value=v) for v in values]
 
 
-@pytest.mark.parametrize("name, values, expected", [
+@pytest.mark.parametrize(("name", "values", "expected"), [
     ("mean", ("C", "I", "C", "C"), 0.75),
     ("max", ("I", "C"), 1.0),
     ("median", (0.1, 0.5, 0.9), 0.5),

@@ -88,7 +88,7 @@ async def test_log_export_command_and_hostile_text(tmp_path: Path) -> None:
         assert any("\ufffd" in (s.output.completion or "") for s in theirs.samples)
 
 
-@pytest.mark.parametrize("ours, kind", [
+@pytest.mark.parametrize(("ours", "kind"), [
     ({"event": "sandbox", "timestamp": 1.7e9, "command": ["bash", "-c", "ls"], "exit_code": 0, "duration": 0.2,
       "host": "w1", "output": "a\nb"}, "sandbox"),
     ({"event": "review", "timestamp": 1.7e9, "decision": "continue", "reviewer": "r"}, "info"),

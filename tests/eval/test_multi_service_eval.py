@@ -86,4 +86,5 @@ async def test_a_pod_larger_than_any_worker_is_refused_up_front(tmp_path: Path, 
                              preflight=False)
     [sample] = log.samples
     assert sample.error is not None
-    assert "A sandbox of 3 containers needs 3 free slots on one worker host; the largest live host has 2" in sample.error.message
+    expected = "A sandbox of 3 containers needs 3 free slots on one worker host; the largest live host has 2"
+    assert expected in sample.error.message

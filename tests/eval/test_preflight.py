@@ -68,7 +68,7 @@ async def test_missing_image_embedded(tmp_path: Path, sandbox_image: str) -> Non
 
 @pytest.mark.celery
 async def test_no_live_worker(tmp_path: Path, own_redis) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(PreflightError, match="No live worker on the broker .*: start one with `toolfleet worker"):
+    with pytest.raises(PreflightError, match=r"No live worker on the broker .*: start one with `toolfleet worker"):
         await eval_async(_task(sandbox="local"), "scripted", log_dir=tmp_path, broker=own_redis.url)
 
 
@@ -92,7 +92,7 @@ async def test_image_on_no_live_worker(tmp_path: Path, fleet, sandbox_image: str
 class _ModelsHandler(http.server.BaseHTTPRequestHandler):
     status = 200
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:  # http.server's name
         body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model", "created": 0, "owned_by": "t"}]}
                           if self.status == 200 else {"error": {"message": "bad key"}}).encode()
         self.send_response(self.status)
@@ -170,7 +170,8 @@ async def test_no_live_worker_runs_local_sandboxes(tmp_path: Path, fleet) -> Non
     fleet.worker(slots=2, allow_local=False)
     with pytest.raises(PreflightError) as caught:
         await eval_async(_task(sandbox="local"), "scripted", log_dir=tmp_path, broker=fleet.redis.url)
-    assert str(caught.value) == "None of the 1 live worker(s) runs 'local' sandboxes (start a worker with --allow-local)."
+    assert str(caught.value) == ("None of the 1 live worker(s) runs 'local' sandboxes "
+                                 "(start a worker with --allow-local).")
 
 
 @pytest.mark.celery

@@ -55,7 +55,7 @@ async def test_model_retries_are_counted_live_and_kept_as_events(tmp_path) -> No
         def __init__(self, progress: EvalProgress) -> None:
             seen["progress"] = progress
 
-        def __enter__(self) -> "Capture":
+        def __enter__(self) -> Capture:
             return self
 
         def __exit__(self, *exc: object) -> None:

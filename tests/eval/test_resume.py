@@ -52,7 +52,8 @@ def _kill_after_samples(cmd: list[str], log_dir: Path, env: dict[str, str], at_l
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             path, n = _sample_lines(log_dir)
-            if n >= at_least and (not open_sandboxes or (path is not None and _open_sandbox_lines(path) >= open_sandboxes)) \
+            if n >= at_least and (not open_sandboxes
+                                  or (path is not None and _open_sandbox_lines(path) >= open_sandboxes)) \
                     and (also is None or (path is not None and also(path))):
                 break
             if proc.poll() is not None:

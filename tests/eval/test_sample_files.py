@@ -198,7 +198,7 @@ def test_size_limit_counts_directories_and_bytes(tmp_path: Path) -> None:
         resolve_sample_files(sample, limit=1800)
 
 
-@pytest.mark.parametrize("files, message", [
+@pytest.mark.parametrize(("files", "message"), [
     ({"a": Path("/nonexistent/toolfleet/x")}, "local path '/nonexistent/toolfleet/x' does not exist"),
     ({"a": "https://example.com/x.txt"}, "URLs are not downloaded"),
     ({"a": "data:;base64,@@@"}, "invalid data URI"),

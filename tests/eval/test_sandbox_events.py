@@ -112,10 +112,11 @@ def _check_inspect_copy(log: Any) -> None:
         boxes = [e for e in s.events if e.event == "sandbox"]
         assert type(boxes[0]).__name__ == "SandboxEvent"
         assert [(e.action, e.cmd, e.result) for e in boxes] == [(e.action, e.cmd, e.result) for e in mine]
-        assert all(e.options["host"] == m.host for e, m in zip(boxes, mine))
+        assert all(e.options["host"] == m.host for e, m in zip(boxes, mine, strict=True))
         assert all(e.completed is not None and e.completed >= e.timestamp for e in boxes)
         models = [e for e in s.events if e.event == "model"]
-        assert [len(e.input) for e in models] == [e.input_messages for e in ours[str(s.id)].events if e.event == "model"]
+        counted = [e.input_messages for e in ours[str(s.id)].events if e.event == "model"]
+        assert [len(e.input) for e in models] == counted
 
 
 @pytest.mark.celery
@@ -170,7 +171,6 @@ async def test_a_chatty_tool_is_bounded_per_call(tmp_path: Path) -> None:
     from orchestrator.model import ModelOutput, get_model
     from orchestrator.solver import generate, use_tools
     from orchestrator.util._sandbox_recorder import MAX_SANDBOX_EXECS
-
     from tests.eval.tasks.sandbox_events import exec_n
 
     def policy(messages, tools):  # type: ignore[no-untyped-def]

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.benchmarks.swe import ContainerCounter, StartCounter
 from orchestrator.eval import Task, eval_async
+from tests.benchmarks.swe import ContainerCounter, StartCounter
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "swe_mini.py"
@@ -53,7 +53,7 @@ def _scores(log: Any) -> dict[str, str]:
 @pytest.mark.parametrize(("policy", "expected"), [("fixer", "C"), ("noop", "I")])
 async def test_embedded_docker(tmp_path: Path, swe_images: list[str], policy: str, expected: str) -> None:
     [log] = await eval_async(str(EXAMPLE), f"scripted/{policy}", log_dir=tmp_path, sandbox="docker")
-    assert _scores(log) == {name: expected for name in NAMES}
+    assert _scores(log) == dict.fromkeys(NAMES, expected)
     calc = next(s for s in log.samples if s.id == "calc")
     tools = [e for e in calc.events if e.event == "tool"]
     assert [e.function for e in tools] == (["bash", "text_editor", "bash", "submit"] if policy == "fixer"
@@ -67,7 +67,8 @@ async def test_embedded_docker(tmp_path: Path, swe_images: list[str], policy: st
 def _assert_service_was_asked(log: Any) -> None:
     """The "api" sample's tests reached its second container, and its scorer read that container's log."""
     api = next(s for s in log.samples if s.id == "api")
-    reads = [e for e in api.events if e.event == "sandbox" and e.action == "read_file" and e.file == "/tmp/requests.log"]
+    reads = [e for e in api.events if e.event == "sandbox" and e.action == "read_file"
+             and e.file == "/tmp/requests.log"]
     assert len(reads) == 1 and "GET /price/apple" in (reads[0].output or ""), reads
 
 
@@ -81,7 +82,7 @@ async def test_two_workers_through_redis(tmp_path: Path, swe_images: list[str],
     counter = ContainerCounter(pids, interval=0.1)
     async with StartCounter() as starts, counter.running():
         [log] = await eval_async(str(EXAMPLE), "scripted/fixer", log_dir=tmp_path, broker=fleet.redis.url)
-    assert _scores(log) == {name: "C" for name in NAMES}
+    assert _scores(log) == dict.fromkeys(NAMES, "C")
     _assert_service_was_asked(log)
     hosts = {e.host for s in log.samples for e in s.events if e.event == "tool" and e.function == "bash"}
     assert hosts and hosts <= {w.host for w in workers}
@@ -91,14 +92,14 @@ async def test_two_workers_through_redis(tmp_path: Path, swe_images: list[str],
     # One container per sample, two for "api" (pool_size 0: no spares), never more per worker than its slots, and
     # nothing left on either worker after the eval.
     assert sum(starts.starts(pids)) == len(NAMES) + 1
-    assert 1 <= max(counter.peaks) and all(peak <= slots for peak in counter.peaks), counter.peaks
+    assert max(counter.peaks) >= 1 and all(peak <= slots for peak in counter.peaks), counter.peaks
     assert await counter.counts() == [0, 0]
 
 
 @pytest.mark.slow  # runs its samples in local sandboxes (child processes)
 async def test_without_images_repositories_travel_as_directories(tmp_path: Path) -> None:
     [log] = await eval_async(str(EXAMPLE), "scripted/fixer", log_dir=tmp_path, task_args={"images": False})
-    assert _scores(log) == {name: "C" for name in SINGLE}
+    assert _scores(log) == dict.fromkeys(SINGLE, "C")
 
 
 @pytest.mark.slow  # runs its samples in local sandboxes (child processes)

@@ -12,8 +12,7 @@ from orchestrator.eval import Task
 from orchestrator.eval._task_tools import MAX_OBJECTS, import_hint, worker_tools
 from orchestrator.solver import TaskState, generate, solver, use_tools
 from orchestrator.tool import ToolDef, bash
-from tests.support import sample_tools as st
-from tests.support import task_code_tools as user
+from tests.support import sample_tools as st, task_code_tools as user
 from tests.support.task_code_tools import grade
 
 USER = user.__name__

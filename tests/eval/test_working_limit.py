@@ -148,7 +148,7 @@ async def test_a_working_limit_in_the_limits_api_stacks_and_reports_its_usage() 
     with outer:
         with suspend_working_limit():
             await asyncio.sleep(0.3)
-        with pytest.raises(Exception) as info, inner:
+        with pytest.raises(Exception) as info, inner:  # noqa: PT011 - the class and fields are asserted below
             await asyncio.sleep(30)  # interrupted by the inner limit's timer
         assert type(info.value).__name__ == "LimitExceededError" and info.value.type == "working"
         assert info.value.source is inner

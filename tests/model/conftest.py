@@ -13,10 +13,10 @@ _ROOT = str(Path(__file__).resolve().parents[2])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from orchestrator.log import Transcript, bind_transcript  # noqa: E402
-from orchestrator.model import RetryPolicy  # noqa: E402
-from tests.support.anthropic_server import AnthropicServer  # noqa: E402
-from tests.support.openai_server import OpenAIServer  # noqa: E402
+from orchestrator.log import Transcript, bind_transcript  # noqa: E402 - after the sys.path line above
+from orchestrator.model import RetryPolicy  # noqa: E402 - after the sys.path line above
+from tests.support.anthropic_server import AnthropicServer  # noqa: E402 - after the sys.path line above
+from tests.support.openai_server import OpenAIServer  # noqa: E402 - after the sys.path line above
 
 
 @pytest.fixture

@@ -158,7 +158,8 @@ async def test_images_are_sent_as_image_blocks(anthropic_server: AnthropicServer
 
 
 async def test_thinking_is_kept_in_history_and_log_and_sent_back(anthropic_server: AnthropicServer) -> None:
-    anthropic_server.enqueue(message(thinking("Let me add.", "sig-xyz"), {"type": "redacted_thinking", "data": "opaque"},
+    anthropic_server.enqueue(message(thinking("Let me add.", "sig-xyz"),
+                                     {"type": "redacted_thinking", "data": "opaque"},
                                      "I will add.", tool_use("anthropic_test_add", {"x": 1}, id="toolu_1")),
                              message("1"))
     model = model_for(anthropic_server)

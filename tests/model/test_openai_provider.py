@@ -119,7 +119,8 @@ async def test_malformed_arguments_become_parse_error(openai_server: OpenAIServe
     assert ok.parse_error is None and ok.arguments == {"x": 5}
 
 
-@pytest.mark.parametrize(("raw", "arguments"), [("[1, 2]", {"x": [1, 2]}), ("not json at all", {"x": "not json at all"}),
+@pytest.mark.parametrize(("raw", "arguments"), [("[1, 2]", {"x": [1, 2]}),
+                                                ("not json at all", {"x": "not json at all"}),
                                                ('{"x": 1}""', {"x": 1})])
 async def test_non_object_arguments_are_recovered_as_inspect_does(openai_server: OpenAIServer, raw: str,
                                                                   arguments: dict) -> None:
@@ -240,7 +241,8 @@ async def test_message_history_and_config_sent_in_wire_format(openai_server: Ope
         {"role": "tool", "tool_call_id": "c1", "content": "3"},
         {"role": "tool", "tool_call_id": "c2", "content": "Error: x: '?' is not of type 'integer'"},
     ]
-    assert (body["max_tokens"], body["temperature"], body["top_p"], body["seed"], body["stop"]) == (50, 0.0, 0.5, 7, ["END"])
+    sent = (body["max_tokens"], body["temperature"], body["top_p"], body["seed"], body["stop"])
+    assert sent == (50, 0.0, 0.5, 7, ["END"])
 
 
 async def test_base_url_and_key_from_environment(openai_server: OpenAIServer, monkeypatch) -> None:
@@ -269,7 +271,8 @@ async def test_model_event_is_inside_a_model_span(openai_server: OpenAIServer) -
     [event] = t.find(ModelEvent)
     assert begin.type == "model" and begin.name == "openai/test-model"
     assert event.span_id == begin.id
-    assert event.model == "openai/test-model" and [t.name for t in event.tools] == ["model_test_add"] and event.tool_choice == "auto"
+    assert event.model == "openai/test-model"
+    assert [t.name for t in event.tools] == ["model_test_add"] and event.tool_choice == "auto"
     assert event.usage.total_tokens == 15 and event.output.stop_reason == "tool_calls"
 
 

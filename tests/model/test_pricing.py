@@ -53,7 +53,8 @@ def test_cost(model: str, usage: ModelUsage, batch: bool, dollars: float | None)
 
 @pytest.mark.parametrize(("usage", "text"), [
     ({"a/x": ModelUsage(total_tokens=5, total_cost=0.01234)}, "$0.0123"),
-    ({"a/x": ModelUsage(total_tokens=5, total_cost=0.01), "b/y": ModelUsage(total_tokens=5, total_cost=0.02)}, "$0.0300"),
+    ({"a/x": ModelUsage(total_tokens=5, total_cost=0.01), "b/y": ModelUsage(total_tokens=5, total_cost=0.02)},
+     "$0.0300"),
     ({"a/x": ModelUsage(total_tokens=5)}, "unknown (no price for a/x; see --model-prices)"),
     ({"a/x": ModelUsage(total_tokens=5, total_cost=0.5), "b/y": ModelUsage(total_tokens=5)},
      "$0.5000 + unknown (no price for b/y; see --model-prices)"),

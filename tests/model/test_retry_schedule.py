@@ -49,5 +49,5 @@ def test_parse_retry_after(headers, expected) -> None:
 
 
 def test_policy_rejects_unknown_fields() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="max_retry"):
         RetryPolicy(max_retry=3)

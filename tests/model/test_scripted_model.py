@@ -130,7 +130,8 @@ def test_unknown_provider() -> None:
 
 async def test_model_event_span_and_usage() -> None:
     usage = ModelUsage(input_tokens=7, output_tokens=3, total_tokens=10)
-    model = get_model("scripted", outputs=[ModelOutput(choices=ModelOutput.from_content("s", "hi").choices, usage=usage)])
+    model = get_model("scripted", outputs=[ModelOutput(choices=ModelOutput.from_content("s", "hi").choices,
+                                                       usage=usage)])
     t = Transcript()
     with bind_transcript(t), usage_scope("sample") as counter:
         output = await model.generate("hello", tools=[echo()])
@@ -139,7 +140,8 @@ async def test_model_event_span_and_usage() -> None:
     [event] = t.find(ModelEvent)
     assert (begin.type, begin.name) == ("model", "scripted/scripted")
     assert event.span_id == begin.id and event.input_messages == 1 and event.retries == 0
-    assert [t.name for t in event.tools] == ["model_test_echo"] and event.tools[0].description and event.tool_choice == "auto"
+    assert [t.name for t in event.tools] == ["model_test_echo"]
+    assert event.tools[0].description and event.tool_choice == "auto"
     assert event.output.completion == "hi"
     # Priced as the price table says (the scripted model costs nothing).
     assert counter.own.total_tokens == 10
@@ -311,6 +313,6 @@ async def test_model_span_is_a_child_of_the_enclosing_span() -> None:
     t = Transcript()
     with bind_transcript(t), span("researcher", type="agent") as agent_span:
         await get_model("scripted").generate("x")
-    model_begin = [e for e in t.find(SpanBeginEvent) if e.type == "model"][0]
+    model_begin = next(e for e in t.find(SpanBeginEvent) if e.type == "model")
     assert model_begin.parent_id == agent_span
     assert t.find(ModelEvent)[0].span_id == model_begin.id

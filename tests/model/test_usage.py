@@ -62,10 +62,9 @@ def test_nested_scopes_start_fresh_and_roll_up_as_child_figures() -> None:
 
 
 def test_roll_up_is_live_so_parent_limits_see_a_running_child() -> None:
-    with usage_scope("sample") as sample:
-        with usage_scope("child"):
-            record_model_usage("m", u(100, 0))
-            assert sample.limit_tokens == 100 and sample.children["child"].total_tokens == 100
+    with usage_scope("sample") as sample, usage_scope("child"):
+        record_model_usage("m", u(100, 0))
+        assert sample.limit_tokens == 100 and sample.children["child"].total_tokens == 100
 
 
 def test_scope_excluded_from_limits_is_reported_but_not_limited() -> None:

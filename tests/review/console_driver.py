@@ -19,13 +19,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from orchestrator.approval import ApprovalPolicy, NoTerminalError, human_approver  # noqa: E402
-from orchestrator.log import ApprovalEvent, ReviewEvent, Transcript, bind_transcript  # noqa: E402
-from orchestrator.model import ChatMessageAssistant, ChatMessageUser, execute_tools  # noqa: E402
-from orchestrator.review import ReviewPolicy, human_reviewer, pending_reviews, review_policy_from_file  # noqa: E402
-from orchestrator.tool import ToolCall  # noqa: E402
-from orchestrator.util import TerminateSampleError  # noqa: E402
-from tests.review import review_tools as rt  # noqa: E402,F401  (registers output_monitor etc.)
+from orchestrator.approval import ApprovalPolicy, NoTerminalError, human_approver
+from orchestrator.log import ApprovalEvent, ReviewEvent, Transcript, bind_transcript
+from orchestrator.model import ChatMessage, ChatMessageAssistant, ChatMessageTool, ChatMessageUser, execute_tools
+from orchestrator.review import ReviewPolicy, human_reviewer, pending_reviews, review_policy_from_file
+from orchestrator.tool import ToolCall
+from orchestrator.util import TerminateSampleError
+from tests.review import review_tools as rt  # registers output_monitor etc.
 
 COMMANDS = ["ls -la", "cat SUSPICIOUS.txt", "echo hi"]
 
@@ -40,7 +40,8 @@ async def one_round(args: argparse.Namespace, index: int) -> None:
     commands = [args.command, *COMMANDS[1:]] if args.command else COMMANDS
     tool_calls = [ToolCall(id=f"r{index}c{i}", function="shell", arguments={"command": commands[i], "cwd": "data"})
                   for i in range(args.calls)]
-    messages = [ChatMessageUser(content="go"), ChatMessageAssistant(content="Running the command.", tool_calls=tool_calls)]
+    messages: list[ChatMessage] = [ChatMessageUser(content="go"),
+                                   ChatMessageAssistant(content="Running the command.", tool_calls=tool_calls)]
     kwargs: dict = {}
     if args.mode == "review":
         kwargs["review"] = review_policy_from_file(args.yaml) if args.yaml else [ReviewPolicy(human_reviewer(choices))]
@@ -51,12 +52,14 @@ async def one_round(args: argparse.Namespace, index: int) -> None:
         with bind_transcript(transcript):
             result = await execute_tools(messages, [rt.shell()], max_output=args.max_output, **kwargs)
         for m in result.messages:
-            print(f"OUTCOME result {m.tool_call_id}: {m.error.type + ': ' + m.error.message if m.error else m.text}", flush=True)
+            assert isinstance(m, ChatMessageTool)
+            print(f"OUTCOME result {m.tool_call_id}: {m.error.type + ': ' + m.error.message if m.error else m.text}",
+                  flush=True)
     except TerminateSampleError as exc:
         print(f"OUTCOME terminated: {exc.reason}", flush=True)
     except NoTerminalError as exc:
         print(f"OUTCOME no-terminal: {exc}", flush=True)
-        raise SystemExit(3)
+        raise SystemExit(3) from None
     for e in transcript.find(ReviewEvent):
         print(f"EVENT review {e.call.id} {e.reviewer} {e.decision} {e.explanation}", flush=True)
     for e in transcript.find(ApprovalEvent):

@@ -19,6 +19,7 @@ from tests.review import review_tools as rt
 @scripted_policy("fetch_then_answer")
 def fetch_then_answer(messages: list[Any], tools: list[Any]) -> ModelOutput:
     state = sample_state()
+    assert state is not None, "a scripted policy runs inside a sample"
     if not any(isinstance(m, ChatMessageTool) for m in messages):
         return ModelOutput.for_tool_call("scripted", "curl", {"url": f"http://example.com/{state.sample_id}"},
                                          tool_call_id=f"curl-{state.sample_id}")

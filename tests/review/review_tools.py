@@ -88,7 +88,7 @@ def scripted_review(decision: str = "continue", explanation: str | None = None, 
                          "history": list(history)})
         if when is not None and not when(call, output):
             return Review(decision="escalate", explanation="not mine")
-        return Review(decision=decision, explanation=explanation)  # type: ignore[arg-type]
+        return Review(decision=decision, explanation=explanation)
 
     return review
 

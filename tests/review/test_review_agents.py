@@ -78,10 +78,10 @@ async def test_s13b_the_sub_agents_own_calls_are_reviewed_as_they_run(bound) -> 
 
 async def test_s13c_terminating_a_handoff_ends_the_sample(bound) -> None:
     """A ``terminate`` on the handoff (after the sub-agent returned) ends the sample as an operator limit."""
-    with review_policy_scope([ReviewPolicy(rt.scripted_review("terminate", explanation="no delegation"),
-                                           tools="transfer_to_*")]):
-        with pytest.raises(TerminateSampleError, match="no delegation"):
-            await run(parent_agent(helper_agent()), "please add")
+    with (review_policy_scope([ReviewPolicy(rt.scripted_review("terminate", explanation="no delegation"),
+                                            tools="transfer_to_*")]),
+          pytest.raises(TerminateSampleError, match="no delegation")):
+        await run(parent_agent(helper_agent()), "please add")
     assert decisions(bound) == [("p1", "transfer_to_helper", "terminate")]
     assert any(isinstance(e, ToolEvent) and e.id == "h1" for e in bound.events)  # the sub-agent did run
 

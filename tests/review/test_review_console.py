@@ -118,7 +118,8 @@ def test_no_terminal_is_a_clear_error_not_a_hang() -> None:
     proc = subprocess.run([sys.executable, DRIVER, "review"], cwd=str(ROOT), stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 3, proc.stderr
-    assert "OUTCOME no-terminal: A human review decision is needed but stdin is not an interactive terminal" in proc.stdout
+    expected = "OUTCOME no-terminal: A human review decision is needed but stdin is not an interactive terminal"
+    assert expected in proc.stdout
     assert "--review policy.yaml" in proc.stdout
 
 

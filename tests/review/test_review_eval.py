@@ -15,8 +15,7 @@ from typing import Any
 import pexpect
 import pytest
 
-from orchestrator.eval import eval_async
-from orchestrator.eval import load_task
+from orchestrator.eval import eval_async, load_task
 from orchestrator.log import ReviewEvent, ToolEvent
 from orchestrator.review import Review, ReviewPolicy
 from tests.review import review_tools as rt
@@ -42,7 +41,8 @@ def decisions(sample: Any) -> list[tuple[str | None, str]]:
 
 
 async def evaluate(t: Any, tmp_path: Path, dispatcher: Any, **kwargs: Any) -> Any:
-    [log] = await eval_async(t, "scripted/fetch_then_answer", log_dir=tmp_path / "logs", dispatcher=dispatcher, **kwargs)
+    [log] = await eval_async(t, "scripted/fetch_then_answer", log_dir=tmp_path / "logs", dispatcher=dispatcher,
+                             **kwargs)
     return log
 
 
@@ -103,7 +103,7 @@ async def test_s24_eval_a_reviewer_exception_ends_the_sample_with_an_error(tmp_p
 async def test_s20a_eval_review_human_without_a_terminal_is_a_clear_error(tmp_path, dispatcher, monkeypatch) -> None:
     """"eval(review="human") reviews every call's result" with a person; with no terminal the sample fails at
     once with a clear error instead of waiting forever."""
-    monkeypatch.setattr(sys, "stdin", open(os.devnull))
+    monkeypatch.setattr(sys, "stdin", open(os.devnull))  # noqa: SIM115 - stdin for the test's duration
     log = await evaluate(task(), tmp_path, dispatcher, review="human")
     [sample] = log.samples
     assert sample.error is not None
@@ -173,4 +173,5 @@ async def test_s26_eval_cancelling_a_call_under_review_is_an_operator_limit(tmp_
     assert decisions(sample) == []
     [tool_event] = [e for e in sample.events if isinstance(e, ToolEvent)]
     assert "HTTP/1.1 200" in tool_event.result
-    assert any(isinstance(e, InfoEvent) and e.source == "review" and e.data["cancelled_by"] == "operator" for e in sample.events)
+    assert any(isinstance(e, InfoEvent) and e.source == "review"
+               and e.data["cancelled_by"] == "operator" for e in sample.events)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from orchestrator._wire import CallRequest, ToolExecutionFatal
 from orchestrator.approval import Approval, ApprovalPolicy
 from orchestrator.dispatch import Dispatcher, reset_active_dispatcher, set_active_dispatcher
 from orchestrator.log import InfoEvent, ReviewEvent, ToolEvent, Transcript, bind_transcript
@@ -39,17 +40,16 @@ from orchestrator.review import (
     reviewer,
 )
 from orchestrator.tool import ToolCall
-from orchestrator.util import TerminateSampleError
+from orchestrator.util import LimitExceededError, TerminateSampleError
 from orchestrator.util._limits import check_limits, record_turn, time_limit, token_limit, turn_limit
-from orchestrator.util import LimitExceededError
-from orchestrator._wire import CallRequest, ToolExecutionFatal
 from tests.distributed._helpers import starts
 from tests.review import review_tools as rt
 from tests.support import sample_tools as st
 from tests.support.waits import until
 from workers.executor import execute_call
 
-TOOLS = [st.add(), st.text_of_size(), st.fail(), st.sleeper(), st.gated(), rt.curl(), rt.shell(), rt.raise_approval_error(), rt.chatty()]
+TOOLS = [st.add(), st.text_of_size(), st.fail(), st.sleeper(), st.gated(), rt.curl(), rt.shell(),
+         rt.raise_approval_error(), rt.chatty()]
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -72,7 +72,8 @@ async def run(dispatcher: Dispatcher, tool_calls: list[ToolCall], tools: list[An
     return result, transcript
 
 
-def policy(decision: str = "continue", tools: str | list[str] = "*", seen: list | None = None, **kw: Any) -> ReviewPolicy:
+def policy(decision: str = "continue", tools: str | list[str] = "*", seen: list | None = None,
+           **kw: Any) -> ReviewPolicy:
     return ReviewPolicy(rt.scripted_review(decision, seen=seen, **kw), tools=tools)
 
 
@@ -86,7 +87,7 @@ def _events(log: str) -> list[tuple[str, str]]:
 
 
 def kinds(transcript: Transcript) -> list[str]:
-    return [getattr(e, "event") for e in transcript.events]
+    return [e.event for e in transcript.events]
 
 
 def reviews(transcript: Transcript) -> list[tuple[str | None, str, str]]:
@@ -114,7 +115,8 @@ def blocking_review(release: asyncio.Event | None = None) -> Any:
 # -- the opening summary -------------------------------------------------------------------------
 
 
-async def test_s01_review_happens_after_the_tool_returned_and_before_the_result_reaches_the_model(dispatcher, tmp_path) -> None:
+async def test_s01_review_happens_after_the_tool_returned_and_before_the_result_reaches_the_model(
+    dispatcher, tmp_path) -> None:
     """"Review happens after the tool has returned and before the result is handed back to the model."""
     marker = tmp_path / "side-effect"
     seen: list = []
@@ -131,7 +133,8 @@ async def test_s01_review_happens_after_the_tool_returned_and_before_the_result_
 async def test_s02_results_no_policy_covers_continue(dispatcher) -> None:
     """"Results that no policy covers continue."""
     seen: list = []
-    result, transcript = await run(dispatcher, calls(("add", {"x": 1, "y": 2})), review=[policy("terminate", tools="curl", seen=seen)])
+    result, transcript = await run(dispatcher, calls(("add", {"x": 1, "y": 2})),
+                                   review=[policy("terminate", tools="curl", seen=seen)])
     assert [m.text for m in result.messages] == ["3"]
     assert seen == [] and transcript.find(ReviewEvent) == []
 
@@ -155,13 +158,15 @@ async def test_s04_a_reviewer_can_end_a_sample_on_evidence_only_in_the_tool_outp
 
     async def must_fail(message, call, result, output, view, history) -> Review:
         if result.error is None:
-            return Review(decision="terminate", explanation=f"{call.function} was required to fail but returned {output!r}.")
+            return Review(decision="terminate",
+                          explanation=f"{call.function} was required to fail but returned {output!r}.")
         return Review(decision="continue")
 
     # "none" is not an error kind: the command succeeds, which the policy forbids.
     with pytest.raises(TerminateSampleError, match="required to fail but returned 'no error'"):
         await run(dispatcher, calls(("fail", {"kind": "none"})), review=[ReviewPolicy(must_fail, tools="fail")])
-    result, _ = await run(dispatcher, calls(("fail", {"kind": "tool_error"})), review=[ReviewPolicy(must_fail, tools="fail")])
+    result, _ = await run(dispatcher, calls(("fail", {"kind": "tool_error"})),
+                          review=[ReviewPolicy(must_fail, tools="fail")])
     assert result.messages[0].error.type == "unknown"
 
 
@@ -169,7 +174,8 @@ async def test_s05_policy_is_ordered_and_the_first_non_escalating_reviewer_decid
     """"Each policy names a reviewer and the tools it covers; policies are evaluated in order, and the
     first reviewer that does not escalate decides."""
     first, second, third = [], [], []
-    review = [policy("escalate", seen=first), policy("continue", tools="add", seen=second), policy("terminate", seen=third)]
+    review = [policy("escalate", seen=first), policy("continue", tools="add", seen=second),
+              policy("terminate", seen=third)]
     result, transcript = await run(dispatcher, calls(("add", {"x": 2, "y": 2})), review=review)
     assert [m.text for m in result.messages] == ["4"]
     assert (len(first), len(second), len(third)) == (1, 1, 0)
@@ -180,7 +186,8 @@ async def test_s06_escalate_hands_over_like_an_approver(dispatcher) -> None:
     """"Escalate (not deciding, handing this one to the next reviewer) works as for approvers." An
     escalation skips reviewers whose tools do not match and lands on the next matching one."""
     skipped: list = []
-    review = [policy("escalate"), policy("continue", tools="curl", seen=skipped), policy("terminate", tools=["add", "fail"])]
+    review = [policy("escalate"), policy("continue", tools="curl", seen=skipped),
+              policy("terminate", tools=["add", "fail"])]
     with pytest.raises(TerminateSampleError):
         await run(dispatcher, calls(("add", {"x": 1, "y": 1})), review=review)
     assert skipped == []
@@ -194,7 +201,7 @@ async def test_s07_continue_hands_the_result_back_unchanged(dispatcher) -> None:
     specs = calls(("text_of_size", {"n": 40000}), ("add", {"x": 5, "y": 6}), ("fail", {"kind": "not_found"}))
     plain, _ = await run(dispatcher, specs)
     reviewed, transcript = await run(dispatcher, specs, review=[policy("continue")])
-    strip = lambda r: [m.model_dump(exclude={"id"}) for m in r.messages]  # noqa: E731
+    strip = lambda r: [m.model_dump(exclude={"id"}) for m in r.messages]  # noqa: E731 - a one-line local helper
     assert strip(reviewed) == strip(plain)
     assert [d for _, _, d in reviews(transcript)] == ["continue"] * 3
 
@@ -256,7 +263,7 @@ async def test_s11_uncovered_results_and_all_escalations_continue(dispatcher) ->
     """"A result no policy covers, or one every matching reviewer escalates, continues."""
     result, transcript = await run(dispatcher, calls(("add", {"x": 1, "y": 1}), ("curl", {"url": "http://x"})),
                                    review=[policy("escalate", tools="add"), policy("escalate", tools="add")])
-    assert [m.text for m in result.messages][0] == "2" and "HTTP/1.1 200" in result.messages[1].text
+    assert next(m.text for m in result.messages) == "2" and "HTTP/1.1 200" in result.messages[1].text
     # The two escalations are recorded, then the outcome (nobody picked it up: continue); curl: nothing.
     assert reviews(transcript) == [("scripted_review", "c0", "escalate"), ("scripted_review", "c0", "escalate"),
                                    (None, "c0", "continue")]
@@ -274,11 +281,13 @@ async def test_s12_only_executed_calls_are_reviewed(dispatcher) -> None:
         return Approval(decision="reject" if call.function == "curl" else "approve")
 
     seen: list = []
-    specs = calls(("curl", {"url": "http://x"}), ("add", {"x": "not a number", "y": 1}), ("nope", {}), ("add", {"x": 1, "y": 1}))
+    specs = calls(("curl", {"url": "http://x"}), ("add", {"x": "not a number", "y": 1}), ("nope", {}),
+                  ("add", {"x": 1, "y": 1}))
     specs.append(ToolCall(id="c4", function="add", parse_error="Expecting value: line 1 column 1"))
     result, transcript = await run(dispatcher, specs, review=[policy("continue", seen=seen)],
                                    approval=[ApprovalPolicy(reject_curl, "*")])
-    assert [m.error.type if m.error else None for m in result.messages] == ["approval", "parsing", "parsing", None, "parsing"]
+    kinds = [m.error.type if m.error else None for m in result.messages]
+    assert kinds == ["approval", "parsing", "parsing", None, "parsing"]
     assert [s["call"].id for s in seen] == ["c3"]
     assert reviews(transcript) == [("scripted_review", "c3", "continue")]
 
@@ -289,7 +298,7 @@ async def test_s14_errors_from_executed_tools_are_reviewed_including_parsing_and
     seen: list = []
     specs = calls(("fail", {"kind": "parsing"}), ("raise_approval_error", {"message": "inner approval said no"}),
                   ("fail", {"kind": "timeout"}))
-    result, transcript = await run(dispatcher, specs, review=[policy("continue", seen=seen)])
+    _result, transcript = await run(dispatcher, specs, review=[policy("continue", seen=seen)])
     by_call = {s["call"].id: s["result"].error for s in seen}
     assert {k: (v.type, v.message) for k, v in by_call.items()} == {
         "c0": ("parsing", "bad input shape"),
@@ -305,9 +314,11 @@ async def test_s14_errors_from_executed_tools_are_reviewed_including_parsing_and
 async def test_s22_a_custom_reviewer_is_an_async_function_returning_a_review(dispatcher) -> None:
     """"A reviewer is an async function. It receives the tool call, the call's result and the conversation,
     and returns a Review." (The design's ``no_network`` example, registered with ``@reviewer``.)"""
-    with pytest.raises(TerminateSampleError, match="The agent reached the network."):
-        await run(dispatcher, calls(("curl", {"url": "http://example.com"})), review=[ReviewPolicy(rt.no_network(), tools="*")])
-    result, transcript = await run(dispatcher, calls(("add", {"x": 1, "y": 1})), review=[ReviewPolicy(rt.no_network())])
+    with pytest.raises(TerminateSampleError, match=r"The agent reached the network\."):
+        await run(dispatcher, calls(("curl", {"url": "http://example.com"})),
+                  review=[ReviewPolicy(rt.no_network(), tools="*")])
+    _result, transcript = await run(dispatcher, calls(("add", {"x": 1, "y": 1})),
+                                    review=[ReviewPolicy(rt.no_network())])
     assert reviews(transcript) == [("no_network", "c0", "continue")]
 
 
@@ -323,7 +334,8 @@ async def test_s23b_call_is_the_executed_call_with_approver_modifications(dispat
 
     async def double_x(message, call, view, history) -> Approval:
         return Approval(decision="modify", modified=ToolCall(id=call.id, function=call.function,
-                                                             arguments={**call.arguments, "x": call.arguments["x"] * 2}))
+                                                             arguments={
+                                                                 **call.arguments, "x": call.arguments["x"] * 2}))
 
     seen: list = []
     result, _ = await run(dispatcher, calls(("add", {"x": 10, "y": 1})), review=[policy(seen=seen)],
@@ -393,7 +405,8 @@ async def test_s24_a_reviewer_exception_ends_the_sample_with_an_error(dispatcher
     with pytest.raises(RuntimeError, match="approver broke"):
         await run(dispatcher, specs, approval=[ApprovalPolicy(broken_approver, "*")])
     assert transcript.find(ReviewEvent) == []
-    assert {e.id: e.error.type if e.error else None for e in transcript.find(ToolEvent)} == {"c0": None, "c1": "cancelled"}
+    kinds = {e.id: e.error.type if e.error else None for e in transcript.find(ToolEvent)}
+    assert kinds == {"c0": None, "c1": "cancelled"}
 
 
 async def test_s25_a_reviewers_own_model_calls_do_not_count_toward_sample_limits(dispatcher) -> None:
@@ -401,7 +414,8 @@ async def test_s25_a_reviewers_own_model_calls_do_not_count_toward_sample_limits
     usage = ModelUsage(input_tokens=400, output_tokens=100, total_tokens=500)
 
     def judge() -> Any:
-        return get_model("scripted", outputs=[ModelOutput.from_content("judge", "fine").model_copy(update={"usage": usage})] * 5)
+        return get_model("scripted",
+                         outputs=[ModelOutput.from_content("judge", "fine").model_copy(update={"usage": usage})] * 5)
 
     @reviewer(name="model_judge")
     def model_judge() -> Any:
@@ -415,8 +429,10 @@ async def test_s25_a_reviewers_own_model_calls_do_not_count_toward_sample_limits
         return review
 
     transcript = Transcript()
-    with bind_transcript(transcript), usage_scope("sample") as sample, token_limit(100) as tokens, turn_limit(0) as turns:
-        await run(dispatcher, calls(("add", {"x": 1, "y": 1})), review=[ReviewPolicy(model_judge())], transcript=transcript)
+    with (bind_transcript(transcript), usage_scope("sample") as sample, token_limit(100) as tokens,
+          turn_limit(0) as turns):
+        await run(dispatcher, calls(("add", {"x": 1, "y": 1})), review=[ReviewPolicy(model_judge())],
+                  transcript=transcript)
         check_limits()  # nothing breached
         assert (tokens.usage, turns.usage) == (0, 0)
         assert sample.total_tokens == 500  # still reported in the sample's usage, as a child figure
@@ -433,11 +449,13 @@ async def test_s25_a_reviewers_own_model_calls_do_not_count_toward_sample_limits
 # -- cancellation ----------------------------------------------------------------------------------
 
 
-async def test_s26_cancelling_a_call_while_its_review_is_pending_stops_the_sample_as_an_operator_limit(dispatcher) -> None:
+async def test_s26_cancelling_a_call_while_its_review_is_pending_stops_the_sample_as_an_operator_limit(
+    dispatcher) -> None:
     """"Cancelling a tool call before its review has finished stops the sample with an operator limit. The
     completed tool result stays in the record, with an info event recording that the review was cancelled."""
     transcript = Transcript()
-    task = asyncio.ensure_future(run(dispatcher, calls(("add", {"x": 3, "y": 4})), review=[ReviewPolicy(blocking_review())],
+    task = asyncio.ensure_future(run(dispatcher, calls(("add", {"x": 3, "y": 4})),
+                                     review=[ReviewPolicy(blocking_review())],
                                      transcript=transcript))
     await until_pending("c0")
     # The operator cancels from another thread (a UI would); the cancel is thread-safe.
@@ -472,10 +490,9 @@ async def test_s27b_a_time_limit_cancels_pending_reviews_and_keeps_results(dispa
     """"If the sample stops for another reason, unfinished reviewers are cancelled ..." Here: the sample's
     time limit fires while a (human-like) review is pending."""
     transcript = Transcript()
-    with pytest.raises(LimitExceededError) as limit:
-        with time_limit(0.5):
-            await run(dispatcher, calls(("add", {"x": 1, "y": 1}), ("text_of_size", {"n": 3})),
-                      review=[ReviewPolicy(blocking_review())], transcript=transcript)
+    with pytest.raises(LimitExceededError) as limit, time_limit(0.5):
+        await run(dispatcher, calls(("add", {"x": 1, "y": 1}), ("text_of_size", {"n": 3})),
+                  review=[ReviewPolicy(blocking_review())], transcript=transcript)
     assert limit.value.type == "time"
     assert sorted((e.id, e.result) for e in transcript.find(ToolEvent)) == [("c0", "2"), ("c1", "xxx")]
     infos = [e for e in transcript.find(InfoEvent) if e.source == "review"]
@@ -488,7 +505,8 @@ async def test_s28_an_interrupted_review_records_no_decision(dispatcher) -> None
     interruption keeps its event; the interrupted one adds none."""
     transcript = Transcript()
     task = asyncio.ensure_future(run(dispatcher, calls(("add", {"x": 1, "y": 1})),
-                                     review=[policy("escalate"), ReviewPolicy(blocking_review())], transcript=transcript))
+                                     review=[policy("escalate"), ReviewPolicy(blocking_review())],
+                                     transcript=transcript))
     await until_pending("c0")
     await asyncio.sleep(0.05)  # let the escalating reviewer's decision land first
     task.cancel()
@@ -537,7 +555,7 @@ async def test_s31_tools_use_the_approval_glob_syntax_names_and_arguments(dispat
     name together with its arguments."""
     seen: list = []
     review = [policy("terminate", tools=["shell(command='rm *')"], seen=seen), policy("continue", tools="sh*")]
-    result, transcript = await run(dispatcher, calls(("shell", {"command": "ls /"})), review=review)
+    _result, transcript = await run(dispatcher, calls(("shell", {"command": "ls /"})), review=review)
     assert seen == [] and reviews(transcript) == [("scripted_review", "c0", "continue")]
     with pytest.raises(TerminateSampleError):
         await run(dispatcher, calls(("shell", {"command": "rm -rf /"})), review=review)
@@ -550,7 +568,7 @@ async def test_s32_python_policies_are_lists_of_review_policy_objects(dispatcher
     review = [ReviewPolicy(rt.no_network(), tools=["curl", "shell"])]
     assert resolve_review(review) is review
     [human] = resolve_review("human")
-    assert human.tools == "*" and getattr(human.reviewer, "__toolfleet_reviewer__") == "human"
+    assert human.tools == "*" and human.reviewer.__toolfleet_reviewer__ == "human"
     with pytest.raises(TerminateSampleError):
         await run(dispatcher, calls(("curl", {"url": "http://x"})), review=resolve_review(review))
 
@@ -563,7 +581,8 @@ async def test_s35_s36_execute_tools_review_replaces_the_policy_and_restores_it(
     outer = [policy("terminate", tools="*")]
     inner = [policy("continue", tools="add")]
     with review_policy_scope(outer):
-        result, transcript = await run(dispatcher, calls(("add", {"x": 1, "y": 1}), ("curl", {"url": "http://x"})), review=inner)
+        result, transcript = await run(dispatcher, calls(("add", {"x": 1, "y": 1}), ("curl", {"url": "http://x"})),
+                                       review=inner)
         assert active_review_policy() is outer  # restored
         # Without the replacement the outer (eval/task-level) policy applies.
         with pytest.raises(TerminateSampleError):
@@ -580,8 +599,10 @@ async def test_s39_review_event_follows_the_tool_event_and_the_tools_own_events(
     of the call it reviewed and after any events the tool itself emitted. The event records the reviewer's
     name, the call, the decision and the reviewer's explanation; the result and the call's view are on the
     ToolEvent with the same call id."""
-    result, transcript = await run(dispatcher, calls(("chatty", {"n": 3}), ("chatty", {"n": 2}), ("add", {"x": 1, "y": 1})),
-                                   review=[policy("escalate", explanation="unsure"), policy("continue", explanation="ok")])
+    result, transcript = await run(dispatcher, calls(("chatty", {"n": 3}), ("chatty", {"n": 2}),
+                                                     ("add", {"x": 1, "y": 1})),
+                                   review=[policy("escalate", explanation="unsure"),
+                                           policy("continue", explanation="ok")])
     events = transcript.events
     for call_id in ("c0", "c1", "c2"):
         tool_event = next(e for e in events if isinstance(e, ToolEvent) and e.id == call_id)
@@ -633,7 +654,8 @@ async def test_s26b_cancelling_one_of_several_parallel_calls_under_review(dispat
 async def test_s26c_a_late_cancel_of_a_finished_review_is_ignored(dispatcher) -> None:
     """Cancelling after the review decided does not touch whatever the sample does next."""
     release = asyncio.Event()
-    task = asyncio.ensure_future(run(dispatcher, calls(("add", {"x": 1, "y": 1})), review=[ReviewPolicy(blocking_review(release))]))
+    task = asyncio.ensure_future(run(dispatcher, calls(("add", {"x": 1, "y": 1})),
+                                     review=[ReviewPolicy(blocking_review(release))]))
     await until_pending("c0")
     [handle] = [p for p in pending_reviews() if p.call.id == "c0"]
     release.set()

@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from workers.sandbox import build_driver, AgentSandboxEnvironment, SandboxDriver, SandboxRequest, sandbox_config
-
 from tests.support.prerequisites import BASE_IMAGE, IMAGE, sandbox_image  # noqa: F401  (re-exported fixture)
+from workers.sandbox import AgentSandboxEnvironment, SandboxDriver, SandboxRequest, build_driver, sandbox_config
 
 Factory = Callable[..., Awaitable[AgentSandboxEnvironment]]
 

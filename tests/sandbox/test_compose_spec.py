@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from workers.sandbox import sandbox_config
 from orchestrator.util._compose import ComposeError, config_from_compose, parse_duration
+from workers.sandbox import sandbox_config
 
 IMG = "toolfleet/sandbox:latest"
 
@@ -87,7 +87,8 @@ services:
     (["NONE"], None),
 ])
 def test_healthcheck_tests(test: Any, expected: Any) -> None:
-    config = config_from_compose({"services": {"default": {"image": "a"}, "web": {"image": "b", "healthcheck": {"test": test}}}})
+    config = config_from_compose({"services": {"default": {"image": "a"},
+                                               "web": {"image": "b", "healthcheck": {"test": test}}}})
     check = config.services["web"].healthcheck
     assert (check.test if check else None) == expected
 
@@ -104,7 +105,8 @@ REFUSED = [
     ({"services": {"default": {"image": "a", "network_mode": "host"}}}, "network_mode 'host'"),
     ({"services": {"default": {"image": "a", "shm_size": "1g"}}}, "'shm_size' is not supported by toolfleet"),
     ({"services": {"default": {"image": "a"}}, "networks": {"x": {}}}, "top-level 'networks' is not supported"),
-    ({"services": {"a": {"image": "a", "x-default": True}, "b": {"image": "b", "x-default": True}}}, "several services"),
+    ({"services": {"a": {"image": "a", "x-default": True}, "b": {"image": "b", "x-default": True}}},
+     "several services"),
     ({"services": {"default": {"image": "a"}, "bad_name": {"image": "b"}}}, "is not a hostname"),
     ({"services": {"default": {"image": "a"}, "w": {"image": "b", "healthcheck": {"test": "x", "interval": "soon"}}}},
      "unreadable duration"),

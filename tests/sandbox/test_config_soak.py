@@ -12,15 +12,14 @@ from typing import Any
 
 import pytest
 
-from tests.benchmarks.configs import _DOCKER_VARIANTS, Usage, _containers_of, distinct_configs, soak
 from orchestrator.util._sandbox_config import LocalSandboxConfig
 from orchestrator.util._sandbox_parse import sandbox_config
-from workers.sandbox_host import SandboxHost
+from tests.benchmarks.configs import _DOCKER_VARIANTS, Usage, _containers_of, distinct_configs, soak
 from workers.sandbox import SandboxRequest, build_driver
-from workers.sandbox.docker import HostSandboxes
 from workers.sandbox._driver import SandboxDriver
 from workers.sandbox._driver_cache import DriverCache
-
+from workers.sandbox.docker import HostSandboxes
+from workers.sandbox_host import SandboxHost
 
 # --- the configs a soak uses (pure) -------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 
 import docker
@@ -10,7 +11,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from orchestrator.util import SandboxTimeoutError, SandboxUnavailableError
-from workers.sandbox import build_driver, CommandOutOfMemoryError, ExecAgentLostError, SandboxRequest, sandbox_config
+from workers.sandbox import CommandOutOfMemoryError, ExecAgentLostError, SandboxRequest, build_driver, sandbox_config
 from workers.sandbox.docker._labels import EXPIRY, MANAGED, OWNER, OWNER_PID, container_labels
 
 from .fixtures import BASE_IMAGE
@@ -132,10 +133,8 @@ async def test_reaper_removes_leaked_containers(sandbox_factory, client, sandbox
         assert kept not in ids and env.container_id in ids
     finally:
         for cid in (orphan, expired, kept):
-            try:
+            with contextlib.suppress(docker.errors.NotFound):
                 client.api.remove_container(cid, force=True)
-            except docker.errors.NotFound:
-                pass
 
 
 async def test_reaper_runs_periodically(sandbox_factory, client, sandbox_image):
@@ -148,10 +147,8 @@ async def test_reaper_runs_periodically(sandbox_factory, client, sandbox_image):
             await asyncio.sleep(0.2)
         assert leaked not in _container_ids(client)
     finally:
-        try:
+        with contextlib.suppress(docker.errors.NotFound):
             client.api.remove_container(leaked, force=True)
-        except docker.errors.NotFound:
-            pass
 
 
 async def test_destroy_removes_the_container(sandbox_factory, client):
@@ -266,7 +263,8 @@ async def test_the_default_image_speaks_utf8_from_its_locale_archive(sandbox_fac
     env = await sandbox_factory("docker")
     shell = await env.exec(["bash", "--login", "-c", 'X="héllo"; echo "${#X} $(locale charmap)"'])
     assert shell.stdout.strip() == "5 UTF-8", shell.stderr
-    py = await env.exec(["python3", "-c", "import locale, sys; print(locale.getpreferredencoding(), sys.stdout.encoding)"])
+    py = await env.exec(["python3", "-c",
+                         "import locale, sys; print(locale.getpreferredencoding(), sys.stdout.encoding)"])
     assert py.stdout.split() == ["UTF-8", "utf-8"]
     assert (await env.exec(["localedef", "--list-archive"])).stdout.split() == ["C.utf8"]
 

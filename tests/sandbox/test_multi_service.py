@@ -1,10 +1,14 @@
-"""Multi-service sandboxes with real Docker: the services join the default container's network
-namespace (loopback only, names resolve to 127.0.0.1), start and become healthy together, count
-against the host's capacity one container each, and are removed together; a service that cannot
-start or never becomes healthy fails the sandbox in one sentence and leaves nothing behind."""
+"""Multi-service sandboxes with real Docker: as compose runs them, each service has its own network
+namespace on a network of the sandbox's own and reaches the others by name (a service listening on
+127.0.0.1 only is reachable from itself, not from the default container); they start and become
+healthy together, count against the host's capacity one container each, and are removed together
+with their network and its rules; a service that cannot start or never becomes healthy fails the
+sandbox in one sentence and leaves nothing behind. On a host that cannot enforce a network policy the
+services of a 'none' sandbox share the default container's loopback-only namespace instead."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import subprocess
 from collections.abc import AsyncIterator
@@ -13,13 +17,14 @@ from typing import Any
 import pytest
 
 from orchestrator.util import SandboxUnavailableError
-from workers.sandbox import build_driver, SandboxImageError, SandboxRequest, sandbox_config
+from workers.sandbox import SandboxImageError, SandboxRequest, build_driver, sandbox_config
 from workers.sandbox.docker import host_sandboxes
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
 IMAGE = "toolfleet/sandbox:latest"
-WEB = {"image": IMAGE, "command": ["sh", "-c", "echo up > /tmp/hello.txt; cd /tmp; exec python3 -m http.server 8080 --bind 127.0.0.1"],
+WEB = {"image": IMAGE,
+       "command": ["sh", "-c", "echo up > /tmp/hello.txt; cd /tmp; exec python3 -m http.server 8080 --bind 127.0.0.1"],
        "healthcheck": {"test": ["python3", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:8080/hello.txt')"],
                        "interval": 0.2, "retries": 50}}
 
@@ -29,7 +34,7 @@ def _containers() -> list[dict[str, str]]:
     out = subprocess.run(["docker", "ps", "-a", "--filter", f"label=toolfleet.owner_pid={os.getpid()}",
                           "--format", '{{.Names}} {{.Label "toolfleet.service"}}'],
                          capture_output=True, text=True, timeout=60, check=True).stdout
-    return [dict(zip(("name", "service"), (line.split(" ") + [""])[:2])) for line in out.splitlines()]
+    return [dict(zip(("name", "service"), ([*line.split(" "), ""])[:2], strict=True)) for line in out.splitlines()]
 
 
 @pytest.fixture
@@ -46,34 +51,94 @@ def _driver(drivers: list[Any], **config: Any) -> Any:
     return d
 
 
-async def test_services_share_a_loopback_only_namespace(drivers: list[Any]) -> None:
-    d = _driver(drivers, services={"web": WEB, "idle": {"image": IMAGE, "command": ["sleep", "infinity"]}})
+PRIVATE = {"image": IMAGE, "command": ["sh", "-c", ("cd /tmp; echo mine > mine.txt; "
+                                                     "exec python3 -m http.server 8081 --bind 127.0.0.1")],
+           "healthcheck": {"test": ["python3", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:8081/mine.txt')"],
+                           "interval": 0.2, "retries": 50}}
+OPEN_WEB = {**WEB, "command": ["sh", "-c", "echo up > /tmp/hello.txt; cd /tmp; exec python3 -m http.server 8080"]}
+FETCH = ("import sys, urllib.request as u\ntry:\n    print(u.urlopen(sys.argv[1], timeout=3).read().decode().strip())\n"
+         "except OSError as e:\n    print('error', getattr(e, 'reason', e))")
+
+
+def _egress_state(network: str) -> tuple[bool, bool]:
+    """Whether the Docker network and its nft chain exist."""
+    nets = subprocess.run(["docker", "network", "ls", "-q", "--filter", f"name=^{network}$"], capture_output=True,
+                          text=True, timeout=60, check=True).stdout.strip()
+    chain = subprocess.run(["nft", "list", "chain", "inet", "toolfleet_egress", "sb_" + network.rsplit("-", 1)[1]],
+                           capture_output=True, text=True, timeout=60, check=False).returncode == 0
+    return bool(nets), chain
+
+
+async def test_services_have_their_own_namespaces_and_reach_each_other_by_name(drivers: list[Any]) -> None:
+    d = _driver(drivers, services={"web": OPEN_WEB, "private": PRIVATE,
+                                   "idle": {"image": IMAGE, "command": ["sleep", "infinity"]}})
     before = host_sandboxes().used
     env = await d.create(SandboxRequest(eval_id="ms", sample_id="pod-1"))
+    assert env.network is not None
+    network = env.network.name
     try:
-        assert host_sandboxes().used == before + 3  # one slot per container
-        assert sorted(c["service"] for c in _containers()) == ["", "idle", "web"]
-        fetched = await env.exec(["python3", "-c", "import urllib.request as u; print(u.urlopen('http://web:8080/hello.txt').read().decode())"])
+        assert host_sandboxes().used == before + 4  # one slot per container
+        assert sorted(c["service"] for c in _containers()) == ["", "idle", "private", "web"]
+        fetched = await env.exec(["python3", "-c", FETCH, "http://web:8080/hello.txt"])
         assert fetched.stdout.strip() == "up", fetched
-        hosts = await env.exec(["getent", "hosts", "web", "idle", "default"])
-        assert [line.split()[0] for line in hosts.stdout.splitlines()] == ["127.0.0.1"] * 3
-        links = await env.exec(["sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"])
-        assert links.stdout.split() == ["lo"]
-        out = await env.exec(["python3", "-c", "import socket\ns = socket.socket(); s.settimeout(3)\ntry:\n"
-                              "    s.connect(('10.255.255.1', 80)); print('connected')\nexcept OSError as e:\n    print(e)"])
-        assert "unreachable" in out.stdout.lower(), out
-        # Each service is its own container (its own processes and files), reached with docker exec.
+        # "private" listens on its own loopback: from here it is refused, as under compose; from itself it answers.
+        refused = await env.exec(["python3", "-c", FETCH, "http://private:8081/mine.txt"])
+        assert refused.stdout.startswith("error") and "refused" in refused.stdout.lower(), refused
         named = env.named_sandboxes()
-        assert set(named) == {"default", "web", "idle"} and named["default"] is env
+        mine = await named["private"].exec(["python3", "-c", FETCH, "http://127.0.0.1:8081/mine.txt"])
+        assert mine.stdout.strip() == "mine"
+        hosts = await env.exec(["getent", "hosts", "web", "idle", "default"])
+        addresses = [line.split()[0] for line in hosts.stdout.splitlines()]
+        assert len(addresses) == 3 and len(set(addresses)) == 3 and "127.0.0.1" not in addresses, hosts
+        assert all(ipaddress.ip_address(a) in ipaddress.ip_network(env.network.subnet) for a in addresses)
+        # Mode none: nothing beyond the sandbox's own network (the host's rules refuse it at once).
+        out = await env.exec(["python3", "-c", FETCH, "http://10.255.255.1:80/"])
+        assert "no route to host" in out.stdout.lower(), out
+        # Each service is its own container (its own processes and files), reached with docker exec.
+        assert set(named) == {"default", "web", "private", "idle"} and named["default"] is env
         await named["idle"].write_file("/tmp/only-here", "idle-file")
         assert await named["idle"].read_file("/tmp/only-here") == "idle-file"
         with pytest.raises(FileNotFoundError):
             await env.read_file("/tmp/only-here")
         ps = await named["web"].exec(["sh", "-c", "cat /proc/1/cmdline | tr '\\0' ' '"])
         assert "http.server" in ps.stdout
+        assert _egress_state(network) == (True, True)
     finally:
         await d.destroy(env)
     assert host_sandboxes().used == before
+    assert _containers() == []
+    assert _egress_state(network) == (False, False)  # the network and its rules went with the containers
+
+
+async def test_where_no_policy_can_be_enforced_services_share_one_loopback_namespace(sandbox_image: str) -> None:
+    from workers.egress import EgressConfig, EgressEnforcer
+    from workers.egress._nft import Nft
+    from workers.sandbox.docker import DockerAPI, HostSandboxes
+
+    enforcer = EgressEnforcer(EgressConfig(), DockerAPI(None, 2))
+    enforcer.nft = Nft(binary="/nonexistent/nft")  # a host without nftables (or without CAP_NET_ADMIN)
+    host = HostSandboxes(egress=enforcer)
+    d = build_driver(sandbox_config({"type": "docker", "services": {"web": WEB}}), host=host)
+    try:
+        env = await d.create(SandboxRequest(eval_id="ms", sample_id="pod-lo"))
+        try:
+            assert env.network is None
+            fetched = await env.exec(["python3", "-c", FETCH, "http://web:8080/hello.txt"])
+            assert fetched.stdout.strip() == "up", fetched  # WEB listens on 127.0.0.1: one namespace
+            hosts = await env.exec(["getent", "hosts", "web", "default"])
+            assert [line.split()[0] for line in hosts.stdout.splitlines()] == ["127.0.0.1"] * 2
+            links = await env.exec(["sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"])
+            assert links.stdout.split() == ["lo"]
+        finally:
+            await d.destroy(env)
+        public = build_driver(sandbox_config({"type": "docker", "network_mode": "public", "pool_size": 0}), host=host)
+        try:
+            with pytest.raises(SandboxUnavailableError, match="cannot enforce network mode 'public'"):
+                await public.create(SandboxRequest(eval_id="ms", sample_id="pub"))
+        finally:
+            await public.aclose()
+    finally:
+        await d.aclose()
     assert _containers() == []
 
 

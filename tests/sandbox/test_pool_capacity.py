@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.support.waits import until
-from workers.sandbox import build_driver, DEFAULT_IMAGE, SandboxCapacityError, SandboxRequest, sandbox_config
+from workers.sandbox import DEFAULT_IMAGE, SandboxCapacityError, SandboxRequest, build_driver, sandbox_config
 from workers.sandbox.docker import HostSandboxes, host_sandboxes, labels
 
 OWNER, OWNER_PID = labels.OWNER, labels.OWNER_PID
@@ -48,7 +48,8 @@ async def host(sandbox_image: str) -> AsyncIterator[HostSandboxes]:
         for d in drivers:
             await d.aclose()
         for leftover in _containers(h):  # only if a driver failed to remove its own
-            subprocess.run(["docker", "rm", "-f", leftover], capture_output=True, timeout=60, check=False)  # noqa: ASYNC221
+            # teardown, nothing else runs
+            subprocess.run(["docker", "rm", "-f", leftover], capture_output=True, timeout=60, check=False)
 
 
 @pytest.fixture
@@ -139,7 +140,8 @@ async def test_every_container_counts_against_the_host_limit(host: HostSandboxes
     assert host.used == 0 or host.used == pooled.pool.held
 
 
-async def test_an_embedded_eval_leaves_no_idle_container(tmp_path, process_host: HostSandboxes, sandbox_image: str) -> None:  # type: ignore[no-untyped-def]
+async def test_an_embedded_eval_leaves_no_idle_container(tmp_path, process_host: HostSandboxes,
+                                                         sandbox_image: str) -> None:  # type: ignore[no-untyped-def]
     from orchestrator.dataset import Sample
     from orchestrator.eval import Task, eval_async
     from orchestrator.scorer import includes

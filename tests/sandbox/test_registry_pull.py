@@ -14,6 +14,7 @@ pushed to ``127.0.0.1:PORT/toolfleet/pulltest:<tag>`` and removed locally, so th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import tarfile
 import uuid
@@ -28,7 +29,7 @@ from orchestrator.util._sandbox import SandboxUnavailableError
 from tests.support.fleet import free_port
 from tests.support.prerequisites import IMAGE
 from tests.support.registry import local_registry  # noqa: F401  (fixture)
-from workers.sandbox import build_driver, SandboxImageError, sandbox_config
+from workers.sandbox import SandboxImageError, build_driver, sandbox_config
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
@@ -102,14 +103,12 @@ class Images:
         from docker.errors import DockerException
 
         for name in [*self.refs, *self.ids]:
-            try:
+            with contextlib.suppress(DockerException):
                 self.client.api.remove_image(name, force=True)
-            except DockerException:
-                pass
 
 
 @pytest.fixture
-def images(docker_client, local_registry) -> Iterator[Images]:  # type: ignore[no-untyped-def]
+def images(docker_client, local_registry) -> Iterator[Images]:  # type: ignore[no-untyped-def]  # noqa: F811 - the imported fixture
     made = Images(docker_client, local_registry.host)
     yield made
     made.cleanup()
@@ -214,7 +213,8 @@ async def test_a_worker_pulls_only_from_its_registries(images: Images, fleet) ->
     with pytest.raises(PreflightError) as failed:  # found before any sample starts
         await preflight(None, [Sample(input="x", id="s1", sandbox=config)], embedded=False, broker_url=fleet.redis.url)
     assert str(failed.value) == (f"Docker image '{ref}' (sample s1) is on none of the 1 live worker(s), and none pulls "
-                                 f"from its registry '{images.registry}' (start one with --registry {images.registry}): "
+                                 f"from its registry '{images.registry}' "
+                                 f"(start one with --registry {images.registry}): "
                                  "build or pull it where the workers run.")
     d = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=fleet.redis.url, placement_wait=5.0))
     try:
@@ -262,15 +262,15 @@ async def test_preflight_embedded_accepts_an_image_it_may_pull(images: Images) -
          "Registry '127.0.0.1:5999' is unreachable, so sandbox image '127.0.0.1:5999/t/x:1' cannot be pulled"),
         ("manifest for 127.0.0.1:5999/t/x:1 not found: manifest unknown: manifest unknown",
          "Sandbox image '127.0.0.1:5999/t/x:1' was not found in registry '127.0.0.1:5999' (check its name and tag)."),
-        ("pull access denied for 127.0.0.1:5999/t/x, repository does not exist or may require 'docker login': "
-         "denied: requested access to the resource is denied",
-         "Sandbox image '127.0.0.1:5999/t/x:1' was not found in registry '127.0.0.1:5999' (check its name and tag; "
-         "if the registry needs a login: `docker login 127.0.0.1:5999` on this host)."),
+        (("pull access denied for 127.0.0.1:5999/t/x, repository does not exist or may require 'docker login': "
+          "denied: requested access to the resource is denied"),
+         ("Sandbox image '127.0.0.1:5999/t/x:1' was not found in registry '127.0.0.1:5999' (check its name and tag; "
+          "if the registry needs a login: `docker login 127.0.0.1:5999` on this host).")),
         ("unauthorized: authentication required",
-         "Registry '127.0.0.1:5999' does not allow pulling sandbox image '127.0.0.1:5999/t/x:1' (not logged in or no "
-         "access: `docker login 127.0.0.1:5999` on this host)."),
-        ("something\nodd", "Pulling sandbox image '127.0.0.1:5999/t/x:1' from registry '127.0.0.1:5999' failed: "
-         "something odd."),
+         ("Registry '127.0.0.1:5999' does not allow pulling sandbox image '127.0.0.1:5999/t/x:1' (not logged in or no "
+          "access: `docker login 127.0.0.1:5999` on this host).")),
+        ("something\nodd", ("Pulling sandbox image '127.0.0.1:5999/t/x:1' from registry '127.0.0.1:5999' failed: "
+          "something odd.")),
     ],
 )
 def test_pull_failures_read_as_one_sentence(engine_says: str, sentence: str) -> None:

@@ -13,10 +13,10 @@ import pytest
 
 from orchestrator._wire import CallOutcome
 from tests.distributed._helpers import one, request
-from tests.support.fleet import RedisServer, WorkerProcess, ensure_fleet_secret, _wait
+from tests.support.fleet import RedisServer, WorkerProcess, _wait, ensure_fleet_secret
 from tests.support.waits import until
-from workers.fleet import DEST_HEADER, ISSUED_HEADER, MAC_HEADER, Keyring, load_keyring, message_mac, names
 from workers.app import create_app
+from workers.fleet import DEST_HEADER, ISSUED_HEADER, MAC_HEADER, Keyring, load_keyring, message_mac, names
 
 WRONG_KEYRING = Keyring([b"not-the-fleet-secret-0123456789"])
 
@@ -31,7 +31,7 @@ class BrokerFleet:
         self.redis = redis if redis is not None else RedisServer().start()
         self.worker: WorkerProcess | None = None
 
-    def start(self, **worker_kwargs: Any) -> "BrokerFleet":
+    def start(self, **worker_kwargs: Any) -> BrokerFleet:
         self.worker = WorkerProcess(self.redis.url, allow_local=False, concurrency=8, **worker_kwargs).start()
         return self
 
@@ -65,7 +65,7 @@ def fresh_fleet(broker_fleet: BrokerFleet) -> Iterator[BrokerFleet]:
 
 
 @pytest.fixture
-async def dispatcher(broker_fleet: BrokerFleet):  # type: ignore[no-untyped-def]
+async def dispatcher(broker_fleet: BrokerFleet):
     from orchestrator.dispatch import CeleryDispatcher
 
     d = CeleryDispatcher(broker_fleet.redis.url)
@@ -73,7 +73,8 @@ async def dispatcher(broker_fleet: BrokerFleet):  # type: ignore[no-untyped-def]
     await d.aclose()
 
 
-def send_raw(url: str, name: str, args: list[Any], queue: str, keyring: Keyring | None, task_id: str | None = None) -> str:
+def send_raw(url: str, name: str, args: list[Any], queue: str, keyring: Keyring | None,
+             task_id: str | None = None) -> str:
     """Publish a task exactly as Celery would, signed with ``keyring`` (None: unsigned)."""
     app = create_app(url, keyring=keyring)
     task_id = task_id or uuid.uuid4().hex
@@ -84,7 +85,8 @@ def send_raw(url: str, name: str, args: list[Any], queue: str, keyring: Keyring 
     return task_id
 
 
-def captured(client: Any, url: str, name: str, args: list[Any], queue: str, task_id: str | None = None) -> dict[str, Any]:
+def captured(client: Any, url: str, name: str, args: list[Any], queue: str,
+             task_id: str | None = None) -> dict[str, Any]:
     """A message signed with the fleet secret for ``queue``, as an eavesdropper captures it: published to
     a parking queue no worker reads, popped, and its destination (under the MAC) set to ``queue``."""
     import json

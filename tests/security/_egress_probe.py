@@ -14,6 +14,7 @@ Probes (``[kind, *args]``):
   sandbox that ignores the kernel's routing would; the reply (IPv4: from a socket bound to the source
   port) if one comes.
 - ``["download", url]``: bytes and seconds of one GET read to the end.
+- ``["gateway"]``: the default route's gateway (where the sandbox's network meets the host).
 """
 
 import json
@@ -23,6 +24,8 @@ import struct
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
+from typing import Any
 
 TIMEOUT = float(os.environ.get("PROBE_TIMEOUT", "2"))
 
@@ -54,7 +57,7 @@ def download(url):
         with urllib.request.urlopen(url, timeout=30) as resp:
             while chunk := resp.read(1 << 20):
                 total += len(chunk)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - the probe reports any failure as its result
         return _err(exc)
     return {"bytes": total, "seconds": time.monotonic() - start}
 
@@ -107,21 +110,25 @@ def icmp(host):
         return _err(exc)
 
 
-def _gateway_mac():
-    gateway = None
+def gateway():
     with open("/proc/net/route") as f:
         for line in f.readlines()[1:]:
             fields = line.split()
             if fields[1] == "00000000":
-                gateway = socket.inet_ntoa(struct.pack("<I", int(fields[2], 16)))
+                return socket.inet_ntoa(struct.pack("<I", int(fields[2], 16)))
+    return None
+
+
+def _gateway_mac():
+    gateway_ip = gateway()
     # An ordinary datagram to the gateway makes the kernel resolve its MAC (ARP stays on the bridge).
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.sendto(b"", (gateway, 9))
+        s.sendto(b"", (gateway_ip, 9))
     for _ in range(50):
         with open("/proc/net/arp") as f:
             for line in f.readlines()[1:]:
                 fields = line.split()
-                if fields[0] == gateway and fields[3] != "00:00:00:00:00:00":
+                if fields[0] == gateway_ip and fields[3] != "00:00:00:00:00:00":
                     return bytes.fromhex(fields[3].replace(":", ""))
         time.sleep(0.05)
     raise OSError("the gateway's MAC did not resolve")
@@ -181,8 +188,10 @@ def raw6(host, port, token):
         return _err(exc)
 
 
-PROBES = {"tcp": tcp, "http": http, "resolve": resolve, "udp": udp, "icmp": icmp, "raw4": raw4, "raw6": raw6,
-          "download": download}
+PROBES: dict[str, Callable[..., Any]] = {
+    "tcp": tcp, "http": http, "resolve": resolve, "udp": udp, "icmp": icmp, "raw4": raw4, "raw6": raw6,
+    "download": download, "gateway": gateway,
+}
 
 if __name__ == "__main__":
     results = [PROBES[kind](*args) for kind, *args in json.loads(sys.argv[1])]

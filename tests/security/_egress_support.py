@@ -85,6 +85,9 @@ class Calls:
     def __init__(self) -> None:
         self.api = docker.APIClient(timeout=120)
 
+    async def connect(self) -> None:
+        """Connected when made."""
+
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
 

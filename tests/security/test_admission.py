@@ -17,11 +17,11 @@ import pytest
 from orchestrator._wire import CallRequest, SandboxSpec
 from orchestrator.tool._tool_def import tool_def
 from orchestrator.util._sandbox import SandboxUnavailableError
+from workers._admission import AdmissionRefused, AdmissionRules, admit_sandbox
 from workers._bounds import LIMITS, parse_user, user_refusal
 from workers._exec_user import ExecUserGate
-from workers._admission import AdmissionRefused, AdmissionRules, admit_sandbox
 
-from ._broker_support import broker_fleet, dispatcher, legit_call_works  # noqa: F401
+from ._broker_support import broker_fleet, dispatcher, legit_call_works  # noqa: F401 - fixtures, requested by name
 
 ROOT_SPELLINGS = ["root", "0", "00", "+0", "-0", "000:1000", "1000:00", "1000:+0", "1000:root", "root:1000",
                   " 0 ", "0:0"]
@@ -36,7 +36,7 @@ def test_every_spelling_of_root_is_refused(spec) -> None:
     assert user_refusal(spec, allow_root=True) is None  # the worker's own choice (--allow-root-user)
     with pytest.raises(AdmissionRefused, match="field 'user'"):
         admit_sandbox(AdmissionRules(), {"type": "docker", "user": spec})
-    with pytest.raises(AdmissionRefused, match="services.db.user"):
+    with pytest.raises(AdmissionRefused, match=r"services\.db\.user"):
         admit_sandbox(AdmissionRules(), {"type": "docker", "services": {"db": {"image": "toolfleet/db", "user": spec}}})
 
 
@@ -45,7 +45,7 @@ def test_unreadable_users_are_refused(spec) -> None:
     assert user_refusal(spec, allow_root=True) is not None
 
 
-@pytest.mark.parametrize("spec,parsed", ADMITTED_USERS.items())
+@pytest.mark.parametrize(("spec", "parsed"), ADMITTED_USERS.items())
 def test_other_users_parse_and_pass(spec, parsed) -> None:
     got = parse_user(spec)
     assert (got.user, got.group) == parsed
@@ -54,7 +54,8 @@ def test_other_users_parse_and_pass(spec, parsed) -> None:
 
 def test_a_bare_uid_of_a_service_gets_its_own_group_not_root() -> None:
     """Docker runs a uid missing from the image's /etc/passwd with gid 0: the worker names the group."""
-    admitted = admit_sandbox(AdmissionRules(), {"type": "docker", "services": {"db": {"image": "toolfleet/db", "user": "4321"}}})
+    admitted = admit_sandbox(AdmissionRules(),
+                             {"type": "docker", "services": {"db": {"image": "toolfleet/db", "user": "4321"}}})
     assert admitted["services"]["db"]["user"] == "4321:4321"
 
 
@@ -75,7 +76,7 @@ EDGES = {
 RULES = AdmissionRules(max_memory="2g", max_cpus=2, max_pids=100, max_output_cap=4096, max_ttl=3600)
 
 
-@pytest.mark.parametrize("field,value", EDGES.keys(), ids=[f"{f}={v!r}" for f, v in EDGES])
+@pytest.mark.parametrize(("field", "value"), EDGES.keys(), ids=[f"{f}={v!r}" for f, v in EDGES])
 def test_every_numeric_field_has_both_bounds(field, value) -> None:
     expected = EDGES[(field, value)]
     config = {"type": "docker", field: value}
@@ -86,7 +87,7 @@ def test_every_numeric_field_has_both_bounds(field, value) -> None:
         assert admit_sandbox(RULES, config)[field] == expected
 
 
-@pytest.mark.parametrize("field,value", [("mem_limit", "0"), ("cpus", 1e-12), ("pids_limit", -1), ("cpus", 0)])
+@pytest.mark.parametrize(("field", "value"), [("mem_limit", "0"), ("cpus", 1e-12), ("pids_limit", -1), ("cpus", 0)])
 def test_service_limits_have_the_same_bounds(field, value) -> None:
     with pytest.raises(AdmissionRefused, match=f"services.db.{field}"):
         admit_sandbox(RULES, {"type": "docker", "services": {"db": {"image": "toolfleet/db", field: value}}})
@@ -116,11 +117,13 @@ class _FakeLookupEnv:
 
         self.lookups.append((cmd, user))
         line = self.passwd.get(cmd[2], "")
-        return RawResult(returncode=0 if line else 2, stdout=line.encode(), stderr=b"", truncated=False, timed_out=False, oom=False)
+        return RawResult(returncode=0 if line else 2, stdout=line.encode(), stderr=b"", truncated=False,
+                         timed_out=False, oom=False)
 
 
 async def test_a_name_resolving_to_uid_0_is_refused_and_others_are_pinned_to_numbers() -> None:
-    env = _FakeLookupEnv({"toor": "toor:x:0:0::/root:/bin/sh", "sandbox": "sandbox:x:1000:1000::/home/sandbox:/bin/bash",
+    env = _FakeLookupEnv({"toor": "toor:x:0:0::/root:/bin/sh",
+                          "sandbox": "sandbox:x:1000:1000::/home/sandbox:/bin/bash",
                           "wheelie": "wheelie:x:1001:0::/:/bin/sh", "1234": ""})
     gate = ExecUserGate()
     for name in ("toor", "wheelie"):
@@ -138,7 +141,8 @@ async def test_a_name_resolving_to_uid_0_is_refused_and_others_are_pinned_to_num
 ATTACKS = {
     "user 00": {"user": "00"}, "user +0": {"user": "+0"}, "group 00": {"user": "1000:00"},
     "mem_limit 0": {"mem_limit": "0"}, "cpus 1e-12": {"cpus": 1e-12}, "cpus 0": {"cpus": 0},
-    "pids_limit 0": {"pids_limit": 0}, "pids_limit -1": {"pids_limit": -1}, "reap_interval 1e-6": {"reap_interval": 1e-6},
+    "pids_limit 0": {"pids_limit": 0}, "pids_limit -1": {"pids_limit": -1},
+           "reap_interval 1e-6": {"reap_interval": 1e-6},
     "service mem_limit 0": {"services": {"db": {"image": "toolfleet/sandbox:latest", "mem_limit": "0"}}},
     "service pids -1": {"services": {"db": {"image": "toolfleet/sandbox:latest", "pids_limit": -1}}},
 }
@@ -146,9 +150,9 @@ ATTACKS = {
 
 @pytest.mark.celery
 @pytest.mark.parametrize("fields", ATTACKS.values(), ids=ATTACKS.keys())
-async def test_edge_values_are_refused_by_a_real_worker(broker_fleet, dispatcher, fields) -> None:  # noqa: F811
+async def test_edge_values_are_refused_by_a_real_worker(broker_fleet, dispatcher, fields) -> None:  # noqa: F811 - the imported fixture
     spec = SandboxSpec(eval_id="edge", sample_id="s", config={"type": "docker", **fields})
-    with pytest.raises(SandboxUnavailableError, match="This worker refuses (the )?sandbox"):
+    with pytest.raises(SandboxUnavailableError, match=r"This worker refuses (the )?sandbox"):
         await dispatcher.open_sandbox(spec)
     await legit_call_works(dispatcher, broker_fleet)
 
@@ -162,7 +166,7 @@ def _bash(user: str | None, cmd: str, sandbox: str) -> CallRequest:
 
 @pytest.mark.celery
 @pytest.mark.docker
-async def test_exec_time_root_is_refused_and_names_run_as_numbers(broker_fleet, dispatcher, sandbox_image) -> None:  # noqa: F811
+async def test_exec_time_root_is_refused_and_names_run_as_numbers(broker_fleet, dispatcher, sandbox_image) -> None:  # noqa: F811 - the imported fixture
     """``bash(user="root")`` (a tool parameter any message can carry) used to run as root."""
     from tests.distributed._helpers import one
 
@@ -191,7 +195,8 @@ def uid0_alias_image(sandbox_image: str):  # type: ignore[no-untyped-def]
     client = docker.from_env(timeout=120)
     tag = f"toolfleet/test-uid0-alias-{uuid.uuid4().hex[:8]}:latest"
     dockerfile = (f"FROM {sandbox_image}\nUSER root\n"
-                  "RUN echo 'toor:x:0:0::/root:/bin/sh' >> /etc/passwd && echo 'wheelie:x:1001:0::/:/bin/sh' >> /etc/passwd\n"
+                  "RUN echo 'toor:x:0:0::/root:/bin/sh' >> /etc/passwd"
+                  " && echo 'wheelie:x:1001:0::/:/bin/sh' >> /etc/passwd\n"
                   "USER sandbox\n")
     client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, forcerm=True, pull=False)
     try:
@@ -203,7 +208,7 @@ def uid0_alias_image(sandbox_image: str):  # type: ignore[no-untyped-def]
 
 @pytest.mark.celery
 @pytest.mark.docker
-async def test_a_name_resolving_to_uid_0_in_a_real_image_is_refused(broker_fleet, dispatcher, uid0_alias_image) -> None:  # noqa: F811
+async def test_a_name_resolving_to_uid_0_in_a_real_image_is_refused(broker_fleet, dispatcher, uid0_alias_image) -> None:  # noqa: F811 - the imported fixture
     """The same gate as above, against a real container whose /etc/passwd names uid 0 ``toor``: its
     name passes the spelling check, and only the lookup inside the container finds it is root."""
     import docker
@@ -247,4 +252,5 @@ def test_a_calls_timeout_is_bounded_by_the_worker(value) -> None:
 def test_a_calls_result_cap_can_only_narrow() -> None:
     from workers._bounds import result_bytes
 
-    assert [result_bytes(v) for v in (0, -1, 10, 4096, 10**12, "big")] == [1024, 1024, 1024, 4096, 16 * 1024**2, 16 * 1024**2]
+    assert [result_bytes(v) for v in (0, -1, 10, 4096, 10**12, "big")] == [1024, 1024, 1024, 4096,
+                                                                           16 * 1024**2, 16 * 1024**2]

@@ -18,11 +18,19 @@ from orchestrator.tool._registry import ToolRef
 from tests.distributed._helpers import starts
 from tests.support import sample_tools
 from tests.support.waits import until
-from workers.fleet import MAC_HEADER, SECRET_ENV, SECRET_FILE_ENV, load_keyring, names, outcome_mac
 from workers.app import create_app
+from workers.fleet import MAC_HEADER, SECRET_ENV, SECRET_FILE_ENV, load_keyring, names, outcome_mac
 
-from ._broker_support import (  # noqa: F401
-    WRONG_KEYRING, broker_fleet, captured, dispatcher, fresh_fleet, legit_call_works, log_mark, log_since, rejections,
+from ._broker_support import (  # noqa: F401 - fixtures, requested by name
+    WRONG_KEYRING,
+    broker_fleet,
+    captured,
+    dispatcher,
+    fresh_fleet,
+    legit_call_works,
+    log_mark,
+    log_since,
+    rejections,
     send_raw,
 )
 
@@ -36,7 +44,7 @@ def _record_payload(path: Path, label: str) -> dict:
 
 
 @pytest.mark.parametrize("keyring", [None, WRONG_KEYRING], ids=["unsigned", "wrong-secret"])
-async def test_forged_call_is_not_run(fresh_fleet, dispatcher, keyring, tmp_path) -> None:  # noqa: F811
+async def test_forged_call_is_not_run(fresh_fleet, dispatcher, keyring, tmp_path) -> None:  # noqa: F811 - the imported fixture
     evidence = tmp_path / "ran"
     payload = _record_payload(evidence, "forged")
     mark = log_mark(fresh_fleet.worker)
@@ -49,7 +57,7 @@ async def test_forged_call_is_not_run(fresh_fleet, dispatcher, keyring, tmp_path
     assert fresh_fleet.redis.client().get(names.result_key(task_id)) is None
 
 
-async def test_tampered_message_is_not_run(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
+async def test_tampered_message_is_not_run(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811 - the imported fixture
     """A genuinely signed message whose body was changed on the way (same MAC, other arguments)."""
     client = broker_fleet.redis.client()
     legit = tmp_path / "legit"
@@ -76,7 +84,7 @@ async def test_tampered_message_is_not_run(broker_fleet, dispatcher, tmp_path) -
     b"this is not json", b"\xff\xfe\x00garbage", b"[]", b"42", b'{"body": "x"}',
     b'{"properties": {"delivery_tag": 7}, "headers": {}}', b'{"properties": {"delivery_tag": "t"}, "body": 5}',
 ], ids=["text", "bytes", "list", "number", "no-properties", "bad-tag", "bad-body"])
-async def test_junk_queue_item_costs_nothing(broker_fleet, dispatcher, item) -> None:  # noqa: F811
+async def test_junk_queue_item_costs_nothing(broker_fleet, dispatcher, item) -> None:  # noqa: F811 - the imported fixture
     """Today's 'Unrecoverable error: JSONDecodeError': one LPUSH used to stop the worker."""
     client = broker_fleet.redis.client()
     mark = log_mark(broker_fleet.worker)
@@ -88,7 +96,7 @@ async def test_junk_queue_item_costs_nothing(broker_fleet, dispatcher, item) -> 
     assert not [line for line in log_since(broker_fleet.worker, mark) if "Unrecoverable error" in line]
 
 
-async def test_many_junk_items_are_logged_without_flooding_the_log(fresh_fleet, dispatcher) -> None:  # noqa: F811
+async def test_many_junk_items_are_logged_without_flooding_the_log(fresh_fleet, dispatcher) -> None:  # noqa: F811 - the imported fixture
     client = fresh_fleet.redis.client()
     mark = log_mark(fresh_fleet.worker)
     client.lpush(fresh_fleet.queue, *[b"junk %d" % i for i in range(500)])
@@ -99,7 +107,7 @@ async def test_many_junk_items_are_logged_without_flooding_the_log(fresh_fleet, 
 
 
 @pytest.mark.parametrize("keyring", [None, "fleet"], ids=["unsigned", "signed-with-the-fleet-secret"])
-async def test_celery_builtin_tasks_are_refused(fresh_fleet, dispatcher, keyring) -> None:  # noqa: F811
+async def test_celery_builtin_tasks_are_refused(fresh_fleet, dispatcher, keyring) -> None:  # noqa: F811 - the imported fixture
     """``celery.accumulate`` (and every other non-toolfleet name) is refused even when signed."""
     ring = load_keyring() if keyring == "fleet" else None
     mark = log_mark(fresh_fleet.worker)
@@ -110,7 +118,7 @@ async def test_celery_builtin_tasks_are_refused(fresh_fleet, dispatcher, keyring
     assert fresh_fleet.redis.client().get(names.result_key(task_id)) is None
 
 
-async def test_forged_result_is_not_believed(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
+async def test_forged_result_is_not_believed(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811 - the imported fixture
     """A result written to Redis without the secret never answers for a worker."""
     import asyncio
 
@@ -138,7 +146,7 @@ async def test_forged_result_is_not_believed(broker_fleet, dispatcher, tmp_path)
     assert [line.split()[0] for line in Path(log).read_text().splitlines()] == ["start", "end"]
 
 
-async def test_unsigned_cancel_and_dangerous_control_commands_are_ignored(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
+async def test_unsigned_cancel_and_dangerous_control_commands_are_ignored(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811 - the imported fixture
     """A running call (it waits for a gate file, so it is surely running when the commands arrive) is
     not stopped by an unsigned cancel, and the worker answers each command with its refusal (shutdown
     and pool_shrink are not on its control panel at all); the call then finishes as it would have."""
@@ -175,7 +183,7 @@ async def test_unsigned_cancel_and_dangerous_control_commands_are_ignored(broker
     assert broker_fleet.worker.alive()
 
 
-async def test_secret_file_and_rotation(broker_fleet, tmp_path) -> None:  # noqa: F811
+async def test_secret_file_and_rotation(broker_fleet, tmp_path) -> None:  # noqa: F811 - the imported fixture
     """Mid-rotation (deploy/README.md): a worker with ``--secret-file`` holding NEW then OLD serves
     orchestrators holding OLD,NEW (step 1: they sign with OLD and accept results signed with NEW) or
     NEW (step 3), and nobody else."""
@@ -208,7 +216,7 @@ async def test_secret_file_and_rotation(broker_fleet, tmp_path) -> None:  # noqa
         worker.cleanup()
 
 
-def test_worker_refuses_to_start_without_a_secret(broker_fleet) -> None:  # noqa: F811
+def test_worker_refuses_to_start_without_a_secret(broker_fleet) -> None:  # noqa: F811 - the imported fixture
     import os
     import subprocess
     import sys

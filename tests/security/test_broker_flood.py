@@ -30,7 +30,8 @@ def test_cut_middle_keeps_head_and_tail_and_says_what_it_left_out() -> None:
 
 
 def test_cap_outcome_bounds_every_part() -> None:
-    outcome = CallOutcome(call_id="c", result=[ContentText(text="x" * 5 * MiB), ContentImage(image="i" * 5 * MiB), "tail"],
+    outcome = CallOutcome(call_id="c", result=[ContentText(text="x" * 5 * MiB), ContentImage(image="i" * 5 * MiB),
+                                               "tail"],
                           error=ToolCallError(type="limit", message="m" * 5 * MiB))
     capped = cap_outcome(outcome, MiB)
     assert len(capped.model_dump_json()) < MiB + 2 * MESSAGE_CAP

@@ -16,7 +16,7 @@ from orchestrator.tool._registry import ToolRef
 from orchestrator.util._sandbox import SandboxUnavailableError
 from workers._admission import AdmissionRefused, AdmissionRules, admit_sandbox
 
-from ._broker_support import (  # noqa: F401
+from ._broker_support import (  # noqa: F401 - fixtures, requested by name
     BrokerFleet,
     dispatcher,
     legit_call_works,
@@ -91,7 +91,7 @@ def test_admission_clamps_limits_and_keeps_narrowing_asks() -> None:
 
 
 @celery
-async def test_local_sandbox_with_setup_script_is_refused(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
+async def test_local_sandbox_with_setup_script_is_refused(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811 - the imported fixture
     """The original hole: {"type": "local"} + a setup script = shell commands as the worker's user."""
     marker = tmp_path / "pwned"
     spec = SandboxSpec(eval_id="attack", sample_id="s", config={"type": "local"}, setup=f"touch {marker}")
@@ -103,11 +103,11 @@ async def test_local_sandbox_with_setup_script_is_refused(broker_fleet, dispatch
 
 @celery
 @pytest.mark.parametrize("fields", [REFUSED_DOCKER[k] for k in ("docker endpoint", "privileged", "added capability",
-                                                                "root user", "devices", "mounts", "service foreign image",
-                                                                "service root user")],
+                                                                "root user", "devices", "mounts",
+                                                                "service foreign image", "service root user")],
                          ids=["docker-endpoint", "privileged", "cap-add", "root-user", "devices", "mounts",
                               "service-image", "service-root"])
-async def test_dangerous_docker_config_is_refused_by_the_worker(broker_fleet, dispatcher, fields) -> None:  # noqa: F811
+async def test_dangerous_docker_config_is_refused_by_the_worker(broker_fleet, dispatcher, fields) -> None:  # noqa: F811 - the imported fixture
     spec = SandboxSpec(eval_id="attack", sample_id="s", config={"type": "docker", **fields})
     mark = log_mark(broker_fleet.worker)
     with pytest.raises(SandboxUnavailableError, match="refuses"):
@@ -116,13 +116,14 @@ async def test_dangerous_docker_config_is_refused_by_the_worker(broker_fleet, di
 
 
 @celery
-async def test_a_message_never_causes_an_import(broker_fleet, dispatcher) -> None:  # noqa: F811
+async def test_a_message_never_causes_an_import(broker_fleet, dispatcher) -> None:  # noqa: F811 - the imported fixture
     """The module is importable on the worker (repo root on its path); had the worker imported it, the
     tool would have registered and run ("evil ran")."""
     from orchestrator.dispatch import SampleRoute
     from tests.distributed._helpers import one
 
-    req = CallRequest(call_id=uuid.uuid4().hex, function="evil", tool=ToolRef(name="evil", module="tests.security._evil_tools"))
+    req = CallRequest(call_id=uuid.uuid4().hex, function="evil",
+                      tool=ToolRef(name="evil", module="tests.security._evil_tools"))
     outcome = await one(dispatcher, req, route=SampleRoute(queue=broker_fleet.queue))
     assert outcome.fatal is not None and outcome.fatal.type == "ToolNotRegisteredError"
     assert "--import tests.security._evil_tools" in outcome.fatal.message
@@ -136,7 +137,7 @@ async def test_a_message_never_causes_an_import(broker_fleet, dispatcher) -> Non
 
 @celery
 @pytest.mark.docker
-async def test_docker_limits_are_clamped_to_the_worker_caps(broker_fleet, dispatcher, sandbox_image) -> None:  # noqa: F811
+async def test_docker_limits_are_clamped_to_the_worker_caps(broker_fleet, dispatcher, sandbox_image) -> None:  # noqa: F811 - the imported fixture
     import docker
 
     eval_id = f"clamp-{uuid.uuid4().hex[:8]}"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from workers.fleet import DEST_HEADER, ISSUED_HEADER, MAC_HEADER, Keyring, MissingSecretError, message_mac, names
 from workers.app import _message_verdict
+from workers.fleet import DEST_HEADER, ISSUED_HEADER, MAC_HEADER, Keyring, MissingSecretError, message_mac, names
 
 KEYRING = Keyring([b"the-fleet-secret-for-this-table"])
 OTHER = Keyring([b"somebody-elses-secret-000000000"])
@@ -33,19 +33,24 @@ CASES = {
     # Replay (tests/security/test_replay.py): issue time and destination are under the MAC.
     "pushed onto another queue": (envelope(), names.SHARED_QUEUE, "sent to another queue"),
     "pushed onto another host": (envelope(), names.host_queue("h2"), "sent to another queue"),
-    "replayed 16 minutes later": (envelope(issued=NOW - 960), QUEUE, "stale: expired (issued 960 s ago, limit 900 s; or clock skew)"),
+    "replayed 16 minutes later": (envelope(issued=NOW - 960), QUEUE,
+                                  "stale: expired (issued 960 s ago, limit 900 s; or clock skew)"),
     "14 minutes in the queue": (envelope(issued=NOW - 840), QUEUE, None),
-    "from 2 minutes in the future": (envelope(issued=NOW + 120), QUEUE, "stale: issued 120 s in the future (clock skew over 60 s)"),
+    "from 2 minutes in the future": (envelope(issued=NOW + 120), QUEUE,
+                                     "stale: issued 120 s in the future (clock skew over 60 s)"),
     "30 s of skew": (envelope(issued=NOW + 30), QUEUE, None),
-    "issue time changed after signing": ({**envelope(), "headers": {**envelope()["headers"], ISSUED_HEADER: f"{NOW:.3f}"}},
+    "issue time changed after signing": ({**envelope(),
+                                          "headers": {**envelope()["headers"], ISSUED_HEADER: f"{NOW:.3f}"}},
                                          QUEUE, "unauthenticated"),
-    "destination changed after signing": ({**envelope(), "headers": {**envelope()["headers"], DEST_HEADER: names.host_queue("h2")}},
+    "destination changed after signing": ({**envelope(),
+                                           "headers": {**envelope()["headers"], DEST_HEADER: names.host_queue("h2")}},
                                           names.host_queue("h2"), "unauthenticated"),
     "unsigned": (envelope(ring=None), QUEUE, "unauthenticated"),
     "other secret": (envelope(ring=OTHER), QUEUE, "unauthenticated"),
     "body swapped after signing": ({**envelope(), "body": "W1sxXSx7fSx7fV0="}, QUEUE, "unauthenticated"),
     "celery.accumulate, signed": (envelope(task="celery.accumulate"), QUEUE, "task name not accepted"),
-    "pickle content": (envelope(**{"content-type": "application/x-python-serialize"}), QUEUE, "not a JSON task message"),
+    "pickle content": (envelope(**{"content-type": "application/x-python-serialize"}), QUEUE,
+                       "not a JSON task message"),
     "not a dict": ([1, 2], QUEUE, "not an envelope"),
     "no properties": ({"body": "x"}, QUEUE, "malformed envelope"),
     "numeric tag": (envelope(properties={"delivery_tag": 5}), QUEUE, "malformed envelope"),

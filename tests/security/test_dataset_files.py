@@ -49,8 +49,8 @@ def _hostile_repo(root: Path) -> Path:
 @scorer(metrics=[])
 def what_the_sandbox_got() -> Any:
     async def score(state: Any, target: Target) -> Score:
-        probe = await sandbox().exec(["sh", "-c", "for f in environ key keys; do readlink repo/$f; done; "
-                                            "cat repo/key repo/keys/id_rsa 2>/dev/null; cat repo/src/sibling"])
+        probe = await sandbox().exec(["sh", "-c", ("for f in environ key keys; do readlink repo/$f; done; "
+                                             "cat repo/key repo/keys/id_rsa 2>/dev/null; cat repo/src/sibling")])
         return Score(value=CORRECT if SECRET not in probe.stdout else INCORRECT, explanation=probe.stdout)
 
     return score
@@ -76,7 +76,7 @@ async def test_links_out_of_a_directory_source_arrive_as_links(tmp_path: Path, s
             assert SECRET.encode() not in written.read_bytes(), written
 
 
-@pytest.mark.parametrize("source, message", [
+@pytest.mark.parametrize(("source", "message"), [
     (Path("/proc/self/environ"), "is under /proc"),
     (Path("/proc/kallsyms"), "is under /proc"),
     (Path("/sys/kernel"), "is under /sys"),
@@ -118,7 +118,8 @@ def test_a_dataset_string_cannot_name_host_files_outside_the_task_directory(tmp_
     (task_dir / "fixtures" / "ok.txt").write_text("fine")
     (task_dir / "fixtures" / "escape").symlink_to(outside / "credentials")
     rows = [{"input": "x", "id": "ok", "files": {"a.txt": "fixtures/ok.txt"}}]
-    for i, name in enumerate([str(outside / "credentials"), "../outside/credentials", "fixtures/escape", "/etc/passwd"]):
+    for i, name in enumerate([str(outside / "credentials"), "../outside/credentials", "fixtures/escape",
+                              "/etc/passwd"]):
         rows.append({"input": "x", "id": f"evil{i}", "files": {"a.txt": name}})
     for row in rows:
         dataset = task_dir / "data.jsonl"

@@ -14,24 +14,20 @@ import subprocess
 import sys
 import textwrap
 
-import docker
 import pytest
-import redis
 
+from tests.security._egress_fixtures import OWNER, pings, reachable_from_host
 from tests.security._egress_support import (
     HTTP_PORT,
     RUN,
     UDP_PORT,
     Calls,
     DockerApiDoor,
-    HostListeners,
     Internet,
-    Upstream,
     host_addresses,
     is_sandbox_source,
     link_local,
     primary_addresses,
-    remove_leftovers,
     run_probes,
     sample_server,
     wait_for,
@@ -41,89 +37,8 @@ from workers.egress._nft import TABLE, Nft, SandboxRules, render_sandbox
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-OWNER = f"egress-test-{RUN}"
 BODY = "body: toolfleet-test-internet"
 MODES = {"none", "public", "allowlist"}
-
-
-@pytest.fixture(scope="module")
-def client():
-    c = docker.from_env(timeout=120)
-    try:
-        yield c
-    finally:
-        remove_leftovers(c, OWNER)
-        c.close()
-
-
-@pytest.fixture(scope="module")
-def internet(client):
-    net = Internet(client)
-    try:
-        yield net.start()
-    finally:
-        net.close()
-
-
-@pytest.fixture(scope="module")
-def metadata(internet):
-    """A listener at 169.254.169.254 (port 8080), on a Docker network of its own, as a cloud's would be:
-    routed off the host, not one of the host's addresses."""
-    net = internet.network("meta", "169.254.169.0/24")
-    internet.serve("meta", "metadata-stand-in", [net], ip="169.254.169.254")
-    wait_for(lambda: _reachable_from_host("169.254.169.254"), 30, "the metadata stand-in")
-    return "169.254.169.254"
-
-
-@pytest.fixture(scope="module")
-def published(internet, client):
-    """A host port Docker publishes (DNAT to a container): the host's address, reached another way."""
-    container = internet.serve("published", "published-port", [internet.network("pubport")],
-                               ports={f"{HTTP_PORT}/tcp": ("0.0.0.0", None)})
-    container.reload()
-    port = int(container.attrs["NetworkSettings"]["Ports"][f"{HTTP_PORT}/tcp"][0]["HostPort"])
-    host4, _ = primary_addresses()
-    wait_for(lambda: _reachable_from_host(host4, port), 30, "the published port")
-    return port
-
-
-def _reachable_from_host(ip: str, port: int = HTTP_PORT) -> bool:
-    try:
-        socket.create_connection((ip, port), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
-@pytest.fixture(scope="module")
-def upstream(internet):
-    host4, _ = primary_addresses()
-    server = Upstream({"internet.test": internet.public_ip, "*.wild.test": internet.public_ip,
-                       "wild.test": internet.public_ip, "notlisted.test": internet.public_ip,
-                       "mirror.test": internet.private_ip, "metadata.test": "169.254.169.254",
-                       "host.test": host4})
-    try:
-        yield server
-    finally:
-        server.close()
-
-
-@pytest.fixture(scope="module")
-def listeners():
-    found = HostListeners()
-    try:
-        host4, _ = primary_addresses()
-        wait_for(lambda: _pings(host4, found.redis_port), 10, "redis-server on the host's address")
-        yield found
-    finally:
-        found.close()
-
-
-def _pings(host: str, port: int) -> bool:
-    try:
-        return bool(redis.Redis(host=host, port=port, socket_timeout=1).ping())
-    except redis.RedisError:
-        return False
 
 
 @pytest.fixture
@@ -220,7 +135,7 @@ async def test_a_public_sandbox_reaches_the_internet_and_nothing_it_must_not(mak
         s.sendto(b"host-control", (host4, udp))
     wait_for(lambda: ("host-control", host4) in listeners.udp_seen and host4 in listeners.tcp_peers, 5,
              "the host's own datagram and connection")
-    assert _pings(host4, listeners.redis_port) and _pings(main.gateway, listeners.redis_port)
+    assert pings(host4, listeners.redis_port) and pings(main.gateway, listeners.redis_port)
     door = DockerApiDoor(main.gateway)
     try:
         assert "ApiVersion" in door.version()  # the door was open: only the sandbox was kept out
@@ -248,7 +163,7 @@ async def test_the_operator_cannot_open_metadata_the_host_the_broker_or_other_sa
         ])
     assert results[0] == BODY  # so Docker's isolation of its networks is not what stops the others
     assert all(failed(r) for r in results[1:]), results
-    assert _reachable_from_host(broker_ip) and _reachable_from_host(metadata)
+    assert reachable_from_host(broker_ip) and reachable_from_host(metadata)
 
 
 async def test_an_allowlist_sandbox_reaches_only_allowed_names_through_its_dns(make_enforcer, internet, metadata):
@@ -348,7 +263,7 @@ async def test_a_host_that_cannot_change_its_rules_offers_only_none(internet, up
     assert enforcer.unavailable == "/nonexistent/nft is not installed"
     with pytest.raises(EgressError) as caught:
         await enforcer.open("sample-a", EgressPolicy(mode="public"))
-    assert str(caught.value) == ("this worker cannot enforce network mode 'public': "
+    assert str(caught.value) == ("this host cannot enforce network mode 'public': "
                                  "/nonexistent/nft is not installed")
     await enforcer.aclose()
 

@@ -29,6 +29,7 @@ from workers.egress._nft import (
     render_base,
     render_release,
     render_sandbox,
+    render_update,
 )
 
 net = ipaddress.ip_network
@@ -127,7 +128,7 @@ def test_parse_allowance(values, networks, names):
     ("10.0.0.0/33", "is not a host name"),
 ])
 def test_parse_allowance_refuses(value, message):
-    with pytest.raises(ValueError, match="^--egress-allow|is not a host name") as caught:
+    with pytest.raises(ValueError, match=r"^--egress-allow|is not a host name") as caught:
         parse_allowance([value])
     assert message in str(caught.value) and "\n" not in str(caught.value)
 
@@ -193,7 +194,8 @@ def test_public_rules_judge_never_then_operator_then_denied():
         "ct state established", 'oifname "tfe-0123456789" accept', 'oifname "tfe-*" reject',
         "169.254.0.0/16", "172.18.0.0/16 } ct mark", "10.0.0.0/8")]
     assert order == sorted(order)
-    assert lines[-3] == "add rule inet toolfleet_egress sb_0123456789 ct mark set ct mark or 0x10000000 accept"
+    assert lines[-3] == ("add rule inet toolfleet_egress sb_0123456789 ct mark set ct mark and 0xffffff00 or "
+                         "0x10000001 accept")  # the mark, and the policy's generation (1: the first) in its low byte
     assert "172.18.0.9/32" in lines[order[3]]  # the protected broker is rejected with the never ranges
     assert lines[-2] == 'add element inet toolfleet_egress sandboxes { "tfe-0123456789" : jump sb_0123456789 }'
     assert lines[-1] == 'add element inet toolfleet_egress dns_bridges { "tfe-0123456789" }'
@@ -211,10 +213,41 @@ def test_allowlist_rules_accept_only_the_sets_and_listed_addresses():
                                                             HostPattern.parse("pypi.org"))))
     assert "add set inet toolfleet_egress sb_0123456789_v4 { type ipv4_addr; flags timeout; size 4096; }" in script
     tail = script.splitlines()[-6:-2]
-    assert tail[0].endswith("ip daddr { 93.184.216.0/24 } ct mark set ct mark or 0x10000000 accept")
+    assert tail[0].endswith("ip daddr { 93.184.216.0/24 } ct mark set ct mark and 0xffffff00 or 0x10000001 accept")
     assert "ip daddr @sb_0123456789_v4" in tail[1] and "ip6 daddr @sb_0123456789_v6" in tail[2]
     assert tail[3].endswith("reject with icmpx admin-prohibited")
     assert script.index("10.0.0.0/8") < script.index("93.184.216.0/24")  # a listed address is still judged
+
+
+def test_an_update_rewrites_the_chain_under_the_next_generation():
+    """A connection accepted under generation 1 skips the rules only while the mark's low byte is 1: after
+    an update to generation 2 each of its packets is judged again (a none policy stops it)."""
+    first = render_sandbox(_rules(mode="public"))
+    assert "ct state established,related ct mark and 0x100000ff == 0x10000001 accept" in first.splitlines()[1]
+    update = render_update(_rules(mode="none", generation=2)).splitlines()
+    assert update[:2] == ["add chain inet toolfleet_egress sb_0123456789",
+                          "flush chain inet toolfleet_egress sb_0123456789"]
+    assert update[2].endswith("ct state established,related ct mark and 0x100000ff == 0x10000002 accept")
+    assert update[-4].endswith("sb_0123456789 reject with icmpx admin-prohibited")
+    # DNS off: the element is added (a no-op when present) so that its delete cannot fail.
+    assert update[-2:] == ['add element inet toolfleet_egress dns_bridges { "tfe-0123456789" }',
+                           'delete element inet toolfleet_egress dns_bridges { "tfe-0123456789" }']
+    to_allowlist = render_update(_rules(mode="allowlist", generation=3, hosts=(HostPattern.parse("pypi.org"),)))
+    # The sets are emptied: what the old policy's names resolved to is not allowed any more.
+    assert "flush set inet toolfleet_egress sb_0123456789_v4" in to_allowlist
+    assert to_allowlist.splitlines()[-1] == 'add element inet toolfleet_egress dns_bridges { "tfe-0123456789" }'
+
+
+@pytest.mark.parametrize("generation", [0, 256, -1])
+def test_generations_stay_in_the_marks_low_byte(generation):
+    with pytest.raises(ValueError, match=f"policy generation out of range: {generation}"):
+        render_update(_rules(generation=generation))
+
+
+def test_the_configured_mark_leaves_the_generation_byte_free():
+    with pytest.raises(ValueError, match="low byte"):
+        EgressConfig(mark=0x10000001)
+    assert EgressConfig(mark=0x20000000).mark == 0x20000000
 
 
 def test_release_and_allow_scripts():
@@ -224,15 +257,15 @@ def test_release_and_allow_scripts():
     assert render_allow(KEY, [("1.2.3.4", 0), ("2606:4700::1", 300)]) == (
         "add element inet toolfleet_egress sb_0123456789_v4 { 1.2.3.4 timeout 1s }\n"
         "add element inet toolfleet_egress sb_0123456789_v6 { 2606:4700::1 timeout 300s }\n")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="does not appear to be an IPv4 or IPv6 address"):
         render_allow(KEY, [("1.2.3.4; flush ruleset", 1)])
 
 
 @pytest.mark.parametrize("key", ["", "0123", "../../etc", "0123456789a", "ABCDEF0123", '012345678"'])
 def test_keys_are_validated_before_they_reach_a_script(key):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a sandbox network key"):
         render_release(key)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a sandbox network key"):
         render_sandbox(_rules(key=key))
 
 

@@ -58,11 +58,13 @@ async def test_a_result_finished_while_redis_is_full_is_delivered_and_kept(tmp_p
         def store_failed() -> bool:
             message = events.get_message(timeout=0.2)
             data = json.loads(message["data"]) if message and message["type"] == "message" else {}
-            return data.get("kind") == "store_failed" and data.get("task_id") == req.call_id and "maxmemory" in data["error"]
+            return (data.get("kind") == "store_failed" and data.get("task_id") == req.call_id
+                    and "maxmemory" in data["error"])
 
         await _until(store_failed, 30, "the worker to announce the unstored result")
         client.config_set("maxmemory", 0)  # the limit lifted: the worker's copy is stored
-        await _until(lambda: client.get(names.outcome_key(req.call_id)) is not None, 60, "the kept outcome to be stored")
+        await _until(lambda: client.get(names.outcome_key(req.call_id)) is not None, 60,
+                     "the kept outcome to be stored")
         stored = read_stored(load_keyring(), req.call_id, client.get(names.outcome_key(req.call_id)))
         assert stored is not None and json.loads(stored)["result"] == "done"  # signed by the worker
         assert worker.alive()

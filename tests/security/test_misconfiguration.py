@@ -49,7 +49,8 @@ def test_a_worker_with_another_secret_stops_the_eval_with_one_line(redis_server,
     try:
         started = time.monotonic()
         result = _cli("eval", f"{BASIC}@sandboxed", "--model", "scripted/bash_then_answer", "-T", "n=3",
-                      "-T", "sandbox=local", "--broker", redis_server.url, "--log-dir", str(tmp_path), "--display", "none",
+                      "-T", "sandbox=local", "--broker", redis_server.url, "--log-dir", str(tmp_path), "--display",
+                      "none",
                       env=dict(os.environ))
         elapsed = time.monotonic() - started
         lines = result.stderr.strip().splitlines()
@@ -112,7 +113,7 @@ RETRY_BROKERS = {
 }
 
 
-@pytest.mark.parametrize("args, expected", RETRY_BROKERS.values(), ids=RETRY_BROKERS.keys())
+@pytest.mark.parametrize(("args", "expected"), RETRY_BROKERS.values(), ids=RETRY_BROKERS.keys())
 def test_broker_for_retry(args, expected) -> None:
     assert broker_for_retry(*args) == expected
 
@@ -129,7 +130,8 @@ def test_malformed_fleet_events_are_ignored(data) -> None:
 
 def test_rejection_lines_name_the_cause() -> None:
     def line(reason: str) -> str:
-        return rejection_line(parse_event(f'{{"kind": "rejected", "host": "w1", "task_id": "t", "reason": "{reason}"}}'))
+        return rejection_line(
+            parse_event(f'{{"kind": "rejected", "host": "w1", "task_id": "t", "reason": "{reason}"}}'))
 
     assert "TOOLFLEET_SECRET" in line("unauthenticated")
     assert "NTP" in line("stale: issued 600 s in the future (clock skew over 60 s)")

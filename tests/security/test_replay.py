@@ -22,20 +22,28 @@ from tests.support import sample_tools
 from tests.support.fleet import _wait
 from workers.fleet import ISSUED_HEADER, MAC_HEADER, load_keyring, message_mac, names, verify_outcome
 
-from ._broker_support import (  # noqa: F401
-    broker_fleet, captured, dispatcher, fresh_fleet, legit_call_works, log_mark, rejections, wait_for_log,
+from ._broker_support import (  # noqa: F401 - fixtures, requested by name
+    broker_fleet,
+    captured,
+    dispatcher,
+    fresh_fleet,
+    legit_call_works,
+    log_mark,
+    rejections,
+    wait_for_log,
 )
 
 pytestmark = pytest.mark.celery
 
 
 def _record(path: str, label: str) -> dict:
-    return CallRequest(call_id=uuid.uuid4().hex, function="record", tool=ToolRef(name="record", module=sample_tools.__name__),
+    return CallRequest(call_id=uuid.uuid4().hex, function="record",
+                       tool=ToolRef(name="record", module=sample_tools.__name__),
                        arguments={"path": path, "label": label}).model_dump(mode="json")
 
 
 @pytest.mark.docker
-async def test_a_replayed_open_sandbox_opens_once(broker_fleet, dispatcher, sandbox_image) -> None:  # noqa: F811
+async def test_a_replayed_open_sandbox_opens_once(broker_fleet, dispatcher, sandbox_image) -> None:  # noqa: F811 - the imported fixture
     import docker
 
     eval_id = f"replay-{uuid.uuid4().hex[:8]}"
@@ -68,7 +76,7 @@ async def test_a_replayed_open_sandbox_opens_once(broker_fleet, dispatcher, sand
             container.remove(force=True)
 
 
-async def test_a_replayed_call_runs_once(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
+async def test_a_replayed_call_runs_once(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811 - the imported fixture
     path = str(tmp_path / "starts")
     client = broker_fleet.redis.client()
     payload = _record(path, "once")
@@ -82,7 +90,7 @@ async def test_a_replayed_call_runs_once(broker_fleet, dispatcher, tmp_path) -> 
     assert starts(path, "once") == 1
 
 
-async def test_a_replayed_stage_runs_each_call_once(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
+async def test_a_replayed_stage_runs_each_call_once(broker_fleet, dispatcher, tmp_path) -> None:  # noqa: F811 - the imported fixture
     """A captured ``toolfleet.stage`` message (what the dispatcher sends) pushed five times: each of its
     calls runs once; every copy is answered on the reply channel it names, the copies as replays."""
     path = str(tmp_path / "starts")
@@ -117,7 +125,7 @@ async def test_a_replayed_stage_runs_each_call_once(broker_fleet, dispatcher, tm
 
 @pytest.mark.parametrize("reply", ["celery-task-meta-x", "toolfleet:reply:../x", "toolfleet:fleet-events", 42],
                          ids=["result-key", "path-like", "fleet-events", "not-a-string"])
-async def test_a_stage_naming_another_channel_runs_nothing(fresh_fleet, dispatcher, tmp_path, reply) -> None:  # noqa: F811
+async def test_a_stage_naming_another_channel_runs_nothing(fresh_fleet, dispatcher, tmp_path, reply) -> None:  # noqa: F811 - the imported fixture
     """A stage message may only name a reply channel (fixed prefix + 32 hex digits), even when signed."""
     path = str(tmp_path / "starts")
     client = fresh_fleet.redis.client()
@@ -141,9 +149,9 @@ def _signed_at(client, url: str, payload: dict, queue: str, issued: float) -> di
     return envelope
 
 
-@pytest.mark.parametrize("age, reason", [(1000.0, "stale: expired"), (-300.0, "issued 300 s in the future")],
+@pytest.mark.parametrize(("age", "reason"), [(1000.0, "stale: expired"), (-300.0, "issued 300 s in the future")],
                          ids=["captured-16-min-ago", "from-the-future"])
-async def test_stale_messages_are_refused(fresh_fleet, dispatcher, tmp_path, age, reason) -> None:  # noqa: F811
+async def test_stale_messages_are_refused(fresh_fleet, dispatcher, tmp_path, age, reason) -> None:  # noqa: F811 - the imported fixture
     path = str(tmp_path / "starts")
     client = fresh_fleet.redis.client()
     envelope = _signed_at(client, fresh_fleet.redis.url, _record(path, "stale"), fresh_fleet.queue, time.time() - age)
@@ -155,7 +163,7 @@ async def test_stale_messages_are_refused(fresh_fleet, dispatcher, tmp_path, age
     assert starts(path) == 0
 
 
-async def test_a_message_for_another_queue_is_refused(fresh_fleet, dispatcher, tmp_path) -> None:  # noqa: F811
+async def test_a_message_for_another_queue_is_refused(fresh_fleet, dispatcher, tmp_path) -> None:  # noqa: F811 - the imported fixture
     """Captured on its way to one host (or the shared queue), pushed onto another host's queue."""
     path = str(tmp_path / "starts")
     client = fresh_fleet.redis.client()

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
+from orchestrator.tool._tools import bash, python
 from tests.sandbox.fixtures import sandbox_factory  # noqa: F401  (fixture)
 from tests.tools.helpers import call
 from workers.sandbox import CommandOutOfMemoryError, ExecAgentLostError
 from workers.sandbox._channel import RUN, U32
-from orchestrator.tool._tools import bash, python
 
 pytestmark = pytest.mark.docker
 
@@ -24,7 +24,7 @@ async def _still_works(env) -> None:
 
 
 @pytest.mark.parametrize("cmd", ["kill -9 -1", "pkill -9 python3", "pkill -9 -u $(id -u)"])
-async def test_killing_everything_is_a_model_visible_error_and_the_sample_goes_on(sandbox_factory, cmd):
+async def test_killing_everything_is_a_model_visible_error_and_the_sample_goes_on(sandbox_factory, cmd):  # noqa: F811 - the imported fixture
     env = await sandbox_factory("docker")
     outcome = await call(env, bash(timeout=60), cmd=f"{cmd}; sleep 5")
     assert outcome.fatal is None
@@ -33,7 +33,7 @@ async def test_killing_everything_is_a_model_visible_error_and_the_sample_goes_o
     await _still_works(env)
 
 
-async def test_killing_the_agent_again_and_again_never_ends_the_sandbox(sandbox_factory):
+async def test_killing_the_agent_again_and_again_never_ends_the_sandbox(sandbox_factory):  # noqa: F811 - the imported fixture
     env = await sandbox_factory("docker")
     for _ in range(5):
         with pytest.raises(ExecAgentLostError):
@@ -41,12 +41,12 @@ async def test_killing_the_agent_again_and_again_never_ends_the_sandbox(sandbox_
     await _still_works(env)
 
 
-@pytest.mark.parametrize("tool,arg,text", [
+@pytest.mark.parametrize(("tool", "arg", "text"), [
     (bash, "cmd", "echo a\x00b"),
     (bash, "cmd", "echo \ud83d"),
     (python, "code", "print('\ud83d')"),
 ])
-async def test_unencodable_commands_are_parsing_errors(sandbox_factory, tool, arg, text):
+async def test_unencodable_commands_are_parsing_errors(sandbox_factory, tool, arg, text):  # noqa: F811 - the imported fixture
     """In-process (embedded) the arguments reach the tool as the model wrote them (the wire itself
     cannot carry a lone surrogate): the sandbox layer turns them into a parsing error."""
     import uuid
@@ -67,12 +67,12 @@ async def test_unencodable_commands_are_parsing_errors(sandbox_factory, tool, ar
 
 
 @pytest.mark.parametrize("argv", [["echo", "a\x00b"], ["echo", "\ud83d"], ["echo", 7], "echo", []])
-async def test_the_agent_itself_survives_a_request_no_process_can_take(sandbox_factory, argv):
+async def test_the_agent_itself_survives_a_request_no_process_can_take(sandbox_factory, argv):  # noqa: F811 - the imported fixture
     """Past the host's checks (a hostile or buggy host side): the agent answers with an error."""
     env = await sandbox_factory("docker")
     channel = await env._channel(None)
     spec = json.dumps({"argv": argv, "cwd": None, "env": None, "timeout": 30, "cap": 4096, "input": False}).encode()
-    kind, body = await channel._request(RUN, U32.pack(len(spec)) + spec, 60, frame_limit=1 << 16)
+    _kind, body = await channel._request(RUN, U32.pack(len(spec)) + spec, 60, frame_limit=1 << 16)
     (jlen,) = U32.unpack_from(body)
     status = json.loads(body[4 : 4 + jlen])
     assert status["returncode"] == 126 and status["error"]
@@ -81,18 +81,19 @@ async def test_the_agent_itself_survives_a_request_no_process_can_take(sandbox_f
     await _still_works(env)
 
 
-async def test_running_into_the_memory_limit_is_named_with_the_limit(sandbox_factory):
+async def test_running_into_the_memory_limit_is_named_with_the_limit(sandbox_factory):  # noqa: F811 - the imported fixture
     env = await sandbox_factory("docker", mem_limit="96m")
     hog = "x = bytearray(512 * 1024 * 1024); print('survived')"
     with pytest.raises(CommandOutOfMemoryError, match=r"OOM killer.*memory limit 96m"):
         await env.exec(["python3", "-c", hog], timeout=60)
     outcome = await call(env, python(timeout=60), code=hog)
     assert outcome.fatal is None and outcome.error is not None
-    assert outcome.error.type == "unknown" and "Out of memory" in outcome.error.message and "96m" in outcome.error.message
+    assert outcome.error.type == "unknown"
+    assert "Out of memory" in outcome.error.message and "96m" in outcome.error.message
     await _still_works(env)
 
 
-async def test_a_500_mb_print_is_captured_as_head_and_tail_within_the_cap(sandbox_factory):
+async def test_a_500_mb_print_is_captured_as_head_and_tail_within_the_cap(sandbox_factory):  # noqa: F811 - the imported fixture
     env = await sandbox_factory("docker")
     cap = env.output_cap
     assert cap <= 1024 * 1024

@@ -24,12 +24,12 @@ class Bait:
 
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="toolfleet-bait-")
-        os.chmod(self.dir, 0o755)
+        os.chmod(self.dir, 0o755)  # noqa: S103 - traversable, as the real listener's directory
         self.path = os.path.join(self.dir, "bait.sock")
         self.hits = 0
         self.server: asyncio.AbstractServer | None = None
 
-    async def __aenter__(self) -> "Bait":
+    async def __aenter__(self) -> Bait:
         async def hit(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             self.hits += 1
             writer.close()
@@ -51,7 +51,9 @@ PLANT = r"""
 ln -sf {bait} {mounted} 2>/dev/null && echo swapped-socket
 rm -f {mounted} 2>/dev/null && echo removed-socket
 for d in /dev/shm /tmp "$HOME"; do
-  for i in 0 1 2 3 4 5 6 7; do mkdir -p "$d/toolfleet-agent-x$i" 2>/dev/null; ln -sf {bait} "$d/toolfleet-agent-x$i/channel" 2>/dev/null; done
+  for i in 0 1 2 3 4 5 6 7; do
+    mkdir -p "$d/toolfleet-agent-x$i" 2>/dev/null; ln -sf {bait} "$d/toolfleet-agent-x$i/channel" 2>/dev/null
+  done
   ln -sf {bait} "$d/channel" 2>/dev/null; ln -sf {bait} "$d/agent.sock" 2>/dev/null
 done
 echo planted
@@ -59,7 +61,7 @@ echo planted
 
 
 @pytest.mark.parametrize("user", [None, "root"])
-async def test_planted_symlinks_and_a_respawn_race_never_redirect_the_host(sandbox_factory, user):
+async def test_planted_symlinks_and_a_respawn_race_never_redirect_the_host(sandbox_factory, user):  # noqa: F811 - the imported fixture
     env = await sandbox_factory("docker")
     mounted = f"{CONTAINER_DIR}/{SOCKET_NAME}"
     async with Bait() as bait:
@@ -75,13 +77,13 @@ async def test_planted_symlinks_and_a_respawn_race_never_redirect_the_host(sandb
         assert bait.hits == 0
 
 
-async def test_a_sandbox_process_connecting_to_the_host_socket_is_turned_away(sandbox_factory):
+async def test_a_sandbox_process_connecting_to_the_host_socket_is_turned_away(sandbox_factory):  # noqa: F811 - the imported fixture
     """Anything but the agent the host is waiting for gets EOF at once; the real channel is untouched."""
     env = await sandbox_factory("docker")
     listener = env.driver.listener
     assert listener is not None
     impostor = (
-        "import socket, struct\n"
+        "import socket, struct\n"  # noqa: UP031 - a script's source: % leaves its braces alone
         "s = socket.socket(socket.AF_UNIX); s.connect('%s'); s.settimeout(20)\n"
         "try:\n"
         "    s.sendall(struct.pack('>IBI', 1, 3, 0))\n"  # a PING, as if it were the host talking to an agent

@@ -9,15 +9,15 @@ import docker
 import pytest
 
 import workers.executor
+from orchestrator.tool._tools import bash, text_editor
 from tests.sandbox.fixtures import sandbox_factory  # noqa: F401  (fixture)
 from tests.tools.helpers import call
-from orchestrator.tool._tools import bash, text_editor
 
 pytestmark = pytest.mark.docker
 
 
 @pytest.mark.parametrize("where", ["$HOME", "/tmp", "/var/tmp"])
-async def test_filling_the_disk_is_enospc_in_the_sandbox_only(sandbox_factory, where):
+async def test_filling_the_disk_is_enospc_in_the_sandbox_only(sandbox_factory, where):  # noqa: F811 - the imported fixture
     env = await sandbox_factory("docker", disk_limit="64m", mem_limit="512m")
     assert env.driver.disk.mechanism in ("storage_opt", "tmpfs")
     fill = f"dd if=/dev/zero of={where}/fill bs=1M count=200 2>&1; echo rc=$?"
@@ -31,13 +31,13 @@ async def test_filling_the_disk_is_enospc_in_the_sandbox_only(sandbox_factory, w
     assert (await env.exec(["bash", "-c", f"rm {where}/fill && echo freed"])).stdout == "freed\n"
 
 
-async def test_the_capped_home_keeps_the_images_files(sandbox_factory):
+async def test_the_capped_home_keeps_the_images_files(sandbox_factory):  # noqa: F811 - the imported fixture
     env = await sandbox_factory("docker")
     listing = (await env.exec(["bash", "--login", "-c", "ls -A ~; touch ~/mine && echo writable"])).stdout
     assert ".profile" in listing and "writable" in listing
 
 
-async def test_the_capped_home_keeps_the_images_files_for_another_configured_user(sandbox_factory):
+async def test_the_capped_home_keeps_the_images_files_for_another_configured_user(sandbox_factory):  # noqa: F811 - the imported fixture
     # Root without capabilities may not write in the image user's home: its owner unpacks the files.
     env = await sandbox_factory("docker", user="root")
     listing = (await env.exec(["ls", "-A", "/home/sandbox"])).stdout
@@ -45,7 +45,7 @@ async def test_the_capped_home_keeps_the_images_files_for_another_configured_use
 
 
 @pytest.mark.parametrize("path", ["/dev/zero", "/dev/urandom", "/tmp/zero-link", "/tmp/fifo"])
-async def test_the_editor_refuses_non_regular_files(sandbox_factory, path):
+async def test_the_editor_refuses_non_regular_files(sandbox_factory, path):  # noqa: F811 - the imported fixture
     env = await sandbox_factory("docker")
     await env.exec(["sh", "-c", "ln -sf /dev/zero /tmp/zero-link; mkfifo /tmp/fifo"])
     for command, args in (("view", {}), ("str_replace", {"old_str": "a", "new_str": "b"}),
@@ -57,7 +57,7 @@ async def test_the_editor_refuses_non_regular_files(sandbox_factory, path):
 
 
 @pytest.mark.parametrize("path", ["notes.txt", "./notes.txt", "../etc/passwd", "~/notes.txt", ""])
-async def test_the_editor_refuses_relative_paths(sandbox_factory, path):
+async def test_the_editor_refuses_relative_paths(sandbox_factory, path):  # noqa: F811 - the imported fixture
     env = await sandbox_factory("docker")
     for command, args in (("view", {}), ("create", {"file_text": "x"})):
         outcome = await call(env, text_editor(), command=command, path=path, **args)
@@ -65,7 +65,7 @@ async def test_the_editor_refuses_relative_paths(sandbox_factory, path):
     assert "notes.txt" not in (await env.exec(["ls", "-A"])).stdout  # nothing was written anywhere
 
 
-async def test_a_call_without_a_timeout_still_has_a_deadline(sandbox_factory, monkeypatch):
+async def test_a_call_without_a_timeout_still_has_a_deadline(sandbox_factory, monkeypatch):  # noqa: F811 - the imported fixture
     """Embedded mode: a tool without ``timeout`` gets the default deadline (shortened here to run fast),
     and its command is killed, not just abandoned."""
     env = await sandbox_factory("docker")
@@ -82,7 +82,7 @@ async def test_a_call_without_a_timeout_still_has_a_deadline(sandbox_factory, mo
     assert ps == "0"
 
 
-async def test_the_editor_refuses_a_huge_file_before_reading_it(sandbox_factory):
+async def test_the_editor_refuses_a_huge_file_before_reading_it(sandbox_factory):  # noqa: F811 - the imported fixture
     env = await sandbox_factory("docker")
     await env.exec(["truncate", "-s", "2G", "/tmp/huge"])  # sparse: no space used, 2 GiB to read
     outcome = await call(env, text_editor(timeout=120), command="view", path="/tmp/huge")

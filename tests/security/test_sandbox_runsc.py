@@ -24,7 +24,7 @@ def runsc() -> None:
         pytest.skip("the Docker daemon has no 'runsc' runtime registered (gVisor not installed here)")
 
 
-async def test_the_exec_agent_works_under_gvisor(sandbox_factory, runsc):
+async def test_the_exec_agent_works_under_gvisor(sandbox_factory, runsc):  # noqa: F811 - the imported fixture
     env = await sandbox_factory("docker", runtime="runsc")
     assert env.fast_path and env._channels[None].transport == "stream"
     kernel = (await env.exec(["uname", "-r"])).stdout
@@ -33,7 +33,7 @@ async def test_the_exec_agent_works_under_gvisor(sandbox_factory, runsc):
     assert (result.returncode, result.stdout, result.stderr) == (3, "out\n", "err\n")
 
 
-async def test_attacks_fail_safely_under_gvisor(sandbox_factory, runsc):
+async def test_attacks_fail_safely_under_gvisor(sandbox_factory, runsc):  # noqa: F811 - the imported fixture
     env = await sandbox_factory("docker", runtime="runsc", mem_limit="256m")
     async with Bait() as bait:
         await env.exec(["sh", "-c", PLANT.format(bait=bait.path, mounted=f"{CONTAINER_DIR}/{SOCKET_NAME}")])

@@ -46,7 +46,7 @@ TABLE = {
 }
 
 
-@pytest.mark.parametrize("raw, shown", TABLE.values(), ids=TABLE.keys())
+@pytest.mark.parametrize(("raw", "shown"), TABLE.values(), ids=TABLE.keys())
 def test_terminal_safe(raw: str, shown: str) -> None:
     assert terminal_safe(raw) == shown
 
@@ -98,7 +98,8 @@ def test_log_show_escapes_tool_and_model_output(hostile_log: Path) -> None:
 @pytest.mark.slow  # runs the CLI or a console in a child process
 def test_log_dump_to_a_terminal_is_escaped_and_still_json(hostile_log: Path) -> None:
     piped = _cli("log", "dump", str(hostile_log))  # a pipe: exact JSON, as before
-    child = pexpect.spawn(sys.executable, ["-m", "orchestrator.cli", "log", "dump", str(hostile_log)], cwd=str(REPO_ROOT),
+    child = pexpect.spawn(sys.executable, ["-m", "orchestrator.cli", "log", "dump", str(hostile_log)],
+                          cwd=str(REPO_ROOT),
                           encoding="utf-8", timeout=60, dimensions=(50, 200))
     child.expect(pexpect.EOF)
     shown = child.before.replace("\r\n", "\n")

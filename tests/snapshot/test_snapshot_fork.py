@@ -45,10 +45,11 @@ def branch_rollouts(results: dict[str, Any], n: int = 4):  # type: ignore[no-unt
         prepared = await box.exec(["sh", "-c", PREPARE])
         assert prepared.success, prepared.stderr
         # /opt is not a tmpfs path (the container layer); /tmp/rootonly is one its user cannot read.
-        layer = await box.exec(["sh", "-c", "echo layer > /opt/layer.txt && echo secret > /tmp/rootonly "
-                                "&& chmod 600 /tmp/rootonly"], user="root")
+        layer = await box.exec(["sh", "-c", ("echo layer > /opt/layer.txt && echo secret > /tmp/rootonly "
+                                 "&& chmod 600 /tmp/rootonly")], user="root")
         assert layer.success, layer.stderr
-        mounts = await box.exec(["sh", "-c", "grep -E ' (/tmp|/var/tmp|/home/sandbox) ' /proc/mounts | cut -d' ' -f2,3"])
+        mounts = await box.exec(["sh", "-c",
+                                 "grep -E ' (/tmp|/var/tmp|/home/sandbox) ' /proc/mounts | cut -d' ' -f2,3"])
         snap = await box.snapshot()
         await box.exec(["sh", "-c", "echo moved-on > /tmp/repo/state.txt"])  # the original goes on
         async with fork(snap, n) as forks:
@@ -162,8 +163,7 @@ async def test_a_kept_snapshot_restarts_a_later_sample_from_its_checkpoint(
         assert [i.tags for i in _snapshot_images(log1.eval.eval_id)] == [[kept.image]]  # still kept
     finally:
         if mode == "embedded":  # this process holds it: remove it through its host's store
-            from workers.sandbox.docker import DockerAPI
-            from workers.sandbox.docker import host_sandboxes
+            from workers.sandbox.docker import DockerAPI, host_sandboxes
 
             api = DockerAPI(None, 2)
             await api.connect()
@@ -201,7 +201,8 @@ async def test_the_hosts_snapshot_disk_budget_refuses_a_snapshot_that_does_not_f
     finally:
         store.budget = budget
     assert log.status == "success"
-    assert results["error"].startswith("The snapshot (") and "would exceed this host's snapshot disk budget" in results["error"]
+    assert results["error"].startswith("The snapshot (")
+    assert "would exceed this host's snapshot disk budget" in results["error"]
     assert _snapshot_images(log.eval.eval_id) == []
 
 

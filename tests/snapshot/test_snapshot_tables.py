@@ -20,7 +20,8 @@ def _snap(**kw) -> Snapshot:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(("config", "patterns", "admitted"), [
     # A sandbox opened from a snapshot runs the snapshot's own image, whatever the --image patterns ...
     ({"type": "docker", "image": "toolfleet/snapshot:s1", "snapshot": {"id": "s1"}}, ["myorg/*"], True),
-    ({"type": "docker", "image": "toolfleet/snapshot:s1", "snapshot": {"id": "s1", "host": "w1"}}, ["toolfleet/*"], True),
+    ({"type": "docker", "image": "toolfleet/snapshot:s1", "snapshot": {"id": "s1", "host": "w1"}}, ["toolfleet/*"],
+     True),
     # ... but naming a snapshot does not admit any other image.
     ({"type": "docker", "image": "evil/img:1", "snapshot": {"id": "s1"}}, ["toolfleet/*"], False),
     ({"type": "docker", "image": "toolfleet/snapshot:s2", "snapshot": {"id": "s1"}}, ["myorg/*"], False),

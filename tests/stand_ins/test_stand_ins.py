@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import json
@@ -57,7 +58,7 @@ def test_hub_repository(name: str, expected: str) -> None:
 
 @pytest.mark.parametrize("name", ["ghcr.io/team/task:1", "127.0.0.1:5000/x:1", "localhost/x", "Ubuntu:24.04", ""])
 def test_hub_repository_refuses_what_is_not_on_docker_hub(name: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"not on Docker Hub|is not an image name"):
         hub_repository(name)
 
 
@@ -72,7 +73,8 @@ def test_hub_repository_refuses_what_is_not_on_docker_hub(name: str) -> None:
     ("RUN echo FROM ubuntu:24.04", "RUN echo FROM ubuntu:24.04"),
 ])
 def test_rewrite_from(line: str, expected: str) -> None:
-    refs = {"ubuntu:24.04": "M/library/ubuntu:24.04", "python:3.13-slim-bookworm": "M/library/python:3.13-slim-bookworm"}
+    refs = {"ubuntu:24.04": "M/library/ubuntu:24.04",
+            "python:3.13-slim-bookworm": "M/library/python:3.13-slim-bookworm"}
     assert rewrite_from(f"# top\n{line}\nWORKDIR /app", refs) == f"# top\n{expected}\nWORKDIR /app"
 
 
@@ -163,10 +165,8 @@ def _pull(client: Any, ref: str) -> None:
 def _untag(client: Any, ref: str) -> None:
     from docker.errors import DockerException
 
-    try:
+    with contextlib.suppress(DockerException):
         client.api.remove_image(ref)
-    except DockerException:
-        pass
 
 
 @pytest.mark.docker
@@ -207,7 +207,9 @@ def test_the_installer_installs_a_runner_that_grades(local_internet: LocalIntern
                                                      docker_client: Any, sandbox_image: str) -> None:
     internet = local_internet
     script = f"""
-fetch() {{ python3 -c 'import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1], timeout=60).read())' "$1"; }}
+fetch() {{
+  python3 -c 'import sys, urllib.request as u; sys.stdout.buffer.write(u.urlopen(sys.argv[1], timeout=60).read())' "$1"
+}}
 fetch {internet.url}/install.sh | sh || exit 10
 . "$HOME/.local/bin/env"
 command -v tbrun

@@ -50,7 +50,8 @@ def message(*content: dict[str, Any] | str, stop_reason: str | None = None, mode
     })
 
 
-def error(status: int, message: str, kind: str = "invalid_request_error", headers: dict[str, str] | None = None) -> Reply:
+def error(status: int, message: str, kind: str = "invalid_request_error",
+          headers: dict[str, str] | None = None) -> Reply:
     """Anthropic's error envelope."""
     return Reply(status=status, headers=headers or {},
                  body={"type": "error", "error": {"type": kind, "message": message}})
@@ -81,7 +82,7 @@ class AnthropicServer(OpenAIServer):
     @property
     def base_url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def _no_reply(self) -> Reply:
         return error(418, "no scripted reply left on the test server")
@@ -162,7 +163,7 @@ class AnthropicServer(OpenAIServer):
             lines.append(json.dumps({"custom_id": cid, "result": result}))
         host, port = self._httpd.server_address[:2]
         batch.update(processing_status="ended", request_counts=counts, ended_at="2026-01-01T00:01:00Z",
-                     results_url=f"http://{host}:{port}/v1/messages/batches/{batch['id']}/results",
+                     results_url=f"http://{host!s}:{port}/v1/messages/batches/{batch['id']}/results",
                      _results="\n".join(lines) + "\n")
         if cancelled:
             batch["cancel_initiated_at"] = "2026-01-01T00:00:30Z"

@@ -20,7 +20,7 @@ def spawn(*args: str) -> pexpect.spawn:
 def finish(child: pexpect.spawn) -> str:
     """Wait for the driver to end cleanly; returns what it printed after the last prompt."""
     child.expect("DRIVER DONE")
-    out = child.before
+    out = str(child.before)
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0, out

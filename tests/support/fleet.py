@@ -39,7 +39,7 @@ import redis as redis_sync
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_TOOLS = "tests.support.sample_tools"
 SESSION_TOOL_MODULES = (SAMPLE_TOOLS, "tests.agent.agent_tools", "tests.review.review_tools")
-SECRET_ENV = "TOOLFLEET_SECRET"
+SECRET_ENV = "TOOLFLEET_SECRET"  # noqa: S105 - the variable's name
 
 
 def ensure_fleet_secret() -> str:
@@ -82,7 +82,7 @@ def require_redis_server() -> str:
     return binary
 
 
-def _wait(predicate, timeout: float, what: str, interval: float = 0.05) -> None:  # type: ignore[no-untyped-def]
+def _wait(predicate, timeout: float, what: str, interval: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -119,7 +119,7 @@ class RedisServer:
     def client(self) -> redis_sync.Redis:
         return redis_sync.Redis.from_url(self.url, socket_timeout=5)
 
-    def start(self) -> "RedisServer":
+    def start(self) -> RedisServer:
         binary = require_redis_server()
         self.proc = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
@@ -172,20 +172,20 @@ class WorkerProcess:
             "--loglevel", os.environ.get("TOOLFLEET_TEST_WORKER_LOGLEVEL", "WARNING"),
             *[a for m in imports for a in ("--import", m)], *(["--allow-local"] if allow_local else []), *extra_args,
         ]
-        self.log = tempfile.NamedTemporaryFile(prefix=f"toolfleet-{self.host}-", suffix=".log", delete=False)
+        self.log = tempfile.NamedTemporaryFile(prefix=f"toolfleet-{self.host}-", suffix=".log", delete=False)  # noqa: SIM115 - the worker's log for its lifetime
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 30.0) -> "WorkerProcess":
+    def start(self, timeout: float = 30.0) -> WorkerProcess:
         self.launch()
         return self.wait_ready(timeout)
 
-    def launch(self) -> "WorkerProcess":
+    def launch(self) -> WorkerProcess:
         """Start the process without waiting for it (``wait_ready`` waits): several start side by side."""
         self.proc = subprocess.Popen(self.args, cwd=REPO_ROOT, env=child_env(**{SECRET_ENV: self.secret}),
                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         return self
 
-    def wait_ready(self, timeout: float = 30.0) -> "WorkerProcess":
+    def wait_ready(self, timeout: float = 30.0) -> WorkerProcess:
         client = redis_sync.Redis.from_url(self.broker_url, socket_timeout=5)
         try:
             _wait(lambda: self._ready(client), timeout, f"worker {self.host} to heartbeat")
@@ -220,10 +220,8 @@ class WorkerProcess:
     def kill(self) -> None:
         """SIGKILL the whole process group (worker and the sandboxes it started)."""
         if self.proc is not None and self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             self.proc.wait(10)
 
     def terminate(self, timeout: float = 60.0) -> int:
@@ -257,13 +255,13 @@ class AnonymousWorker(WorkerProcess):
     """``toolfleet worker`` without ``--hostname``, as a user starts several on one machine: its identity
     is whatever it announces (``<machine>-<pid>-<hex>``)."""
 
-    def __init__(self, broker_url: str, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, broker_url: str, **kwargs) -> None:
         super().__init__(broker_url, **kwargs)
         at = self.args.index("--hostname")
         del self.args[at:at + 2]
         self.host = ""
 
-    def _ready(self, client) -> bool:  # type: ignore[no-untyped-def]
+    def _ready(self, client) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{self.output()}")
         found = READY.search(Path(self.log.name).read_bytes())
@@ -288,18 +286,18 @@ class Fleet:
     def hosts(self) -> list[str]:
         return [w.host for w in self.workers]
 
-    def worker(self, **kwargs) -> WorkerProcess:  # type: ignore[no-untyped-def]
+    def worker(self, **kwargs) -> WorkerProcess:
         w = WorkerProcess(self.redis.url, **kwargs)
         self.workers.append(w)
         return w.start()
 
-    def anonymous_worker(self, **kwargs) -> WorkerProcess:  # type: ignore[no-untyped-def]
+    def anonymous_worker(self, **kwargs) -> WorkerProcess:
         """A worker started without ``--hostname`` (its default identity)."""
         w = AnonymousWorker(self.redis.url, **kwargs)
         self.workers.append(w)
         return w.start()
 
-    def start_workers(self, n: int, named: bool = True, timeout: float = 60.0, **kwargs) -> list[WorkerProcess]:  # type: ignore[no-untyped-def]
+    def start_workers(self, n: int, named: bool = True, timeout: float = 60.0, **kwargs) -> list[WorkerProcess]:
         """``n`` workers started side by side (named ``w-<hex>``, or each with its default identity)."""
         kind: Callable[..., WorkerProcess] = WorkerProcess if named else AnonymousWorker
         started = [kind(self.redis.url, **kwargs) for _ in range(n)]

@@ -90,7 +90,8 @@ def rewrite_from(dockerfile: str, refs: dict[str, str]) -> str:
 def task_images(tasks: Path) -> dict[str, Path]:
     """``docker_image`` -> task directory, for each task under ``tasks`` (one task, or a directory of them) whose
     task.toml names one and has an ``environment/Dockerfile`` to build it from."""
-    dirs = [tasks] if (tasks / "task.toml").is_file() else sorted(p for p in tasks.iterdir() if (p / "task.toml").is_file())
+    dirs = ([tasks] if (tasks / "task.toml").is_file()
+            else sorted(p for p in tasks.iterdir() if (p / "task.toml").is_file()))
     found = {}
     for task in dirs:
         image = tomllib.loads((task / "task.toml").read_text()).get("environment", {}).get("docker_image")

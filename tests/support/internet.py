@@ -22,6 +22,7 @@ Requests are logged by the server as JSON lines (``requests()``), so a test can 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import ipaddress
@@ -156,7 +157,7 @@ class LocalInternet:
         try:
             image = site_image(self.client)
             self._networks.append(self._create_network(self.network, ALLOWED_RANGE if self.ranges else None))
-            ports = None
+            ports: dict[str, Any] | None = None
             if self.publish:
                 self.gateway = bridge_gateway(self.client)
                 ports = {f"{PORT}/tcp": (self.gateway, None)}
@@ -212,16 +213,12 @@ class LocalInternet:
         from docker.errors import DockerException
 
         if self._container is not None:
-            try:
+            with contextlib.suppress(DockerException):
                 self._container.remove(force=True)
-            except DockerException:
-                pass
             self._container = None
         for network in reversed(self._networks):
-            try:
+            with contextlib.suppress(DockerException):
                 network.remove()
-            except DockerException:
-                pass
         self._networks = []
 
     def __enter__(self) -> Self:

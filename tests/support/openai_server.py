@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 
 @dataclass
@@ -99,7 +99,7 @@ class OpenAIServer:
     @property
     def base_url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host!s}:{port}/v1"
 
     def enqueue(self, *replies: Reply) -> None:
         with self._lock:
@@ -152,13 +152,13 @@ class OpenAIServer:
         parts = {part.get_param("name", header="content-disposition"): part for part in message.iter_parts()}
         if "file" not in parts or "purpose" not in parts:
             return error(400, "multipart upload needs 'file' and 'purpose'")
-        data = parts["file"].get_payload(decode=True) or b""
+        data: Any = parts["file"].get_payload(decode=True) or b""  # decode=True: bytes
         file_id = f"file-{uuid.uuid4().hex[:12]}"
         with self._lock:
             self.files[file_id] = data
         return Reply(body={"id": file_id, "object": "file", "bytes": len(data), "created_at": 0,
                            "filename": parts["file"].get_filename() or "upload", "status": "processed",
-                           "purpose": (parts["purpose"].get_payload(decode=True) or b"").decode()})
+                           "purpose": bytes(parts["purpose"].get_payload(decode=True) or b"").decode()})
 
     def _create_batch(self, body: Any) -> Reply:
         with self._lock:
@@ -256,7 +256,7 @@ class OpenAIServer:
             return data if data is not None else error(404, "no such file")
         return error(404, f"nothing at {method} {path}")
 
-    def start(self) -> "OpenAIServer":
+    def start(self) -> Self:
         self._thread.start()
         return self
 
@@ -265,7 +265,7 @@ class OpenAIServer:
         self._httpd.server_close()
         self._thread.join(timeout=5)
 
-    def __enter__(self) -> "OpenAIServer":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -282,10 +282,10 @@ class OpenAIServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+            def do_GET(self) -> None:  # http.server naming
                 self._serve("GET")
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 self._serve("POST")
 
             def _serve(self, method: str) -> None:

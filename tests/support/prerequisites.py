@@ -26,7 +26,8 @@ def require_redis_server() -> str:
 def require_docker_registry() -> str:
     binary = shutil.which("docker-registry")
     if binary is None:
-        pytest.fail(f"docker-registry is not installed: {SETUP_HINT} or `apt-get install docker-registry`", pytrace=False)
+        pytest.fail(f"docker-registry is not installed: {SETUP_HINT} or `apt-get install docker-registry`",
+                    pytrace=False)
     return binary
 
 

@@ -46,7 +46,7 @@ def hub_repository(name: str) -> str:
     return path + (at + digest if at else "")
 
 
-def daemon_allows_loopback_registries(client) -> bool:  # type: ignore[no-untyped-def]
+def daemon_allows_loopback_registries(client) -> bool:
     """Whether the Docker daemon pulls from and pushes to ``127.0.0.1:PORT`` over plain http (its default
     insecure-registry range, 127.0.0.0/8, unless the daemon's configuration removed it)."""
     import ipaddress
@@ -82,11 +82,11 @@ class LocalRegistry:
         """What an image names it by (and a worker's --registry): ``127.0.0.1:PORT``."""
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> "LocalRegistry":
+    def start(self) -> LocalRegistry:
         binary = require_docker_registry()
         config = self.dir / "config.yml"
         config.write_text(CONFIG.format(root=self.dir / "data", port=self.port))
-        self.log = open(self.dir / "registry.log", "wb")
+        self.log = open(self.dir / "registry.log", "wb")  # noqa: SIM115 - the registry's log for its lifetime
         self.proc = subprocess.Popen([binary, "serve", str(config)], stdout=self.log, stderr=subprocess.STDOUT)
         try:
             _wait(self._answers, 15.0, f"docker-registry on {self.host}", interval=0.1)

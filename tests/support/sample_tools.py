@@ -153,7 +153,7 @@ def fail():
             case "unicode":
                 b"\xff\xfe".decode("utf-8")
             case "null_byte":
-                open("/tmp/a\x00b")
+                open("/tmp/a\x00b")  # noqa: SIM115 - raises before opening: the null byte is the point
             case "permission":
                 raise PermissionError(13, "Permission denied", "/root/secret")
             case "not_found":
@@ -260,7 +260,7 @@ def typed():
         pair: tuple[int, str],
         scores: dict[str, float],
         points: list[Point],
-        maybe: Optional[int] = None,
+        maybe: Optional[int] = None,  # noqa: UP045 - tool authors write typing.Optional: its schema is under test
         maybe_missing: int | None = None,
     ) -> str:
         """Report the Python types the arguments arrived as.

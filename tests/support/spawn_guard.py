@@ -220,7 +220,7 @@ def _install_once() -> None:
 
     original = mp_util.spawnv_passfds
 
-    def spawnv_passfds(path, args, passfds):  # type: ignore[no-untyped-def]
+    def spawnv_passfds(path, args, passfds):
         sys.audit(MULTIPROCESSING_EVENT, path, args)
         return original(path, args, passfds)
 

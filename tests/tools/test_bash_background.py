@@ -81,7 +81,8 @@ async def test_a_background_child_holding_the_output_pipe_does_not_hold_the_call
     out = await asyncio.wait_for(
         ok(env, bash(background=True), cmd=f"echo started; sleep 1000.71 & echo $! > {pid_file}"), 60)
     assert out == "started\n"
-    alive = await ok(env, bash(), cmd=f"kill -0 $(cat {pid_file}) && echo alive; kill $(cat {pid_file}); rm -f {pid_file}")
+    alive = await ok(env, bash(),
+                     cmd=f"kill -0 $(cat {pid_file}) && echo alive; kill $(cat {pid_file}); rm -f {pid_file}")
     assert alive.strip() == "alive"
 
 

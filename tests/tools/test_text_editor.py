@@ -73,7 +73,7 @@ async def test_create_and_its_errors(env, home):
     assert await env.read_file(f"{home}/a.py") == "one\ntwo\nthree\n"
     _, message = await error(env, TE, command="create", path=home, file_text="x")
     assert "is a directory" in message
-    kind, message = await error(env, TE, command="create", path=f"{home}/c.txt")
+    _kind, message = await error(env, TE, command="create", path=f"{home}/c.txt")
     assert "`file_text` is required" in message
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import dns.asyncquery
 import dns.exception
@@ -98,9 +98,9 @@ class _Listener:
         self.udp: asyncio.DatagramTransport | None = None
         self.tcp: asyncio.Server | None = None
 
-    def spawn(self, coro: Awaitable[None]) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         if len(self.tasks) >= self.filter.limits.inflight:
-            coro.close()  # type: ignore[attr-defined]
+            coro.close()
             return
         task = asyncio.ensure_future(coro)
         self.tasks.add(task)

@@ -12,6 +12,7 @@ A name that resolves to a denied address is denied because the rules judge addre
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 import secrets
 import socket
@@ -20,12 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from docker.errors import DockerException
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ._dns import DnsFilter, DnsLimits, SandboxDns, parse_resolv_conf
 from ._errors import EgressError
 from ._network import HOST, KEY, DockerCalls, SandboxNetworks, reap_reason
 from ._nft import (
+    GENERATIONS,
     DockerUserHook,
     Nft,
     SandboxRules,
@@ -33,6 +36,7 @@ from ._nft import (
     render_base,
     render_release,
     render_sandbox,
+    render_update,
     valid_key,
 )
 from ._policy import (
@@ -72,8 +76,15 @@ class EgressConfig(BaseModel):
     subnet_prefix: int = Field(27, ge=16, le=29)  # /27: 29 containers per sandbox, 2,048 sandboxes
     mtu: int | None = Field(None, ge=576, le=65535)
     upstreams: tuple[str, ...] = ()      # resolvers for the DNS filter; default: the host's resolv.conf
-    mark: int = Field(0x10000000, gt=0, lt=1 << 32)
+    mark: int = Field(0x10000000, gt=0, lt=1 << 32)  # its low byte is the policy's generation (``_nft``)
     set_size: int = Field(4096, ge=16, le=1 << 16)
+
+    @field_validator("mark")
+    @classmethod
+    def _mark_leaves_the_generation_byte(cls, mark: int) -> int:
+        if mark & GENERATIONS:
+            raise ValueError(f"the conntrack mark 0x{mark:08x} must leave its low byte free (the policy generation)")
+        return mark
 
     @field_validator("allow")
     @classmethod
@@ -106,8 +117,9 @@ class SandboxNetwork:
 
     @property
     def dns(self) -> list[str]:
-        """The DNS filter (Docker's embedded resolver forwards to it); none without a way out."""
-        return [] if self.mode == "none" else [self.gateway]
+        """The DNS filter (Docker's embedded resolver forwards to it). Given in every mode: in ``none``
+        nothing listens there and the rules refuse it, and a later policy may open it (``update``)."""
+        return [self.gateway]
 
     def host_config(self) -> dict[str, Any]:
         """Keyword arguments for ``APIClient.create_host_config``."""
@@ -126,13 +138,24 @@ async def _resolve(loop: asyncio.AbstractEventLoop, name: str) -> list[IPNetwork
     return [ipaddress.ip_network(str(info[4][0]).split("%")[0]) for info in infos]
 
 
+def _host_resolvers() -> list[tuple[str, int]]:
+    """The host's resolvers ([] without a readable resolv.conf: the DNS filter then refuses to start,
+    and the enforcer offers only ``none``, saying why)."""
+    try:
+        return parse_resolv_conf(Path("/etc/resolv.conf").read_text(errors="replace"))
+    except OSError:
+        return []
+
+
 class EgressEnforcer:
-    """Sandbox networks under a policy on one host. ``start`` first; ``modes`` says what it enforces."""
+    """Sandbox networks under a policy on one host. ``start`` (or ``ready``) first; ``modes`` says
+    what it enforces. One per process (a worker, an embedded eval), built by its owner and handed down."""
 
     def __init__(self, config: EgressConfig, docker_calls: DockerCalls, owner: str = HOST,
                  dns_limits: DnsLimits | None = None) -> None:
         self.config = config
         self.owner = owner
+        self.docker = docker_calls
         self.nft = Nft()
         self.hook = DockerUserHook(config.mark)
         self.networks = SandboxNetworks(docker_calls, config.subnet_pool, config.subnet_prefix, config.mtu, owner)
@@ -144,10 +167,39 @@ class EgressEnforcer:
         self.operator_names: frozenset[str] = frozenset()
         self.dns: DnsFilter | None = None
         self._open: dict[str, SandboxNetwork] = {}
+        self._policies: dict[str, tuple[EgressPolicy, int]] = {}  # key -> (its policy, its generation)
         self._held: set[str] = set()  # open, or being opened (the reaper must not take it)
+        self._loop: asyncio.AbstractEventLoop | None = None  # where its DNS filter serves
+        self._starting: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
     def __len__(self) -> int:
         return len(self._open)
+
+    @property
+    def enforcing(self) -> bool:
+        """Whether the host's rules are in place (``modes`` holds more than ``none``)."""
+        return self.dns is not None and self.unavailable is None
+
+    async def ready(self) -> frozenset[EgressMode]:
+        """``start`` once per event loop (embedded mode runs one ``asyncio.run`` after another): the
+        DNS filter's sockets belong to the loop that made them. Sandboxes of a previous loop are
+        forgotten (their listeners died with it) and left to the reaper."""
+        loop = asyncio.get_running_loop()
+        if self._loop is loop:
+            return self.modes
+        if self._starting is None or self._starting[0] is not loop:
+            self._starting = (loop, asyncio.Lock())
+        async with self._starting[1]:
+            if self._loop is not loop:
+                if self._loop is not None:
+                    log.warning("egress.loop_changed", forgotten=len(self._open))
+                    self._open.clear()
+                    self._policies.clear()
+                    self._held.clear()
+                    self.dns = None
+                await self.start()
+                self._loop = loop
+        return self.modes
 
     async def start(self) -> frozenset[EgressMode]:
         """Probe and prepare the host: the modes this worker can enforce ({"none"} alone when the
@@ -165,18 +217,22 @@ class EgressEnforcer:
                 protected += await _resolve(loop, value)
         self.operator, self.protected = tuple(operator), tuple(protected)
         self.operator_names = frozenset(allowance.names)
-        upstreams = ([_host_port(u) for u in self.config.upstreams] if self.config.upstreams
-                     else parse_resolv_conf(Path("/etc/resolv.conf").read_text(errors="replace")))
+        # resolv.conf is read off the event loop, which serves every sandbox's DNS
+        upstreams = [_host_port(u) for u in self.config.upstreams] or await asyncio.to_thread(_host_resolvers)
         reason = await self.nft.usable()
         if reason is None:
             try:
+                await self.docker.connect()
                 await self.nft.apply(render_base())
                 await self.hook.ensure()
                 self.dns = DnsFilter(upstreams, self._allow_answers, self.dns_limits)
             except EgressError as exc:
                 reason = str(exc)
+            except DockerException as exc:
+                reason = f"Docker is not reachable: {exc}"
         self.unavailable = reason
         self.modes = frozenset({"none"}) if reason else frozenset(MODES)
+        self._loop = loop
         if reason:
             log.warning("egress.unavailable", reason=reason)
         else:
@@ -198,19 +254,28 @@ class EgressEnforcer:
         return SandboxDns(key=key, address=gateway, allows_name=allows_name, track=policy.mode == "allowlist",
                           admits=admits)
 
+    def _rules(self, key: str, policy: EgressPolicy, generation: int) -> SandboxRules:
+        return SandboxRules(key=key, mode=policy.mode, mark=self.config.mark, operator=self.operator,
+                            protected=self.protected, hosts=policy.patterns(), set_size=self.config.set_size,
+                            generation=generation)
+
+    def _can_enforce(self, mode: EgressMode) -> None:
+        if self.dns is None or mode not in self.modes or self.unavailable is not None:
+            raise EgressError(f"this host cannot enforce network mode '{mode}': {self.unavailable}")
+
     async def open(self, sandbox_id: str, policy: EgressPolicy) -> SandboxNetwork:
-        """Create the sandbox's network, rules and DNS filter; ``release`` removes them."""
-        if self.dns is None or policy.mode not in self.modes:
-            raise EgressError(f"this worker cannot enforce network mode '{policy.mode}': {self.unavailable}")
+        """Create the sandbox's network, rules and DNS filter; ``release`` removes them. Even a
+        ``none`` sandbox's network needs the rules (a bridge network reaches the host), so every
+        network needs a host that enforces."""
+        await self.ready()
+        self._can_enforce(policy.mode)
+        assert self.dns is not None
         key = secrets.token_hex(5)
         self._held.add(key)
         try:
             plan = await self.networks.create(key, policy.mode, sandbox_id)
             try:
-                rules = SandboxRules(key=key, mode=policy.mode, mark=self.config.mark, operator=self.operator,
-                                     protected=self.protected, hosts=policy.patterns(),
-                                     set_size=self.config.set_size)
-                await self.nft.apply(render_sandbox(rules))
+                await self.nft.apply(render_sandbox(self._rules(key, policy, 1)))
                 if policy.mode != "none":
                     await self.dns.serve(self._sandbox_dns(key, str(plan.gateway), policy))
             except BaseException:
@@ -222,8 +287,39 @@ class EgressEnforcer:
         network = SandboxNetwork(key=key, sandbox_id=sandbox_id, mode=policy.mode, name=plan.name,
                                  bridge=plan.bridge, subnet=str(plan.subnet), gateway=str(plan.gateway))
         self._open[key] = network
+        self._policies[key] = (policy, 1)
         log.info("egress.open", key=key, sandbox=sandbox_id, mode=policy.mode, subnet=network.subnet)
         return network
+
+    async def update(self, network: SandboxNetwork, policy: EgressPolicy) -> SandboxNetwork:
+        """Change a live sandbox's policy (a phase with its own network mode): its rules in one
+        transaction, under the next generation, so a connection the old policy accepted is judged by
+        the new one from its next packet on; its DNS filter on, off or with the new names. Returns the
+        network as it now is. On failure the old policy's rules stay whole (one transaction), and the
+        error says so."""
+        await self.ready()
+        current = self._policies.get(network.key)
+        if current is None or network.key not in self._open:
+            raise EgressError(f"the sandbox network {network.name} is not open here")
+        self._can_enforce(policy.mode)
+        assert self.dns is not None
+        old, generation = current
+        generation = generation % GENERATIONS + 1
+        await self.dns.stop(network.key)  # no answer from the old policy once the new rules are in
+        try:
+            await self.nft.apply(render_update(self._rules(network.key, policy, generation)))
+        except EgressError:
+            if old.mode != "none":
+                await self.dns.serve(self._sandbox_dns(network.key, network.gateway, old))
+            raise
+        if policy.mode != "none":
+            await self.dns.serve(self._sandbox_dns(network.key, network.gateway, policy))
+        updated = dataclasses.replace(network, mode=policy.mode)
+        self._open[network.key] = updated
+        self._policies[network.key] = (policy, generation)
+        log.info("egress.update", key=network.key, sandbox=network.sandbox_id, mode=policy.mode,
+                 was=old.mode, generation=generation)
+        return updated
 
     async def _teardown(self, key: str, name: str) -> list[EgressError]:
         errors = []
@@ -241,6 +337,7 @@ class EgressEnforcer:
         before the network: a bridge without rules rejects everything."""
         errors = await self._teardown(network.key, network.name)
         self._open.pop(network.key, None)
+        self._policies.pop(network.key, None)
         self._held.discard(network.key)  # a network left behind is the reaper's from now on
         if errors:
             raise errors[0]
@@ -248,7 +345,10 @@ class EgressEnforcer:
     async def reap(self) -> list[str]:
         """Remove crashed workers' sandbox networks and rules (and this process's released leftovers);
         returns their keys. Rules are listed before networks: a live worker creates the network first,
-        so rules seen without a network are a leftover, never a sandbox being opened."""
+        so rules seen without a network are a leftover, never a sandbox being opened. Nothing to do on
+        a host that does not enforce (it made no networks)."""
+        if not self.enforcing:
+            return []
         with_rules = await self.nft.sandbox_keys()
         reaped, seen = [], set()
         for info in await self.networks.listed():

@@ -45,11 +45,13 @@ _SUBNET_TRIES = 32
 
 
 class DockerCalls(Protocol):
-    """The Docker client as the sandbox driver holds it: the low-level API and a way to run its
-    blocking calls off the event loop (``workers.sandbox``'s ``DockerAPI`` is one)."""
+    """The Docker client as the sandbox driver holds it: the low-level API (after ``connect``) and a
+    way to run its blocking calls off the event loop (``workers.sandbox``'s ``DockerAPI`` is one)."""
 
     @property
     def api(self) -> docker.APIClient: ...
+
+    async def connect(self) -> None: ...
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
 
@@ -127,9 +129,11 @@ class SandboxNetworks:
             gateway = subnet.network_address + 1
             ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet), gateway=str(gateway))])
             try:
-                # `internal`: Docker adds no route out either (the host stays reachable; our rules close that).
+                # Never `internal`, even for `none`: the rules decide (an internal network would not keep the
+                # host out anyway), and a later policy (``update``) may open a way out, which an internal
+                # network, without Docker's masquerading, could not carry.
                 await self.docker.call(self.docker.api.create_network, name, driver="bridge", options=options,
-                                       ipam=ipam, internal=mode == "none", labels=labels, enable_ipv6=False,
+                                       ipam=ipam, internal=False, labels=labels, enable_ipv6=False,
                                        check_duplicate=True)
                 return NetworkPlan(key=key, name=name, bridge=bridge, subnet=subnet, gateway=gateway)
             except APIError as exc:

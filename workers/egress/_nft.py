@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from ._errors import EgressError
 from ._policy import DENIED, NEVER, EgressMode, HostPattern, IPNetwork, collapse
 
-__all__ = ["BRIDGE_PREFIX", "TABLE", "DockerUserHook", "Nft", "SandboxRules", "bridge_name", "render_allow",
-           "render_base", "render_release", "render_sandbox", "valid_key"]
+__all__ = ["BRIDGE_PREFIX", "GENERATIONS", "TABLE", "DockerUserHook", "Nft", "SandboxRules", "bridge_name",
+           "render_allow", "render_base", "render_release", "render_sandbox", "render_update", "valid_key"]
 
 TABLE = "toolfleet_egress"
 BRIDGE_PREFIX = "tfe-"
@@ -100,7 +100,9 @@ def render_base() -> str:
 @dataclass(frozen=True)
 class SandboxRules:
     """Everything one sandbox's chain says; ``protected`` and ``operator`` come from the worker's
-    configuration, ``hosts`` from the sandbox's policy (its IP entries; names go through DNS)."""
+    configuration, ``hosts`` from the sandbox's policy (its IP entries; names go through DNS).
+    ``generation`` counts the policy's changes: connections carry the one that accepted them, and
+    only those of the current generation skip the policy (see ``render_update``)."""
 
     key: str
     mode: EgressMode
@@ -110,10 +112,14 @@ class SandboxRules:
     hosts: tuple[HostPattern, ...] = field(default=())
     dns: bool = True
     set_size: int = 4096
+    generation: int = 1
 
     @property
     def chain(self) -> str:
         return f"sb_{valid_key(self.key)}"
+
+
+GENERATIONS = 0xFF  # the low byte of the conntrack mark; the configured mark keeps out of it
 
 
 def _addr_rules(prefix: str, nets: Sequence[IPNetwork], verdict: str) -> list[str]:
@@ -125,18 +131,18 @@ def _addr_rules(prefix: str, nets: Sequence[IPNetwork], verdict: str) -> list[st
     return out
 
 
-def render_sandbox(rules: SandboxRules) -> str:
-    """One sandbox's chain, sets and elements, created in one transaction."""
+def _chain_rules(rules: SandboxRules) -> list[str]:
+    """The rules of a sandbox's chain (its sets must exist for ``allowlist``)."""
+    if not 0 < rules.generation <= GENERATIONS:
+        raise ValueError(f"policy generation out of range: {rules.generation}")
     chain, bridge = rules.chain, bridge_name(rules.key)
-    accept = f"ct mark set ct mark or {_mark(rules.mark)} accept"
+    marked = _mark(rules.mark | rules.generation)
+    # Mark what this generation accepts (the other bits of the mark kept): DOCKER-USER accepts the mark,
+    # and the first rule lets the rest of such a connection through without judging each packet again.
+    accept = f"ct mark set ct mark and {_mark(0xFFFFFFFF ^ GENERATIONS)} or {marked} accept"
     add = f"add rule {_T} {chain}"
-    lines = [f"add chain {_T} {chain}"]
-    if rules.mode == "allowlist":
-        for family in ("ipv4", "ipv6"):
-            lines.append(f"add set {_T} {chain}_v{family[-1]} {{ type {family}_addr; flags timeout; "
-                         f"size {int(rules.set_size)}; }}")
-    lines += [
-        f"{add} ct state established,related accept",
+    lines = [
+        f"{add} ct state established,related ct mark and {_mark(rules.mark | GENERATIONS)} == {marked} accept",
         f'{add} oifname "{bridge}" accept',  # the sandbox's own services (bridged, with br_netfilter)
         f'{add} oifname "{BRIDGE_PREFIX}*" {_REJECT}',  # another sandbox
     ]
@@ -152,9 +158,44 @@ def render_sandbox(rules: SandboxRules) -> str:
             lines += _addr_rules(add, [h.network for h in rules.hosts if h.network is not None], accept)
             lines += [f"{add} ip daddr @{chain}_v4 {accept}", f"{add} ip6 daddr @{chain}_v6 {accept}",
                       f"{add} {_REJECT}"]
-    lines.append(f'add element {_T} sandboxes {{ "{bridge}" : jump {chain} }}')
+    return lines
+
+
+def _sets(rules: SandboxRules) -> list[str]:
+    return [f"add set {_T} {rules.chain}_v{v} {{ type ipv{v}_addr; flags timeout; size {int(rules.set_size)}; }}"
+            for v in (4, 6)]
+
+
+def _dns_element(rules: SandboxRules) -> list[str]:
+    """The bridge in ``dns_bridges`` (its gateway's DNS filter is reachable) only while the mode has DNS;
+    added before a delete so that the delete cannot fail on an absent element."""
+    element = f'element {_T} dns_bridges {{ "{bridge_name(rules.key)}" }}'
+    return [f"add {element}"] + ([] if rules.dns and rules.mode != "none" else [f"delete {element}"])
+
+
+def render_sandbox(rules: SandboxRules) -> str:
+    """One sandbox's chain, sets and elements, created in one transaction."""
+    lines = [f"add chain {_T} {rules.chain}"]
+    if rules.mode == "allowlist":
+        lines += _sets(rules)
+    lines += _chain_rules(rules)
+    lines.append(f'add element {_T} sandboxes {{ "{bridge_name(rules.key)}" : jump {rules.chain} }}')
     if rules.dns and rules.mode != "none":
-        lines.append(f'add element {_T} dns_bridges {{ "{bridge}" }}')
+        lines += _dns_element(rules)
+    return "\n".join(lines) + "\n"
+
+
+def render_update(rules: SandboxRules) -> str:
+    """A live sandbox's new policy, in one transaction: its chain rewritten under the next generation
+    (connections accepted before are judged again, packet by packet, by the new rules: one the new
+    policy refuses stops at its next packet), an allowlist's sets emptied (what its old names resolved
+    to is not allowed any more), and DNS on or off with the mode."""
+    lines = [f"add chain {_T} {rules.chain}", f"flush chain {_T} {rules.chain}"]
+    if rules.mode == "allowlist":
+        lines += _sets(rules) + [f"flush set {_T} {rules.chain}_v{v}" for v in (4, 6)]
+    lines += _chain_rules(rules)
+    lines.append(f'add element {_T} sandboxes {{ "{bridge_name(rules.key)}" : jump {rules.chain} }}')
+    lines += _dns_element(rules)
     return "\n".join(lines) + "\n"
 
 
@@ -184,7 +225,8 @@ def render_allow(key: str, answers: Sequence[tuple[str, int]]) -> str:
     for text, ttl in answers:
         addr = ipaddress.ip_address(text)
         by_family[addr.version].append(f"{addr} timeout {max(1, int(ttl))}s")
-    return "".join(f"add element {_T} {chain}_v{v} {{ {', '.join(items)} }}\n" for v, items in by_family.items() if items)
+    return "".join(
+        f"add element {_T} {chain}_v{v} {{ {', '.join(items)} }}\n" for v, items in by_family.items() if items)
 
 
 async def _run(argv: Sequence[str], stdin: bytes | None = None, timeout: float = NFT_TIMEOUT_S) -> tuple[int, str, str]:
@@ -224,7 +266,10 @@ class Nft:
         if shutil.which(self.binary) is None:
             return f"{self.binary} is not installed"
         code, _, err = await _run([self.binary, "list", "tables"])
-        return None if code == 0 else f"nft cannot read the ruleset ({_first_error(err)}); the worker needs CAP_NET_ADMIN in the host's network namespace"
+        if code == 0:
+            return None
+        return (f"nft cannot read the ruleset ({_first_error(err)}); the worker needs CAP_NET_ADMIN in the host's "
+                "network namespace")
 
     async def sandbox_keys(self) -> set[str]:
         """Keys of the sandboxes that have a chain in the table (none when the table is absent)."""

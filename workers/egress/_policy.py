@@ -19,20 +19,25 @@ allowed name has resolved to it.
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from orchestrator.util._network_policy import (
+    MODES,
+    HostPattern,
+    NetworkMode,
+    normalise_hosts,
+)
+
 __all__ = ["DENIED", "MODES", "NEVER", "AddressClass", "EgressMode", "EgressPolicy", "HostPattern",
            "IPNetwork", "OperatorAllowance", "classify", "collapse", "parse_allowance"]
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-EgressMode = Literal["none", "public", "allowlist"]
-MODES: tuple[EgressMode, ...] = ("none", "public", "allowlist")
+EgressMode = NetworkMode  # the modes and host patterns are shared with the sandbox config
 AddressClass = Literal["never", "operator", "denied", "public"]
 
 
@@ -83,7 +88,7 @@ def collapse(networks: Iterable[IPNetwork]) -> tuple[list[ipaddress.IPv4Network]
 
 def _within(net: IPNetwork, ranges: Iterable[tuple[IPNetwork, str]]) -> str | None:
     for outer, why in ranges:
-        if net.version == outer.version and net.subnet_of(outer):  # type: ignore[arg-type]
+        if net.version == outer.version and net.subnet_of(outer):  # type: ignore[arg-type]  # same IP version: checked first
             return why
     return None
 
@@ -95,53 +100,13 @@ def classify(address: str | IPAddress, operator: Iterable[IPNetwork] = (),
     host = ipaddress.ip_network(ipaddress.ip_address(address))
     if (why := _within(host, NEVER)) is not None:
         return "never", why
-    if any(host.version == n.version and host.subnet_of(n) for n in protected):  # type: ignore[arg-type]
+    if any(host.version == n.version and host.subnet_of(n) for n in protected):  # type: ignore[arg-type]  # same IP version: checked first
         return "never", "protected by the worker"
-    if any(host.version == n.version and host.subnet_of(n) for n in operator):  # type: ignore[arg-type]
+    if any(host.version == n.version and host.subnet_of(n) for n in operator):  # type: ignore[arg-type]  # same IP version: checked first
         return "operator", "allowed by the operator"
     if (why := _within(host, DENIED)) is not None:
         return "denied", why
     return "public", "internet"
-
-
-_LABEL = r"(?!-)[a-z0-9-]{1,63}(?<!-)"
-_NAME = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
-
-
-def _normalise_name(text: str) -> str:
-    return text.strip().lower().rstrip(".")
-
-
-@dataclass(frozen=True)
-class HostPattern:
-    """An ``allowed_hosts`` entry: a host name, ``*.name`` (any name below ``name``, at any depth,
-    not ``name`` itself), or an IP address or network."""
-
-    name: str = ""
-    wildcard: bool = False
-    network: IPNetwork | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> HostPattern:
-        value = _normalise_name(text)
-        try:
-            return cls(network=ipaddress.ip_network(value, strict=False))
-        except ValueError:
-            pass
-        wildcard = value.startswith("*.")
-        name = value[2:] if wildcard else value
-        if len(name) > 253 or not _NAME.match(name) or (wildcard and "." not in name):
-            raise ValueError(f"{text!r} is not a host name, '*.' and a domain, or an IP address or network")
-        return cls(name=name, wildcard=wildcard)
-
-    def matches(self, name: str) -> bool:
-        name = _normalise_name(name)
-        if self.network is not None or not name:
-            return False
-        return name.endswith("." + self.name) if self.wildcard else name == self.name
-
-    def __str__(self) -> str:
-        return str(self.network) if self.network is not None else ("*." if self.wildcard else "") + self.name
 
 
 class EgressPolicy(BaseModel):
@@ -156,7 +121,7 @@ class EgressPolicy(BaseModel):
     @field_validator("allowed_hosts")
     @classmethod
     def _patterns_parse(cls, hosts: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(str(HostPattern.parse(h)) for h in hosts)
+        return tuple(normalise_hosts(hosts))
 
     def patterns(self) -> tuple[HostPattern, ...]:
         return tuple(HostPattern.parse(h) for h in self.allowed_hosts)

@@ -32,8 +32,8 @@ from typing import Any
 
 from orchestrator._errors import ToolfleetError
 
-SECRET_ENV = "TOOLFLEET_SECRET"
-SECRET_FILE_ENV = "TOOLFLEET_SECRET_FILE"
+SECRET_ENV = "TOOLFLEET_SECRET"  # noqa: S105 - the variable's name, not a secret
+SECRET_FILE_ENV = "TOOLFLEET_SECRET_FILE"  # noqa: S105 - the variable's name
 MAC_HEADER = "toolfleet_mac"  # task message header carrying the MAC
 ISSUED_HEADER = "toolfleet_iat"  # when the message was signed (seconds since the epoch), under the MAC
 DEST_HEADER = "toolfleet_dest"  # the queue it was published to, under the MAC (``_replay``)
@@ -62,7 +62,8 @@ class Keyring:
         # process-wide connection pools key on repr(transport_options), so apps with different
         # keyrings must not share a pooled producer (it would sign with the other app's key).
         # Computed once: kombu takes it on every producer acquire.
-        self._repr = f"Keyring({len(self._keys)} key{'s' if len(self._keys) != 1 else ''}, signs with {self._signing_id})"
+        plural = "s" if len(self._keys) != 1 else ""
+        self._repr = f"Keyring({len(self._keys)} key{plural}, signs with {self._signing_id})"
 
     def __repr__(self) -> str:
         return self._repr
@@ -82,7 +83,8 @@ class Keyring:
         # Length-prefixed, so no two different part lists hash the same bytes.
         mac = keyed.copy()
         mac.update(b"".join(len(part).to_bytes(8, "big") + part for part in parts))
-        return mac.hexdigest()
+        digest: str = mac.hexdigest()
+        return digest
 
 
 def _split(text: str, sep: str | None) -> list[bytes]:
@@ -105,7 +107,8 @@ def load_keyring(secret: str | None = None, secret_file: str | None = None) -> K
             raise MissingSecretError(f"cannot read the fleet secret file {secret_file}: {exc.strerror}") from exc
     raise MissingSecretError(
         f"No fleet secret: set {SECRET_ENV} (or {SECRET_FILE_ENV}, or --secret-file) to the same value on the "
-        "orchestrator and every worker, e.g. `export TOOLFLEET_SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(32))')`."
+        "orchestrator and every worker, e.g. `export TOOLFLEET_SECRET=$(python3 -c 'import secrets; "
+        "print(secrets.token_hex(32))')`."
     )
 
 

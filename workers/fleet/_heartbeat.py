@@ -13,8 +13,11 @@ key of their own beside the hash (``_tool_manifest``): written once, re-written 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import structlog
 from pydantic import BaseModel
@@ -43,25 +46,29 @@ class HostRecord(BaseModel):
     ts: float = 0.0
     images: list[str] = []  # docker image tags present on the host ([] without Docker)
     image_patterns: list[str] = []  # images its admission rules run (--image); [] = not reported
-    sandbox_types: list[str] = []  # sandbox types its admission rules run (docker; local with --allow-local); [] = not reported
+    # sandbox types its admission rules run (docker; local with --allow-local); [] = not reported
+    sandbox_types: list[str] = []
     registries: list[str] = []  # registries it pulls missing images from (--registry); [] = it never pulls
     allow_root: bool = False  # a sandbox command may run as root here (--allow-root-user)
+    # Network modes it gives a sandbox a network of its own for (--allow-network, enforced by its host);
+    # [] = its host enforces no policy (or it does not report): only lone 'none' sandboxes there.
+    network_modes: list[str] = []
 
     def to_hash(self) -> dict[str, str]:
         return {k: json.dumps(v) if isinstance(v, list) else str(int(v) if isinstance(v, bool) else v)
                 for k, v in self.model_dump().items()}
 
     @classmethod
-    def from_hash(cls, data: dict[bytes | str, bytes | str]) -> "HostRecord":
-        decoded = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-                   for k, v in data.items()}
+    def from_hash(cls, data: dict[bytes | str, bytes | str]) -> HostRecord:
+        decoded: dict[str, Any] = {(k.decode() if isinstance(k, bytes) else k):
+                                   (v.decode() if isinstance(v, bytes) else v) for k, v in data.items()}
         decoded["draining"] = decoded.get("draining") in ("1", "True", "true")
         decoded["allow_root"] = decoded.get("allow_root") in ("1", "True", "true")
         try:
-            for field in ("images", "image_patterns", "sandbox_types", "registries"):
+            for field in ("images", "image_patterns", "sandbox_types", "registries", "network_modes"):
                 decoded[field] = json.loads(decoded.get(field) or "[]")
         except ValueError:
-            decoded.update(images=[], image_patterns=[], sandbox_types=[], registries=[])
+            decoded.update(images=[], image_patterns=[], sandbox_types=[], registries=[], network_modes=[])
         return cls.model_validate(decoded)
 
 
@@ -79,7 +86,7 @@ def _local_image_tags() -> list[str]:
     try:
         return sorted({t for image in client.api.images() for t in (image.get("RepoTags") or [])
                        if t and not t.startswith("<none>")})
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - a daemon gone mid-listing offers no images either
         return []
     finally:
         client.close()
@@ -130,28 +137,28 @@ class Heartbeat:
         self.interval = interval
         self.ttl = ttl
         self._task: asyncio.Task[None] | None = None
-        self._hooks: list = []  # async callables run after each beat (e.g. re-assert call claims)
+        # async callables run after each beat (e.g. re-assert call claims)
+        self._hooks: list[Callable[[], Awaitable[None]]] = []
         self._images_at = float("-inf")
 
-    def on_beat(self, hook) -> None:  # type: ignore[no-untyped-def]
+    def on_beat(self, hook: Callable[[], Awaitable[None]]) -> None:
         self._hooks.append(hook)
 
     async def _refresh_images(self) -> None:
         if time.monotonic() - self._images_at < IMAGES_REFRESH_S:
             return
         self._images_at = time.monotonic()
-        try:
+        with contextlib.suppress(TimeoutError):  # keep the last list
             self.record.images = await asyncio.wait_for(asyncio.to_thread(_local_image_tags), 10.0)
-        except TimeoutError:
-            pass  # keep the last list
 
     async def beat(self) -> None:
         await self._refresh_images()
         self.record.ts = time.time()
-        key, ttl = _names.heartbeat_key(self.record.host), max(1, int(round(self.ttl)))
+        key, ttl = _names.heartbeat_key(self.record.host), max(1, round(self.ttl))
         tools_key = _names.tools_key(self.record.host)
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping=self.record.to_hash())
+            fields: dict[Any, Any] = self.record.to_hash()  # redis-py's Mapping type is invariant in its keys
+            pipe.hset(key, mapping=fields)
             pipe.expire(key, ttl)
             pipe.sadd(_names.HOSTS_SET, self.record.host)
             pipe.set(_names.identity_key(self.record.host), self.record.boot, ex=ttl)
@@ -187,9 +194,7 @@ class Heartbeat:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         if remove:
-            try:
+            with contextlib.suppress(RedisError, OSError, TimeoutError):
                 await asyncio.wait_for(self._redis.delete(_names.heartbeat_key(self.record.host),
                                                           _names.identity_key(self.record.host),
                                                           _names.tools_key(self.record.host)), 5.0)
-            except (RedisError, OSError, TimeoutError):
-                pass

@@ -16,8 +16,8 @@ What keeps it honest:
   the background once what it holds and has asked for falls below three quarters of that, so a
   steady stream of opens keeps finding a slot, and so does the next wave of a bursty one (an eval's
   opens come in waves: a hundred samples admitted at once finish opening at about the same time,
-  and their next samples ask together; the window spans the lull between two waves). A reservation that finds the pool empty while lease asks of its
-  key are in flight waits for one of their answers rather than asking after them.
+  and their next samples ask together; the window spans the lull between two waves). A reservation that finds the pool
+  empty while lease asks of its key are in flight waits for one of their answers rather than asking after them.
 * Fair share: a lease ask never marks its eval as waiting, gets nothing beyond the eval's share, and
   is refused whenever another eval waits (the script's ``lease`` flag): then the key gives its pool
   back, so the slots go to the eval that waits.
@@ -264,7 +264,7 @@ class Leases:
                 pool.misses.popleft()
             if pool.waiters:
                 pool.waiters = deque(w for w in pool.waiters if not w.done())
-            if not pool.leases and not pool.in_flight and not pool.asks and not pool.waiters and now >= pool.quiet_until:
+            if not (pool.leases or pool.in_flight or pool.asks or pool.waiters) and now >= pool.quiet_until:
                 del self._pools[key]
 
     def on_hosts(self, alive: Mapping[str, HostRecord]) -> list[Lease]:

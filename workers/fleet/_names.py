@@ -39,15 +39,17 @@ TASK_STAGE = f"{PREFIX}.stage"
 MAX_STAGE_CALLS = 256  # calls one stage message may carry (a larger stage is split into several)
 TASK_OPEN_SANDBOX = f"{PREFIX}.open_sandbox"
 TASK_CLOSE_SANDBOX = f"{PREFIX}.close_sandbox"
+# A live sandbox's network policy changes (a Harbor phase's network_mode): admitted and enforced by its host.
+TASK_SANDBOX_NETWORK = f"{PREFIX}.sandbox_network"
 CONTROL_CANCEL = "toolfleet_cancel"  # remote-control command: cancel a running call by id
 # The only task names a worker accepts (Celery's built-ins such as ``celery.accumulate`` are refused).
-TASK_NAMES = frozenset({TASK_CALL, TASK_STAGE, TASK_OPEN_SANDBOX, TASK_CLOSE_SANDBOX})
+TASK_NAMES = frozenset({TASK_CALL, TASK_STAGE, TASK_OPEN_SANDBOX, TASK_CLOSE_SANDBOX, TASK_SANDBOX_NETWORK})
 
 
 def is_task_queue(queue: str | None) -> bool:
     """A queue carrying toolfleet task messages (the shared one or a host's), as opposed to Celery's
     own control (pidbox) and event queues."""
-    return bool(queue) and (queue == SHARED_QUEUE or queue.startswith(f"{PREFIX}.host."))  # type: ignore[union-attr]
+    return queue is not None and (queue == SHARED_QUEUE or queue.startswith(f"{PREFIX}.host."))
 
 # --- Redis keys ---------------------------------------------------------------------------------
 HOSTS_SET = f"{PREFIX}:hosts"  # every host that ever heartbeated (liveness is the heartbeat key)

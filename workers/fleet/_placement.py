@@ -13,6 +13,7 @@ script calls reserved ahead (``_leases``): no Redis round trip while a burst of 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import itertools
 import random
@@ -30,10 +31,8 @@ from orchestrator.util._image_names import pulls_from
 from orchestrator.util._sandbox import SandboxLostError
 
 from . import _names, _reserve
-from ._leases import IDLE_S as LEASE_IDLE_S
-from ._leases import WINDOW_S as LEASE_WINDOW_S
-from ._leases import Lease, LeaseKey, Leases, lease_key
 from ._heartbeat import HostRecord
+from ._leases import IDLE_S as LEASE_IDLE_S, WINDOW_S as LEASE_WINDOW_S, Lease, LeaseKey, Leases, lease_key
 
 
 class NoCapacityError(ToolfleetError):
@@ -54,7 +53,7 @@ class SandboxTooLargeError(NoCapacityError):
 
 SnapshotHostLostError = SandboxLostError  # its name in workers.fleet: the host holding a snapshot is gone
 
-def slot_weight(config: dict | None) -> int:
+def slot_weight(config: dict[str, Any] | None) -> int:
     """Slots a sandbox takes on its host: one per container (a multi-service sandbox has several)."""
     services = (config or {}).get("services") if (config or {}).get("type") == "docker" else None
     return 1 + len(services or {})
@@ -92,9 +91,8 @@ def choose_hosts(hosts: Sequence[HostRecord], used: dict[str, int], rng: random.
     ``image_tiers`` (have them, then can pull them; a host that cannot get them all only when no host
     — full or not — can). ``weight``: the slots the sandbox takes (``slot_weight``); only hosts with
     that many free are candidates."""
-    rng = rng or random
     candidates = [h for h in hosts if not h.draining and h.slots - used.get(h.host, 0) >= weight]
-    rng.shuffle(candidates)
+    (rng or random).shuffle(candidates)
     ordered = sorted(candidates, key=lambda h: (used.get(h.host, 0) / h.slots, -(h.slots - used.get(h.host, 0))))
     tier = {h.host: i for i, group in enumerate(image_tiers(hosts, image, pull_policy)) for h in group}
     return sorted((h for h in ordered if h.host in tier), key=lambda h: tier[h.host])
@@ -116,7 +114,7 @@ async def used_slots(redis: Redis, hosts: Sequence[str]) -> dict[str, int]:
     if not hosts:
         return {}
     values = await redis.mget([_names.slots_used_key(h) for h in hosts])
-    return {h: int(v or 0) for h, v in zip(hosts, values)}
+    return {h: int(v or 0) for h, v in zip(hosts, values, strict=True)}
 
 
 EVAL_ALIVE_TTL_S = 30.0  # an eval's holdings count while its orchestrator renewed them this recently
@@ -154,13 +152,13 @@ class Placer:
         self.redis = redis
         self._ttl = hosts_ttl
         self._sample = sample
-        self._rng = rng or random.Random()
+        self._rng = rng or random.Random()  # noqa: S311 - spreads load over hosts; no secret
         self._hosts: list[HostRecord] = []
         self._by_name: dict[str, HostRecord] = {}
         self._fetched = -1e9
         self._refresh: asyncio.Lock | None = None
         self._refresher: asyncio.Task[Any] | None = None
-        self._sha = hashlib.sha1(_reserve.RESERVE_BATCH_SCRIPT.encode()).hexdigest()
+        self._sha = hashlib.sha1(_reserve.RESERVE_BATCH_SCRIPT.encode(), usedforsecurity=False).hexdigest()
         self._loaded = False
         # Each ask and who gets its answer: a caller's future, or the lease pool of that key.
         self._queue: list[tuple[_reserve.Ask, asyncio.Future[_reserve.Answer] | LeaseKey]] = []
@@ -301,7 +299,8 @@ class Placer:
         alive = len(hosts)
         largest = max((h.slots for h in hosts if not h.draining), default=0)
         if alive and weight > largest:
-            raise SandboxTooLargeError(f"A sandbox of {weight} containers needs {weight} free slots on one worker host; "
+            raise SandboxTooLargeError(f"A sandbox of {weight} containers needs {weight} free slots on one worker "
+                                       "host; "
                                   f"the largest live host has {largest} (start workers with --slots {weight} or more).")
         if not alive:
             raise NoLiveHostError("No worker host is alive (none has heartbeated recently): start `toolfleet worker`.")
@@ -344,7 +343,7 @@ class Placer:
                     pipe.incrby(_names.slots_used_key(lease.host), 1)
                     pipe.zrem(_names.leased_key(lease.host), lease.token)
                 await pipe.execute()
-        except Exception:  # noqa: BLE001 - best effort: the token expires; the worker's close decrements
+        except Exception:  # noqa: BLE001, S110 - best effort: the token expires; the worker's close decrements
             pass
 
     def _lease_asks(self) -> list[tuple[_reserve.Ask, LeaseKey]]:
@@ -413,12 +412,12 @@ class Placer:
             except Exception as exc:  # noqa: BLE001 - every waiter gets the Redis error, none hangs
                 self._loaded = False
                 answers = [exc] * len(chunks)
-            for chunk, answer in zip(chunks, answers):
+            for chunk, answer in zip(chunks, answers, strict=True):
                 self._settle(chunk, answer)
 
     def _settle(self, chunk: list[tuple[_reserve.Ask, Any]], answer: Any) -> None:
         results = [answer] * len(chunk) if isinstance(answer, BaseException) else answer
-        for (ask, future), result in zip(chunk, results):
+        for (ask, future), result in zip(chunk, results, strict=True):
             if not isinstance(future, asyncio.Future):
                 self._leased_answer(future, ask, result)
                 continue
@@ -436,7 +435,8 @@ class Placer:
         key's pool (or back, when not kept). Waiters no lease ask in flight can answer any more are
         told to ask Redis themselves."""
         answer = result if isinstance(result, _reserve.Answer) else _reserve.Answer()
-        lease = Lease(answer.host, answer.boot or "", ask.eval_id, answer.at, ask.lease) if answer.host is not None else None
+        lease = Lease(answer.host, answer.boot
+                      or "", ask.eval_id, answer.at, ask.lease) if answer.host is not None else None
         waiter = self._leases.waiter(key) if lease is not None and lease.host in self._by_name else None
         if lease is not None and waiter is not None:
             self._leases.handed(key)
@@ -459,10 +459,8 @@ class Placer:
         while self._leases.held:
             await asyncio.sleep(self._leases.idle_s / 4)
             await self._release_now(self._leases.expired(loop.time()))
-            try:
+            with contextlib.suppress(Exception):  # best effort: a reservation re-reads it too
                 await self.hosts()  # re-read in the background once half its TTL old
-            except Exception:  # noqa: BLE001 - best effort: a reservation re-reads it too
-                pass
 
     def _in_background(self, work: Any) -> None:
         """Run ``work`` (a coroutine writing to Redis) without waiting for it; ``release_leases`` and
@@ -479,10 +477,8 @@ class Placer:
         """Leased slots back: each token out of its host's leased set, and the eval's count."""
         if not leases:
             return
-        try:
+        with contextlib.suppress(Exception):  # best effort: the tokens expire by themselves
             await release_leased(self.redis, [(lease.host, lease.token, lease.eval_id) for lease in leases])
-        except Exception:  # noqa: BLE001 - best effort: the tokens expire by themselves
-            pass
 
     def _give_back(self, host: str, ask: _reserve.Ask) -> None:
         async def give_back() -> None:
@@ -490,7 +486,7 @@ class Placer:
                 if ask.eval_id:
                     await release_eval(self.redis, ask.eval_id, ask.weight)
                 await release_slots(self.redis, host, ask.weight)
-            except Exception:  # noqa: BLE001 - best effort: the host resets its counter at restart
+            except Exception:  # noqa: BLE001, S110 - best effort: the host resets its counter at restart
                 pass
 
         self._in_background(give_back())
@@ -500,7 +496,8 @@ class Placer:
             await self.redis.script_load(_reserve.RESERVE_BATCH_SCRIPT)
             self._loaded = True
         lease_ttl = 2 * self._leases.idle_s + LEASE_GRACE_S
-        calls = [_reserve.encode([ask for ask, _ in chunk], EVAL_ALIVE_TTL_S, EVAL_WAITING_TTL_S, lease_ttl) for chunk in chunks]
+        calls = [_reserve.encode([ask for ask, _ in chunk], EVAL_ALIVE_TTL_S, EVAL_WAITING_TTL_S, lease_ttl)
+                 for chunk in chunks]
         sent = time.perf_counter()
         async with self.redis.pipeline(transaction=False) as pipe:
             for call in calls:
@@ -508,7 +505,7 @@ class Placer:
             replies = await pipe.execute(raise_on_error=False)
         self.batches.append((time.perf_counter() - sent, sum(len(c) for c in chunks)))
         out: list[Any] = []
-        for call, chunk, reply in zip(calls, chunks, replies):
+        for call, chunk, reply in zip(calls, chunks, replies, strict=True):
             if isinstance(reply, BaseException):
                 out.append(reply)
                 continue
@@ -535,7 +532,7 @@ async def keep_evals_alive(redis: Redis, eval_ids: Sequence[str], ttl: float = E
     if eval_ids:
         now = await redis.time()
         expiry = now[0] + now[1] / 1e6 + ttl
-        await redis.zadd(_names.EVALS_ALIVE, {e: expiry for e in eval_ids})
+        await redis.zadd(_names.EVALS_ALIVE, dict.fromkeys(eval_ids, expiry))
 
 
 async def stop_waiting(redis: Redis, eval_id: str) -> None:

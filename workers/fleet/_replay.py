@@ -37,13 +37,14 @@ __all__ = ["DEFAULT_REPLAY_WINDOW", "ReplayWindow", "first_consumption", "freshn
 class ReplayWindow(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_age: float = Field(900.0, gt=0, le=7 * 24 * 3600, description="seconds a signed message stays valid after issue")
+    max_age: float = Field(900.0, gt=0, le=7 * 24 * 3600,
+                           description="seconds a signed message stays valid after issue")
     max_skew: float = Field(60.0, ge=0, le=3600, description="seconds a message may seem to come from the future")
 
     @property
     def ttl(self) -> int:
         """How long a consumed id must be remembered: as long as a copy could still be accepted."""
-        return int(math.ceil(self.max_age + self.max_skew))
+        return math.ceil(self.max_age + self.max_skew)
 
 
 DEFAULT_REPLAY_WINDOW = ReplayWindow()

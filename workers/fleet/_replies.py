@@ -122,14 +122,16 @@ class ReplySender:
             log.error("worker.outcome_send_failed", calls=len(batch), error=str(exc)[:200])
             return
         self.sent += len(batch)
-        refused = [(entry, res) for entry, res in zip(batch, results[len(by_channel):]) if isinstance(res, Exception)]
-        for (_, call_id, item), exc in refused:
-            if is_out_of_memory(exc):  # published already; kept and stored once Redis takes writes
-                self._unstored().keep(_names.outcome_key(call_id), item, OUTCOME_TTL, call_id, str(exc))
+        stored = results[len(by_channel):]
+        refused = [(entry, res) for entry, res in zip(batch, stored, strict=True) if isinstance(res, Exception)]
+        for (_, call_id, item), err in refused:
+            if is_out_of_memory(err):  # published already; kept and stored once Redis takes writes
+                self._unstored().keep(_names.outcome_key(call_id), item, OUTCOME_TTL, call_id, str(err))
             else:
-                log.error("worker.outcome_not_stored", call_id=call_id[:64], error=str(exc)[:200])
+                log.error("worker.outcome_not_stored", call_id=call_id[:64], error=str(err)[:200])
         if any(isinstance(res, Exception) for res in results[:len(by_channel)]):
-            log.error("worker.outcome_publish_failed", error=str(next(r for r in results if isinstance(r, Exception)))[:200])
+            log.error("worker.outcome_publish_failed",
+                      error=str(next(r for r in results if isinstance(r, Exception)))[:200])
 
     def _unstored(self) -> UnstoredResults:
         if self._kept is None:

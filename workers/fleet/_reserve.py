@@ -140,7 +140,8 @@ for q = 1, r do
   if not refused then
     local best, best_tier, best_share, best_free = 0, 0, 0, 0
     for c = 0, k - 1 do
-      local h, tier, cap = tonumber(ARGV[first + 3 * c]), tonumber(ARGV[first + 3 * c + 1]), tonumber(ARGV[first + 3 * c + 2])
+      local h = tonumber(ARGV[first + 3 * c])
+      local tier, cap = tonumber(ARGV[first + 3 * c + 1]), tonumber(ARGV[first + 3 * c + 2])
       if best == 0 or tier <= best_tier then
         local u = host_used(h)
         local free = cap - u
@@ -243,7 +244,8 @@ def decode(call: Call, asks: int, reply: Any, at: float = 0.0) -> list[Answer]:
         elif code == 0:
             out.append(Answer(at=at))
         elif code <= m:
-            out.append(Answer(host=hosts[code - 1], boot=first.decode() if isinstance(first, bytes) else str(first), at=at))
+            out.append(Answer(host=hosts[code - 1], boot=first.decode() if isinstance(first, bytes) else str(first),
+                              at=at))
         else:
             raise ValueError(f"reservation script named host {code} of {m}")
     return out

@@ -39,7 +39,8 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 class UnstoredResults:
     def __init__(self, store: Callable[[str, str, int], Any], publish: Callable[[str, str], Any],
-                 announce: Callable[[str, str], Any], max_age: float = 600.0, max_bytes: int = 64 * 1024 * 1024) -> None:
+                 announce: Callable[[str, str], Any], max_age: float = 600.0,
+                 max_bytes: int = 64 * 1024 * 1024) -> None:
         self._store, self._publish, self._announce = store, publish, announce
         self.max_age, self.max_bytes = max_age, max_bytes
         self._held: OrderedDict[str, tuple[str, int, float]] = OrderedDict()  # key -> (value, expires, since)

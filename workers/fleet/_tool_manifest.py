@@ -39,7 +39,7 @@ class ToolManifest(BaseModel):
     complete: bool = True  # False: some were left out to stay within the bound
 
     @classmethod
-    def of(cls, tools: Mapping[str, str | None]) -> "ToolManifest":
+    def of(cls, tools: Mapping[str, str | None]) -> ToolManifest:
         """The manifest of ``tools``, cut (and marked incomplete) to fit ``MAX_MANIFEST_BYTES``."""
         kept: dict[str, str] = {}
         size, complete = 64, True  # the envelope's own bytes
@@ -54,7 +54,7 @@ class ToolManifest(BaseModel):
         return cls(tools=kept, complete=complete)
 
     @classmethod
-    def from_registry(cls) -> "ToolManifest":
+    def from_registry(cls) -> ToolManifest:
         """What this process registered (built-ins and ``--import``s: the registry is complete by now)."""
         return cls.of(registered_tool_modules())
 
@@ -62,7 +62,7 @@ class ToolManifest(BaseModel):
         return self.model_dump_json()
 
     @classmethod
-    def parse(cls, raw: bytes | str | None) -> "ToolManifest | None":
+    def parse(cls, raw: bytes | str | None) -> ToolManifest | None:
         """A manifest read from Redis, or None when absent, too large, malformed or of another version."""
         if raw is None or len(raw) > 2 * MAX_MANIFEST_BYTES:
             return None
@@ -84,4 +84,4 @@ async def read_tool_manifests(redis: Redis, hosts: Sequence[str]) -> dict[str, T
     if not hosts:
         return {}
     values = await redis.mget([_names.tools_key(h) for h in hosts])
-    return {host: ToolManifest.parse(raw) for host, raw in zip(hosts, values)}
+    return {host: ToolManifest.parse(raw) for host, raw in zip(hosts, values, strict=True)}

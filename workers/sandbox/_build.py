@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 from orchestrator.util._sandbox_config import DockerSandboxConfig, LocalSandboxConfig
@@ -15,9 +16,11 @@ __all__ = ["build_driver", "driver_class"]
 _BACKENDS = {"local": (".local", "LocalSandboxDriver"), "docker": (".docker", "DockerSandboxDriver")}
 
 
-def driver_class(config: LocalSandboxConfig | DockerSandboxConfig) -> type[SandboxDriver]:
+def driver_class(config: LocalSandboxConfig | DockerSandboxConfig) -> Callable[..., SandboxDriver]:
+    """The driver class for ``config``: each takes its own config (and keyword options)."""
     module, name = _BACKENDS[config.type]
-    return getattr(importlib.import_module(module, __package__), name)
+    cls: Callable[..., SandboxDriver] = getattr(importlib.import_module(module, __package__), name)
+    return cls
 
 
 def build_driver(config: LocalSandboxConfig | DockerSandboxConfig, **kwargs: Any) -> SandboxDriver:

@@ -8,6 +8,7 @@ subprocess (plain pipes). Everything is asyncio: no thread per call, the loop is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import struct
@@ -89,7 +90,7 @@ class AgentChannel:
 
     async def hello(self, timeout: float = HELLO_TIMEOUT) -> dict[str, Any]:
         """Ping the agent; fails with ChannelClosed if it never answers (e.g. no python3)."""
-        kind, payload = await self._request(PING, b"", timeout)
+        _, payload = await self._request(PING, b"", timeout)
         self.info = json.loads(payload)
         return self.info
 
@@ -104,7 +105,7 @@ class AgentChannel:
             self.switched = False
             raise ChannelClosed(f"the agent cannot reach the host's socket: {answer.get('error')}")
 
-    def anchor(self, other: "AgentChannel") -> None:
+    def anchor(self, other: AgentChannel) -> None:
         """Keep ``other`` open as long as this channel, and close it with this one."""
         self._keep = other
 
@@ -133,20 +134,20 @@ class AgentChannel:
         payload = U32.pack(len(spec)) + spec + (input or b"")
         # The agent enforces `timeout`; the host bound only guards against a wedged agent.
         bound = None if timeout is None else timeout + 30.0
-        _, body = await self._request(RUN, payload, bound, frame_limit=2 * cap + FRAME_SLACK)
+        _, frame = await self._request(RUN, payload, bound, frame_limit=2 * cap + FRAME_SLACK)
         try:
-            (jlen,) = U32.unpack_from(body)
-            status = json.loads(body[4 : 4 + jlen])
+            (jlen,) = U32.unpack_from(frame)
+            status = json.loads(frame[4 : 4 + jlen])
             out_end = 4 + jlen + int(status["stdout_len"])
         except (ValueError, KeyError, TypeError, struct.error) as exc:
             self._fail(ChannelClosed(f"agent protocol error: malformed result ({exc!r})"), exc)
-            raise self._closed from exc  # type: ignore[misc]
+            raise self._closed from exc  # type: ignore[misc]  # _fail() just set it
         if self.info is not None and status.get("oom_kills") is not None:
             self.info["oom_kills"] = status["oom_kills"]
         return RawResult(
             returncode=status["returncode"],
-            stdout=body[4 + jlen : out_end],
-            stderr=body[out_end:],
+            stdout=frame[4 + jlen : out_end],
+            stderr=frame[out_end:],
             truncated=status["truncated"],
             timed_out=status["timed_out"],
             oom=status.get("oom", False),
@@ -171,10 +172,8 @@ class AgentChannel:
         except (asyncio.CancelledError, TimeoutError):
             # Stop the work, not just the waiting: the agent kills the command's process group.
             if kind == RUN and self._closed is None:
-                try:
+                with contextlib.suppress(ConnectionError, RuntimeError):
                     self._writer.write(HEADER.pack(req_id, KILL, 0))
-                except (ConnectionError, RuntimeError):
-                    pass
             raise
         except ChannelClosed:
             raise
@@ -249,20 +248,14 @@ class AgentChannel:
             self._on_close()
 
     def _close_transport(self) -> None:
-        try:
+        with contextlib.suppress(RuntimeError, OSError):
             self._writer.close()
-        except (RuntimeError, OSError):
-            pass
         close = getattr(self._keep, "close", None)
         if close is not None:
-            try:
+            with contextlib.suppress(OSError):
                 close()
-            except OSError:
-                pass
 
     async def aclose(self) -> None:
         self.close()
-        try:
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError, Exception):  # closing anyway
             await asyncio.wait_for(self._task, 5.0)
-        except (asyncio.CancelledError, TimeoutError, Exception):  # noqa: BLE001 - closing anyway
-            pass

@@ -13,18 +13,20 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.util._sandbox_config import (  # noqa: F401 - re-exported: the configs drivers are built from
-    DEFAULT_IMAGE,
-    DEFAULT_OUTPUT_CAP,
-    DockerSandboxConfig,
-    HealthCheck,
-    LocalSandboxConfig,
-    SandboxConfig,
-    ServiceConfig,
+from orchestrator.util._sandbox_config import (  # re-exported: the configs drivers are built from
+    DEFAULT_IMAGE as DEFAULT_IMAGE,
+    DEFAULT_OUTPUT_CAP as DEFAULT_OUTPUT_CAP,
+    DockerSandboxConfig as DockerSandboxConfig,
+    HealthCheck as HealthCheck,
+    LocalSandboxConfig as LocalSandboxConfig,
+    SandboxConfig as SandboxConfig,
+    ServiceConfig as ServiceConfig,
 )
-from orchestrator.util._sandbox_parse import sandbox_config  # noqa: F401 - re-exported
+from orchestrator.util._sandbox_parse import sandbox_config as sandbox_config  # re-exported
 
 if TYPE_CHECKING:
+    from workers.egress import EgressPolicy
+
     from ._environment import AgentSandboxEnvironment
 
 
@@ -54,7 +56,14 @@ class SandboxDriver(ABC):
     async def reap(self) -> int:
         """Remove expired or orphaned sandboxes; returns how many were removed."""
 
-    async def aclose(self) -> None:
+    async def set_network(self, env: AgentSandboxEnvironment, policy: EgressPolicy) -> None:
+        """Change a live sandbox's network policy (docs/egress.md). A backend without one refuses."""
+        from orchestrator.util._sandbox import SandboxUnavailableError
+
+        raise SandboxUnavailableError(f"Sandbox '{env.sandbox_id}' ({type(self).__name__}) has no network policy "
+                                      "to change: only docker sandboxes have one.")
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook: does nothing unless overridden
         """Release everything the driver holds (pools, background tasks, clients)."""
 
     async def __aenter__(self) -> SandboxDriver:

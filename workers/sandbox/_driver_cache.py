@@ -84,7 +84,7 @@ class DriverCache:
             entry.users = max(0, entry.users - 1)
             if entry.users == 0:
                 entry.idle_since = time.monotonic()
-                self._entries.move_to_end(key)  # type: ignore[arg-type]
+                self._entries.move_to_end(key)  # type: ignore[arg-type]  # the key the entry was stored under
         await self._sweep()
 
     async def drop(self, keep: Callable[[SandboxDriver], bool]) -> None:

@@ -15,6 +15,7 @@ from typing import Any, Literal, overload
 
 import structlog
 
+from orchestrator.tool._errors import ToolParsingError
 from orchestrator.util._sandbox import (
     ExecResult,
     OutputLimitExceededError,
@@ -22,10 +23,7 @@ from orchestrator.util._sandbox import (
     SandboxTimeoutError,
     SandboxUnavailableError,
 )
-
 from orchestrator.util._sandbox_limits import SandboxEnvironmentLimits, size_str
-
-from orchestrator.tool._errors import ToolParsingError
 
 from ._channel import AgentChannel, ChannelClosed, RawResult
 from ._errors import CommandOutOfMemoryError, ExecAgentLostError

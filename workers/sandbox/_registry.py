@@ -29,7 +29,8 @@ class SandboxRegistry:
         with self._lock:
             env = self._live.get(sandbox_id)
         if env is None:
-            raise SandboxUnavailableError(f"Sandbox '{sandbox_id}' is not available on this host (destroyed or never created here).")
+            raise SandboxUnavailableError(
+                f"Sandbox '{sandbox_id}' is not available on this host (destroyed or never created here).")
         return env
 
     def release(self, sandbox_id: str) -> SandboxEnvironment | None:

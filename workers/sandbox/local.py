@@ -9,6 +9,7 @@ process groups, timeouts that kill the group, output caps, closed stdin.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pwd
 import shutil
@@ -52,7 +53,7 @@ class LocalSandboxEnvironment(AgentSandboxEnvironment):
                 raise PermissionError(1, f"local sandbox cannot run commands as '{user}' (not running as root)")
             kwargs["user"] = user
             # The sandbox dir belongs to us; let the other user work in it.
-            os.chmod(self.root, 0o777)
+            os.chmod(self.root, 0o777)  # noqa: S103 - the sandbox user is another uid
         env = {**os.environ, "HOME": self.root, "PYTHONDONTWRITEBYTECODE": "1"}
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-I", "-u", str(AGENT_PATH),
@@ -63,11 +64,11 @@ class LocalSandboxEnvironment(AgentSandboxEnvironment):
             env=env,
             start_new_session=True,  # a Ctrl-C to the orchestrator must not reach sandbox commands
             limit=1 << 20,
-            **kwargs,  # type: ignore[arg-type]
+            **kwargs,  # type: ignore[arg-type]  # user= and friends: the stubs' overloads take them one by one
         )
         self._procs.append(proc)
         assert proc.stdin is not None and proc.stdout is not None
-        channel = AgentChannel(proc.stdout, proc.stdin, demux=False)  # type: ignore[arg-type]
+        channel = AgentChannel(proc.stdout, proc.stdin, demux=False)
         try:
             await channel.hello()
         except (ChannelClosed, TimeoutError) as exc:
@@ -78,15 +79,11 @@ class LocalSandboxEnvironment(AgentSandboxEnvironment):
     async def aclose(self) -> None:
         await super().aclose()  # closes the agents' stdin: each kills what its commands left running
         for proc in self._procs:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(proc.wait(), 2.0)
-            except TimeoutError:
-                pass
             if proc.returncode is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     proc.kill()
-                except ProcessLookupError:
-                    pass
                 try:
                     await asyncio.wait_for(proc.wait(), 5.0)
                 except TimeoutError:

@@ -29,7 +29,8 @@ def batch_pool(api: Any, value: bool | int | BatchConfig | None, model: str) -> 
     loop = asyncio.get_running_loop()
     cached = getattr(api, _POOL_ATTR, None)
     if cached is not None and cached[0] is loop and cached[1] == value:
-        return cached[2]
+        pool: BatchPool = cached[2]
+        return pool
     backend = api.batch_backend()
     if backend is None:
         return None  # as Inspect: providers without a batch API ignore the option

@@ -86,5 +86,5 @@ class BatchBackend(ABC):
     async def cancel(self, batch_id: str) -> None:
         """Ask the provider to stop the batch (best effort)."""
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - optional hook: does nothing unless overridden
         """Release clients."""

@@ -20,6 +20,7 @@ being queued; that batch's results, once fetched, stay here for other resumed tu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 import uuid
@@ -144,10 +145,8 @@ class BatchPool:
                 if self._queue and len(self._batches) < self.settings.max_batches:
                     wake_at.append(self._queue[0].since + self.settings.send_delay)
                 delay = min([self.settings.tick, *(t - now for t in wake_at)])
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), max(delay, MIN_SLEEP_S))
-                except TimeoutError:
-                    pass
         except Exception as exc:  # noqa: BLE001 - a bug here must not leave turns waiting forever
             _logger.error("batch.pool_failed", model=self.model, error=f"{type(exc).__name__}: {exc}")
             for waiter in [*self._queue, *(w for b in self._batches.values() for w in b.waiters.values())]:

@@ -54,7 +54,7 @@ class ResumeTable:
 
     @classmethod
     def from_records(cls, records: list[dict[str, Any]],
-                     skip_samples: set[SampleRef] | frozenset[SampleRef] = frozenset()) -> "ResumeTable":
+                     skip_samples: set[SampleRef] | frozenset[SampleRef] = frozenset()) -> ResumeTable:
         """From the log's ``batch`` records; requests of ``skip_samples`` (finished ones) are left out."""
         dead = {r.get("batch_id") for r in records if r.get("event") == "end" and r.get("state") in _DEAD_STATES}
         table = cls()

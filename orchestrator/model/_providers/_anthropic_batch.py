@@ -47,10 +47,11 @@ def parse_results_file(text: str) -> dict[str, BatchOutcome]:
 def _result_outcome(result: Any) -> BatchOutcome:
     kind = result.get("type") if isinstance(result, dict) else None
     if kind == "succeeded" and isinstance(result.get("message"), dict):
-        return result["message"]
+        message: dict[str, Any] = result["message"]
+        return message
     if kind == "errored":
         envelope = result.get("error")
-        inner = envelope.get("error") if isinstance(envelope, dict) and isinstance(envelope.get("error"), dict) \
+        inner: Any = envelope.get("error") if isinstance(envelope, dict) and isinstance(envelope.get("error"), dict) \
             else envelope if isinstance(envelope, dict) else {}
         error_type = str(inner.get("type") or "error")
         return BatchError(f"{error_type}: {inner.get('message') or 'no message'}",
@@ -75,8 +76,8 @@ class AnthropicBatch(BatchBackend):
 
     async def submit(self, requests: list[tuple[str, dict[str, Any]]]) -> str:
         batch = await self._api.client().messages.batches.create(
-            requests=[{"custom_id": cid, "params": body} for cid, body in requests])  # type: ignore[misc]
-        return batch.id
+            requests=[{"custom_id": cid, "params": body} for cid, body in requests])
+        return str(batch.id)
 
     async def check(self, batch_id: str) -> BatchCheck:
         batch = await self._api.client().messages.batches.retrieve(batch_id)
@@ -87,7 +88,7 @@ class AnthropicBatch(BatchBackend):
             return BatchCheck(state="pending", done=done, total=done + counts.processing, handle=handle)
         state = "cancelled" if batch.cancel_initiated_at is not None else \
             "expired" if done and counts.expired == done else "completed"
-        return BatchCheck(state=state, done=done, total=done, handle=handle,  # type: ignore[arg-type]
+        return BatchCheck(state=state, done=done, total=done, handle=handle,  # type: ignore[arg-type]  # one of the Literal states
                           error=f"{counts.expired} of {done} requests expired" if state == "expired" else None)
 
     async def results(self, batch_id: str, check: BatchCheck) -> dict[str, BatchOutcome]:

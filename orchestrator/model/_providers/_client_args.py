@@ -32,7 +32,7 @@ def build_client(factory: Callable[..., T], **arguments: Any) -> T:
 
 def sdk_client_arg_names(client_cls: type, own: tuple[str, ...] = ("api_key", "base_url", "config")) -> frozenset[str]:
     """The public keyword arguments of ``client_cls`` (an SDK client), less those the provider takes itself."""
-    params = inspect.signature(client_cls.__init__).parameters  # type: ignore[misc]
+    params = inspect.signature(client_cls.__init__).parameters  # type: ignore[misc]  # reading, not calling, __init__
     return frozenset(n for n, p in params.items()
                      if n != "self" and not n.startswith("_") and n not in own
                      and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))

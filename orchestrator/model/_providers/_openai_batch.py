@@ -97,7 +97,7 @@ class OpenAIBatch(BatchBackend):
         batch = await client.batches.create(input_file_id=uploaded.id, endpoint=ENDPOINT,
                                             completion_window=COMPLETION_WINDOW,
                                             metadata={"created_by": "toolfleet"})
-        return batch.id
+        return str(batch.id)
 
     async def check(self, batch_id: str) -> BatchCheck:
         batch = await self._api.client().batches.retrieve(batch_id)

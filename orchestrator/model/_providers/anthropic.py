@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any
+from types import ModuleType
+from typing import Any, ClassVar
 
 import anthropic
 from anthropic import AsyncAnthropic
@@ -19,9 +20,9 @@ from anthropic import AsyncAnthropic
 from orchestrator.tool._tool_call import ToolChoice
 from orchestrator.tool._tool_info import ToolInfo
 
+from .._batch import BatchBackend
 from .._chat_message import ChatMessage
 from .._generate_config import GenerateConfig
-from .._batch import BatchBackend
 from .._model_output import ModelOutput
 from ._anthropic_wire import build_request, is_context_length_error, parse_message
 from ._sdk_api import DEFAULT_TIMEOUT, LOCAL_API_KEY, SdkModelAPI
@@ -30,7 +31,7 @@ _OVERLOAD_STATUS = {429, 529}
 
 
 class AnthropicAPI(SdkModelAPI):
-    sdk = anthropic
+    sdk: ClassVar[ModuleType] = anthropic
     client_class = AsyncAnthropic
     environment = ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")
 
@@ -48,7 +49,8 @@ class AnthropicAPI(SdkModelAPI):
                        config: GenerateConfig) -> ModelOutput:
         request = _sdk_arguments(build_request(self.model_name, input, tools, tool_choice, config))
         try:
-            message = await self._client_for_loop().messages.create(**request, timeout=config.timeout or DEFAULT_TIMEOUT)
+            client = self._client_for_loop()
+            message = await client.messages.create(**request, timeout=config.timeout or DEFAULT_TIMEOUT)
         except anthropic.BadRequestError as ex:
             if is_context_length_error(ex.message):
                 return ModelOutput.from_content(self.model_name, ex.message, stop_reason="model_length")

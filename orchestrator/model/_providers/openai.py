@@ -7,7 +7,8 @@ up in the ``ModelEvent``. A context-window overflow answers a ``model_length`` o
 
 from __future__ import annotations
 
-from typing import Any
+from types import ModuleType
+from typing import Any, ClassVar
 
 import openai
 from openai import AsyncOpenAI
@@ -15,16 +16,16 @@ from openai import AsyncOpenAI
 from orchestrator.tool._tool_call import ToolChoice
 from orchestrator.tool._tool_info import ToolInfo
 
+from .._batch import BatchBackend
 from .._chat_message import ChatMessage
 from .._generate_config import GenerateConfig
-from .._batch import BatchBackend
 from .._model_output import ModelOutput
 from ._openai_wire import build_request, is_context_length_error, parse_completion
 from ._sdk_api import DEFAULT_TIMEOUT, LOCAL_API_KEY, SdkModelAPI
 
 
 class OpenAIAPI(SdkModelAPI):
-    sdk = openai
+    sdk: ClassVar[ModuleType] = openai
     client_class = AsyncOpenAI
     environment = ("OPENAI_BASE_URL", "OPENAI_API_KEY")
 

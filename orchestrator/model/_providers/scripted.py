@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Any, Union
+from typing import Any
 
 from orchestrator.tool._tool_call import ToolChoice
 from orchestrator.tool._tool_info import ToolInfo
@@ -22,8 +22,8 @@ from .._model_output import ModelOutput
 DEFAULT_OUTPUT = "Default output from mockllm/model"
 _MESSAGE_IDS = {"choices": {"__all__": {"message": {"id"}}}}
 
-ScriptedOutput = Union[ModelOutput, str]
-ScriptedPolicy = Callable[[list[ChatMessage], list[ToolInfo]], Union[ScriptedOutput, Awaitable[ScriptedOutput]]]
+ScriptedOutput = ModelOutput | str
+ScriptedPolicy = Callable[[list[ChatMessage], list[ToolInfo]], ScriptedOutput | Awaitable[ScriptedOutput]]
 
 
 class ScriptedModelAPI(ModelAPI):
@@ -79,7 +79,7 @@ class ScriptedModelAPI(ModelAPI):
     async def _custom_output(self, input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice | None,
                              config: GenerateConfig) -> Any:
         if self._custom_iter is None:
-            result = self._custom(input, tools, tool_choice, config)  # type: ignore[misc,operator]
+            result = self._custom(input, tools, tool_choice, config)  # type: ignore[misc,operator]  # set whenever _custom_iter is not
             return await result if inspect.isawaitable(result) else result
         try:
             output = next(self._custom_iter)

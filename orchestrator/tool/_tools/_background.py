@@ -21,22 +21,22 @@ def background_description(timeout: float | None) -> str:
     lines = ["Use this function to execute bash commands."]
     if timeout is not None:
         shown = int(timeout) if float(timeout).is_integer() else timeout
-        lines += ["", f"A command that runs longer than {shown} seconds is killed. Start anything that may take "
-                  "longer (a build, a download, a test suite, a server) in the background and check on it in "
-                  "later calls; sleeping until it finishes would be killed too."]
+        lines += ["", (f"A command that runs longer than {shown} seconds is killed. Start anything that may take "
+                       "longer (a build, a download, a test suite, a server) in the background and check on it in "
+                       "later calls; sleeping until it finishes would be killed too.")]
     else:
-        lines += ["", "Start long-running work (a build, a download, a test suite, a server) in the background "
-                  "and check on it in later calls, so this call returns and you can keep working."]
+        lines += ["", ("Start long-running work (a build, a download, a test suite, a server) in the background "
+                       "and check on it in later calls, so this call returns and you can keep working.")]
     lines += [
         "",
-        "Start it detached, with its output in a file, and print its PID in the same call ($! only "
-        "exists in the shell that started it):",
+        ("Start it detached, with its output in a file, and print its PID in the same call ($! only "
+         "exists in the shell that started it):"),
         "",
         "  nohup <command> > /tmp/job.log 2>&1 &",
         "  echo \"PID $!\"",
         "",
-        "Every call runs in a new shell, but the background process keeps running. Later calls can "
-        "check on it:",
+        ("Every call runs in a new shell, but the background process keeps running. Later calls can "
+         "check on it:"),
         "",
         "  kill -0 <PID> && echo running   # still running?",
         "  tail -n 50 /tmp/job.log         # its latest output",
@@ -46,6 +46,6 @@ def background_description(timeout: float | None) -> str:
 
 def with_background_note(execute: T, timeout: float | None) -> T:
     """Give this tool instance the background guidance as its description (the parameters stay)."""
-    setattr(execute, TOOL_META_ATTR, ToolMeta(name=execute.__name__, ref=None,  # type: ignore[attr-defined]
+    setattr(execute, TOOL_META_ATTR, ToolMeta(name=execute.__name__, ref=None,  # type: ignore[attr-defined]  # the tool function has a __name__
                                               description=background_description(timeout)))
     return execute

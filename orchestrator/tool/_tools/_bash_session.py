@@ -58,7 +58,8 @@ def bash_session(timeout: int | None = None, wait_for_output: int = 30, instance
         """
         if action in ("type", "type_submit") and input is None:
             raise ToolError(f"`input` is required for the `{action}` action.")
-        request = {"action": action, "input": input, "instance": instance, "wait_for_output": wait_for_output}
+        request: dict[str, object] = {"action": action, "input": input, "instance": instance,
+                                      "wait_for_output": wait_for_output}
         async with asyncio.timeout(None) as scope:
             arm(scope, timeout)
             return await _call(request, float(wait_for_output))

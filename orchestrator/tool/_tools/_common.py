@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from orchestrator.tool._registry import TOOL_META_ATTR, ToolMeta
 from orchestrator.tool._tool_info import parse_function
 from orchestrator.util._sandbox import ExecResult, SandboxEnvironment
 
-T = TypeVar("T")
+T = TypeVar("T", bound=Callable[..., Any])
 
 _fallback_state: weakref.WeakKeyDictionary[SandboxEnvironment, dict[str, Any]] = weakref.WeakKeyDictionary()
 
@@ -22,7 +23,8 @@ def tool_state(env: SandboxEnvironment, key: str) -> dict[str, Any]:
     state = getattr(env, "state", None)
     if not isinstance(state, dict):
         state = _fallback_state.setdefault(env, {})
-    return state.setdefault(key, {})
+    scratch: dict[str, Any] = state.setdefault(key, {})
+    return scratch
 
 
 def with_timeout_note(execute: T, timeout: float | None) -> T:
@@ -34,7 +36,7 @@ def with_timeout_note(execute: T, timeout: float | None) -> T:
     if timeout is None:
         return execute
     shown = int(timeout) if float(timeout).is_integer() else timeout
-    description = parse_function(execute).description.rstrip()
+    description = (parse_function(execute).description or "").rstrip()
     note = f"{description} Commands time out after {shown} seconds."
     setattr(execute, TOOL_META_ATTR, ToolMeta(name=execute.__name__, ref=None, description=note))
     return execute

@@ -12,7 +12,7 @@ import base64
 import json
 from typing import Literal
 
-from orchestrator.tool import tool
+from orchestrator.tool import Tool, tool
 from orchestrator.util import sandbox
 
 SCORER_EXEC_TOOL = "_scorer_exec"
@@ -21,7 +21,7 @@ SANDBOX_SNAPSHOT_TOOL = "_sandbox_snapshot"
 
 
 @tool(name=SCORER_EXEC_TOOL)
-def scorer_exec():  # type: ignore[no-untyped-def]
+def scorer_exec() -> Tool:
     async def execute(cmd: list[str], input: str | None = None, files: dict[str, str] | None = None,
                       timeout: float | None = None, cwd: str | None = None, env: dict[str, str] | None = None,
                       user: str | None = None, service: str | None = None) -> str:
@@ -56,7 +56,7 @@ def scorer_exec():  # type: ignore[no-untyped-def]
 
 
 @tool(name=SANDBOX_FILE_TOOL)
-def sandbox_file():  # type: ignore[no-untyped-def]
+def sandbox_file() -> Tool:
     async def execute(op: Literal["read", "write"], file: str, contents: str | None = None, text: bool = True,
                       service: str | None = None) -> str:
         """Read or write a file in the sample's sandbox.
@@ -84,7 +84,7 @@ def sandbox_file():  # type: ignore[no-untyped-def]
 
 
 @tool(name=SANDBOX_SNAPSHOT_TOOL)
-def sandbox_snapshot():  # type: ignore[no-untyped-def]
+def sandbox_snapshot() -> Tool:
     async def execute(keep: bool = False) -> str:
         """Snapshot the sample's sandbox.
 
@@ -95,6 +95,6 @@ def sandbox_snapshot():  # type: ignore[no-untyped-def]
             The snapshot, as JSON.
         """
         snap = await sandbox().snapshot(keep=keep)
-        return snap.model_dump_json()
+        return str(snap.model_dump_json())
 
     return execute

@@ -8,6 +8,7 @@ buffer filled by a reader thread. An action returns once output has been idle fo
 ``wait_for_output`` has passed. The daemon exits when this file disappears (the sandbox was destroyed).
 """
 
+import contextlib
 import json
 import os
 import pty
@@ -37,7 +38,7 @@ class Session:
                 os.chdir(os.environ.get("HOME") or "/")
             except OSError:
                 pass
-            os.execvpe("bash", ["bash", "--noediting", "--noprofile", "--norc", "-i"], env)
+            os.execvpe("bash", ["bash", "--noediting", "--noprofile", "--norc", "-i"], env)  # noqa: S606 - the shell is the point
         self.pid, self.fd = pid, fd
         self.buf = bytearray()
         self.dropped = False
@@ -100,21 +101,15 @@ class Session:
                         os.kill(int(entry), signal.SIGKILL)
                 except (OSError, ValueError, IndexError):
                     pass
-        try:
+        with contextlib.suppress(OSError):
             os.kill(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
+        with contextlib.suppress(OSError):
             os.close(self.fd)
-        except OSError:
-            pass
-        try:
+        with contextlib.suppress(OSError):
             os.waitpid(self.pid, 0)
-        except OSError:
-            pass
 
 
-sessions = {}
+sessions = {}  # type: dict[str, Session]  # a comment: the sandbox's python3 may predate dict[...]
 lock = threading.Lock()
 
 
@@ -155,7 +150,7 @@ def serve_connection(conn):
             data += chunk
         try:
             resp = handle(json.loads(data))
-        except Exception as exc:  # report, never kill the daemon
+        except Exception as exc:  # noqa: BLE001 - report, never kill the daemon
             resp = {"error": "%s: %s" % (type(exc).__name__, exc)}
         conn.sendall(json.dumps(resp).encode())
 
@@ -169,10 +164,8 @@ def watchdog():
 
 
 def serve():
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(SOCK)
-    except FileNotFoundError:
-        pass
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(SOCK)
     os.chmod(SOCK, 0o600)

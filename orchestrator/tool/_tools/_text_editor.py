@@ -8,7 +8,7 @@ Serial: edits to one file must apply in the order the model declared them.
 from __future__ import annotations
 
 import asyncio
-from typing import Literal
+from typing import Literal, TypeVar
 
 from orchestrator.tool._errors import ToolError
 from orchestrator.tool._tool import Tool, tool
@@ -113,7 +113,10 @@ def _check_absolute(path: str) -> None:
         )
 
 
-def _required(value: object, name: str, command: str):  # type: ignore[no-untyped-def]
+_V = TypeVar("_V")
+
+
+def _required(value: _V | None, name: str, command: str) -> _V:
     if value is None:
         raise ToolError(f"Parameter `{name}` is required for command: {command}.")
     return value
@@ -248,7 +251,7 @@ class _Editor:
 
     def _remember(self, path: str, previous: str | None) -> None:
         versions = self.history.setdefault(path, [])
-        versions.append(previous)  # type: ignore[arg-type]
+        versions.append(previous)  # type: ignore[arg-type]  # None marks "did not exist" for undo
         del versions[:-UNDO_DEPTH]
 
     def _edited(self, path: str, text: str, first: int, last: int) -> str:

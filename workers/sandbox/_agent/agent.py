@@ -42,6 +42,7 @@ its output pipes already the future call's and a bootstrap on stdin; see ``Spare
 is warm: every other argv spawns cold, exactly as before.
 """
 
+import contextlib
 import fcntl
 import glob
 import json
@@ -168,10 +169,8 @@ class Job:
         self.retry = None  # warm jobs: (spec, stdin, read end of its stdin) to rerun cold if need be
 
     def kill(self):
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 # --- warm spares ------------------------------------------------------------------------------
@@ -253,7 +252,7 @@ def unread_bytes(fd):
 
 
 def stamp(paths):
-    out = []
+    out = []  # type: list[tuple[int, int, int] | None]
     for path in paths:
         try:
             st = os.stat(path)
@@ -378,10 +377,7 @@ class Agent:
         if problem:
             self.refuse(req_id, "toolfleet exec agent: " + problem)
             return
-        env = os.environ
-        if spec.get("env"):
-            env = dict(os.environ)
-            env.update(spec["env"])
+        env = {**os.environ, **spec["env"]} if spec.get("env") else os.environ
         cwd = spec.get("cwd")
         key = self.warm_key(spec, stdin_data)
         if key is not None:
@@ -403,7 +399,7 @@ class Agent:
                     raise
                 pid = self.spawn(argv, env, cwd, actions)
         except (OSError, ValueError, TypeError) as exc:
-            for fd in (out_r, out_w, err_r, err_w) + ((in_r, in_w) if has_input else ()):
+            for fd in (out_r, out_w, err_r, err_w) + ((in_r, in_w) if in_w is not None else ()):
                 os.close(fd)
             if not isinstance(exc, OSError):  # e.g. bytes the kernel cannot take
                 self.refuse(req_id, "toolfleet exec agent: cannot start the command: %s" % (exc,))
@@ -539,19 +535,15 @@ class Agent:
             return None
         for fd in (boot_r, out_w, err_w):
             os.close(fd)  # in_r stays: finish() asks it whether the spare ever read its code
-        try:
+        with contextlib.suppress(OSError):  # the spare died already; take() notices
             os.write(boot_w, BOOT)  # far below a pipe's capacity: never blocks
-        except OSError:
-            pass  # the spare died already; take() notices
         os.close(boot_w)
         return Spare(pid, out_r, err_r, in_r, in_w, paths, stamp_)
 
     def discard(self, spare, reaped=False):
         if not reaped:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(spare.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
             self.dying.add(spare.pid)
         for fd in (spare.out_r, spare.err_r, spare.in_r, spare.in_w):
             os.close(fd)
@@ -589,10 +581,8 @@ class Agent:
             now = start_time(pid)
             if now is not None and now != started:
                 continue  # the pid was reused by an unrelated process
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)  # a pgid in use is never reused, so this is ours
-            except (ProcessLookupError, PermissionError):
-                pass
 
     def on_output(self, fd, job, stream):
         chunk = os.read(fd, CHUNK)
@@ -706,10 +696,8 @@ class Agent:
                 elif kind == "in":
                     self.on_input(data)
                 else:
-                    try:
+                    with contextlib.suppress(BlockingIOError):
                         os.read(key.fd, 4096)
-                    except BlockingIOError:
-                        pass
                     self.reap()
         for job in self.jobs.values():  # the host is gone: nothing may outlive the channel
             job.kill()

@@ -8,10 +8,12 @@ boundary by the callers (``raise ... from exc``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import docker
 from docker.errors import DockerException
@@ -72,7 +74,7 @@ class DockerAPI:
 
     async def open_exec_stream(self, exec_id: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Any]:
         """Start an exec with its streams hijacked; returns asyncio streams over the raw socket."""
-        sock = await self.call(self.api.exec_start, exec_id, socket=True)
+        sock: Any = await self.call(self.api.exec_start, exec_id, socket=True)  # socket=True: a socket
         raw = getattr(sock, "_sock", sock)
         raw.setblocking(False)
         reader, writer = await asyncio.open_connection(sock=raw, limit=1 << 20)
@@ -81,10 +83,8 @@ class DockerAPI:
     def close(self) -> None:
         client, self._client = self._client, None
         if client is not None:
-            try:
+            with contextlib.suppress(DockerException):
                 client.close()
-            except DockerException:
-                pass
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 

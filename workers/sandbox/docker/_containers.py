@@ -48,8 +48,9 @@ class Containers:
     async def create(self, name: str, **kwargs: Any) -> str:
         """The new container's id (held from now on); Docker's errors propagate for the caller to word."""
         created = await self.api.call(self.api.api.create_container, name=name, **kwargs)
-        self.held.add(created["Id"])
-        return created["Id"]
+        container_id = str(created["Id"])
+        self.held.add(container_id)
+        return container_id
 
     async def remove(self, env: Container) -> None:
         """Close what talks to the container, then remove it; an already removed one is not an error."""

@@ -25,6 +25,7 @@ import socket
 import struct
 import tempfile
 import uuid
+from collections.abc import Mapping
 
 import structlog
 
@@ -64,13 +65,13 @@ class HostListener:
         os.makedirs(base, mode=0o755, exist_ok=True)
         directory = os.path.join(base, uuid.uuid4().hex[:16])
         os.mkdir(directory, 0o755)
-        os.chmod(directory, 0o755)  # umask-proof: sandbox users must traverse it
+        os.chmod(directory, 0o755)  # noqa: S103 - umask-proof: sandbox users must traverse it
         path = os.path.join(directory, SOCKET_NAME)
         self._server = await asyncio.start_unix_server(self._accepted, path=path, limit=1 << 20)
-        os.chmod(path, 0o666)  # any sandbox uid may connect; SO_PEERCRED decides who is kept
+        os.chmod(path, 0o666)  # noqa: S103 - any sandbox uid may connect; SO_PEERCRED decides who is kept
         self.directory, self.path = directory, path
 
-    def bind(self) -> dict[str, dict[str, str]]:
+    def bind(self) -> dict[str, Mapping[str, str]]:
         """The ``binds`` entry a container needs (read-only: the sandbox cannot change the directory)."""
         return {self.directory: {"bind": CONTAINER_DIR, "mode": "ro"}}
 

@@ -1,4 +1,5 @@
-"""Per-sandbox writable-space cap (a sandbox must not fill the host's disk): which mechanism this Docker host can enforce, and how.
+"""Per-sandbox writable-space cap (a sandbox must not fill the host's disk): which mechanism this Docker host can
+enforce, and how.
 
 - ``storage_opt={"size": disk_limit}`` caps the container's own layer (everything it writes anywhere).
   Docker enforces it only with: overlay2 on an xfs backing filesystem mounted with ``pquota``,
@@ -19,10 +20,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import posixpath
 import tarfile
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 from docker.errors import DockerException
@@ -32,18 +35,18 @@ from ._api import DockerAPI
 log = structlog.get_logger("toolfleet.sandbox")
 
 QUOTA_DRIVERS = {"btrfs", "zfs", "devicemapper", "windowsfilter"}
-DEFAULT_WRITABLE = ("/tmp", "/var/tmp", "/run/lock")
+DEFAULT_WRITABLE = ("/tmp", "/var/tmp", "/run/lock")  # noqa: S108 - paths inside the container
 SEED_LIMIT = 16 * 1024 * 1024  # a working directory larger than this is not copied into its tmpfs
 SNAPSHOT_SEED_LIMIT = 256 * 1024 * 1024  # a snapshot refuses more (``_snapshot``), so none is dropped
 
 
-def layer_quota_supported(info: dict) -> bool:
+def layer_quota_supported(info: dict[str, Any]) -> bool:
     """Whether this daemon's storage driver can cap a container's layer (``docker info``)."""
     driver = str(info.get("Driver") or "")
     if driver in QUOTA_DRIVERS:
         return True
     if driver == "overlay2":
-        status = dict((k, v) for k, v in (info.get("DriverStatus") or []) if isinstance(k, str))
+        status = {k: v for k, v in (info.get("DriverStatus") or []) if isinstance(k, str)}
         return status.get("Backing Filesystem") == "xfs"  # and pquota: the create call tells us
     return False
 
@@ -105,10 +108,8 @@ async def _image_contents(api: DockerAPI, image: str, path: str,
     except DockerException:
         return None, None  # no such path in the image: an empty tmpfs
     finally:
-        try:
+        with contextlib.suppress(DockerException):
             await api.call(api.api.remove_container, created["Id"], force=True)
-        except DockerException:
-            pass
     owner = None
     try:
         with tarfile.open(fileobj=io.BytesIO(data[:limit])) as tar:
@@ -123,7 +124,7 @@ async def _image_contents(api: DockerAPI, image: str, path: str,
     return data, owner
 
 
-def _read_bounded(stream, limit: int) -> bytes:  # type: ignore[no-untyped-def]
+def _read_bounded(stream: Any, limit: int) -> bytes:  # stream: the SDK's chunk iterator
     out = bytearray()
     for chunk in stream:
         out += chunk

@@ -7,6 +7,11 @@
   enforces it, else capped tmpfs mounts on the writable paths (``_disk``).
 - Hardening by default (``DockerSandboxConfig``): network none, cap-drop ALL, no-new-privileges,
   pids/memory(+swap)/CPU limits, init, the image's non-root USER; the Docker socket is never mounted.
+  A root sandbox (where root is allowed) keeps Docker's default capabilities (``_capabilities``).
+- Networks (``network_mode``, docs/egress.md): a sandbox with a way out, several containers or a
+  policy that may change gets a Docker network of its own from the host's ``EgressEnforcer``
+  (``HostSandboxes.egress``), released when its containers are gone; ``set_network`` changes its
+  policy while it lives. A lone container in mode ``none`` has no network at all.
 - Labels and a reaper (``_labels``); a stopped OOM-killed container is ``SandboxOutOfMemoryError``,
   an OOM-killed command in a running one ``CommandOutOfMemoryError`` (model-visible, the sample goes on).
 - One driver per distinct config, but what talks to the Engine is shared by all of them: its client,
@@ -26,7 +31,13 @@ from docker.errors import APIError, DockerException, ImageNotFound
 
 from orchestrator.util._sandbox import SandboxUnavailableError
 from orchestrator.util._sandbox_config import DockerSandboxConfig
+from workers.egress import EgressError, EgressPolicy, SandboxNetwork
 
+from .._driver import SandboxDriver, SandboxRequest
+from .._environment import AgentSandboxEnvironment
+from .._errors import SandboxImageError, missing_image_message
+from .._registry import SandboxRegistry, default_registry
+from ._capabilities import dropped_capabilities
 from ._containers import KEEPALIVE, Containers, container_name
 from ._direct import HostListener
 from ._disk import DiskPlan, layer_quota_supported, plan_disk, seed_command
@@ -36,10 +47,6 @@ from ._pod import Pod, pod_hosts
 from ._pool import ContainerPool, HostSandboxes, host_sandboxes
 from ._pull import ImagePuller
 from ._snapshot import snapshot_present
-from .._driver import SandboxDriver, SandboxRequest
-from .._environment import AgentSandboxEnvironment
-from .._registry import SandboxRegistry, default_registry
-from .._errors import SandboxImageError, missing_image_message
 
 log = structlog.get_logger("toolfleet.sandbox")
 
@@ -132,8 +139,8 @@ class DockerSandboxDriver(SandboxDriver):
             if self.config.services:
                 pod = Pod(self.config, self.containers, self.puller, self.host, self.disk, self._service_env)
                 try:
-                    env.services = await pod.start(  # type: ignore[assignment] - it holds what _service_env built
-                        env, spec.eval_id or self.eval_id, spec.sample_id, self.host.owner)
+                    env.services = await pod.start(  # type: ignore[assignment]  # it holds what _service_env built
+                        env, spec.eval_id or self.eval_id, spec.sample_id, self.host.owner, env.network)
                 except BaseException:
                     await self._remove(env)
                     self.host.release()
@@ -159,6 +166,20 @@ class DockerSandboxDriver(SandboxDriver):
         finally:
             self.host.release()
 
+    async def set_network(self, env: AgentSandboxEnvironment, policy: EgressPolicy) -> None:
+        """Change a live sandbox's network policy (every container of it: one network, one policy).
+        Only a sandbox that has a network of its own can (``phase_network_modes``, services, or a way out)."""
+        assert isinstance(env, DockerSandboxEnvironment)
+        if env.network is None:
+            raise SandboxUnavailableError(
+                f"Sandbox '{env.sandbox_id}' has no network of its own (network_mode 'none', one container), so "
+                "its network policy cannot change: name the modes it may change to in phase_network_modes.")
+        try:
+            env.network = await self.host.egress.update(env.network, policy)
+        except EgressError as exc:
+            raise SandboxUnavailableError(f"Sandbox '{env.sandbox_id}': its network policy could not change "
+                                          f"to '{policy.mode}' ({exc}); the previous one stays.") from exc
+
     async def reap(self) -> int:
         """Sweep the Engine for expired or orphaned containers (the Engine's, shared by every config)."""
         return await self.engine.reap()
@@ -179,11 +200,44 @@ class DockerSandboxDriver(SandboxDriver):
 
     # --- containers -----------------------------------------------------------------------------
 
-    def _container_kwargs(self, labels: dict[str, str]) -> dict[str, Any]:
+    async def _open_network(self, sandbox_id: str) -> SandboxNetwork | None:
+        """The sandbox's own network (None: it has none, see ``DockerSandboxConfig.needs_network``)."""
         c = self.config
+        if not c.needs_network:
+            return None
+        egress = self.host.egress
+        try:
+            await egress.ready()
+            if not egress.enforcing and not c.enforced_modes:
+                # A host that cannot keep a bridge network away from itself: the services share the
+                # default container's namespace instead (``_pod``), with no way out at all.
+                log.info("sandbox.services_share_loopback", reason=egress.unavailable)
+                return None
+            if c.docker_host:
+                raise EgressError("the rules live on this host, and this sandbox's Docker Engine is another one")
+            for mode in c.phase_network_modes:  # refused now rather than when its phase comes
+                if mode not in egress.modes:
+                    raise EgressError(f"this host cannot enforce network mode '{mode}': {egress.unavailable}")
+            policy = EgressPolicy(mode=c.network_mode, allowed_hosts=tuple(c.allowed_hosts))
+            return await egress.open(sandbox_id, policy)
+        except EgressError as exc:
+            raise SandboxUnavailableError(f"Could not give the sandbox its network (network_mode "
+                                          f"'{c.network_mode}'): {exc}") from exc
+
+    async def _release_network(self, network: SandboxNetwork | None) -> None:
+        if network is None:
+            return
+        try:
+            await self.host.egress.release(network)
+        except EgressError as exc:  # its leftovers are the egress reaper's
+            log.warning("sandbox.network_release_failed", network=network.name, error=str(exc))
+
+    def _container_kwargs(self, labels: dict[str, str], network: SandboxNetwork | None) -> dict[str, Any]:
+        c = self.config
+        shared = bool(c.services) and network is None  # services joining this container's namespace
         host_config = self.api.api.create_host_config(
-            network_mode=c.network_mode,
-            cap_drop=c.cap_drop or None,
+            **(network.host_config() if network is not None else {"network_mode": "none"}),
+            cap_drop=dropped_capabilities(c.cap_drop, self.exec_user) or None,
             cap_add=c.cap_add or None,
             security_opt=c.security_opt or None,
             pids_limit=c.pids_limit,
@@ -196,14 +250,15 @@ class DockerSandboxDriver(SandboxDriver):
             storage_opt=self.disk.storage_opt,
             tmpfs=self.disk.tmpfs or None,
             runtime=c.runtime,
-            extra_hosts=pod_hosts(c.default_service, c.services) if c.services else None,
+            extra_hosts=pod_hosts(c.default_service, c.services) if shared else None,
         )
         return {
             "image": c.image,
             "command": KEEPALIVE,
             "entrypoint": [],
-            # The keep-alive PID runs as root (without capabilities) so the sandbox user cannot kill
-            # it and take the container down (`pkill sleep`); commands run as `exec_user`.
+            # The keep-alive PID runs as root (with the container's capabilities: none unless the sandbox
+            # runs as root) so the sandbox user cannot kill it and take the container down (`pkill sleep`);
+            # commands run as `exec_user`.
             "user": "root",
             "working_dir": c.working_dir,
             "environment": c.environment or None,
@@ -211,14 +266,17 @@ class DockerSandboxDriver(SandboxDriver):
             "host_config": host_config,
             "detach": True,
             **({"hostname": c.default_service} if c.services else {}),
+            # Reached by its service name from the sandbox's other services, as under compose.
+            **({"networking_config": network.networking_config(c.default_service)} if network is not None else {}),
         }
 
     async def _new_container(self, eval_id: str, sample_id: str, pool: str = "") -> DockerSandboxEnvironment:
         labels = container_labels(eval_id, sample_id, self.config.ttl, pool, owner=self.host.owner)
         name = container_name(sample_id or "pool")
+        network = await self._open_network(name)
         try:
             try:
-                container_id = await self.containers.create(name, **self._container_kwargs(labels))
+                container_id = await self.containers.create(name, **self._container_kwargs(labels, network))
             except APIError as exc:
                 if self.disk.mechanism != "storage_opt" or "storage" not in str(exc).lower():
                     raise
@@ -226,10 +284,14 @@ class DockerSandboxDriver(SandboxDriver):
                 log.warning("sandbox.layer_quota_refused", error=str(exc))
                 c = self.config
                 self.disk = await plan_disk(self.api, c.image, c.disk_limit, c.working_dir, c.writable_paths, False)
-                container_id = await self.containers.create(name, **self._container_kwargs(labels))
-        except DockerException as exc:
-            raise SandboxUnavailableError(f"could not create a sandbox container: {exc}") from exc
+                container_id = await self.containers.create(name, **self._container_kwargs(labels, network))
+        except BaseException as exc:
+            await self._release_network(network)
+            if isinstance(exc, DockerException):
+                raise SandboxUnavailableError(f"could not create a sandbox container: {exc}") from exc
+            raise
         env = DockerSandboxEnvironment(self, container_id, name)
+        env.network = network
         try:
             await self.api.call(self.api.api.start, container_id)
             await env._channel(None)  # start the agent now (or learn that the fallback is needed)
@@ -255,7 +317,10 @@ class DockerSandboxDriver(SandboxDriver):
         return await self._new_container(self.eval_id, "", pool=self.config.limits_key()[:60])
 
     async def _remove(self, env: DockerSandboxEnvironment) -> None:
+        """Remove the container, then its network (a pod's services are gone by now: ``Pod.stop``)."""
         await self.containers.remove(env)
+        network, env.network = env.network, None
+        await self._release_network(network)
 
     def _service_env(self, container_id: str, name: str, service: str, user: str) -> DockerServiceEnvironment:
         return DockerServiceEnvironment(self, container_id, name, service, user)

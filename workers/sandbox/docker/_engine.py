@@ -125,7 +125,20 @@ class DockerEngine:
                 pass
             except DockerException as exc:
                 log.warning("sandbox.reap_failed", container=info["Id"][:12], error=str(exc))
+        await self._reap_networks()
         return removed
+
+    async def _reap_networks(self) -> None:
+        """Sandbox networks and rules a dead worker left (after its containers: Docker keeps a network
+        while containers are attached). Only where this process enforces egress on the local Engine."""
+        if not engine_is_local(self.url) or not self.host.has_egress or not self.host.egress.enforcing:
+            return
+        from workers.egress import EgressError
+
+        try:
+            await self.host.egress.reap()
+        except EgressError as exc:
+            log.warning("sandbox.network_reap_failed", error=str(exc))
 
     async def reap_at_start(self) -> None:
         """Reap once per loop (the first driver to start there), not once per config."""

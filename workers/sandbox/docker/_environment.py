@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from docker.errors import APIError, DockerException, NotFound
 
 from orchestrator.util._sandbox import SandboxUnavailableError
+from workers.egress import SandboxNetwork
 
 from .._channel import AgentChannel, ChannelClosed, RawResult
 from .._environment import AgentSandboxEnvironment
@@ -37,6 +38,7 @@ class DockerSandboxEnvironment(AgentSandboxEnvironment):
         self.container_id = container_id
         self._has_timeout: bool | None = None
         self.pod: Pod | None = None  # a multi-service sandbox's other containers
+        self.network: SandboxNetwork | None = None  # its own network (driver-managed), None without one
         self.services: dict[str, DockerSandboxEnvironment] = {}  # the pod's containers by service name
         self.eval_id = self.sample_id = ""  # whose sandbox it is (labels snapshots)
         self._snapshot_layer_used = False  # a snapshot wrote under its tmpfs mounts (_snapshot)

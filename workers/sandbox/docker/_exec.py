@@ -14,7 +14,6 @@ import asyncio
 import time
 
 import structlog
-
 from docker.errors import DockerException
 
 from .._channel import AGENT_PATH, AgentChannel, ChannelClosed, RawResult
@@ -90,7 +89,7 @@ async def _start_agent(api: DockerAPI, container_id: str, user: str | None) -> t
         )["Id"]
         reader, writer, sock = await api.open_exec_stream(exec_id)
         writer.write(_AGENT_SOURCE)
-    except Exception as exc:  # noqa: BLE001 - any SDK failure means "no channel"
+    except Exception as exc:  # any SDK failure means "no channel"
         raise ChannelClosed(f"could not start the exec agent: {exc}") from exc
     channel = AgentChannel(reader, writer, demux=True, keep=sock)
     try:

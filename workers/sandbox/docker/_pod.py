@@ -1,9 +1,15 @@
-"""Multi-service sandboxes: the sample's other containers, as a Kubernetes pod holds them.
+"""Multi-service sandboxes: the sample's other containers, as compose runs them.
 
-The default container (the one tools target) is created first with no network but loopback; every
-service joins its network namespace (``network_mode: container:<default>``), so the services reach
-each other on 127.0.0.1 and nothing else: no bridge, no route out. Docker shares the default
-container's ``/etc/hosts`` with the joiners, and it maps every service name to 127.0.0.1.
+Each service has its own network namespace on the sandbox's own Docker network (made by the host's
+egress enforcer with the default container, ``_driver``), and reaches the others by service name
+through Docker's embedded DNS, as under compose: a service listening on 127.0.0.1 is reachable only
+from itself. What leaves that network is judged by the sandbox's one policy (``network_mode``,
+docs/egress.md).
+
+On a host that cannot enforce a policy (no nftables or no CAP_NET_ADMIN: the enforcer offers only
+``none``), a ``none`` sandbox's services fall back to joining the default container's namespace
+(``network_mode: container:<default>``): loopback only, every service name in ``/etc/hosts`` as
+127.0.0.1, no route out; so there a service on 127.0.0.1 is reachable by the others.
 
 Services start together, each counted against the host's capacity (all of a sandbox's slots are taken
 at once, with the default container's), then each waits to be healthy:
@@ -25,15 +31,16 @@ import structlog
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from orchestrator.util._sandbox import SandboxUnavailableError
-
 from orchestrator.util._sandbox_config import DockerSandboxConfig, HealthCheck, ServiceConfig
+from workers.egress import SandboxNetwork
 
+from .._errors import SandboxImageError, missing_image_message
+from ._capabilities import dropped_capabilities
 from ._containers import Container, Containers, container_name
 from ._disk import DEFAULT_WRITABLE, DiskPlan
 from ._labels import container_labels
 from ._pool import HostSandboxes
 from ._pull import ImagePuller
-from .._errors import SandboxImageError, missing_image_message
 
 # Builds the environment of a started service container: (container id, name, service, user).
 ServiceEnvFactory = Callable[[str, str, str, str], Container]
@@ -47,8 +54,8 @@ _NANOS = 1_000_000_000
 
 
 def pod_hosts(default_service: str, services: dict[str, ServiceConfig]) -> dict[str, str]:
-    """``/etc/hosts`` entries of a pod: every service name (and the default's) is this namespace."""
-    return {name: "127.0.0.1" for name in (default_service, *services)}
+    """``/etc/hosts`` entries of a pod sharing one namespace (the fallback): every service name is it."""
+    return dict.fromkeys((default_service, *services), "127.0.0.1")
 
 
 def healthcheck_dict(check: HealthCheck) -> dict[str, Any]:
@@ -59,9 +66,10 @@ def healthcheck_dict(check: HealthCheck) -> dict[str, Any]:
 
 
 class Pod:
-    """A multi-service sandbox's other containers: created beside ``main`` in its network namespace,
-    health-checked together, each holding one host slot (taken with the default container's, all at
-    once: ``config.containers``), removed together before the default container."""
+    """A multi-service sandbox's other containers: created beside ``main`` on the sandbox's network
+    (or in ``main``'s namespace without one), health-checked together, each holding one host slot
+    (taken with the default container's, all at once: ``config.containers``), removed together before
+    the default container and its network."""
 
     def __init__(self, config: DockerSandboxConfig, containers: Containers, puller: ImagePuller,
                  host: HostSandboxes, disk: DiskPlan, make_env: ServiceEnvFactory) -> None:
@@ -73,13 +81,14 @@ class Pod:
         self.make_env = make_env
         self.services: dict[str, Container] = {}
 
-    async def start(self, main: Container, eval_id: str, sample_id: str,
-                    owner: str) -> dict[str, Container]:
-        """Create, start and health-check every service beside ``main``. Their host slots were taken
-        with the default container's; on failure each is given back."""
+    async def start(self, main: Container, eval_id: str, sample_id: str, owner: str,
+                    network: SandboxNetwork | None = None) -> dict[str, Container]:
+        """Create, start and health-check every service beside ``main`` (on ``network``, else in
+        ``main``'s namespace). Their host slots were taken with the default container's; on failure
+        each is given back."""
         try:
             for name, service in self.config.services.items():
-                self.services[name] = await self._create(main, name, service, eval_id, sample_id, owner)
+                self.services[name] = await self._create(main, name, service, eval_id, sample_id, owner, network)
             await asyncio.gather(*(self._wait_healthy(name, env, self.config.services[name])
                                    for name, env in self.services.items()))
         except BaseException:
@@ -98,12 +107,20 @@ class Pod:
         self.services.clear()
 
     async def _create(self, main: Container, name: str, service: ServiceConfig, eval_id: str,
-                      sample_id: str, owner: str) -> Container:
+                      sample_id: str, owner: str, network: SandboxNetwork | None) -> Container:
         c = self.config
         api = self.containers.api
+        name_of_container = container_name(f"{sample_id or 'sample'}-{name}")
+        try:
+            await self.puller.service_image(service.image, c.pull_policy)
+        except SandboxImageError as exc:
+            raise SandboxImageError(f"Service '{name}': {exc}") from None
+        user = service.user if service.user is not None else await self._image_user(name, service.image)
+        joined = {"network_mode": f"container:{main.container_id}"}
         host_config = api.api.create_host_config(
-            network_mode=f"container:{main.container_id}",
-            cap_drop=c.cap_drop or None, cap_add=c.cap_add or None, security_opt=c.security_opt or None,
+            **(network.host_config() if network is not None else joined),
+            cap_drop=dropped_capabilities(c.cap_drop, user) or None, cap_add=c.cap_add or None,
+            security_opt=c.security_opt or None,
             pids_limit=service.pids_limit, mem_limit=service.mem_limit, memswap_limit=service.mem_limit,
             nano_cpus=int(service.cpus * 1e9), init=c.init, read_only=c.read_only, runtime=c.runtime,
             # The sandbox's writable-space cap: the layer's size where the storage driver enforces it, else
@@ -120,11 +137,8 @@ class Pod:
         }
         if service.entrypoint is not None:
             kwargs["entrypoint"] = service.entrypoint
-        name_of_container = container_name(f"{sample_id or 'sample'}-{name}")
-        try:
-            await self.puller.service_image(service.image, c.pull_policy)
-        except SandboxImageError as exc:
-            raise SandboxImageError(f"Service '{name}': {exc}") from None
+        if network is not None:  # its own namespace, reached by its name (compose's service name)
+            kwargs.update(hostname=name, networking_config=network.networking_config(name))
         try:
             container_id = await self.containers.create(name_of_container, **kwargs)
         except ImageNotFound as exc:
@@ -143,6 +157,17 @@ class Pod:
             raise SandboxUnavailableError(f"Service '{name}' could not start: {exc}") from exc
         return env
 
+    async def _image_user(self, name: str, image: str) -> str:
+        """The service image's ``USER`` ('' for root): who its command runs as."""
+        api = self.containers.api
+        try:
+            info = await api.call(api.api.inspect_image, image)
+        except ImageNotFound as exc:
+            raise SandboxImageError(f"Service '{name}': " + missing_image_message(image)) from exc
+        except DockerException as exc:
+            raise SandboxUnavailableError(f"Service '{name}': its image could not be inspected: {exc}") from exc
+        return str((info.get("Config") or {}).get("User") or "")
+
     async def _wait_healthy(self, name: str, env: Container, service: ServiceConfig) -> None:
         """Until the service is healthy (or running, without a healthcheck); bounded by its check's budget."""
         api = self.containers.api
@@ -157,7 +182,8 @@ class Pod:
             if not state.get("Running"):
                 logs = await self._log_tail(env.container_id)
                 raise SandboxUnavailableError(
-                    f"Service '{name}' exited with code {state.get('ExitCode')} while starting" + (f": {logs}" if logs else "."))
+                    f"Service '{name}' exited with code {state.get('ExitCode')} while starting"
+                                              + (f": {logs}" if logs else "."))
             health = state.get("Health") or {}
             status = health.get("Status")
             if check is None:
@@ -182,10 +208,10 @@ class Pod:
     async def _log_tail(self, container_id: str) -> str:
         api = self.containers.api
         try:
-            raw = await api.call(api.api.logs, container_id, tail=5)
+            raw: Any = await api.call(api.api.logs, container_id, tail=5)  # stream=False: the log as bytes
         except DockerException:
             return ""
-        return raw.decode("utf-8", "replace").strip()[-300:]
+        return str(raw.decode("utf-8", "replace")).strip()[-300:]
 
 
 __all__ = ["Pod", "SERVICE_LABEL", "healthcheck_dict", "pod_hosts"]

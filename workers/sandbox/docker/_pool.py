@@ -9,6 +9,9 @@ One ``HostSandboxes`` per process (a worker, or an embedded eval) is shared by e
   idle spare rather than wait.
 - **Docker Engines** (``engines``, ``_engine``): one client, thread pool, host socket and reaper
   per Engine, shared by every driver and closed with the last of them.
+- **egress** (``workers.egress.EgressEnforcer``): the sandbox networks and the host's rules on them;
+  a worker builds its own (``--egress-allow``, its broker protected) and hands it in; without one, a
+  default enforcer is made on first use (embedded mode, tests).
 - **warm pools** (``ContainerPool``, one per driver): spares are pre-started only for configs that
   ask (``pool_size`` > 0) or, when ``pool_size`` is unset, for the images the host pools (the
   default sandbox image unless configured); all pools together keep at most ``max_spares``, the
@@ -19,20 +22,24 @@ One ``HostSandboxes`` per process (a worker, or an embedded eval) is shared by e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fnmatch
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from orchestrator.util._sandbox_config import DEFAULT_IMAGE
 
+from .._errors import SandboxCapacityError
 from ._engine import DockerEngines
 from ._labels import HOST
 from ._snapshot import HostSnapshots
-from .._errors import SandboxCapacityError
+
+if TYPE_CHECKING:
+    from workers.egress import EgressEnforcer
 
 log = structlog.get_logger("toolfleet.sandbox")
 
@@ -44,7 +51,8 @@ class HostSandboxes:
 
     def __init__(self, limit: int | None = None, max_spares: int = DEFAULT_SPARES, idle_ttl: float = 300.0,
                  pooled_images: tuple[str, ...] | list[str] = (), owner: str = HOST,
-                 registries: Sequence[str] | None = None) -> None:
+                 registries: Sequence[str] | None = None, egress: EgressEnforcer | None = None) -> None:
+        self._egress = egress
         self.used = 0
         self.pools: list[ContainerPool] = []
         # Containers held by any driver of this host: the reaper never touches them.
@@ -63,6 +71,22 @@ class HostSandboxes:
         self.pooled_images = tuple(pooled_images)  # () means the default sandbox image
         self.owner = owner
         self.registries: tuple[str, ...] | None = None if registries is None else tuple(registries)
+
+    @property
+    def egress(self) -> EgressEnforcer:
+        """The host's egress enforcer (the default one, made now, if none was handed in)."""
+        if self._egress is None:
+            from workers.egress import EgressConfig, EgressEnforcer
+
+            from ._api import DockerAPI
+
+            self._egress = EgressEnforcer(EgressConfig(), DockerAPI(None, 4), owner=self.owner)
+        return self._egress
+
+    @property
+    def has_egress(self) -> bool:
+        """Whether an enforcer exists (one was handed in, or a sandbox needed the default)."""
+        return self._egress is not None
 
     def pool_size_for(self, image: str, asked: int | None) -> int:
         """Spares a driver for ``image`` keeps: what its config asked, else the host's choice."""
@@ -280,9 +304,7 @@ class ContainerPool:
         for task in (self._task, self._expiry):
             if task is not None:
                 task.cancel()
-                try:
+                with contextlib.suppress(asyncio.CancelledError, TimeoutError, Exception):  # closing anyway
                     await asyncio.wait_for(task, 30)
-                except (asyncio.CancelledError, TimeoutError, Exception):  # noqa: BLE001 - closing anyway
-                    pass
         while self._ready:
             await self.evict_oldest("closed")

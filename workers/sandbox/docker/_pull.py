@@ -4,8 +4,8 @@
   first path component has a '.' or ':' or is ``localhost``). A bare name (``toolfleet/sandbox:latest``,
   ``img:1``) is built or loaded on the host and never pulled: no implicit default registry.
 - A worker pulls only from the registries it was started with (``--registry HOST[:PORT]``, set here by
-  ``HostSandboxes.registries``, handed to each driver's ``ImagePuller``); an image naming another registry is treated as ``never`` there. Embedded mode
-  (no worker: the user's own machine) pulls from whatever registry the image names.
+  ``HostSandboxes.registries``, handed to each driver's ``ImagePuller``); an image naming another registry is treated as
+  ``never`` there. Embedded mode (no worker: the user's own machine) pulls from whatever registry the image names.
 - ``never``: a missing image is an error. ``missing``: pulled when absent (at the driver's start).
   ``always``: pulled before each sandbox is created (the driver's start counts for its first sandbox;
   sandboxes created while a pull is in flight share it). When a pull brings a new image id, the driver's

@@ -13,9 +13,9 @@ services start fresh from their images.
 
 Each snapshot is an image tagged ``toolfleet/snapshot:<id>`` (the default ``--image`` pattern admits it),
 labelled with its eval, sample, whether it is kept, its size and the sandbox config forks start with.
-A host keeps snapshots within one disk budget (``HostSandboxes.snapshots``: ``--snapshot-disk``, ``TOOLFLEET_SNAPSHOT_DISK``,
-default 10g): a snapshot that would exceed it is refused. When the process pulls from registries (a
-worker's ``--registry``), the snapshot is also pushed to the first one. An eval's snapshots are removed
+A host keeps snapshots within one disk budget (``HostSandboxes.snapshots``: ``--snapshot-disk``,
+``TOOLFLEET_SNAPSHOT_DISK``, default 10g): a snapshot that would exceed it is refused. When the process pulls from
+registries (a worker's ``--registry``), the snapshot is also pushed to the first one. An eval's snapshots are removed
 when it ends unless taken with ``keep=True``; ones whose eval never ended (a killed orchestrator) are
 removed after ``SNAPSHOT_TTL_S`` by the next host that loads its snapshots.
 """
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import posixpath
@@ -273,10 +274,8 @@ async def _commit(env: SnapshotSource, snapshot_id: str, labels: dict[str, str],
                               changes=changes)
         return str(made["Id"])
     finally:
-        try:
+        with contextlib.suppress(DockerException):
             await api.call(api.api.remove_container, scratch["Id"], force=True)
-        except DockerException:
-            pass
 
 
 async def _put(api: DockerAPI, container_id: str, tars: list[bytes]) -> None:

@@ -34,4 +34,5 @@ class Handler(BaseHTTPRequestHandler):
 
 
 if __name__ == "__main__":
-    ThreadingHTTPServer(("127.0.0.1", 8080), Handler).serve_forever()
+    # Every address of its own container: the agent's container reaches it as http://api:8080 (as under compose).
+    ThreadingHTTPServer(("0.0.0.0", 8080), Handler).serve_forever()  # noqa: S104 -- its container is the boundary

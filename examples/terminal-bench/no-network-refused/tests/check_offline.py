@@ -14,7 +14,8 @@ def problems():
         return
     status = Path("/app/status.txt")
     if not status.is_file() or status.read_text().strip() != "offline":
-        yield f"/app/status.txt should say offline, it says {status.read_text().strip() if status.is_file() else None!r}"
+        said = status.read_text().strip() if status.is_file() else None
+        yield f"/app/status.txt should say offline, it says {said!r}"
     if Path("/app/dataset.bin").exists():
         yield "/app/dataset.bin exists: something was downloaded"
     try:
