@@ -30,14 +30,7 @@ from typing import Any
 from orchestrator._errors import ToolfleetError
 
 from ._harbor_compose import COMPOSE_FILE, ComposeTaskError, compose_pod
-from ._harbor_config import (
-    HarborSettings,
-    HarborTaskConfig,
-    TaskConfigError,
-    TimeoutMultipliers,
-    map_task_config,
-    parse_task_config,
-)
+from ._harbor_config import HarborSettings, TaskConfigError, TimeoutMultipliers, map_task_config, parse_task_config
 from ._harbor_env import TaskEnv, TaskEnvError, resolve_whole_values
 from ._harbor_images import IMAGE_PREFIX, BuildReport, DockerImageBuilder, HarborBuildError, ImageBuild
 from ._harbor_tree import TaskTreeError, TreeLimits, exists, pack_tree, read_task_file, walk_tree
@@ -213,7 +206,8 @@ def _read_task(task_dir: Path, builder: DockerImageBuilder, prefix: str,
         resolve_whole_values(settings.verifier_env, env, "verifier.env")  # checked now, filled when it runs
         resolve_whole_values(settings.solution_env, env, "solution.env")
         sandbox, builds, notes = _environment(task_dir, settings, container_env, builder, prefix, options)
-        notes = [*settings.notes, *_network_notes(config), *notes]
+        sandbox.update(_sandbox_network(settings))
+        notes = [*settings.notes, *notes]
     except (TaskConfigError, TaskTreeError, TaskEnvError, ComposeTaskError, HarborBuildError,
             FileNotFoundError) as exc:
         raise fail(str(exc)) from None
@@ -235,21 +229,16 @@ def _read_task(task_dir: Path, builder: DockerImageBuilder, prefix: str,
     return Sample(id=name, input=instruction, metadata=metadata, sandbox=sandbox), builds, notes
 
 
-_NO_NETWORK = "toolfleet sandboxes have no network"
-
-
-def _network_notes(config: HarborTaskConfig) -> list[str]:
-    """The network settings a sandbox cannot honour yet (it has none): one note each."""
-    notes: list[str] = []
-    env = config.environment
-    if env.allow_internet and "network_mode" not in env.model_fields_set:
-        notes.append(f"environment.allow_internet=true ({_NO_NETWORK})")
-    for section, value in (("environment", env), ("agent", config.agent), ("verifier", config.verifier)):
-        if value.network_mode not in (None, "no-network"):
-            notes.append(f"{section}.network_mode={value.network_mode!r} ({_NO_NETWORK})")
-        if value.allowed_hosts:
-            notes.append(f"{section}.allowed_hosts ({_NO_NETWORK})")
-    return notes
+def _sandbox_network(settings: HarborSettings) -> dict[str, Any]:
+    """The sandbox's network fields: it opens under the environment's policy (its set-up runs there) and may
+    change to the agent's and the verifier's (``phase_network_modes``; the solver and the scorer change it
+    through the dispatcher's ``set_sandbox_network`` when a phase starts)."""
+    plan = settings.network
+    fields = plan.setup.sandbox_fields()
+    phases = [policy.sandbox_fields()["network_mode"] for _, policy in plan.changes()]
+    if phases:
+        fields["phase_network_modes"] = list(dict.fromkeys(phases))
+    return fields
 
 
 def _text(task_dir: Path, rel: str, limit: int) -> str:

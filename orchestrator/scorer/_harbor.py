@@ -3,7 +3,8 @@
 After the solver, in the sample's sandbox (each step one ``exec`` through the sandbox seam):
 
 1. every process the agent (or the oracle) left is stopped (``_harbor_stop``): nothing of the agent runs
-   beside the verifier;
+   beside the verifier; then the sandbox gets the verifier's network policy when ``[verifier]
+   network_mode`` differs from the agent's (so nothing of the agent ever runs under the verifier's);
 2. as root: ``/tests`` is replaced by the task's ``tests/`` (readable by every user, ``test.sh``
    executable, as Harbor makes it) and ``/logs/verifier`` is made afresh, writable only by the verifier's
    user (``[verifier] user``, else the image's): a root verifier gets a root-owned 0755 directory; another
@@ -104,6 +105,7 @@ def harbor_verifier() -> Scorer:
 
     async def score(state: TaskState, target: Target) -> Score:
         from orchestrator.dataset._harbor import pack_task_dir
+        from orchestrator.solver._harbor import enter_phase
 
         meta = state.metadata["harbor"]
         box = sandbox()
@@ -111,6 +113,7 @@ def harbor_verifier() -> Scorer:
         archive = pack_task_dir(meta["dir"], "tests")
         env = {"TEST_DIR": "/tests", **resolve_env(meta.get("verifier_env") or {}, meta.get("task_env"))}
         await stop_agent_processes(box)
+        await enter_phase(meta, "verifier", before="agent")  # the agent's processes are gone: widen only now
         own = "" if await _verifier_uid(box, user) == "0" else (
             await _checked(box, ["sh", "-c", MAKE_OWN_DIRS], "make the verifier's directory", user=user,
                            timeout=PREPARE_TIMEOUT_S)).strip()

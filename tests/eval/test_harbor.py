@@ -71,8 +71,10 @@ async def test_examples_oracle_embedded(tmp_path: Path, sandbox_image: str) -> N
 @pytest.mark.celery
 async def test_examples_oracle_on_two_workers(tmp_path: Path, sandbox_image: str, fleet) -> None:  # type: ignore[no-untyped-def]
     # (orphan_grace as shipped: on this shared, loaded machine a 2 s grace closes sandboxes of a busy orchestrator)
-    # Harbor's own set-up (/logs) and verifiers run as root: a worker allows that only with --allow-root-user.
-    workers = [fleet.worker(slots=2, orphan_grace=30.0, extra_args=("--allow-root-user",)) for _ in range(2)]
+    # Harbor's own set-up (/logs) and verifiers run as root: a worker allows that only with --allow-root-user;
+    # Harbor's default network is public: a worker gives sandboxes a way out only with --allow-network public.
+    workers = [fleet.worker(slots=2, orphan_grace=30.0, extra_args=("--allow-root-user", "--allow-network", "public"))
+               for _ in range(2)]
     # One task's image is new (a file only this run has in its build context): it is built at load, after the
     # workers last listed their images, and the eval still starts (preflight waits for their next listing).
     tasks = tmp_path / "tasks"
@@ -203,7 +205,7 @@ def test_examples_map_to_samples(sandbox_image: str) -> None:
     hello = by_id["hello-world"]
     assert hello.input.startswith("Create a file `hello.txt`")
     assert hello.sandbox == {"type": "docker", "image": hello.sandbox["image"], "pool_size": 0,  # type: ignore[index]
-                             "cpus": 1.0, "mem_limit": "512m"}
+                             "cpus": 1.0, "mem_limit": "512m", "network_mode": "public"}  # Harbor's default
     assert hello.metadata is not None and hello.metadata["difficulty"] == "easy"
     assert {k: v for k, v in hello.metadata["harbor"].items() if k != "dir"} == {
         "agent_timeout": 300.0, "verifier_timeout": 60.0, "verifier_user": None, "verifier_env": {},
@@ -221,13 +223,16 @@ def test_unmapped_settings_are_one_line_each(tmp_path: Path, sandbox_image: str)
     for name in ("gpu-a", "gpu-b"):
         task = tmp_path / name
         shutil.copytree(BROKEN, task)
-        (task / "task.toml").write_text("[environment]\ngpus = 1\nallow_internet = true\nmemory_mb = 256\n")
-    lines = load_harbor(tmp_path, build=False).lines("DIR")
+        (task / "task.toml").write_text("[environment]\ngpus = 1\ntpu = { type = 'v6e', topology = '2x2' }\n"
+                                        "allow_internet = false\nmemory_mb = 256\n")
+    loaded = load_harbor(tmp_path, build=False)
+    lines = loaded.lines("DIR")
     assert lines[:2] == [
         "harbor: not mapped, ignored: environment.gpus=1 (sandboxes get no GPUs) (tasks gpu-a, gpu-b)",
-        ("harbor: not mapped, ignored: environment.allow_internet=true (toolfleet sandboxes have no network) "
-         "(tasks gpu-a, gpu-b)")]
+        "harbor: not mapped, ignored: environment.tpu (sandboxes get no TPUs) (tasks gpu-a, gpu-b)"]
     assert lines[2].startswith("harbor: 2 tasks from DIR; images: 0 built, 0 cached") and len(lines) == 3
+    # allow_internet maps (Harbor's legacy spelling of network_mode): false is a sandbox without network.
+    assert {s.sandbox["network_mode"] for s in loaded.samples} == {"none"}  # type: ignore[index]
 
 
 def test_failing_build_is_one_line(tmp_path: Path, sandbox_image: str) -> None:
