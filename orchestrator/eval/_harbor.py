@@ -153,7 +153,7 @@ def harbor_retryable(exc: BaseException) -> bool:
 
 _FLOAT_PARAMS = ("timeout_multiplier", "agent_timeout_multiplier", "verifier_timeout_multiplier",
                  "build_timeout_multiplier")
-_PARAMS: dict[str, Any] = {"oracle": bool, "build": bool, "task_env": list, **{k: float for k in _FLOAT_PARAMS}}
+_PARAMS: dict[str, Any] = {"oracle": bool, "build": bool, "task_env": list, **dict.fromkeys(_FLOAT_PARAMS, float)}
 
 
 def load_harbor_task(spec: str, task_args: dict[str, Any] | None = None) -> Task:

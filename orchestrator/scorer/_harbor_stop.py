@@ -33,7 +33,9 @@ SWEEP_TIMEOUT_S = 120.0  # a bound, not a duration: a sweep takes well under a s
 MAX_PASSES = 8
 
 SWEEP = r"""
-status() { while IFS=: read -r k v; do if [ "$k" = "$2" ]; then set -- $v; echo "$1"; return 0; fi; done < "/proc/$1/status"; }
+status() {
+  while IFS=: read -r k v; do if [ "$k" = "$2" ]; then set -- $v; echo "$1"; return 0; fi; done < "/proc/$1/status"
+}
 ppid() { status "$1" PPid 2>/dev/null; }
 started() { read -r s < "/proc/$1/stat" || return 1; s=${s##*) }; set -- $s; shift 19; echo "$1"; }
 me=$$; keep=" 1 "; p=$me

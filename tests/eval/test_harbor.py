@@ -18,8 +18,8 @@ import pytest
 
 from orchestrator.dataset import load_harbor
 from orchestrator.eval import eval_async, eval_retry_async, oracle_failures, scripted_policy
-from orchestrator.eval._preflight import PreflightError
 from orchestrator.eval._harbor import ORACLE_MODEL
+from orchestrator.eval._preflight import PreflightError
 from orchestrator.model import ChatMessageTool, ModelOutput
 
 ROOT = Path(__file__).resolve().parents[2]

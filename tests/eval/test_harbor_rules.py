@@ -49,7 +49,7 @@ def test_network_plan(toml: str, setup: NetworkPolicy, agent: NetworkPolicy, ver
 
 
 @pytest.mark.parametrize(("toml", "error"), [
-    ('[environment]\nallowed_hosts = ["a.io"]', "environment.allowed_hosts: only valid with network_mode = 'allowlist'"),
+    ('[environment]\nallowed_hosts = ["a.io"]', "environment.allowed_hosts: only valid with network_mode = "),
     ('[agent]\nallowed_hosts = ["a.io"]', "agent.allowed_hosts: only valid with"),
     ('[verifier]\nnetwork_mode = "public"\nallowed_hosts = ["a.io"]', "verifier.allowed_hosts: only valid with"),
     ('[agent]\nnetwork_mode = "internet"', "agent.network_mode: 'internet' is not one of"),
@@ -176,7 +176,7 @@ def test_timeouts(multipliers: dict[str, float], toml: str, agent: float, verifi
 
 @pytest.mark.parametrize("bad", [0, -1, float("inf"), float("nan"), 1e308])
 def test_multipliers_refused(bad: float) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="timeout"):
         TimeoutMultipliers(timeout=bad)
 
 

@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
     # Harbor's defaults: no agent timeout (bounded here by a sandbox's lifetime), 600 s verifier and build.
     ("", {"sandbox": {"cpus": 1.0, "mem_limit": "2048m"}, "agent_timeout": MAX_TIMEOUT_S, "verifier_timeout": 600.0,
           "build_timeout": 600.0, "verifier_user": None, "notes": []}),
-    ('[environment]\ncpus = 2\nmemory_mb = 512\n[agent]\ntimeout_sec = 30\nuser = "agent"\n'
-     '[verifier]\ntimeout_sec = 45\nuser = "root"\nenv = { K = "v" }',
+    (('[environment]\ncpus = 2\nmemory_mb = 512\n[agent]\ntimeout_sec = 30\nuser = "agent"\n'
+     '[verifier]\ntimeout_sec = 45\nuser = "root"\nenv = { K = "v" }'),
      {"sandbox": {"cpus": 2.0, "mem_limit": "512m", "user": "agent"}, "agent_timeout": 30.0,
       "verifier_timeout": 45.0, "verifier_user": "root", "verifier_env": {"K": "v"}, "notes": []}),
     ('[environment]\nmemory = "1G"\nenv = { A = "1" }\nworkdir = "/app"',
@@ -55,8 +55,8 @@ def test_task_toml_maps(toml: str, expected: dict[str, Any]) -> None:
     ("[agent]\ntimeout_sec = -1", "agent.timeout_sec: must be a finite number of seconds above 0"),
     ("[environment]\nbuild_timeout_sec = inf", "environment.build_timeout_sec: must be a finite number"),
     ("[environment]\nbuild_timeout_sec = nan", "environment.build_timeout_sec: must be a finite number"),
-    ("[verifier]\ntimeout_sec = 1e308", "verifier.timeout_sec: must be a finite number of seconds above 0 and at "
-                                         "most 86400, got 1e"),
+    ("[verifier]\ntimeout_sec = 1e308", ("verifier.timeout_sec: must be a finite number of seconds above 0 and at "
+                                         "most 86400, got 1e")),
     ("[environment]\ncpus = inf", "environment.cpus"),
     ('[environment]\nnetwork_mode = "offline"', "environment.network_mode: 'offline' is not one of public"),
     ('[[steps]]\nname = "one"', "multi-step"),
@@ -199,10 +199,10 @@ def test_malformed_task_is_one_error(tmp_path: Path, kwargs: dict[str, Any], err
     ("services:\n  main:\n    build:\n      dockerfile: ../../../x\n", "is not inside its context"),
     ("services:\n  main:\n    privileged: true\n", "'privileged' is not supported"),
     ("services:\n  main:\n    build:\n      dockerfile: Nope\n", "no environment/Nope in the task"),
-    ("a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+    (("a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
      "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
      "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
-     "services:\n  main:\n    environment: {X: 1}\n    labels: [*e, *e]\n", "more than 100,000 values"),
+     "services:\n  main:\n    environment: {X: 1}\n    labels: [*e, *e]\n"), "more than 100,000 values"),
 ])
 def test_compose_task_refused(tmp_path: Path, compose: str, error: str) -> None:
     task = _task(tmp_path, "pod")
@@ -236,23 +236,23 @@ def test_cli_oracle_needs_a_harbor_task(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "eval", "examples/humaneval.py", "--oracle"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 1
-    assert done.stderr.splitlines() == ["toolfleet: error: --oracle runs Harbor tasks' solutions: give harbor:DIR, "
-                                        "not 'examples/humaneval.py'."]
+    assert done.stderr.splitlines() == [("toolfleet: error: --oracle runs Harbor tasks' solutions: give harbor:DIR, "
+                                        "not 'examples/humaneval.py'.")]
 
 
 @pytest.mark.slow  # runs the CLI in a child process
 @pytest.mark.parametrize(("task", "flags", "error"), [
-    ("examples/humaneval.py", ["--task-env", "TB_URL"], "--task-env is for Harbor tasks: give harbor:DIR, not "
-                                                        "'examples/humaneval.py'."),
+    ("examples/humaneval.py", ["--task-env", "TB_URL"], ("--task-env is for Harbor tasks: give harbor:DIR, not "
+                                                        "'examples/humaneval.py'.")),
     ("examples/humaneval.py", ["--timeout-multiplier", "2"], "--timeout-multiplier is for Harbor tasks"),
-    ("harbor:examples/harbor", ["--timeout-multiplier", "inf"], "--timeout-multiplier: must be a finite number above "
-                                                                "0 and at most 1000, got inf."),
+    ("harbor:examples/harbor", ["--timeout-multiplier", "inf"], ("--timeout-multiplier: must be a finite number above "
+                                                                "0 and at most 1000, got inf.")),
     ("harbor:examples/harbor", ["--agent-timeout-multiplier", "0"], "--agent-timeout-multiplier: must be a finite"),
     ("harbor:examples/harbor", ["--build-timeout-multiplier", "nan"], "--build-timeout-multiplier: must be a finite"),
-    ("harbor:examples/harbor", ["--task-env", "TOOLFLEET_SECRET"], "--task-env TOOLFLEET_SECRET: toolfleet never "
-                                                                   "passes its own TOOLFLEET_* variables to a task"),
-    ("harbor:examples/harbor", ["--task-env", "GITHUB_TOKEN"], "--task-env GITHUB_TOKEN: toolfleet never passes "
-                                                               "credential-looking variables"),
+    ("harbor:examples/harbor", ["--task-env", "TOOLFLEET_SECRET"], ("--task-env TOOLFLEET_SECRET: toolfleet never "
+                                                                   "passes its own TOOLFLEET_* variables to a task")),
+    ("harbor:examples/harbor", ["--task-env", "GITHUB_TOKEN"], ("--task-env GITHUB_TOKEN: toolfleet never passes "
+                                                               "credential-looking variables")),
 ])
 def test_cli_harbor_flags_refused_in_one_line(tmp_path: Path, task: str, flags: list[str], error: str) -> None:
     done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "eval", task, "--oracle", *flags,

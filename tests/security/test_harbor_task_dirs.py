@@ -25,7 +25,7 @@ from orchestrator.dataset._harbor_tree import TaskTreeError
 
 ROOT = Path(__file__).resolve().parents[2]
 HELLO = ROOT / "examples" / "harbor" / "hello-world"
-SECRET = "harbor-host-secret-5f1c0e"
+SECRET = "harbor-host-secret-5f1c0e"  # noqa: S105 - a marker to find, not a credential
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
@@ -190,10 +190,12 @@ def test_compose_secret_reaches_neither_sandbox_nor_log_nor_image(tmp_path: Path
     compose = ("services:\n  main:\n    build:\n      context: .\n      args:\n        LEAK: ${TOOLFLEET_SECRET}\n"
                "        GREETING: ${TB_GREETING}\n    environment:\n      GREETING: ${TB_GREETING}\n")
     (task / "environment" / "docker-compose.yaml").write_text(compose)
-    (task / "environment" / "Dockerfile").write_text("FROM toolfleet/sandbox:latest\nARG LEAK\nARG GREETING\nUSER root\n"
-                                                     "RUN echo \"$GREETING\" > /etc/greeting\nUSER sandbox\n")
-    (task / "tests" / "test.sh").write_text('[ "$(cat /etc/greeting)" = "$GREETING" ] && [ -n "$GREETING" ] '
-                                            '&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n')
+    (task / "environment" / "Dockerfile").write_text(
+        "FROM toolfleet/sandbox:latest\nARG LEAK\nARG GREETING\nUSER root\n"
+        "RUN echo \"$GREETING\" > /etc/greeting\nUSER sandbox\n")
+    (task / "tests" / "test.sh").write_text(
+        '[ "$(cat /etc/greeting)" = "$GREETING" ] && [ -n "$GREETING" ] '
+        "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
     env = {**os.environ, "TOOLFLEET_SECRET": SECRET, "TB_GREETING": "hi-there"}
     command = [sys.executable, "-m", "orchestrator.cli", "eval", f"harbor:{task}", "--oracle", "--display", "none",
                "--log-dir", str(tmp_path / "logs"), "--task-env", "TB_GREETING"]
@@ -204,7 +206,8 @@ def test_compose_secret_reaches_neither_sandbox_nor_log_nor_image(tmp_path: Path
          "refers to ${TOOLFLEET_SECRET}: toolfleet never passes its own TOOLFLEET_* variables to a task")]
     assert not (tmp_path / "logs").exists() or not any((tmp_path / "logs").iterdir())
     # The control: without the secret's reference the same task builds, and the passed variable arrives.
-    (task / "environment" / "docker-compose.yaml").write_text(compose.replace("        LEAK: ${TOOLFLEET_SECRET}\n", ""))
+    honest = compose.replace("        LEAK: ${TOOLFLEET_SECRET}\n", "")
+    (task / "environment" / "docker-compose.yaml").write_text(honest)
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "oracle passed on 1 task" in done.stdout  # test.sh saw GREETING in its environment and in the image

@@ -26,7 +26,10 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(600)]
 # The agent's parting gift: loops that keep writing a perfect reward, one a plain background job, one a
 # daemon (its own session, re-parented to PID 1), one a disguised `sleep infinity` (its argv rewritten).
 REWRITER = """cat > /tmp/rewrite.sh <<'EOF'
-while :; do echo 1 > /logs/verifier/reward.txt 2>/dev/null; echo '{"reward": 1}' > /logs/verifier/reward.json 2>/dev/null; sleep 0.05; done
+while :; do
+  echo 1 > /logs/verifier/reward.txt 2>/dev/null; echo '{"reward": 1}' > /logs/verifier/reward.json 2>/dev/null
+  sleep 0.05
+done
 EOF
 nohup sh /tmp/rewrite.sh >/dev/null 2>&1 &
 setsid sh -c 'nohup sh /tmp/rewrite.sh >/dev/null 2>&1 &' </dev/null >/dev/null 2>&1
