@@ -5,10 +5,10 @@ could rewrite the reward while the verifier runs. Through the sandbox seam (``ex
 the sample's default container (the agent's; a service's container is the task's own and has its own PID
 namespace) and sends SIGKILL to every process there except the container's own:
 
-* PID 1, and the keep-alive: a child of PID 1 that started before any exec agent (with ``init``,
-  Docker's init runs the container's command as its first child; a process the agent orphans is
-  re-parented to PID 1 too, but it started after the exec agent that ran it; within one clock tick the
-  lower pid is the earlier: a fresh PID namespace hands them out in order);
+* PID 1, and the keep-alive: when PID 1 is an init (Docker's ``init``, tini, ...), its child with the
+  lowest pid, the container's command (its first process: a fresh PID namespace hands pids out in
+  order; a process the agent orphans is re-parented to PID 1 too, with a later pid); without an init,
+  PID 1 is the keep-alive itself and every child of it is an orphan;
 * toolfleet's exec agents: a process whose parent is outside the container (``PPid`` 0) was started by
   the Docker Engine (``docker exec``), never by anything in the sandbox;
 * the sweep itself and its ancestors.
@@ -37,19 +37,22 @@ status() {
   while IFS=: read -r k v; do if [ "$k" = "$2" ]; then set -- $v; echo "$1"; return 0; fi; done < "/proc/$1/status"
 }
 ppid() { status "$1" PPid 2>/dev/null; }
-started() { read -r s < "/proc/$1/stat" || return 1; s=${s##*) }; set -- $s; shift 19; echo "$1"; }
 me=$$; keep=" 1 "; p=$me
 while [ -n "$p" ] && [ "$p" != 0 ]; do keep="$keep$p "; p=$(ppid "$p"); done
-first=""; firstpid=""
-for d in /proc/[0-9]*; do
-  pid=${d#/proc/}; [ "$pid" = 1 ] && continue
-  if [ "$(ppid "$pid")" = 0 ]; then
-    t=$(started "$pid") || continue
-    if [ -z "$first" ] || [ "$t" -lt "$first" ] || { [ "$t" = "$first" ] && [ "$pid" -lt "$firstpid" ]; }; then
-      first=$t; firstpid=$pid
-    fi
-  fi
-done
+read -r init < /proc/1/comm
+case "$init" in
+  docker-init|tini|catatonit|dumb-init|init)
+    # PID 1 is an init: its child with the lowest pid is the container's command, the keep-alive (a fresh PID
+    # namespace hands pids out in order, and the keep-alive is the first process it starts).
+    low=""
+    for d in /proc/[0-9]*; do
+      pid=${d#/proc/}
+      if [ "$pid" != 1 ] && [ "$(ppid "$pid")" = 1 ]; then
+        if [ -z "$low" ] || [ "$pid" -lt "$low" ]; then low=$pid; fi
+      fi
+    done
+    keep="$keep$low ";;
+esac
 pass=0
 while [ "$pass" -lt MAX_PASSES ]; do
   pass=$((pass+1)); killed=0; left=""
@@ -60,10 +63,6 @@ while [ "$pass" -lt MAX_PASSES ]; do
     [ -z "$pp" ] && continue
     [ "$pp" = 0 ] && continue
     [ "$pp" = "$me" ] && continue
-    if [ "$pp" = 1 ] && [ -n "$first" ]; then
-      t=$(started "$pid") || continue
-      if [ "$t" -lt "$first" ] || { [ "$t" = "$first" ] && [ "$pid" -lt "$firstpid" ]; }; then continue; fi
-    fi
     [ "$(status "$pid" State 2>/dev/null)" = Z ] && continue
     if kill -9 "$pid" 2>/dev/null; then killed=$((killed+1)); else left="$left
 left $(status "$pid" Uid 2>/dev/null) $pid"; fi

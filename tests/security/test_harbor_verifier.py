@@ -72,15 +72,18 @@ def _files(sample: Any) -> dict[str, str]:
     return {f["name"]: f["text"] for f in sample.scores["harbor"].metadata["verifier_files"]}
 
 
-@pytest.mark.parametrize("agent", ["image-user", "root"])
+@pytest.mark.parametrize("agent", ["image-user", "root", "no-init"])
 async def test_background_rewriter_does_not_set_the_reward(tmp_path: Path, sandbox_image: str, agent: str) -> None:
     # As root the agent could write any directory root can: only stopping its processes keeps the reward the
     # verifier's. As the image's user, root (without CAP_KILL in a hardened sandbox) cannot signal its
-    # processes: they are swept as their own user.
+    # processes: they are swept as their own user. Without an init, PID 1 is the keep-alive and the agent's
+    # orphans are its children: every one is swept, and the sandbox lives on.
     user = 'user = "root"\n' if agent == "root" else ""
     task = _task(tmp_path / "tasks", "rewriter", REWRITER, HONEST_ZERO)
     (task / "task.toml").write_text(f"[verifier]\ntimeout_sec = 60\n[agent]\ntimeout_sec = 60\n{user}"
                                     "[environment]\nmemory_mb = 256\n")
+    if agent == "no-init":
+        (task / "environment" / "docker-compose.yaml").write_text("services:\n  main:\n    build: .\n    init: false\n")
     [log] = await eval_async(f"harbor:{task.parent}", ORACLE_MODEL, log_dir=tmp_path / "logs",
                              task_args={"oracle": True})
     [sample] = log.samples
