@@ -35,12 +35,17 @@ def snapshot_remove() -> Tool:
 
 async def remove_eval_snapshots(eval_id: str) -> list[str]:
     """Remove ``eval_id``'s snapshots from this host, and the drivers forks of them used."""
+    import structlog
+    from docker.errors import DockerException
+
     from .sandbox.docker import DockerAPI
     from .sandbox_host import SandboxHost
 
+    log = structlog.get_logger("toolfleet.worker")
+
     dockers = {id(h.docker): h.docker for h in SandboxHost.live()}  # hosts may share one
-    if not eval_id or not any(d.engines.acquired for d in dockers.values()):
-        return []  # no docker sandbox ever ran in this process: it took no snapshot
+    if not eval_id or not dockers:
+        return []
     removed: list[str] = []
     for docker in dockers.values():
         store = docker.snapshots
@@ -49,8 +54,12 @@ async def remove_eval_snapshots(eval_id: str) -> list[str]:
             await host.drop_snapshot_drivers(doomed)
         api = DockerAPI(None, 2)
         try:
+            # Even when no docker sandbox ran in this process: a dead predecessor under this worker's
+            # name may have taken some. No Docker here: nothing to remove.
             await api.connect()
             removed += await store.remove(api, eval_id=eval_id)
+        except DockerException as exc:
+            log.info("worker.snapshot_remove_skipped", eval_id=eval_id, reason=str(exc)[:200])
         finally:
             api.close()
     return removed

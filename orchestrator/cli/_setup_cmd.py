@@ -1,5 +1,5 @@
-"""``toolfleet setup [redis] [registry] [images] [browser]``: bring a bare machine to what the test suite and docker
-mode need.
+"""``toolfleet setup [redis] [registry] [images] [browser] [faketime]``: bring a bare machine to what the test suite and
+docker mode need.
 
 What it provides, each step skipped when already there (so a second run takes a second):
 
@@ -10,6 +10,8 @@ What it provides, each step skipped when already there (so a second run takes a 
 - ``registry`` — Debian's ``docker-registry`` (the Distribution registry server): the pull tests start
   their own on a free loopback port (``docker-registry serve``); installed with apt like redis-server.
 - ``browser`` — Debian's ``chromium``, headless, for the test that opens a log in ``inspect view``.
+- ``faketime`` — Debian's ``faketime`` (libfaketime): the chaos suite (``tests/chaos``) skews a worker's
+  clock by preloading it into that worker process, a real skew no code of ours can special-case.
 - ``images`` — the sandbox images (``sandbox_images/build.sh``: debootstrap + ``docker import`` +
   ``docker build``, no registry). ``debootstrap`` is installed with apt the same way when it is missing
   and an image has to be built. Cached by tag (and by recipe hash for ``toolfleet/sandbox:latest``).
@@ -33,7 +35,7 @@ from ._common import fail
 
 __all__ = ["SetupError", "add_command", "ensure_images"]
 
-COMPONENTS = ("redis", "registry", "images", "browser")
+COMPONENTS = ("redis", "registry", "images", "browser", "faketime")
 # The tags build.sh produces; `images` is done when all of them exist with the current recipe.
 IMAGES = ("toolfleet/debian-base:bookworm", "toolfleet/sandbox:latest")
 APT_TIMEOUT = 900.0
@@ -42,13 +44,14 @@ BUILD_TIMEOUT = 1800.0
 
 def add_command(commands: Any) -> None:
     p = commands.add_parser(
-        "setup", help="install redis-server, docker-registry and chromium, build the sandbox images (what the tests "
-                      "need)",
+        "setup", help="install redis-server, docker-registry, chromium and faketime, build the sandbox images (what "
+                      "the tests need)",
         description="Provide what the test suite and docker mode need on a bare machine: redis-server, "
-                    "docker-registry and chromium (apt, as root) and the sandbox images (sandbox_images/build.sh). "
+                    "docker-registry, chromium and faketime (apt, as root) and the sandbox images "
+                    "(sandbox_images/build.sh). "
                     "Idempotent.")
     p.add_argument("components", nargs="*", metavar="COMPONENT",
-                   help="any of redis, registry, images, browser (default: all)")
+                   help="any of redis, registry, images, browser, faketime (default: all)")
     p.add_argument("--force-images", action="store_true", help="rebuild the images even if they exist")
     p.set_defaults(handler=run_setup)
 
@@ -96,6 +99,7 @@ _PROGRAMS = {
     "registry": ("docker-registry", "docker-registry (the image pull tests start their own on loopback)", ()),
     "browser": ("chromium", "chromium (the inspect view test renders a log headless)",
                 ("chromium", "chromium-browser")),
+    "faketime": ("faketime", "faketime (libfaketime: the chaos suite skews a worker's clock)", ()),
 }
 
 

@@ -11,6 +11,7 @@ dispatcher's lease (renewed with the hosts' watch) tells workers its sandboxes s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections import deque
@@ -30,8 +31,9 @@ from workers.fleet import (
     SandboxTooLargeError,
     keep_evals_alive,
     names,
+    patiently,
     release_eval,
-    release_slots,
+    set_eval_counts,
     slot_weight,
     stop_waiting,
 )
@@ -95,6 +97,8 @@ class SandboxPlacement:
         self._sandboxes: dict[str, tuple[str, str]] = {}  # sandbox handle -> (host, boot at open)
         self._sandbox_evals: dict[str, tuple[str, int]] = {}  # sandbox handle -> (eval id, slots) for fair share
         self._waiters: dict[str, int] = {}  # eval id -> this dispatcher's placements waiting for a slot
+        self._opening: dict[str, int] = {}  # eval id -> slots placed for sandboxes being opened now
+        self._evals: set[str] = set()  # every eval this dispatcher placed sandboxes for
         self._lease_set = -1e9  # monotonic time of the last lease SET
         self._lease_setting: asyncio.Future[None] | None = None  # the SET in flight, awaited by every open meanwhile
         self._closed = False
@@ -112,6 +116,10 @@ class SandboxPlacement:
 
     async def aclose(self) -> None:
         await self.placer.aclose()
+        try:  # the evals' counts as this dispatcher leaves them (none held: their entries go)
+            await set_eval_counts(self._redis, self.eval_counts())
+        except (RedisError, OSError) as exc:
+            log.debug("dispatch.eval_counts_failed", error=str(exc))
 
     def where(self, handle: str) -> tuple[str | None, str | None]:
         """The (host, boot) holding sandbox ``handle``; (None, None) if this dispatcher did not open it."""
@@ -127,20 +135,33 @@ class SandboxPlacement:
         redis = self._redis
         weight = slot_weight(spec.config)  # one slot per container of the sandbox
         only = ((spec.config or {}).get("snapshot") or {}).get("host")  # a fork goes where its snapshot is
+        images, pull_policy = _images(spec.config), (spec.config or {}).get("pull_policy", "missing")
         for attempt in range(DRAINING_RETRIES + 1):
             try:
-                host = await self._place(redis, _images(spec.config), (spec.config or {}).get("pull_policy", "missing"),
-                                         weight, spec.eval_id, spec.sample_id, only)
+                # A broker restart (seconds) is ridden out, as publishing is: only a longer outage fails the open.
+                host = await patiently(lambda: self._place(redis, images, pull_policy, weight, spec.eval_id,
+                                                           spec.sample_id, only), self.config.publish_timeout)
             except (RedisError, OSError) as exc:
                 raise SandboxUnavailableError(f"Sandbox placement failed: the broker is unreachable ({exc}).") from exc
+            self._count_opening(spec.eval_id, weight)
             try:
-                await self._hold_lease()
+                await patiently(self._hold_lease, self.config.publish_timeout)
                 meta = await self._calls.lifecycle("open", names.TASK_OPEN_SANDBOX,
                                                    [spec.model_dump(mode="json"), self._client_id], host.queue,
                                                    host.host, host.boot)
-            except BaseException:
+            except BaseException as exc:
                 await self._release(host.host, weight, spec.eval_id)
+                if (isinstance(exc, SandboxUnavailableError) and only is None and attempt < DRAINING_RETRIES
+                        and self._is_lost(host.host, host.boot)):
+                    # The host died after placement last saw it alive (a cached host list, a leased slot);
+                    # whatever it opened went with it (its reaper or restart removes the container): place
+                    # the sandbox again, as for a host that began draining.
+                    log.info("dispatch.open_placed_again", host=host.host, sample=spec.sample_id)
+                    self.placer.host_lost(host.host)
+                    continue
                 raise
+            finally:
+                self._count_opening(spec.eval_id, -weight)
             answer = meta.get("result") if meta.get("status") == "SUCCESS" else None
             if only is None and attempt < DRAINING_RETRIES and _refused_draining(answer):
                 # The host began draining after placement last saw it (a cached host list, a leased
@@ -163,6 +184,21 @@ class SandboxPlacement:
         log.debug("dispatch.sandbox_opened", host=host.host, sandbox=handle, sample=spec.sample_id)
         return SampleRoute(sample_id=spec.sample_id, sandbox=handle, queue=host.queue, host=host.host,
                            setup_execs=tuple(execs), setup_execs_dropped=dropped)
+
+    def _count_opening(self, eval_id: str | None, weight: int) -> None:
+        if eval_id:
+            self._evals.add(eval_id)
+            self._opening[eval_id] = self._opening.get(eval_id, 0) + weight
+            if not self._opening[eval_id]:
+                del self._opening[eval_id]
+
+    def eval_counts(self) -> dict[str, int]:
+        """What this dispatcher holds of each eval's fair share: its open sandboxes, those being opened,
+        and what its placer holds or asked for."""
+        counts = {e: self._opening.get(e, 0) + self.placer.holding(e) for e in self._evals}
+        for eval_id, weight in self._sandbox_evals.values():
+            counts[eval_id] = counts.get(eval_id, 0) + weight
+        return counts
 
     async def _place(self, redis: Any, image: list[str] | None = None, pull_policy: str = "missing",
                      weight: int = 1, eval_id: str | None = None, sample_id: str | None = None,
@@ -249,6 +285,9 @@ class SandboxPlacement:
             await self._redis.set(names.lease_key(self._client_id), 1, ex=max(1, int(self.config.lease_ttl)))
             self._lease_set = time.monotonic()
             await keep_evals_alive(self._redis, sorted({e for e, _ in self._sandbox_evals.values()}))
+            # One orchestrator runs an eval: its own count is the eval's (what a killed predecessor of the
+            # same eval, or a Redis restart, left in Redis is put right).
+            await set_eval_counts(self._redis, self.eval_counts())
         except (RedisError, OSError) as exc:
             log.debug("dispatch.lease_failed", error=str(exc))
 
@@ -297,9 +336,5 @@ class SandboxPlacement:
             log.warning("dispatch.close_failed", sandbox=route.sandbox, host=host, error=str(exc))
 
     async def _release(self, host: str, weight: int = 1, eval_id: str | None = None) -> None:
-        try:
-            if eval_id:
-                await release_eval(self._redis, eval_id, weight)
-            await release_slots(self._redis, host, weight)
-        except (RedisError, OSError):
-            pass  # the host resets its counter at restart
+        with contextlib.suppress(RedisError, OSError):  # the host resets its counter at restart
+            await self.placer.release(host, weight, eval_id)  # after a leased slot's own count, never before

@@ -249,4 +249,6 @@ class CeleryDispatcher(Dispatcher):
         """``boot=None``: the host's heartbeat is gone, so every incarnation we know of is lost."""
         known = self._placement.boots_on(host) | self._calls.boots_on(host)
         self._liveness.mark_lost(host, known if boot is None else {boot})
+        if boot is None:
+            self.placer.host_lost(host)  # no lease on it is handed out meanwhile
         self._calls.host_lost(host, boot)

@@ -20,7 +20,8 @@ def test_unknown_component_is_one_line() -> None:
     done = _setup("redis", "postgres")
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        "toolfleet: error: unknown setup component 'postgres' (choose from: redis, registry, images, browser)"]
+        ("toolfleet: error: unknown setup component 'postgres' "
+        "(choose from: redis, registry, images, browser, faketime)")]
 
 
 def test_everything_present_is_a_quick_no_op() -> None:
@@ -33,4 +34,5 @@ def test_everything_present_is_a_quick_no_op() -> None:
         "toolfleet setup: docker-registry: present",
         "toolfleet setup: sandbox images: present (toolfleet/debian-base:bookworm, toolfleet/sandbox:latest)",
         "toolfleet setup: chromium: present",
+        "toolfleet setup: faketime: present",
     ]

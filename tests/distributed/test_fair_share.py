@@ -71,6 +71,27 @@ async def test_an_eval_over_its_fair_share_waits_while_another_eval_waits(own_re
         await redis.aclose()
 
 
+async def test_an_evals_count_restarted_by_a_redis_restart_never_goes_negative(own_redis) -> None:  # type: ignore[no-untyped-def]
+    """Redis restarts while an eval holds three sandboxes (its count starts again from nothing); as those
+    close, the count stays at zero and its entry goes, instead of reading -3 (three slots beyond the
+    eval's fair share) and staying behind after the eval."""
+    redis = Redis.from_url(own_redis.url)
+    try:
+        await _host(redis, "h1", slots=4)
+        placer = Placer(redis, hosts_ttl=0.0)
+        for _ in range(3):
+            await placer.reserve(eval_id="a")
+        assert int(await redis.hget(names.EVAL_SLOTS, "a")) == 3
+        await asyncio.to_thread(own_redis.restart)
+        await _host(redis, "h1", slots=4)
+        assert (await placer.reserve(eval_id="a")).host == "h1"  # a sample opened after the restart counts
+        for _ in range(4):  # all four close
+            await release_eval(redis, "a")
+        assert await redis.hget(names.EVAL_SLOTS, "a") is None
+    finally:
+        await redis.aclose()
+
+
 async def test_placement_survives_redis_forgetting_its_script(own_redis) -> None:  # type: ignore[no-untyped-def]
     redis = Redis.from_url(own_redis.url)
     try:
@@ -118,3 +139,31 @@ async def test_two_evals_whose_demand_exceeds_the_fleet_both_finish(tmp_path: Pa
     assert any(w["waiting"] for w in waits), "some sample waited for a slot"
     ended = [w for w in waits if not w["waiting"]]
     assert ended and all(w["placed"] for w in ended)  # every wait ended with a slot, none with a failure
+
+
+async def test_a_killed_orchestrators_count_is_put_right_by_the_one_that_resumes_its_eval(fleet) -> None:  # type: ignore[no-untyped-def]
+    """An orchestrator dies holding three sandboxes of an eval (its count is never given back);
+    ``eval-retry`` resumes the eval in a new one. Within a renewal the eval's count is what the new one
+    holds, and it goes when that one is done, instead of staying three high for the eval's life (less
+    than its fair share while other evals wait) and behind it."""
+    from orchestrator._wire import SandboxSpec
+    from orchestrator.dispatch import CeleryDispatcher, CeleryDispatcherConfig
+    from tests.support.waits import until
+
+    fleet.worker(slots=8)
+    eval_id = "e-resumed"
+    config = CeleryDispatcherConfig(broker_url=fleet.url, watch_interval=0.25)
+    dead = CeleryDispatcher(config=config)
+    for i in range(3):
+        await dead.open_sandbox(SandboxSpec(eval_id=eval_id, sample_id=f"s{i}", config={"type": "local"}))
+    await dead.aclose()  # as if SIGKILLed: its sandboxes were never closed, their count never given back
+    client = fleet.redis.client()
+    assert int(client.hget(names.EVAL_SLOTS, eval_id)) == 3
+    live = CeleryDispatcher(config=config)
+    try:
+        route = await live.open_sandbox(SandboxSpec(eval_id=eval_id, sample_id="s9", config={"type": "local"}))
+        await until(lambda: client.hget(names.EVAL_SLOTS, eval_id) == b"1", "the resumed eval's count to be its own")
+        await live.close_sandbox(route)
+    finally:
+        await live.aclose()
+    assert client.hget(names.EVAL_SLOTS, eval_id) is None

@@ -79,7 +79,9 @@ async def test_sigkill_during_a_long_call_resolves_sandbox_unavailable_and_never
     d = make_dispatcher()
     route = await d.open_sandbox(local_spec("victim"))
     assert names.host_of_queue(route.queue) == first.host
-    second = fleet.worker(slots=1)  # started after placement: the retry has somewhere to go
+    # Started after placement (the retry has somewhere to go), off the loop: the dispatcher keeps renewing
+    # its lease meanwhile (a loaded machine takes longer to start a worker than the lease outlives a pause).
+    second = await asyncio.to_thread(fleet.worker, slots=1)
     log = str(tmp_path / "log")
     [fut] = dispatch(d, [request("record", {"path": log, "label": "long", "delay": 60.0}, sandbox=route.sandbox)],
                      route)
@@ -162,7 +164,8 @@ async def test_sigterm_drains_running_calls_and_takes_no_new_sandboxes(fleet, ma
     leaving = fleet.worker(slots=4)
     d = make_dispatcher()
     route = await d.open_sandbox(local_spec("drain"))
-    staying = fleet.worker(slots=4)
+    staying = await asyncio.to_thread(fleet.worker,
+                                      slots=4)  # off the loop: the dispatcher's lease is renewed meanwhile
     log = str(tmp_path / "log")
     [fut] = dispatch(d, [request("record", {"path": log, "label": "finishing", "delay": 2.0}, sandbox=route.sandbox)],
                      route)
@@ -199,3 +202,29 @@ async def test_sandboxes_of_a_vanished_orchestrator_are_closed_by_their_host(fle
     assert list(boxes.iterdir()) == []
     assert int(client.get(names.slots_used_key(worker.host)) or 0) == 0
     assert route.sandbox is not None
+
+
+async def test_sandboxes_opened_while_redis_restarts_wait_for_it(fleet, make_dispatcher) -> None:
+    """Samples that start while Redis restarts (a second down, everything in it lost) get their
+    sandboxes once it is back and the worker has announced itself again, instead of failing at once
+    with "the broker is unreachable" (and burning their retries within the outage)."""
+    fleet.worker(slots=4)
+    d = make_dispatcher()
+    first = await d.open_sandbox(local_spec("before"))  # the dispatcher is up and placing
+    down = asyncio.ensure_future(asyncio.to_thread(fleet.redis.restart, 1.0))
+    try:
+        client = fleet.redis.client()
+        for _ in range(500):  # bounded (10 s): until the server is really down
+            try:
+                client.ping()
+            except Exception:  # noqa: BLE001 - down: what the opens below must ride out
+                break
+            await asyncio.sleep(0.02)
+        routes = await asyncio.wait_for(asyncio.gather(*(d.open_sandbox(local_spec(f"during{i}")) for i in range(3))),
+                                        90)
+    finally:
+        await down
+    for route in routes:
+        assert (await one(d, bash_request("echo up", route.sandbox), route)).result.strip() == "up"
+        await d.close_sandbox(route)
+    await d.close_sandbox(first)

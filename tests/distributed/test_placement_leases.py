@@ -355,6 +355,9 @@ async def test_the_leases_of_an_orchestrator_that_died_expire(redis) -> None:  #
     while await _leased(redis, ["h1"]) != {"h1": 0} and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     assert await _leased(redis, ["h1"]) == {"h1": 0}  # expired by themselves
+    while await redis.exists(names.leased_key("h1")) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert not await redis.exists(names.leased_key("h1"))  # and the set itself with them: nothing left behind
     room = [await other.reserve(eval_id="b") for _ in range(10 - 2 - 4)]  # b's first 4 hold their slots
     assert len(room) == 4 and await _used(redis, ["h1"]) == {"h1": 10}
 
@@ -413,7 +416,7 @@ async def test_an_open_refused_by_a_host_that_began_draining_is_placed_again(fle
         route, _ = await asyncio.gather(d.open_sandbox(local_spec("first")), d.open_sandbox(local_spec("first-b")))
         await _settled(d.placer)
         assert d.placer.leased == 2
-        staying = fleet.worker(slots=4)
+        staying = await asyncio.to_thread(fleet.worker, slots=4)  # off the loop: the lease is renewed meanwhile
         log = str(tmp_path / "log")
         [fut] = dispatch(d, [request("record", {"path": log, "label": "busy", "delay": 2.0}, sandbox=route.sandbox)],
                          route)
@@ -439,4 +442,80 @@ async def test_an_open_refused_by_a_host_that_began_draining_is_placed_again(fle
         assert (await asyncio.wait_for(fut, BOUND)).result == "busy"
         await d.close_sandbox(placed)
     finally:
+        await d.aclose()
+
+
+async def test_an_idle_pool_goes_back_as_soon_as_another_eval_waits(redis) -> None:  # type: ignore[no-untyped-def]
+    """Eval a's pool holds every free slot and nobody draws from it (so no lease ask is ever refused);
+    eval b then waits for a slot. a's pool goes back within about a second, long before its idle time
+    (600 s here), and b gets its slot."""
+    await _host(redis, "h1", 6)
+    a = _leasing(redis, leases=64)
+    await a.hosts()
+    await asyncio.gather(*(a.reserve(eval_id="a") for _ in range(2)))
+    await _settled(a)
+    assert a.leased == 4 and sum((await _used(redis, ["h1"])).values()) == 2  # the fleet is full: 2 used, 4 leased
+    b = Placer(redis, hosts_ttl=0.0)
+    with pytest.raises(NoCapacityError, match="all full"):
+        await b.reserve(eval_id="b")  # b waits
+    for _ in range(int(POLL_S / 0.05)):  # bounded: far below a's idle time
+        if a.leased == 0 and sum((await _leased(redis, ["h1"])).values()) == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert a.leased == 0 and sum((await _leased(redis, ["h1"])).values()) == 0
+    assert (await b.reserve(eval_id="b")).host == "h1"
+    assert await _eval_slots(redis, "a") == 2
+    await a.aclose()
+
+
+async def test_a_slot_from_a_lease_given_back_before_it_was_counted_leaves_the_counter_right(redis) -> None:  # type: ignore[no-untyped-def]
+    """A reservation served from a lease is moved to the host's counter in the background; an open that
+    fails at once gives it back before that move. The counter must end at what is really held (0),
+    not one high: a decrement clamped at zero followed by the move's increment."""
+    await _host(redis, "h1", 8)
+    placer = _leasing(redis, leases=4)
+    await placer.hosts()
+    first = await asyncio.gather(*(placer.reserve(eval_id="a") for _ in range(2)))
+    await _settled(placer)
+    for held in first:  # those two sandboxes closed: nothing is held, the pool still has its leases
+        await placer.release(held.host, 1, "a")
+    assert placer.leased > 0 and await _used(redis, ["h1"]) == {"h1": 0}
+    hits = placer.lease_hits
+    held = await placer.reserve(eval_id="a")
+    assert placer.lease_hits == hits + 1  # from the pool, not counted in Redis yet
+    await placer.release(held.host, 1, "a")  # its open failed at once
+    await _settled(placer)
+    assert await _used(redis, ["h1"]) == {"h1": 0}
+    await placer.aclose()
+    assert await _eval_slots(redis, "a") == 0 and await _leased(redis, ["h1"]) == {"h1": 0}
+
+
+@pytest.mark.slow
+async def test_an_open_sent_on_a_lease_to_a_host_that_just_died_is_placed_again(fleet) -> None:  # type: ignore[no-untyped-def]
+    """Leases are handed out by a host list up to a few seconds old, so a lease may name a host that has
+    just died. Its open is then placed again on a live host (the sample gets its sandbox) instead of
+    failing as lost."""
+    from orchestrator.dispatch import CeleryDispatcher, CeleryDispatcherConfig
+
+    workers = await asyncio.to_thread(fleet.start_workers, 2, slots=6)
+    d = CeleryDispatcher(config=CeleryDispatcherConfig(broker_url=fleet.url, lost_grace=1.0, watch_interval=0.25))
+    routes = []
+    try:
+        routes += await asyncio.gather(*(d.open_sandbox(local_spec(f"s{i}")) for i in range(4)))
+        for _ in range(int(POLL_S / 0.05)):  # the burst's lease asks answered: the pool holds slots on both
+            if len(d.placer.lease_hosts) == 2:
+                break
+            await asyncio.sleep(0.05)
+        victim = next(w for w in workers if d.placer.lease_hosts.get(w.host))
+        survivor = next(w for w in workers if w is not victim)
+        victim.kill()
+        await d.placer.hosts(fresh=True)  # its heartbeat lingers: the fresh list still names it alive
+        assert victim.host in {h.host for h in await d.placer.hosts()}
+        more = await asyncio.wait_for(asyncio.gather(*(d.open_sandbox(local_spec(f"t{i}")) for i in range(4))), 60)
+        routes += more
+        assert {names.host_of_queue(r.queue) for r in more} == {survivor.host}
+    finally:
+        for route in routes:
+            if names.host_of_queue(route.queue) == survivor.host:
+                await d.close_sandbox(route)
         await d.aclose()

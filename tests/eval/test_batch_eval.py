@@ -155,7 +155,7 @@ def test_sigkilled_mid_batch_resumes_and_collects_without_paying_twice(tmp_path:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 logs = list((tmp_path / "logs").glob("*.jsonl"))
-                if logs and server.batch_inputs and read_eval_log(logs[0]).batches:
+                if logs and server.batch_inputs and any(r["event"] == "submit" for r in read_eval_log(logs[0]).batches):
                     break
                 assert proc.poll() is None, "the eval ended before its batch could be held"
                 time.sleep(0.05)
@@ -171,7 +171,7 @@ def test_sigkilled_mid_batch_resumes_and_collects_without_paying_twice(tmp_path:
         assert before.status == "started" and not before.samples
         [first] = server.batch_inputs  # the one batch the killed run paid for: every sample's first turn
         assert len(server.batch_inputs[first]) == N
-        assert [r["batch_id"] for r in before.batches] == [first]
+        assert [(r["event"], r.get("batch_id")) for r in before.batches] == [("intent", None), ("submit", first)]
 
         server.hold_batches.clear()  # the provider finishes the batch while nobody is watching
         resumed = subprocess.run(_toolfleet("eval-retry", str(log_path), "--display", "none"),
@@ -188,3 +188,47 @@ def test_sigkilled_mid_batch_resumes_and_collects_without_paying_twice(tmp_path:
     assert any(p.endswith(f"/batches/{first}") for p in server.paths("GET"))  # collected by the resumed run
     later = [r for r in after.batches if r["event"] == "submit" and r["batch_id"] != first]
     assert {q["turn"] for r in later for q in r["requests"]} == {2}
+
+
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+def test_killed_between_the_provider_accepting_a_batch_and_its_log_line_pays_once(
+    tmp_path: Path, provider: str) -> None:
+    """SIGKILL at the worst moment: the provider has created the batch, the orchestrator never learned its
+    id. The log holds the submission's intent (written before it was sent), so the resumed run finds
+    that batch at the provider (by its tag, or its custom ids) and collects it: the provider saw each
+    request exactly once."""
+    with PROVIDERS[provider][0]() as server:
+        running: list[subprocess.Popen[bytes]] = []
+
+        def kill_before_answering(batch_id: str) -> None:
+            if len(server.batch_inputs) == 1:  # the first batch: accepted, and its client dies now
+                running[0].send_signal(signal.SIGKILL)
+                running[0].wait(timeout=10)
+
+        server.on_batch_created = kill_before_answering
+        running.append(subprocess.Popen(_eval_cmd(tmp_path, _batch_options(tmp_path), provider),
+                                        env=_env(server, provider),
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        try:
+            assert running[0].wait(timeout=90) == -signal.SIGKILL
+        finally:
+            if running[0].poll() is None:
+                running[0].kill()
+        [log_path] = (tmp_path / "logs").glob("*.jsonl")
+        before = read_eval_log(log_path)
+        [first] = server.batch_inputs
+        assert [r["event"] for r in before.batches] == ["intent"]  # the batch's id never reached the log
+        assert len(before.batches[0]["requests"]) == N == len(server.batch_inputs[first])
+
+        server.on_batch_created = None
+        resumed = subprocess.run(_toolfleet("eval-retry", str(log_path), "--display", "none"),
+                                 env=_env(server, provider),
+                                 capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    after = read_eval_log(log_path)
+    assert after.status == "success" and len(after.samples) == N
+    assert all(s.scores["includes"].value == "C" for s in after.samples)
+    lines = [line for b in server.batch_inputs.values() for line in b]
+    assert Counter(_turn(line) for line in lines) == {1: N, 2: N}  # each request submitted (paid for) once
+    found = [r for r in after.batches if r["event"] == "submit" and r["batch_id"] == first]
+    assert [r["intent"] for r in found] == [before.batches[0]["intent"]]  # the resumed run recorded what it found

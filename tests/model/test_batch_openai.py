@@ -221,7 +221,7 @@ def test_a_resumed_run_takes_recorded_results_even_for_turns_that_come_late() ->
                 model = get_model("openai/test-model", base_url=server.base_url, api_key="k", memoize=False,
                                   config=GenerateConfig(batch=BatchConfig(size=2, tick=60)))
                 pending = [asyncio.ensure_future(ask(model, s, p)) for s, p in (("s1", "one"), ("s2", "two"))]
-                while not records:
+                while not any(r["event"] == "submit" for r in records):  # (its intent comes first)
                     await asyncio.sleep(0.02)
                 for task in pending:
                     task.cancel()

@@ -56,6 +56,15 @@ def _submit(batch_id: str, *requests: tuple[str, str, int, str], model: str = "o
     # damaged records are skipped, not fatal
     ([{"event": "submit", "batch_id": "b1", "model": "openai/m", "requests": [{"custom_id": "c1"}, "junk"]}], set(),
      [("openai/m", ("s1", 1), "k1")], [None]),
+    # a submission recorded before it was sent, whose batch id never reached the log: found by its tag
+    ([{**_submit("", ("c1", "s1", 1, "k1")), "event": "intent", "intent": "t1"}], set(),
+     [("openai/m", ("s1", 1), "k1")], [RecordedRequest("", "c1", 1000.0, "t1")]),
+    # ... and one whose submit line followed names its batch (the intent adds nothing)
+    ([{**_submit("", ("c1", "s1", 1, "k1")), "event": "intent", "intent": "t1"},
+      {**_submit("b1", ("c1", "s1", 1, "k1")), "intent": "t1"}], set(),
+     [("openai/m", ("s1", 1), "k1")] * 2, [RecordedRequest("b1", "c1", 1000.0, "t1"), None]),
+    # an intent without its tag cannot be looked up: its request is sent again
+    ([{**_submit("", ("c1", "s1", 1, "k1")), "event": "intent"}], set(), [("openai/m", ("s1", 1), "k1")], [None]),
 ])
 def test_resume_table(records, skip, takes, expected) -> None:
     table = ResumeTable.from_records(records, skip)

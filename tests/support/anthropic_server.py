@@ -5,7 +5,8 @@ request is recorded), with Anthropic's shapes: ``message(...)`` builds a 200 ``M
 blocks, ``error(...)`` Anthropic's error envelope (``overloaded()`` is the 529). ``base_url`` is the
 SDK's form, without ``/v1``. With no reply queued it answers 418, so an under-scripted test fails fast.
 
-Message Batches too: ``POST /v1/messages/batches``, ``GET /v1/messages/batches/{id}`` (and its
+Message Batches too: ``POST /v1/messages/batches``, ``GET /v1/messages/batches`` (newest first),
+``GET /v1/messages/batches/{id}`` (and its
 ``/results`` JSONL), ``POST .../{id}/cancel``; each request is answered like a direct one (queue, then
 ``responder``) when the batch is first retrieved, unless ``hold_batches`` is set. ``plan_batches`` as on
 the OpenAI server: ``"fail"`` (every request ``errored`` with an ``api_error``), ``"expire"`` (every
@@ -15,6 +16,7 @@ request ``expired``), ``"malformed"`` (broken lines and results that are no mess
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -100,6 +102,11 @@ class AnthropicServer(OpenAIServer):
         rest = parts[at + 1:]
         if request.method == "POST" and not rest:
             return self._create_message_batch(request.body)
+        if request.method == "GET" and not rest:  # every batch, newest first, on one page
+            with self._lock:
+                data = [_public(b) for b in reversed(list(self.batches.values()))]
+            return Reply(body={"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
+                               "last_id": data[-1]["id"] if data else None})
         with self._lock:
             batch = self.batches.get(rest[0]) if rest else None
         if batch is None:
@@ -129,11 +136,14 @@ class AnthropicServer(OpenAIServer):
         batch = {"id": batch_id, "type": "message_batch", "processing_status": "in_progress",
                  "request_counts": {"processing": len(requests), "succeeded": 0, "errored": 0, "canceled": 0,
                                     "expired": 0},
-                 "created_at": "2026-01-01T00:00:00Z", "expires_at": "2026-01-02T00:00:00Z", "ended_at": None,
+                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                 "expires_at": "2099-01-02T00:00:00Z", "ended_at": None,
                  "cancel_initiated_at": None, "archived_at": None, "results_url": None, "_plan": plan}
         with self._lock:
             self.batches[batch_id] = batch
             self.batch_inputs[batch_id] = requests
+        if self.on_batch_created is not None:
+            self.on_batch_created(batch_id)
         return Reply(body=_public(batch))
 
     def _end_message_batch(self, batch: dict[str, Any], cancelled: bool = False) -> None:

@@ -1,8 +1,8 @@
 """Real services for distributed tests and benchmarks: a redis-server on a free loopback port and real worker processes.
 
 Everything here is a real process that tests can SIGKILL: ``RedisServer`` (restartable on the same
-port, no persistence — a restart loses everything, like a crashed cache) and ``WorkerProcess``
-(``python -m workers.cli``, i.e. ``toolfleet worker``, with the repo root on PYTHONPATH so
+port, no persistence — a restart loses everything, like a crashed cache — or with an append-only file) and
+``WorkerProcess`` (``python -m workers.cli``, i.e. ``toolfleet worker``, with the repo root on PYTHONPATH so
 ``--import tests.support.sample_tools`` works). Every wait is bounded.
 
 The benchmarks (``tests/benchmarks/``) start their fleets here too (``running_fleet``), so this module
@@ -119,16 +119,32 @@ class RedisServer:
     def client(self) -> redis_sync.Redis:
         return redis_sync.Redis.from_url(self.url, socket_timeout=5)
 
-    def start(self) -> RedisServer:
+    def start(self, aof: bool = False) -> RedisServer:
+        """No persistence (as shipped), or ``aof``: append-only file in ``dir``, fsync'd every second,
+        loaded if one is there (a restart then keeps what reached it)."""
         binary = require_redis_server()
         self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "yes" if aof else "no", "--appendfsync", "everysec",
              "--dir", self.dir, "--protected-mode", "no", "--loglevel", "warning",
              *(["--requirepass", self.password] if self.password else [])],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        _wait(self._pings, 10.0, f"redis-server on port {self.port}")
+        _wait(self._pings, 30.0 if aof else 10.0, f"redis-server on port {self.port}")
         return self
+
+    def enable_aof(self, timeout: float = 60.0) -> None:
+        """Turn the append-only file on in the running server (it rewrites what it holds first) and wait
+        until that rewrite is done: from then on every write reaches the file within a second."""
+        client = self.client()
+        client.config_set("appendonly", "yes")
+
+        def written() -> bool:
+            info = client.info("persistence")
+            return bool(info.get("aof_enabled")) and not info.get("aof_rewrite_in_progress") \
+                and not info.get("aof_rewrite_scheduled")
+
+        _wait(written, timeout, "redis-server's append-only file rewrite")
 
     def _pings(self) -> bool:
         try:
@@ -140,11 +156,12 @@ class RedisServer:
         stop_process(self.proc, sig)
         self.proc = None
 
-    def restart(self, down_for: float = 0.0) -> None:
-        """Kill and start again on the same port (everything in it is lost)."""
+    def restart(self, down_for: float = 0.0, aof: bool = False) -> None:
+        """Kill and start again on the same port: everything in it is lost, or with ``aof`` (after
+        ``enable_aof``) what reached the append-only file is loaded back."""
         self.stop(signal.SIGKILL)
         time.sleep(down_for)
-        self.start()
+        self.start(aof=aof)
 
     def cleanup(self) -> None:
         self.stop()
@@ -159,8 +176,9 @@ class WorkerProcess:
     def __init__(self, broker_url: str, host: str | None = None, concurrency: int = 16, slots: int = 16,
                  imports: tuple[str, ...] = (SAMPLE_TOOLS,), heartbeat_interval: float | None = 0.5,
                  heartbeat_ttl: float | None = 3.0, orphan_grace: float | None = 2.0, extra_args: tuple[str, ...] = (),
-                 allow_local: bool = True, secret: str | None = None) -> None:
+                 allow_local: bool = True, secret: str | None = None, env: dict[str, str] | None = None) -> None:
         self.broker_url = broker_url
+        self.env = dict(env or {})  # more environment for the process (e.g. libfaketime's LD_PRELOAD, FAKETIME)
         self.host = host or f"w-{uuid.uuid4().hex[:8]}"
         self.secret = secret if secret is not None else ensure_fleet_secret()
         timings = {"--heartbeat-interval": heartbeat_interval, "--heartbeat-ttl": heartbeat_ttl,
@@ -181,7 +199,7 @@ class WorkerProcess:
 
     def launch(self) -> WorkerProcess:
         """Start the process without waiting for it (``wait_ready`` waits): several start side by side."""
-        self.proc = subprocess.Popen(self.args, cwd=REPO_ROOT, env=child_env(**{SECRET_ENV: self.secret}),
+        self.proc = subprocess.Popen(self.args, cwd=REPO_ROOT, env=child_env(**{SECRET_ENV: self.secret}, **self.env),
                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         return self
 

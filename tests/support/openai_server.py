@@ -6,9 +6,9 @@ the Batch API is recorded (method, path, headers, JSON body) so tests can assert
 queued and no responder it answers 418 (a status nobody retries), so a test that under-scripts fails
 fast instead of hanging.
 
-The Batch API too: ``POST /files`` (multipart, purpose "batch"), ``POST /batches``, ``GET
-/batches/{id}``, ``POST /batches/{id}/cancel``, ``GET /files/{id}/content``. A batch is answered
-request by request like chat completions, when it is first retrieved, unless ``hold_batches`` is set
+The Batch API too: ``POST /files`` (multipart, purpose "batch"), ``POST /batches``, ``GET /batches``
+(every batch, newest first), ``GET /batches/{id}``, ``POST /batches/{id}/cancel``, ``GET /files/{id}/content``. A batch
+is answered request by request like chat completions, when it is first retrieved, unless ``hold_batches`` is set
 (it stays ``in_progress``). ``plan_batches(...)`` makes the next batches end otherwise: ``"fail"``
 (rejected input), ``"expire"`` (every request expired, in the error file), ``"malformed"`` (an output
 file of broken lines and bodies that are no completion) or ``"refuse"`` (the create call answers 500).
@@ -16,10 +16,12 @@ file of broken lines and bodies that are no completion) or ``"refuse"`` (the cre
 
 from __future__ import annotations
 
+import contextlib
 import email.parser
 import email.policy
 import json
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -85,6 +87,9 @@ class OpenAIServer:
         self.requests: list[RecordedRequest] = []
         self.responder = responder
         self.hold_batches = threading.Event()  # set: batches stay in_progress
+        # Called with a batch's id once it is created, before the creation is answered (a test kills
+        # its client there: the provider accepted the batch, the client never learns its id).
+        self.on_batch_created: Callable[[str], None] | None = None
         self.files: dict[str, bytes] = {}
         self.batches: dict[str, dict[str, Any]] = {}  # id -> the batch object as last served
         self.batch_inputs: dict[str, list[dict[str, Any]]] = {}  # id -> its request lines, in creation order
@@ -172,13 +177,22 @@ class OpenAIServer:
         batch_id = f"batch_{uuid.uuid4().hex[:12]}"
         batch = {"id": batch_id, "object": "batch", "endpoint": body.get("endpoint"), "errors": None,
                  "input_file_id": body["input_file_id"], "completion_window": body.get("completion_window"),
-                 "status": "validating", "output_file_id": None, "error_file_id": None, "created_at": 0,
+                 "status": "validating", "output_file_id": None, "error_file_id": None, "created_at": int(time.time()),
                  "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
                  "metadata": body.get("metadata"), "_plan": plan}
         with self._lock:
             self.batches[batch_id] = batch
             self.batch_inputs[batch_id] = lines
+        if self.on_batch_created is not None:
+            self.on_batch_created(batch_id)
         return Reply(body=_public(batch))
+
+    def _list_batches(self) -> Reply:
+        """Every batch, newest first, on one page (as ``batches.list`` pages them)."""
+        with self._lock:
+            data = [_public(b) for b in reversed(list(self.batches.values()))]
+        return Reply(body={"object": "list", "data": data, "has_more": False,
+                           "first_id": data[0]["id"] if data else None, "last_id": data[-1]["id"] if data else None})
 
     def _retrieve_batch(self, batch_id: str) -> Reply:
         with self._lock:
@@ -248,6 +262,8 @@ class OpenAIServer:
             return self._create_batch(body)
         if method == "POST" and len(parts) >= 2 and parts[-3:-2] == ["batches"] and parts[-1] == "cancel":
             return self._cancel_batch(parts[-2])
+        if method == "GET" and parts[-1] == "batches":
+            return self._list_batches()
         if method == "GET" and len(parts) >= 2 and parts[-2] == "batches":
             return self._retrieve_batch(parts[-1])
         if method == "GET" and parts[-1] == "content" and len(parts) >= 3 and parts[-3] == "files":
@@ -307,7 +323,9 @@ class OpenAIServer:
                 for name, value in reply.headers.items():
                     self.send_header(name, value)
                 self.end_headers()
-                self.wfile.write(data)
+                # the client may be gone (a test killed it mid-request): nobody to answer
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(data)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # keep test output clean

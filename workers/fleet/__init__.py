@@ -48,6 +48,7 @@ from ._placement import (
     live_hosts,
     release_eval,
     release_slots,
+    set_eval_counts,
     slot_weight,
     stop_waiting,
 )
@@ -108,6 +109,7 @@ __all__ = [
     "live_hosts",
     "release_eval",
     "release_slots",
+    "set_eval_counts",
     "slot_weight",
     "stop_waiting",
 ]

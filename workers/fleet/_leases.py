@@ -20,7 +20,9 @@ What keeps it honest:
   empty while lease asks of its key are in flight waits for one of their answers rather than asking after them.
 * Fair share: a lease ask never marks its eval as waiting, gets nothing beyond the eval's share, and
   is refused whenever another eval waits (the script's ``lease`` flag): then the key gives its pool
-  back, so the slots go to the eval that waits.
+  back, so the slots go to the eval that waits. A pool nobody draws from sends no ask to be refused:
+  while leases are held, ``Placer`` reads which evals wait once a second and the pools of the others
+  give theirs back (``yield_to``).
 * Bounded in time: a slot held ``IDLE_S`` without being handed out goes back. In Redis a leased slot
   is a token in its host's leased set (``_names.leased_key``), which counts as a slot in use until it
   expires: an orchestrator that dies holding leases leaks nothing for long.
@@ -276,6 +278,28 @@ class Leases:
                 (keep if _usable(lease, alive) else gone).append(lease)
             pool.leases = keep
         return gone
+
+    def yield_to(self, waiting: set[str], now: float) -> list[Lease]:
+        """Evals in ``waiting`` wait for a slot: every pool of another eval gives its leases back (taken
+        out) and asks for none for a while, as when the script refuses its lease ask."""
+        out: list[Lease] = []
+        for (_, _, eval_id), pool in self._pools.items():
+            if pool.leases and waiting - {eval_id}:
+                out += pool.leases
+                pool.leases = deque()
+                pool.quiet_until = now + self.backoff_s
+        return out
+
+    def holding(self, eval_id: str) -> int:
+        """Leases held for ``eval_id``, and lease asks for it in flight."""
+        return sum(len(p.leases) + p.in_flight for (_, _, e), p in self._pools.items() if e == eval_id)
+
+    def per_host(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for pool in self._pools.values():
+            for lease in pool.leases:
+                out[lease.host] = out.get(lease.host, 0) + 1
+        return out
 
     def drain(self) -> list[Lease]:
         """Every lease held (taken out: give them all back)."""

@@ -127,6 +127,7 @@ SETTLE_S = 5.0  # how long giving the leases back waits for lease asks still in 
 # the script is not asked whether its host still lives. A dead host's heartbeat lingers for its TTL
 # (10 s by default) anyway, and a host that began draining refuses the open, which is placed again.
 LEASE_HOSTS_S = 3.0
+WAITING_CHECK_S = 1.0  # while leases are held, how often whether another eval waits is read
 # A leased slot counts in Redis this long beyond twice the idle time (after which this orchestrator
 # gives it back itself): what one that died holding leases keeps from the fleet, and for how long.
 LEASE_GRACE_S = 2.0
@@ -165,6 +166,8 @@ class Placer:
         self._leases = Leases(leases, leases_total, idle_s=lease_idle_s, window_s=lease_window_s)
         self._tokens = (f"{uuid.uuid4().hex[:12]}:{n}" for n in itertools.count())  # one per lease ask
         self._handed: list[Lease] = []  # leases handed out, to be counted as reservations in Redis
+        self._counting: asyncio.Future[None] | None = None  # the task counting them
+        self._asking: dict[str, int] = {}  # eval id -> slots its callers' reservations in flight ask for
         self._sweeper: asyncio.Task[None] | None = None
         self._sender: asyncio.Task[None] | None = None
         self._releases: set[asyncio.Future[None]] = set()  # Redis writes running in the background
@@ -223,6 +226,26 @@ class Placer:
         self._hosts = [record if h.host == host else h for h in self._hosts]
         self._by_name[host] = record
         self._give_back_leases(self._leases.on_hosts(self._by_name))
+
+    def host_lost(self, host: str) -> None:
+        """``host`` is known to be gone (its heartbeat stopped, or it restarted): out of the cached list
+        until its next read, and the leases on it go back. A lease is otherwise handed out by a list up to
+        ``LEASE_HOSTS_S`` old, which may still name a host that died since."""
+        if host not in self._by_name:
+            return
+        self._hosts = [h for h in self._hosts if h.host != host]
+        del self._by_name[host]
+        self._give_back_leases(self._leases.on_hosts(self._by_name))
+
+    def holding(self, eval_id: str) -> int:
+        """Slots this placer may have counted for ``eval_id`` in the fleet's fair-share count beyond the
+        sandboxes handed out: leased, asked for a lease, or asked for by a caller and not answered yet."""
+        return self._leases.holding(eval_id) + self._asking.get(eval_id, 0)
+
+    @property
+    def lease_hosts(self) -> dict[str, int]:
+        """Leased slots held now, per host."""
+        return self._leases.per_host()
 
     async def aclose(self) -> None:
         """Stop a background re-read of the hosts, if one is running; stop leasing and give every
@@ -327,8 +350,10 @@ class Placer:
         """``lease`` goes to a caller: in Redis it moves from the leased set to the slot counter (in
         the background, this tick's together); its host's record, with the newer of the two boots."""
         self._handed.append(lease)
-        if len(self._handed) == 1:
-            self._in_background(self._count_handed())
+        if self._counting is None or self._counting.done():
+            self._counting = asyncio.ensure_future(self._count_handed())
+            self._releases.add(self._counting)
+            self._counting.add_done_callback(self._releases.discard)
         record = self._by_name[lease.host]
         if record.boot != lease.boot and lease.taken > self._fetched:
             record = record.model_copy(update={"boot": lease.boot})  # restarted before the list was read
@@ -336,15 +361,26 @@ class Placer:
 
     async def _count_handed(self) -> None:
         await asyncio.sleep(0)  # the leases handed out in this tick go together
-        handed, self._handed = self._handed, []
-        try:
-            async with self.redis.pipeline(transaction=True) as pipe:  # never counted twice, nor not at all
-                for lease in handed:
-                    pipe.incrby(_names.slots_used_key(lease.host), 1)
-                    pipe.zrem(_names.leased_key(lease.host), lease.token)
-                await pipe.execute()
-        except Exception:  # noqa: BLE001, S110 - best effort: the token expires; the worker's close decrements
-            pass
+        while self._handed:  # (and those handed out while a pipeline was in flight, after it)
+            handed, self._handed = self._handed, []
+            try:
+                async with self.redis.pipeline(transaction=True) as pipe:  # never counted twice, nor not at all
+                    for lease in handed:
+                        pipe.incrby(_names.slots_used_key(lease.host), 1)
+                        pipe.zrem(_names.leased_key(lease.host), lease.token)
+                    await pipe.execute()
+            except Exception:  # noqa: BLE001, S110 - best effort: the token expires; the worker's close decrements
+                pass
+
+    async def release(self, host: str, weight: int = 1, eval_id: str | None = None) -> None:
+        """Give back a reservation (its sandbox closed, or failed to open): the eval's fair-share count and
+        the host's slot counter. A slot handed out from a lease is moved to the counter in the background;
+        its give-back waits for that move, or the counter — clamped at zero — would come out one high."""
+        while self._counting is not None and not self._counting.done():
+            await asyncio.shield(self._counting)
+        if eval_id:
+            await release_eval(self.redis, eval_id, weight)
+        await release_slots(self.redis, host, weight)
 
     def _lease_asks(self) -> list[tuple[_reserve.Ask, LeaseKey]]:
         """The lease asks due now (keys asked for since the last batch, under their target): the
@@ -377,7 +413,15 @@ class Placer:
         future: asyncio.Future[_reserve.Answer] = asyncio.get_running_loop().create_future()
         self._queue.append((ask, future))
         self._wake_sender()
-        answer = await future
+        if eval_id:
+            self._asking[eval_id] = self._asking.get(eval_id, 0) + weight
+        try:
+            answer = await future
+        finally:
+            if eval_id:
+                self._asking[eval_id] -= weight
+                if not self._asking[eval_id]:
+                    del self._asking[eval_id]
         if answer.fair_share is not None:
             held, fair = answer.fair_share
             raise FairShareError(f"Waiting for a fair share of the fleet: eval '{eval_id}' holds {held} of "
@@ -453,13 +497,18 @@ class Placer:
             stranded.set_result(None)
 
     async def _sweep(self) -> None:
-        """While leases are held: give back those held ``IDLE_S`` without being handed out, and keep
-        the host list fresh (after a lull, the next reservation still finds its lease usable)."""
+        """While leases are held: give back those held ``IDLE_S`` without being handed out, and those
+        of an eval while another eval waits for a slot (an idle pool sends no lease ask the script could
+        refuse, so it would hold them until they expire); keep the host list fresh (after a lull, the
+        next reservation still finds its lease usable)."""
         loop = asyncio.get_running_loop()
         while self._leases.held:
-            await asyncio.sleep(self._leases.idle_s / 4)
+            await asyncio.sleep(min(self._leases.idle_s / 4, WAITING_CHECK_S))
             await self._release_now(self._leases.expired(loop.time()))
             with contextlib.suppress(Exception):  # best effort: a reservation re-reads it too
+                waiting = await self.redis.zrangebyscore(_names.EVALS_WAITING, await _redis_now(self.redis), "+inf")
+                evals = {w.decode() if isinstance(w, bytes) else str(w) for w in waiting}
+                await self._release_now(self._leases.yield_to(evals, loop.time()))
                 await self.hosts()  # re-read in the background once half its TTL old
 
     def _in_background(self, work: Any) -> None:
@@ -516,15 +565,45 @@ class Placer:
         return out
 
 
+async def _redis_now(redis: Redis) -> float:
+    seconds, micros = await redis.time()
+    return seconds + micros / 1e6
+
+
 async def reserve(redis: Redis, image: str | Sequence[str] | None = None, pull_policy: str = "missing",
                   weight: int = 1, only: str | None = None) -> HostRecord:
     """One reservation with a fresh view of the fleet (``Placer.reserve``; an orchestrator keeps a Placer)."""
     return await Placer(redis, hosts_ttl=0.0).reserve(image, pull_policy, weight, only=only)
 
 
+# An eval's fair-share count never goes below zero, and its entry goes at zero: after a Redis restart
+# the count starts again from nothing while the eval's sandboxes are still open, and their closes must
+# not leave it negative (more than its share) or behind for good.
+_RELEASE_EVAL = """
+local left = redis.call('HINCRBY', KEYS[1], ARGV[1], -tonumber(ARGV[2]))
+if left <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
+return left
+"""
+
+
 async def release_eval(redis: Redis, eval_id: str, weight: int = 1) -> None:
     """The orchestrator gives an eval's fair-share count back when it closes (or failed to open) a sandbox."""
-    await redis.hincrby(_names.EVAL_SLOTS, eval_id, -weight)
+    await redis.eval(_RELEASE_EVAL, 1, _names.EVAL_SLOTS, eval_id, weight)
+
+
+async def set_eval_counts(redis: Redis, counts: dict[str, int]) -> None:
+    """Each eval's fair-share count as its one orchestrator knows it (0: the entry goes). Written with the
+    orchestrator's lease: a count that a killed orchestrator of the same eval (resumed by ``eval-retry``)
+    left, or that a Redis restart lost, is right again within a renewal."""
+    if not counts:
+        return
+    async with redis.pipeline(transaction=False) as pipe:
+        for eval_id, n in counts.items():
+            if n > 0:
+                pipe.hset(_names.EVAL_SLOTS, eval_id, n)
+            else:
+                pipe.hdel(_names.EVAL_SLOTS, eval_id)
+        await pipe.execute()
 
 
 async def keep_evals_alive(redis: Redis, eval_ids: Sequence[str], ttl: float = EVAL_ALIVE_TTL_S) -> None:
@@ -551,7 +630,7 @@ async def release_leased(redis: Redis, leases: Sequence[tuple[str, str, str]]) -
         for host, token, _ in leases:
             pipe.zrem(_names.leased_key(host), token)
         for eval_id, n in per_eval.items():
-            pipe.hincrby(_names.EVAL_SLOTS, eval_id, -n)
+            pipe.eval(_RELEASE_EVAL, 1, _names.EVAL_SLOTS, eval_id, n)
         await pipe.execute()
 
 

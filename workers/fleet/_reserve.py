@@ -159,6 +159,7 @@ for q = 1, r do
     else
       if lease then
         redis.call('ZADD', KEYS[2 * m + best], now + lease_ttl, token)
+        redis.call('EXPIRE', KEYS[2 * m + best], math.ceil(lease_ttl) + 1)  -- the set goes with its last token
       else
         redis.call('INCRBY', KEYS[best], weight)
       end

@@ -11,7 +11,14 @@ import asyncio
 from typing import Any
 
 from .._generate_config import BatchConfig
-from ._backend import BatchBackend, BatchCheck, BatchError, BatchOutcome, BatchState
+from ._backend import (
+    PENDING,
+    BatchBackend,
+    BatchCheck,
+    BatchError,
+    BatchOutcome,
+    BatchState,
+)
 from ._pool import BatchPool
 from ._resume import RecordedRequest, ResumeTable, conversation_turn, request_key
 from ._scope import BatchScope, active_batch_scope, batch_scope
@@ -42,6 +49,7 @@ def batch_pool(api: Any, value: bool | int | BatchConfig | None, model: str) -> 
 
 
 __all__ = [
+    "PENDING",
     "BatchBackend",
     "BatchCheck",
     "BatchError",

@@ -1,7 +1,8 @@
 """The provider seam of batch mode: one small ABC a provider implements over its batch API.
 
 A backend knows its wire format (``request`` builds one request body, ``parse`` reads one result body)
-and four calls: ``submit`` a batch, ``check`` its status, fetch its ``results``, ``cancel`` it. It never
+and five calls: ``submit`` a batch, ``check`` its status, fetch its ``results``, ``cancel`` it, and ``find``
+the batch a submission created when the process that sent it died before recording its id. It never
 waits or retries; ``BatchPool`` decides when to call it and what a failure means for the waiting turns.
 
 Errors: ``BatchError`` is what a waiting turn receives when its batch (or its one request in it) failed,
@@ -25,6 +26,9 @@ from .._generate_config import GenerateConfig
 from .._model_output import ModelOutput
 
 BatchState = Literal["pending", "completed", "failed", "expired", "cancelled"]
+
+
+PENDING = "pending"  # ``find`` cannot tell yet: ask again later
 
 
 class BatchError(ToolfleetError):
@@ -71,8 +75,15 @@ class BatchBackend(ABC):
         """A ``ModelOutput`` from one successful result body; raise on a malformed one (pure)."""
 
     @abstractmethod
-    async def submit(self, requests: list[tuple[str, dict[str, Any]]]) -> str:
-        """Create a batch of ``(custom_id, body)`` requests; return its id."""
+    async def submit(self, requests: list[tuple[str, dict[str, Any]]], tag: str) -> str:
+        """Create a batch of ``(custom_id, body)`` requests; return its id. ``tag`` names this submission
+        (recorded in the eval log before it is sent): ``find`` looks the batch up by it after a crash."""
+
+    @abstractmethod
+    async def find(self, tag: str, custom_ids: list[str], since: float) -> str | None:
+        """The id of the batch a submission tagged ``tag`` (holding these custom ids, sent at or after
+        ``since``, wall clock) created; None when the provider has no such batch (it never accepted it);
+        ``PENDING`` when it cannot tell yet (a candidate batch must end first)."""
 
     @abstractmethod
     async def check(self, batch_id: str) -> BatchCheck:

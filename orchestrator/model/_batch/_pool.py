@@ -14,7 +14,10 @@ provider's own exception. A turn that is cancelled (a time limit) leaves the que
 whose turns still wait is cancelled at the provider.
 
 Resume: see ``_resume``. A request recorded by an earlier run attaches to its recorded batch instead of
-being queued; that batch's results, once fetched, stay here for other resumed turns that need them.
+being queued; that batch's results, once fetched, stay here for other resumed turns that need them. A
+request whose submission was recorded (``intent``) but not its batch waits while the provider is asked
+which batch that submission made (``BatchBackend.find``, each ``tick``), then attaches to it — or is
+queued anew when the provider never accepted it.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from orchestrator.tool._tool_info import ToolInfo
 from .._chat_message import ChatMessage
 from .._generate_config import GenerateConfig
 from .._model_output import ModelOutput
-from ._backend import BatchBackend, BatchCheck, BatchError, BatchOutcome
+from ._backend import PENDING, BatchBackend, BatchCheck, BatchError, BatchOutcome
 from ._resume import RecordedRequest, SampleRef, conversation_turn, request_key
 from ._scope import BatchScope, active_batch_scope, current_sample
 from ._settings import BatchSettings
@@ -74,6 +77,17 @@ class _Batch:
             self.scopes.append(scope)
 
 
+@dataclass(eq=False)
+class _Intent:
+    """A submission an earlier run recorded (``tag``, sent at ``since``, wall clock) without its batch id."""
+
+    tag: str
+    since: float
+    waiters: dict[str, _Waiter] = field(default_factory=dict)
+    next_check: float = 0.0
+    failures: int = 0
+
+
 class BatchPool:
     def __init__(self, backend: BatchBackend, settings: BatchSettings, model: str) -> None:
         self.backend = backend
@@ -83,7 +97,10 @@ class BatchPool:
         self._queue: list[_Waiter] = []
         self._batches: dict[str, _Batch] = {}
         self._collected: dict[str, tuple[BatchCheck, dict[str, BatchOutcome]]] = {}  # resumed batches' results
+        self._intents: dict[str, _Intent] = {}  # recorded submissions whose batch is being looked up
+        self._found: dict[str, str | None] = {}  # ... and what the provider said (None: it has no such batch)
         self._ids = itertools.count(1)
+        self._tags = itertools.count(1)
         self._prefix = uuid.uuid4().hex[:10]
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -118,6 +135,17 @@ class BatchPool:
 
     def _attach(self, recorded: RecordedRequest, waiter: _Waiter) -> None:
         waiter.custom_id = recorded.custom_id
+        if not recorded.batch_id and recorded.intent:
+            if recorded.intent in self._found:  # looked up already for another resumed turn
+                found = self._found[recorded.intent]
+                if found is None:
+                    self._requeue(waiter)
+                else:
+                    self._attach(RecordedRequest(found, waiter.custom_id, recorded.submitted_at), waiter)
+                return
+            intent = self._intents.setdefault(recorded.intent, _Intent(recorded.intent, recorded.submitted_at or 0.0))
+            intent.waiters[waiter.custom_id] = waiter
+            return
         collected = self._collected.get(recorded.batch_id)
         if collected is not None:  # fetched already for another resumed turn
             self._resolve(waiter, recorded.batch_id, *collected)
@@ -136,12 +164,14 @@ class BatchPool:
 
     async def _run(self) -> None:
         try:
-            while self._queue or self._batches:
+            while self._queue or self._batches or self._intents:
                 self._wake.clear()
+                await self._find_due()
                 await self._send_ready()
                 await self._check_due()
                 now = time.monotonic()
                 wake_at = [b.next_check for b in self._batches.values()]
+                wake_at += [i.next_check for i in self._intents.values()]
                 if self._queue and len(self._batches) < self.settings.max_batches:
                     wake_at.append(self._queue[0].since + self.settings.send_delay)
                 delay = min([self.settings.tick, *(t - now for t in wake_at)])
@@ -149,10 +179,58 @@ class BatchPool:
                     await asyncio.wait_for(self._wake.wait(), max(delay, MIN_SLEEP_S))
         except Exception as exc:  # noqa: BLE001 - a bug here must not leave turns waiting forever
             _logger.error("batch.pool_failed", model=self.model, error=f"{type(exc).__name__}: {exc}")
-            for waiter in [*self._queue, *(w for b in self._batches.values() for w in b.waiters.values())]:
+            for waiter in [*self._queue, *(w for b in self._batches.values() for w in b.waiters.values()),
+                           *(w for i in self._intents.values() for w in i.waiters.values())]:
                 _settle(waiter.future, BatchError(f"batch pool failed: {type(exc).__name__}: {exc}"))
             self._queue.clear()
             self._batches.clear()
+            self._intents.clear()
+
+    def _requeue(self, waiter: _Waiter) -> None:
+        """A recorded request whose batch the provider never made: sent now, under a new custom id."""
+        if not waiter.future.done():
+            waiter.custom_id = f"tf-{self._prefix}-{next(self._ids)}"
+            waiter.since = time.monotonic()
+            self._queue.append(waiter)
+
+    async def _find_due(self) -> None:
+        """Ask the provider which batch each recorded submission made: attach its requests to it, or queue
+        them anew when there is none (the provider never accepted it)."""
+        now = time.monotonic()
+        for intent in [i for i in self._intents.values() if i.next_check <= now]:
+            intent.next_check = now + self.settings.tick
+            if all(w.future.done() for w in intent.waiters.values()):
+                del self._intents[intent.tag]
+                continue
+            try:
+                found = await asyncio.wait_for(self.backend.find(intent.tag, list(intent.waiters), intent.since),
+                                               CALL_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - asked again next tick, up to a bound
+                intent.failures += 1
+                _logger.warning("batch.find_failed", model=self.model, intent=intent.tag, failures=intent.failures,
+                                error=f"{type(exc).__name__}: {exc}"[:300])
+                if intent.failures >= self.settings.max_check_failures:
+                    del self._intents[intent.tag]
+                    for w in intent.waiters.values():
+                        _settle(w.future, BatchError(f"could not find the batch of submission {intent.tag}: {exc}"))
+                continue
+            if found == PENDING and time.time() - intent.since < MAX_BATCH_WAIT_S:
+                continue
+            del self._intents[intent.tag]
+            if found is None or found == PENDING:
+                self._found[intent.tag] = None
+                _logger.info("batch.not_submitted", model=self.model, intent=intent.tag, requests=len(intent.waiters))
+                for w in intent.waiters.values():  # never accepted: send them now
+                    self._requeue(w)
+                continue
+            self._found[intent.tag] = found
+            _logger.info("batch.found", model=self.model, intent=intent.tag, batch_id=found)
+            for w in intent.waiters.values():
+                self._attach(RecordedRequest(found, w.custom_id, intent.since), w)
+            for scope in {id(w.scope): w.scope for w in intent.waiters.values() if w.scope is not None}.values():
+                await scope.submitted(self.model, found,
+                                      _described(w for w in intent.waiters.values() if w.scope is scope),
+                                      intent=intent.tag)
 
     async def _send_ready(self) -> None:
         s = self.settings
@@ -163,8 +241,12 @@ class BatchPool:
             await self._submit(chunk)
 
     async def _submit(self, chunk: list[_Waiter]) -> None:
+        tag = f"tf-{self._prefix}-s{next(self._tags)}"
+        scopes = {id(w.scope): w.scope for w in chunk if w.scope is not None}
+        for scope in scopes.values():  # on disk before the provider sees it: a resume finds what it paid for
+            await scope.intended(self.model, tag, _described(w for w in chunk if w.scope is scope))
         try:
-            batch_id = await asyncio.wait_for(self.backend.submit([(w.custom_id, w.body) for w in chunk]),
+            batch_id = await asyncio.wait_for(self.backend.submit([(w.custom_id, w.body) for w in chunk], tag),
                                               CALL_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - the provider's refusal is each turn's error (maybe retried)
             for w in chunk:
@@ -177,10 +259,7 @@ class BatchPool:
             batch.add_scope(w.scope)
         _logger.info("batch.submitted", model=self.model, batch_id=batch_id, requests=len(chunk))
         for scope in batch.scopes:
-            await scope.submitted(self.model, batch_id, [
-                {"custom_id": w.custom_id, "sample_id": w.sample[0] if w.sample else None,
-                 "epoch": w.sample[1] if w.sample else None, "turn": conversation_turn(w.body), "key": w.key}
-                for w in chunk if w.scope is scope])
+            await scope.submitted(self.model, batch_id, _described(w for w in chunk if w.scope is scope), intent=tag)
 
     async def _check_due(self) -> None:
         now = time.monotonic()
@@ -260,6 +339,13 @@ class BatchPool:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         await self.backend.aclose()
+
+
+def _described(waiters: Any) -> list[dict[str, Any]]:
+    """The requests as the log records them (``_resume``)."""
+    return [{"custom_id": w.custom_id, "sample_id": w.sample[0] if w.sample else None,
+             "epoch": w.sample[1] if w.sample else None, "turn": conversation_turn(w.body), "key": w.key}
+            for w in waiters]
 
 
 def _refused(exc: BaseException) -> bool:

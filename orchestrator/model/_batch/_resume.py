@@ -1,8 +1,15 @@
 """What a batch run records in the eval log, and how a resumed run finds what it already paid for.
 
-Each submitted batch is one ``batch`` line (``event: "submit"``) naming the batch and, per request, its
-``custom_id``, the sample and epoch it belongs to, the conversation turn, and ``key`` — a hash of the
-request body. An ended batch adds an ``event: "end"`` line with its final state.
+Before a batch is sent, one ``batch`` line (``event: "intent"``) names the submission (``intent``, a tag
+the provider keeps with the batch where it can) and, per request, its ``custom_id``, the sample and epoch
+it belongs to, the conversation turn, and ``key`` — a hash of the request body. Once the provider accepted
+it, an ``event: "submit"`` line names the batch (and the same requests and ``intent``). An ended batch adds
+an ``event: "end"`` line with its final state.
+
+A run killed between the provider's accepting a batch and the ``submit`` line reaching the disk leaves an
+intent without its submit: a resumed run asks the provider for the batch that submission created
+(``BatchBackend.find``: by its tag, or by its custom ids) and collects it, or sends the requests anew only
+when the provider has no such batch. So a batch is never paid for twice.
 
 A resumed eval re-runs its unfinished samples from the start. When such a sample makes a request whose
 (model, sample, epoch, key) a previous run submitted, the request is not sent again: it attaches to the
@@ -38,9 +45,10 @@ def conversation_turn(body: dict[str, Any]) -> int:
 
 @dataclass(frozen=True)
 class RecordedRequest:
-    batch_id: str
+    batch_id: str  # "" for a submission whose batch id never reached the log (``intent``: find it)
     custom_id: str
     submitted_at: float | None = None  # wall clock (the record's ``at``): bounds how long it is waited for
+    intent: str | None = None  # the submission's tag
 
 
 SampleRef = tuple[str, int]  # (sample id as a string, epoch)
@@ -57,16 +65,23 @@ class ResumeTable:
                      skip_samples: set[SampleRef] | frozenset[SampleRef] = frozenset()) -> ResumeTable:
         """From the log's ``batch`` records; requests of ``skip_samples`` (finished ones) are left out."""
         dead = {r.get("batch_id") for r in records if r.get("event") == "end" and r.get("state") in _DEAD_STATES}
+        sent = {r.get("intent") for r in records if r.get("event") == "submit" and r.get("intent")}
         table = cls()
         for record in records:
-            if record.get("event") != "submit" or record.get("batch_id") in dead:
+            event = record.get("event")
+            if event == "intent" and record.get("intent") in sent:
+                continue  # its submit line says which batch it made
+            if event not in ("submit", "intent") or record.get("batch_id") in dead:
                 continue
             for item in record.get("requests") or []:
                 try:
                     ref = (str(item["sample_id"]), int(item["epoch"]))
                     at = record.get("at")
-                    entry = RecordedRequest(str(record["batch_id"]), str(item["custom_id"]),
-                                            float(at) if isinstance(at, (int, float)) else None)
+                    entry = RecordedRequest(str(record["batch_id"]) if event == "submit" else "",
+                                            str(item["custom_id"]), float(at) if isinstance(at, (int, float)) else None,
+                                            str(record["intent"]) if record.get("intent") else None)
+                    if event == "intent" and not entry.intent:
+                        continue
                     key = (str(record.get("model")), *ref, str(item["key"]))
                 except (KeyError, TypeError, ValueError):
                     continue  # a damaged record: that request is simply sent again

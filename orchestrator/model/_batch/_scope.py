@@ -42,9 +42,15 @@ class BatchScope:
     def done(self) -> int:
         return len(self._done)
 
-    async def submitted(self, model: str, batch_id: str, requests: list[dict[str, Any]]) -> None:
-        await self._record({"event": "submit", "model": model, "batch_id": batch_id, "at": time.time(),
+    async def intended(self, model: str, intent: str, requests: list[dict[str, Any]]) -> None:
+        """A batch of these requests is about to be sent: on disk before the provider sees it."""
+        await self._record({"event": "intent", "model": model, "intent": intent, "at": time.time(),
                             "requests": requests})
+
+    async def submitted(self, model: str, batch_id: str, requests: list[dict[str, Any]],
+                        intent: str | None = None) -> None:
+        await self._record({"event": "submit", "model": model, "batch_id": batch_id, "at": time.time(),
+                            "requests": requests, **({"intent": intent} if intent else {})})
         self.waiting_on(batch_id)
 
     def waiting_on(self, batch_id: str) -> None:

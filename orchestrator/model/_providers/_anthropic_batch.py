@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.tool._tool_call import ToolChoice
 from orchestrator.tool._tool_info import ToolInfo
 
-from .._batch import BatchBackend, BatchCheck, BatchError, BatchOutcome
+from .._batch import PENDING, BatchBackend, BatchCheck, BatchError, BatchOutcome
 from .._chat_message import ChatMessage
 from .._generate_config import GenerateConfig
 from .._model_output import ModelOutput
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .anthropic import AnthropicAPI
 
 MAX_REQUESTS = 100_000  # Anthropic's cap on requests per batch
+FIND_SLACK_S = 60.0  # clock skew allowed between this host and the provider's creation times
 # Errors worth another try: the service's (not the request's) fault.
 _RETRY_ERRORS = {"api_error", "overloaded_error", "rate_limit_error", "timeout_error"}
 
@@ -74,10 +75,28 @@ class AnthropicBatch(BatchBackend):
     def parse(self, body: dict[str, Any], tools: list[ToolInfo]) -> ModelOutput:
         return parse_message(self._api.model_name, body, tools)
 
-    async def submit(self, requests: list[tuple[str, dict[str, Any]]]) -> str:
+    async def submit(self, requests: list[tuple[str, dict[str, Any]]], tag: str) -> str:
         batch = await self._api.client().messages.batches.create(
             requests=[{"custom_id": cid, "params": body} for cid, body in requests])
         return str(batch.id)
+
+    async def find(self, tag: str, custom_ids: list[str], since: float) -> str | None:
+        """Message batches carry no metadata, and their requests can be read only as results: among the
+        batches created since ``since`` (newest first), the ended one whose results hold these custom ids;
+        ``PENDING`` while one of them has not ended (it may be the one)."""
+        wanted, undecided = set(custom_ids), False
+        async for batch in self._api.client().messages.batches.list(limit=100):
+            if batch.created_at.timestamp() < since - FIND_SLACK_S:
+                break
+            if batch.processing_status != "ended":
+                batch = await self._api.client().messages.batches.retrieve(batch.id)  # the list may lag behind
+            if batch.processing_status != "ended":
+                undecided = True
+                continue
+            if batch.results_url and wanted & set(parse_results_file(
+                    await self._api.client().get(batch.results_url, cast_to=str))):
+                return str(batch.id)
+        return PENDING if undecided else None
 
     async def check(self, batch_id: str) -> BatchCheck:
         batch = await self._api.client().messages.batches.retrieve(batch_id)

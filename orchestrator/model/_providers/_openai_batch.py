@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 ENDPOINT = "/v1/chat/completions"
 COMPLETION_WINDOW = "24h"
 MAX_REQUESTS = 50_000  # OpenAI's cap on requests per batch
+TAG_KEY = "toolfleet_submission"  # the batch's metadata key naming the submission (``find``)
+FIND_SLACK_S = 60.0  # clock skew allowed between this host and the provider's creation times
 
 _STATES: dict[str, BatchState] = {"completed": "completed", "failed": "failed", "expired": "expired",
                                   "cancelled": "cancelled"}  # validating, in_progress, finalizing, cancelling: pending
@@ -90,14 +92,24 @@ class OpenAIBatch(BatchBackend):
     def parse(self, body: dict[str, Any], tools: list[ToolInfo]) -> ModelOutput:
         return parse_completion(self._api.model_name, ChatCompletion.model_validate(body), tools)
 
-    async def submit(self, requests: list[tuple[str, dict[str, Any]]]) -> str:
+    async def submit(self, requests: list[tuple[str, dict[str, Any]]], tag: str) -> str:
         client = self._api.client()
         uploaded = await client.files.create(file=("toolfleet-batch.jsonl", batch_input_file(requests),
                                                    "application/jsonl"), purpose="batch")
         batch = await client.batches.create(input_file_id=uploaded.id, endpoint=ENDPOINT,
                                             completion_window=COMPLETION_WINDOW,
-                                            metadata={"created_by": "toolfleet"})
+                                            metadata={"created_by": "toolfleet", TAG_KEY: tag})
         return str(batch.id)
+
+    async def find(self, tag: str, custom_ids: list[str], since: float) -> str | None:
+        """The batch carrying ``tag`` in its metadata, among those created since ``since`` (the list
+        comes newest first, so it stops at the first older one, a minute's clock skew allowed)."""
+        async for batch in self._api.client().batches.list(limit=100):
+            if (batch.metadata or {}).get(TAG_KEY) == tag:
+                return str(batch.id)
+            if batch.created_at and batch.created_at < since - FIND_SLACK_S:
+                break
+        return None
 
     async def check(self, batch_id: str) -> BatchCheck:
         batch = await self._api.client().batches.retrieve(batch_id)

@@ -156,8 +156,16 @@ class HostSnapshots:
         return held
 
     async def remove(self, api: DockerAPI, eval_id: str | None = None, ids: list[str] | None = None) -> list[str]:
-        """Remove an eval's snapshots that were not kept (or exactly ``ids``); returns their ids."""
+        """Remove an eval's snapshots that were not kept (or exactly ``ids``); returns their ids. An eval's
+        are read from the Engine, not only from what this process knows: a worker process that took some
+        may have died since (its successor under the same name loaded the host's snapshots before)."""
         await self.load(api)
+        if ids is None and eval_id:
+            images = await api.call(api.api.images, filters={"label": [f"{LABEL}=1", f"{LABEL_EVAL}={eval_id}"]})
+            for info in images:
+                held = _from_labels(info)
+                if held is not None and held.id not in self.held:
+                    self.held[held.id] = held  # size 0: it was never counted in this process's budget
         chosen = [s for s in self.held.values()
                   if (ids is not None and s.id in ids) or (ids is None and s.eval_id == eval_id and not s.keep)]
         for held in chosen:
