@@ -62,9 +62,15 @@ Tree::
     ├─ SampleFilesError (ValueError)                orchestrator.dataset._files
     ├─ HarborTaskError (ValueError)                 orchestrator.dataset._harbor
     ├─ TaskConfigError (ValueError)                 orchestrator.dataset._harbor_config   task.toml
+    ├─ NetworkConfigError (ValueError)              orchestrator.dataset._harbor_network  task.toml's network
+    ├─ TaskEnvError (ValueError)                    orchestrator.dataset._harbor_env      ${VAR} not passed
+    ├─ TaskTreeError (ValueError)                   orchestrator.dataset._harbor_tree     task dir read as data
+    ├─ ComposeTaskError (ValueError)                orchestrator.dataset._harbor_compose
     ├─ HarborBuildError (RuntimeError)              orchestrator.dataset._harbor_images
     ├─ HarborOracleError (RuntimeError)             orchestrator.solver._harbor
-    ├─ RewardError (ValueError)                     orchestrator.scorer._harbor
+    ├─ RewardError (ValueError)                     orchestrator.scorer._harbor_rewards
+    ├─ AgentProcessesError (RuntimeError)           orchestrator.scorer._harbor_stop      agent left processes
+    ├─ VerifierSetupError (RuntimeError)            orchestrator.scorer._harbor
     └─ NoTerminalError (RuntimeError)               orchestrator.approval._console
     ControlFlowSignal                               orchestrator._errors
     ├─ LimitExceededError                           orchestrator.util._limit_errors       Inspect; ends as a limit

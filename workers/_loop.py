@@ -91,6 +91,7 @@ class WorkerRuntime:
             # What this worker runs and pulls, in its very first beat (placement and preflight read them).
             image_patterns=list(self.config.admission.images), sandbox_types=list(self.config.admission.sandbox_types),
             registries=list(self.config.admission.registries), network_modes=await self._network_modes(),
+            allow_root=self.config.admission.allow_root,
         )
         self.heartbeat = Heartbeat(self.redis, record, self.config.heartbeat_interval, self.config.heartbeat_ttl)
         self.heartbeat.on_beat(self._on_beat)

@@ -19,6 +19,7 @@ def add_commands(commands: Any) -> None:
     p.add_argument("--oracle", action="store_true",
                    help="harbor:DIR only: run each task's solution/solve.sh instead of an agent (no model needed) "
                         "to check every environment; the summary lists the tasks whose oracle fails")
+    _add_harbor_flags(p)
     p.add_argument("--model", "-m", help="provider/model, e.g. openai/gpt-4o-mini or scripted/<policy>")
     p.add_argument("-M", dest="model_args", action="append", metavar="K=V", help="model argument (repeatable)")
     p.add_argument("-T", dest="task_args", action="append", metavar="K=V", help="task argument (repeatable)")
@@ -47,6 +48,37 @@ def add_commands(commands: Any) -> None:
     es.add_argument("--retry-wait", type=float, default=30.0, help="seconds before the first retry pass (doubles)")
     _add_run_flags(es)
     es.set_defaults(handler=run_eval_set)
+
+
+# harbor:DIR only: flag -> the Harbor task argument it sets (recorded in the log with the others).
+HARBOR_FLAGS = {"task_env": "--task-env", "timeout_multiplier": "--timeout-multiplier",
+                "agent_timeout_multiplier": "--agent-timeout-multiplier",
+                "verifier_timeout_multiplier": "--verifier-timeout-multiplier",
+                "build_timeout_multiplier": "--build-timeout-multiplier"}
+
+
+def _add_harbor_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("Harbor tasks (harbor:DIR only)")
+    g.add_argument("--task-env", action="append", metavar="NAME", help="a variable of this environment the tasks' "
+                   "${VAR} templates may read (repeatable; a pattern such as 'TB_*' passes the names it matches); "
+                   "TOOLFLEET_* and credential-looking names are never passed")
+    g.add_argument("--timeout-multiplier", type=float, metavar="X", help="scale every Harbor timeout (agent, "
+                   "verifier, build) by X, as Harbor's flag of the same name")
+    g.add_argument("--agent-timeout-multiplier", type=float, metavar="X", help="scale the agent's timeout")
+    g.add_argument("--verifier-timeout-multiplier", type=float, metavar="X", help="scale the verifier's timeout")
+    g.add_argument("--build-timeout-multiplier", type=float, metavar="X", help="scale the image builds' timeout")
+
+
+def _harbor_task_args(args: argparse.Namespace, task_args: dict[str, Any]) -> None:
+    """The Harbor flags given, as task arguments; refused (one line) for a task that is not harbor:DIR."""
+    from orchestrator.eval._errors import EvalSetupError
+    from orchestrator.eval._harbor import is_harbor_spec
+
+    given = {key: getattr(args, key) for key in HARBOR_FLAGS if getattr(args, key, None) is not None}
+    if given and not is_harbor_spec(args.task):
+        flag = HARBOR_FLAGS[next(iter(given))]
+        raise EvalSetupError(f"{flag} is for Harbor tasks: give harbor:DIR, not '{args.task}'.")
+    task_args.update(given)
 
 
 def _add_run_flags(p: argparse.ArgumentParser, defaults_from_log: bool = False) -> None:
@@ -205,6 +237,7 @@ def run_eval(args: argparse.Namespace) -> int:
     kwargs["retry_on_error"] = kwargs["retry_on_error"] or 0
     kwargs["log_format"] = kwargs["log_format"] or "jsonl"
     task_args, model = parse_kv(args.task_args, "-T"), args.model
+    _harbor_task_args(args, task_args)
     if args.oracle:
         from orchestrator._errors import SetupError
         from orchestrator.eval._harbor import ORACLE_MODEL, is_harbor_spec
@@ -300,4 +333,8 @@ def print_summary(log: Any) -> None:
         inspect_copy = Path(log.location or "").with_suffix(suffix)
         if log.location and inspect_copy.is_file():
             lines.append(f"inspect log: {inspect_copy}")
-    print("\n".join(lines), file=sys.stdout, flush=True)
+    from orchestrator.util._terminal import terminal_safe
+
+    # Score names (a Harbor verifier's reward names), sample ids (task directories' names) and error texts are
+    # written by datasets and sandboxes: each line is made inert before it reaches the terminal.
+    print("\n".join(terminal_safe(line, keep_newlines=False) for line in lines), file=sys.stdout, flush=True)

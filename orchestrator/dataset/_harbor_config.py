@@ -2,14 +2,23 @@
 
 Harbor's schema (``[metadata]``, ``[verifier]``, ``[agent]``, ``[environment]``, ``[solution]``) is read
 leniently, as Harbor reads it: unknown keys do not fail the task. ``map_task_config`` turns it into
-a ``HarborSettings``: the sandbox fields (CPUs, memory, environment variables, the agent's user, or a
-prebuilt image), the agent and verifier timeouts, the verifier's and the solution's user and
-environment, and one note per setting that does not map (a GPU, a network, a storage size, an
-unknown key), which the loader prints as one line.
+a ``HarborSettings``: the sandbox fields (CPUs, memory, the working directory, the agent's user, or a
+prebuilt image), the network plan (``_harbor_network``), the agent, verifier and build timeouts (times the
+run's ``TimeoutMultipliers``), the verifier's user, the ``${VAR}`` templates of the env tables (filled by
+``_harbor_env`` when the task loads or runs), and one note per setting that does not map (a GPU, a
+storage size, an unknown key), which the loader prints as one line.
+
+Timeouts are Harbor's: the agent has none unless ``[agent] timeout_sec`` sets one, the verifier 600 s,
+the build 600 s; a multiplier scales one phase (``--agent-timeout-multiplier``, ...) or, without its own,
+all of them (``--timeout-multiplier``). Every timeout is bounded: a ``task.toml`` value must be a finite
+number of seconds in (0, 86400] (``inf``, ``nan`` and ``1e308`` are refused in one line), a multiplier
+a finite number in (0, 1000], and the product, like Harbor's "no limit", is capped at ``MAX_TIMEOUT_S``
+(24 h, a sandbox's own lifetime).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -19,12 +28,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator._errors import ToolfleetError
 
-__all__ = ["HarborSettings", "HarborTaskConfig", "TaskConfigError", "map_task_config", "parse_task_config"]
+from ._harbor_network import NetworkConfigError, NetworkPlan, network_plan
 
-DEFAULT_AGENT_TIMEOUT_S = 600.0
+__all__ = ["HarborSettings", "HarborTaskConfig", "TaskConfigError", "TimeoutMultipliers", "map_task_config",
+           "parse_task_config"]
+
+MAX_TIMEOUT_S = 24 * 3600.0  # every phase's bound (Harbor's "no limit" included): a sandbox's lifetime
+MAX_MULTIPLIER = 1000.0
 DEFAULT_VERIFIER_TIMEOUT_S = 600.0
 DEFAULT_BUILD_TIMEOUT_S = 600.0
 DEFAULT_MEMORY_MB = 2048  # Harbor's default; toolfleet's own sandbox default is 1g
+
+_Seconds = Field(None, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
 
 
 class TaskConfigError(ToolfleetError, ValueError):
@@ -36,18 +51,21 @@ class _Section(BaseModel):
 
 
 class _Verifier(_Section):
-    timeout_sec: float = Field(DEFAULT_VERIFIER_TIMEOUT_S, gt=0)
+    timeout_sec: float | None = _Seconds
     env: dict[str, str] = Field(default_factory=dict)
     user: str | int | None = None
     network_mode: str | None = None
-    allowed_hosts: list[str] = Field(default_factory=list)
+    allowed_hosts: list[str] | None = None
+    environment_mode: str | None = None
+    environment: dict[str, Any] | None = None
+    collect: list[Any] = Field(default_factory=list)
 
 
 class _Agent(_Section):
-    timeout_sec: float | None = Field(None, gt=0)
+    timeout_sec: float | None = _Seconds
     user: str | int | None = None
     network_mode: str | None = None
-    allowed_hosts: list[str] = Field(default_factory=list)
+    allowed_hosts: list[str] | None = None
 
 
 class _Solution(_Section):
@@ -55,22 +73,25 @@ class _Solution(_Section):
 
 
 class _Environment(_Section):
-    build_timeout_sec: float = Field(DEFAULT_BUILD_TIMEOUT_S, gt=0)
+    build_timeout_sec: float | None = _Seconds
     docker_image: str | None = None
-    cpus: float = Field(1, gt=0)
-    memory_mb: int = Field(DEFAULT_MEMORY_MB, gt=0)
+    os: str | None = None
+    cpus: float = Field(1, gt=0, le=1024, allow_inf_nan=False)
+    memory_mb: int = Field(DEFAULT_MEMORY_MB, gt=0, le=16 * 1024 * 1024)
     memory: str | None = None  # deprecated spelling ("2G")
     storage_mb: int | None = None
     storage: str | None = None  # deprecated spelling
-    gpus: int = 0
+    gpus: int | None = None
     gpu_types: list[str] | None = None
-    allow_internet: bool = True
+    tpu: dict[str, Any] | None = None
+    allow_internet: bool | None = None  # deprecated: network_mode
     network_mode: str | None = None
-    allowed_hosts: list[str] = Field(default_factory=list)
+    allowed_hosts: list[str] | None = None
     env: dict[str, str] = Field(default_factory=dict)
     mcp_servers: list[Any] = Field(default_factory=list)
     skills_dir: str | None = None
     healthcheck: dict[str, Any] | None = None
+    workdir: str | None = None
 
 
 class HarborTaskConfig(BaseModel):
@@ -83,10 +104,30 @@ class HarborTaskConfig(BaseModel):
     task: dict[str, Any] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
     source: str | None = None
+    artifacts: list[Any] = Field(default_factory=list)
     verifier: _Verifier = Field(default_factory=_Verifier)
     agent: _Agent = Field(default_factory=_Agent)
     environment: _Environment = Field(default_factory=_Environment)
     solution: _Solution = Field(default_factory=_Solution)
+
+
+class TimeoutMultipliers(BaseModel):
+    """A run's timeout multipliers (Harbor's flags): ``timeout`` for every phase without its own."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    timeout: float = Field(1.0, gt=0, le=MAX_MULTIPLIER, allow_inf_nan=False)
+    agent: float | None = Field(None, gt=0, le=MAX_MULTIPLIER, allow_inf_nan=False)
+    verifier: float | None = Field(None, gt=0, le=MAX_MULTIPLIER, allow_inf_nan=False)
+    build: float | None = Field(None, gt=0, le=MAX_MULTIPLIER, allow_inf_nan=False)
+
+    def scale(self, phase: str, seconds: float | None) -> float:
+        """``seconds`` (None: Harbor's "no limit") times this phase's multiplier, capped at ``MAX_TIMEOUT_S``."""
+        if seconds is None:
+            return MAX_TIMEOUT_S
+        own = getattr(self, phase)
+        scaled = seconds * (own if own is not None else self.timeout)
+        return min(scaled, MAX_TIMEOUT_S) if math.isfinite(scaled) else MAX_TIMEOUT_S
 
 
 def parse_task_config(text: str) -> HarborTaskConfig:
@@ -102,6 +143,9 @@ def parse_task_config(text: str) -> HarborTaskConfig:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
+        if where.endswith("timeout_sec"):
+            raise TaskConfigError(f"task.toml: {where}: must be a finite number of seconds above 0 and at most "
+                                  f"{MAX_TIMEOUT_S:g}, got {str(first.get('input'))[:40]}") from None
         raise TaskConfigError(f"task.toml: {where}: {first['msg']}") from None
 
 
@@ -109,52 +153,60 @@ def parse_task_config(text: str) -> HarborTaskConfig:
 class HarborSettings:
     """What a task's ``task.toml`` asks, in toolfleet's terms."""
 
-    sandbox: dict[str, Any]  # DockerSandboxConfig fields (without the image, unless docker_image is given)
+    sandbox: dict[str, Any]  # DockerSandboxConfig fields (without the image and env, unless docker_image is given)
     agent_timeout: float
     verifier_timeout: float
     build_timeout: float
     verifier_user: str | None
-    verifier_env: dict[str, str]
-    solution_env: dict[str, str]
+    environment_env: dict[str, str]  # templates, filled at load (the container's environment)
+    verifier_env: dict[str, str]  # templates, filled when the verifier runs
+    solution_env: dict[str, str]  # templates, filled when the oracle runs
     docker_image: str | None
+    network: NetworkPlan
     notes: list[str] = field(default_factory=list)  # settings that do not map (one phrase each)
 
 
-_NO_NETWORK = "toolfleet sandboxes have no network"
-
-
-def map_task_config(config: HarborTaskConfig) -> HarborSettings:
+def map_task_config(config: HarborTaskConfig, multipliers: TimeoutMultipliers | None = None) -> HarborSettings:
     """The toolfleet form of a parsed ``task.toml`` (pure)."""
+    times = multipliers or TimeoutMultipliers()
     env, agent, verifier = config.environment, config.agent, config.verifier
     notes: list[str] = []
-    explicit = env.model_fields_set
+    try:
+        plan = network_plan(env.model_dump(include={"network_mode", "allowed_hosts", "allow_internet"}),
+                            agent.model_dump(include={"network_mode", "allowed_hosts"}),
+                            verifier.model_dump(include={"network_mode", "allowed_hosts"}), env.model_fields_set)
+    except NetworkConfigError as exc:
+        raise TaskConfigError(f"task.toml: {exc}") from None
 
     memory_mb = _size_mb(env.memory) if env.memory is not None else env.memory_mb
     sandbox: dict[str, Any] = {"cpus": float(env.cpus), "mem_limit": f"{memory_mb}m"}
-    if env.env:
-        sandbox["environment"] = dict(env.env)
     if agent.user is not None:
         sandbox["user"] = str(agent.user)
+    if env.workdir:
+        sandbox["working_dir"] = env.workdir
 
+    if env.os not in (None, "linux", "LINUX", "Linux"):
+        notes.append(f"environment.os={str(env.os)[:20]!r} (sandboxes are Linux containers)")
     if env.gpus:
         notes.append(f"environment.gpus={env.gpus} (sandboxes get no GPUs)")
     if env.gpu_types:
         notes.append("environment.gpu_types (sandboxes get no GPUs)")
+    if env.tpu:
+        notes.append("environment.tpu (sandboxes get no TPUs)")
     if env.storage_mb is not None or env.storage is not None:
         notes.append("environment.storage_mb (writable space is the sandbox's disk_limit, a worker setting)")
-    if "allow_internet" in explicit and env.allow_internet:
-        notes.append(f"environment.allow_internet=true ({_NO_NETWORK})")
-    for section, value in (("environment", env), ("agent", agent), ("verifier", verifier)):
-        if value.network_mode not in (None, "no-network"):
-            notes.append(f"{section}.network_mode={value.network_mode!r} ({_NO_NETWORK})")
-        if value.allowed_hosts:
-            notes.append(f"{section}.allowed_hosts ({_NO_NETWORK})")
     if env.mcp_servers:
         notes.append("environment.mcp_servers (not supported)")
     if env.skills_dir:
         notes.append("environment.skills_dir (not supported)")
     if env.healthcheck:
         notes.append("environment.healthcheck (the agent starts once the container runs)")
+    if verifier.environment is not None or verifier.environment_mode not in (None, "shared"):
+        notes.append("verifier.environment (the verifier runs in the agent's sandbox, Harbor's 'shared' mode)")
+    if verifier.collect:
+        notes.append("verifier.collect (not supported)")
+    if config.artifacts:
+        notes.append("artifacts (not collected; the verifier's /logs/verifier is kept in the log)")
     for where, model in (("", config), ("environment.", env), ("agent.", agent), ("verifier.", verifier),
                          ("solution.", config.solution)):
         for key in sorted(model.model_extra or {}):
@@ -162,13 +214,15 @@ def map_task_config(config: HarborTaskConfig) -> HarborSettings:
 
     return HarborSettings(
         sandbox=sandbox,
-        agent_timeout=agent.timeout_sec or DEFAULT_AGENT_TIMEOUT_S,
-        verifier_timeout=verifier.timeout_sec,
-        build_timeout=env.build_timeout_sec,
+        agent_timeout=times.scale("agent", agent.timeout_sec),
+        verifier_timeout=times.scale("verifier", verifier.timeout_sec or DEFAULT_VERIFIER_TIMEOUT_S),
+        build_timeout=times.scale("build", env.build_timeout_sec or DEFAULT_BUILD_TIMEOUT_S),
         verifier_user=None if verifier.user is None else str(verifier.user),
+        environment_env=dict(env.env),
         verifier_env=dict(verifier.env),
         solution_env=dict(config.solution.env),
         docker_image=env.docker_image,
+        network=plan,
         notes=notes,
     )
 
@@ -180,15 +234,9 @@ def _size_mb(value: str) -> int:
     """Harbor's deprecated size strings (``2G``, ``512M``) in MiB."""
     match = _SIZE.fullmatch(value)
     if match is None:
-        raise TaskConfigError(f"task.toml: environment.memory: unreadable size {value!r} (e.g. 2G, 512M)")
+        raise TaskConfigError(f"task.toml: environment.memory: unreadable size {value[:40]!r} (e.g. 2G, 512M)")
     number, unit = float(match.group(1)), match.group(2).upper()
-    return max(1, int(number * {"K": 1 / 1024, "M": 1, "G": 1024}[unit]))
-
-
-_TEMPLATE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-def resolve_env_templates(values: dict[str, str], environ: dict[str, str]) -> dict[str, str]:
-    """Harbor's ``${VAR}`` / ``${VAR:-default}`` in env values, from ``environ`` (unset, no default: '')."""
-    return {key: _TEMPLATE.sub(lambda m: environ.get(m.group(1), m.group(2) or ""), value)
-            for key, value in values.items()}
+    mb = max(1, int(number * {"K": 1 / 1024, "M": 1, "G": 1024}[unit]))
+    if mb > 16 * 1024 * 1024:
+        raise TaskConfigError(f"task.toml: environment.memory: {value[:40]!r} is more than 16 TiB")
+    return mb

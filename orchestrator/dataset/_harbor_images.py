@@ -16,7 +16,6 @@ with the legacy builder's default isolation. Built images carry the label ``tool
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -87,24 +86,27 @@ def base_images(dockerfile_text: str) -> list[str]:
     return found
 
 
+HASH_MAX_BYTES = 2 * 1024**3  # what one hash reads at most (the loader bounds each context far below)
+
+
 def context_hash(context: Path, dockerfile: str, args: tuple[tuple[str, str], ...] = (),
                  base_ids: tuple[str, ...] = ()) -> str:
-    """16 hex digits that change when anything a build reads changes (see the module docstring)."""
+    """16 hex digits that change when anything a build reads changes (see the module docstring). The
+    context is walked as data (``_harbor_tree.walk_tree``: no link followed, no FIFO opened, bounded)."""
+    from ._harbor_tree import TaskTreeError, stream_task_file, walk_tree
+
     digest = hashlib.sha256()
     digest.update(f"dockerfile={dockerfile}\0args={sorted(args)}\0bases={list(base_ids)}\0".encode())
-    for dirpath, dirnames, filenames in os.walk(context, followlinks=False):
-        dirnames.sort()
-        for name in sorted(filenames):
-            path = Path(dirpath) / name
-            rel = path.relative_to(context).as_posix()
-            if path.is_symlink():
-                digest.update(f"L {rel} -> {os.readlink(path)}\0".encode())
-                continue
-            mode = "x" if os.access(path, os.X_OK) else "-"
-            digest.update(f"F {rel} {mode} {path.stat().st_size}\0".encode())
-            with path.open("rb") as handle:
-                for chunk in iter(lambda: handle.read(1 << 20), b""):
+    try:
+        for entry in walk_tree(context, ".", HASH_MAX_BYTES, 1_000_000, context.name):
+            if entry.kind == "link":
+                digest.update(f"L {entry.rel} -> {entry.target}\0".encode())
+            elif entry.kind == "file":
+                digest.update(f"F {entry.rel} {'x' if entry.executable else '-'} {entry.size}\0".encode())
+                for chunk in stream_task_file(context, entry.rel, entry.size, f"{context.name}/{entry.rel}"):
                     digest.update(chunk)
+    except TaskTreeError as exc:
+        raise HarborBuildError(str(exc)) from None
     return digest.hexdigest()[:16]
 
 
@@ -144,10 +146,12 @@ class DockerImageBuilder:
     def tag_for(self, task: str, context: Path, dockerfile: str, args: dict[str, str], service: str | None = None,
                 prefix: str = IMAGE_PREFIX) -> str:
         """The content-addressed tag of a build (its ``FROM`` images' local ids included)."""
+        from ._harbor_tree import TaskTreeError, TreeLimits, read_task_file
+
         try:
-            text = (context / dockerfile).read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise HarborBuildError(f"cannot read {context / dockerfile}: {exc.strerror or exc}") from None
+            text = read_task_file(context, dockerfile, TreeLimits().file_bytes).decode("utf-8", errors="replace")
+        except (OSError, TaskTreeError) as exc:
+            raise HarborBuildError(f"cannot read {context.name}/{dockerfile}: {exc}") from None
         bases = tuple(self.image_id(image) or f"missing:{image}" for image in base_images(text))
         digest = context_hash(context, dockerfile, tuple(sorted(args.items())), bases)
         return f"{image_name(task, service, prefix)}:{digest}"

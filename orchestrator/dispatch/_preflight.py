@@ -54,6 +54,8 @@ class SandboxNeeds:
         # Tools the samples run on workers (registry name) -> what `toolfleet worker --import` takes to
         # register it: its module, or the task file defining it ('' if unknown).
         self.tools: dict[str, str] = {}
+        # Samples whose task runs commands as root in their sandboxes (a worker must allow it: --allow-root-user).
+        self.root: list[str] = []
         # Network modes a host must enforce for them (``DockerSandboxConfig.enforced_modes``) -> their samples.
         self.networks: dict[str, list[str]] = {}
 
@@ -184,9 +186,10 @@ async def check_worker_tools(client: Any, hosts: Sequence[Any], tools: dict[str,
 
 async def check_fleet(broker_url: str, images: dict[str, list[str]], kinds: set[str],
                       pullable: Collection[str] = (), pods: dict[int, list[str]] | None = None,
-                      tools: dict[str, str] | None = None, networks: dict[str, list[str]] | None = None) -> None:
+                      tools: dict[str, str] | None = None, networks: dict[str, list[str]] | None = None,
+                      root: list[str] | None = None) -> None:
     """Distributed mode: live workers exist, have every tool the samples run on them, accept sandboxes if
-    needed, and have (or can pull) every image."""
+    needed (and run commands as root for the ``root`` samples), and have (or can pull) every image."""
     from redis.asyncio import Redis
 
     from workers.fleet import live_hosts
@@ -209,6 +212,16 @@ async def check_fleet(broker_url: str, images: dict[str, list[str]], kinds: set[
         if all(h.sandbox_types and kind not in h.sandbox_types for h in takers):
             hint = " (start a worker with --allow-local)" if kind == "local" else ""
             raise PreflightError(f"None of the {len(takers)} live worker(s) runs {kind!r} sandboxes{hint}.")
+    if root:
+        # A sample may be placed on any of them (placement does not look at this): every one must allow it.
+        refusing = sorted(h.host for h in takers if not h.allow_root)
+        if len(refusing) == len(takers):
+            raise PreflightError(f"The task runs commands as root in its sandboxes ({_who(root)}), which no live "
+                                 "worker allows: start the workers with --allow-root-user.")
+        if refusing:
+            raise PreflightError(f"The task runs commands as root in its sandboxes ({_who(root)}), which "
+                                 f"{len(refusing)} of the {len(takers)} live workers ({_listed(refusing, 3)}) do not "
+                                 "allow, and a sample may be placed on any: start every worker with --allow-root-user.")
     for mode, who in sorted((networks or {}).items()):
         why = network_refusal(mode, who, takers)
         if why is not None:

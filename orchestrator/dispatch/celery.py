@@ -210,7 +210,7 @@ class CeleryDispatcher(Dispatcher):
 
     async def preflight(self, needs: SandboxNeeds) -> None:
         await check_fleet(self.config.broker_url, needs.images, needs.kinds, needs.pullable, needs.pods, needs.tools,
-                          needs.networks)
+                          needs.networks, root=needs.root)
 
     # --- what the result listener hears --------------------------------------------------------
 

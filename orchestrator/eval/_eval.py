@@ -287,7 +287,8 @@ async def _eval_task(task: Task, model: Model, dispatcher: Dispatcher, o: _Optio
     if task.prepare is not None:  # e.g. a Harbor task builds the images of the samples this run uses
         await asyncio.to_thread(task.prepare, samples)
     if preflight:
-        await run_preflight(sandbox_spec, samples, dispatcher=dispatcher, configs=sandboxes, solver=task.solver)
+        await run_preflight(sandbox_spec, samples, dispatcher=dispatcher, configs=sandboxes, solver=task.solver,
+                            runs_as_root=task.runs_as_root)
     epochs = o.epochs or task.epochs
     identity = _identity(task, model, o, sandbox)
     notice: str | None = None

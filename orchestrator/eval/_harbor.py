@@ -5,8 +5,14 @@
 starts, for the samples the run selects: ``Task.prepare``) whose solver
 makes Harbor's ``/logs`` directories and then runs a react agent with ``bash``, ``python`` and
 ``text_editor`` under each task's agent timeout, or, with ``oracle=True`` (``--oracle``), the task's
-``solution/solve.sh``; the scorer is ``harbor_verifier()``. Task arguments (``-T``): ``oracle`` and
-``build`` (false: use images already present; nothing is built).
+``solution/solve.sh``; the scorer is ``harbor_verifier()``. Task arguments (``-T``, or the CLI flags of
+the same names): ``oracle``; ``build`` (false: use images already present; nothing is built);
+``task_env`` (``--task-env NAME``: the variables of this host the tasks' ``${VAR}`` may read); the
+timeout multipliers ``timeout_multiplier``, ``agent_timeout_multiplier``, ``verifier_timeout_multiplier``,
+``build_timeout_multiplier`` (Harbor's flags). The sandboxes' set-up, the sweep of the agent's
+processes and the verifier's directories run as root: a fleet must allow it (``--allow-root-user``),
+which preflight checks (``Task.runs_as_root``). ``harbor_retryable`` says which failures
+``--retry-on-error`` retries, as Harbor's defaults do.
 """
 
 from __future__ import annotations
@@ -17,8 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from orchestrator.dataset import HarborTaskError, MemoryDataset, Sample, SampleFilesError, load_harbor
 from orchestrator.dataset._harbor import build_images, report_line
+from orchestrator.dataset._harbor_config import MAX_MULTIPLIER, TimeoutMultipliers
 from orchestrator.dataset._harbor_images import ImageBuild
 from orchestrator.scorer._harbor import harbor_verifier
 from orchestrator.solver._harbor import harbor_logs, harbor_oracle
@@ -70,10 +79,25 @@ def harbor_agent(message_limit: int | None = None) -> Solver:
     return solve
 
 
-def harbor_task(path: str | Path, oracle: bool = False, build: bool = True) -> Task:
+def harbor_task(path: str | Path, oracle: bool = False, build: bool = True, task_env: list[str] | None = None,
+                timeout_multiplier: float | None = None, agent_timeout_multiplier: float | None = None,
+                verifier_timeout_multiplier: float | None = None,
+                build_timeout_multiplier: float | None = None) -> Task:
     """The Harbor tasks under ``path`` as one toolfleet ``Task`` (see the module doc). The images are built
-    when a run starts, for the samples it selects (``--sample-id``, ``--limit``), before its preflight."""
-    loaded = load_harbor(path, build=False)
+    when a run starts, for the samples it selects (``--sample-id``, ``--limit``), before its preflight.
+    ``task_env``: the names (or patterns) of this host's variables the tasks' ``${VAR}`` may read; the
+    multipliers scale Harbor's timeouts as its flags of the same names do."""
+    try:
+        multipliers = TimeoutMultipliers(
+            timeout=1.0 if timeout_multiplier is None else timeout_multiplier, agent=agent_timeout_multiplier,
+            verifier=verifier_timeout_multiplier, build=build_timeout_multiplier)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = {"timeout": "timeout", "agent": "agent-timeout", "verifier": "verifier-timeout",
+                "build": "build-timeout"}.get(str(first["loc"][0]), str(first["loc"][0]))
+        raise TaskError(f"--{name}-multiplier: must be a finite number above 0 and at most {MAX_MULTIPLIER:g}, "
+                        f"got {first.get('input')!r}.") from None
+    loaded = load_harbor(path, build=False, task_env=task_env or (), multipliers=multipliers)
     for line in loaded.note_lines():
         _say(line)
     root = Path(path).resolve()
@@ -81,6 +105,9 @@ def harbor_task(path: str | Path, oracle: bool = False, build: bool = True) -> T
     task = Task(dataset=dataset, solver=[harbor_logs(), harbor_oracle() if oracle else harbor_agent()],
                 scorer=harbor_verifier(), sandbox="docker", name=TASK_NAME,
                 metadata={"harbor_path": str(root), "oracle": oracle})
+    # Harbor's set-up, the agent's process sweep and the verifier's directories run as root in the sandbox.
+    task.runs_as_root = True
+    task.retryable = harbor_retryable
     by_task: dict[str, list[ImageBuild]] = {}
     for item in loaded.builds:
         by_task.setdefault(item.task, []).append(item)
@@ -100,10 +127,33 @@ def harbor_task(path: str | Path, oracle: bool = False, build: bool = True) -> T
 
 
 def _say(line: str) -> None:
-    print(f"toolfleet: {line}", file=sys.stderr, flush=True)
+    from orchestrator.util._terminal import terminal_safe
+
+    # Task names, unknown keys and paths come from the task directories: escaped before the terminal sees them.
+    print(f"toolfleet: {terminal_safe(line, keep_newlines=False)}", file=sys.stderr, flush=True)
 
 
-_PARAMS = {"oracle": bool, "build": bool}
+def harbor_retryable(exc: BaseException) -> bool:
+    """Whether a Harbor sample that failed with ``exc`` is retried (with ``--retry-on-error``), as Harbor's
+    ``RetryConfig`` decides: every failure but a model that refused for good (authentication, unknown model,
+    unsupported parameters, usage limit: a ``ModelError`` the provider did not call retryable). Harbor's other
+    exclusions are not failures here: an agent timeout is a time limit and a missing, empty or unreadable
+    reward file, or a verifier timeout, scores 0; none is retried, in Harbor or here."""
+    from orchestrator.model._model import ModelError
+
+    cause: BaseException | None = exc
+    for _ in range(8):  # the model's refusal may arrive wrapped (an agent, a solver)
+        if cause is None:
+            break
+        if isinstance(cause, ModelError):
+            return bool(cause.retryable)
+        cause = cause.__cause__ or cause.__context__
+    return True
+
+
+_FLOAT_PARAMS = ("timeout_multiplier", "agent_timeout_multiplier", "verifier_timeout_multiplier",
+                 "build_timeout_multiplier")
+_PARAMS: dict[str, Any] = {"oracle": bool, "build": bool, "task_env": list, **dict.fromkeys(_FLOAT_PARAMS, float)}
 
 
 def load_harbor_task(spec: str, task_args: dict[str, Any] | None = None) -> Task:
@@ -117,8 +167,14 @@ def load_harbor_task(spec: str, task_args: dict[str, Any] | None = None) -> Task
     for key, value in args.items():
         if key not in _PARAMS:
             raise TaskError(f"Harbor tasks have no parameter '{key}' (parameters: {', '.join(_PARAMS)}).")
-        if not isinstance(value, bool):
-            raise TaskError(f"-T {key}={value!r}: Harbor tasks expect true or false.")
+        kind = _PARAMS[key]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            args[key] = value = float(value)
+        if kind is list and isinstance(value, str):
+            args[key] = value = [value]
+        if not isinstance(value, kind) or (kind is list and not all(isinstance(v, str) for v in value)):
+            expected = {bool: "true or false", float: "a number", list: "variable names"}[kind]
+            raise TaskError(f"-T {key}={value!r}: Harbor tasks expect {expected}.")
     try:
         task = harbor_task(path, **args)
     except (HarborTaskError, SampleFilesError) as exc:

@@ -15,6 +15,8 @@
   runs their type (``local`` needs ``--allow-local``), allows each image (``--image`` patterns),
   offers each network mode a sandbox asks for (``--allow-network``, on a host that enforces it; embedded
   mode: this machine enforces it) and has slots for the largest multi-service sandbox (one per container);
+  a task whose own code runs commands as root (``Task.runs_as_root``: Harbor tasks) needs every worker
+  that takes sandboxes to allow it (``--allow-root-user``);
 - the model endpoint answers (openai and anthropic providers: one ``models.list`` with a short
   timeout; scripted models are not probed).
 
@@ -147,11 +149,13 @@ async def probe_model(model: Any) -> None:
 
 async def preflight(task_sandbox: Any, samples: Sequence[Any], *, dispatcher: Dispatcher | None = None,
                     embedded: bool = False, broker_url: str | None = None, base_dir: Any = None,
-                    configs: SandboxConfigs | None = None, solver: Any = None) -> None:
+                    configs: SandboxConfigs | None = None, solver: Any = None, runs_as_root: bool = False) -> None:
     """Sandbox specs, then what the dispatcher needs for them (images, workers, the ``solver``'s worker
-    tools) for one task's samples (the model is probed once per eval). Without a dispatcher: this
-    machine's Docker (``embedded``) or the fleet on ``broker_url``."""
+    tools, root when the task's own code runs commands as root) for one task's samples (the model is probed
+    once per eval). Without a dispatcher: this machine's Docker (``embedded``) or the fleet on ``broker_url``."""
     needs = sandbox_needs(task_sandbox, samples, base_dir, configs)
+    if runs_as_root and needs.kinds:
+        needs.root = [str(s.id) for s in samples]
     if solver is not None:
         needs.tools = {name: import_hint(module) for name, module in worker_tools(solver).items()}
     if dispatcher is not None:
@@ -160,7 +164,7 @@ async def preflight(task_sandbox: Any, samples: Sequence[Any], *, dispatcher: Di
         await check_local_images(needs.images, needs.pullable)
     elif broker_url:
         await check_fleet(broker_url, needs.images, needs.kinds, needs.pullable, needs.pods, needs.tools,
-                          needs.networks)
+                          needs.networks, root=needs.root)
 
 
 __all__ = ["PreflightError", "preflight", "probe_model"]

@@ -44,13 +44,14 @@ def eval_results(task: Task, samples: dict[tuple[str, int], EvalSample], total: 
 
 def _series(key: str, scored: list[EvalSample]) -> dict[str, list[tuple[EvalSample, Score]]]:
     """A scorer's scores as the series its metrics run over: itself, or, when its values are dicts (a Harbor
-    verifier's rewards), one series per dict key, named after the key, over the samples that have it."""
+    verifier's rewards), one series per dict key, named after the key, over every scored sample: a sample
+    without that key counts 0, as Harbor's mean counts it."""
     pairs = [(s, s.scores[key]) for s in scored if key in s.scores]
     if not pairs or not all(isinstance(score.value, dict) for _, score in pairs):
         return {key: pairs}
-    names = list(dict.fromkeys(k for _, score in pairs for k in score.value))  # type: ignore[union-attr]  # all dicts: checked above
-    return {name: [(s, Score(value=score.value[name], answer=score.answer))  # type: ignore[index]  # all dicts: checked above
-                   for s, score in pairs if name in score.value] for name in names}  # type: ignore[operator]  # all dicts: checked above
+    names = list(dict.fromkeys(k for _, score in pairs for k in score.value))  # type: ignore[union-attr]
+    return {name: [(s, Score(value=score.value.get(name, 0.0), answer=score.answer))  # type: ignore[union-attr]
+                   for s, score in pairs] for name in names}
 
 
 def eval_stats(samples: dict[tuple[str, int], EvalSample], started_at: float, model: Any = None) -> EvalStats:

@@ -194,8 +194,9 @@ class SampleRunner:
                 # Inspect records an unexpected exception as its repr (``RuntimeError('kaboom')``); our own
                 # errors (sandbox lost, setup failed, limits) carry sentences written for the user: kept as is.
                 message = str(exc) if _worded(exc) else repr(exc)
+                retryable = self.task.retryable(exc) if self.task.retryable is not None else True
                 error = EvalError(type=type(exc).__name__, message=message or type(exc).__name__,
-                                  traceback=traceback.format_exc())
+                                  traceback=traceback.format_exc(), retryable=retryable)
                 transcript.record(ErrorEvent(message=error.message, traceback=error.traceback))
                 raise _SampleFailed(error, self._finish(result, state, transcript, usage)) from exc
             finally:

@@ -74,6 +74,11 @@ class Task:
         # Called once per run, in a thread, with the samples the run will use, before preflight (a Harbor task
         # builds their images here); raises an SetupError (one line) when they cannot be prepared.
         self.prepare: Callable[[list[Sample]], None] | None = None
+        # The task's own solvers or scorers run commands as root in its sandboxes (a Harbor task's set-up and
+        # verifier): preflight refuses a fleet whose workers do not allow it (--allow-root-user).
+        self.runs_as_root = False
+        # Which sample failures --retry-on-error retries (None: every one); a Harbor task follows Harbor's rule.
+        self.retryable: Callable[[BaseException], bool] | None = None
 
     @property
     def name(self) -> str:

@@ -1,8 +1,11 @@
 """Solvers for Harbor tasks: the ``/logs`` layout before the agent, and the oracle (``solution/solve.sh``).
 
-``harbor_logs()`` makes ``/logs/agent`` and ``/logs/verifier`` (as root; writable by every user, so by
-the task's user whoever it is), which Harbor mounts into every trial. ``harbor_oracle()`` is what runs
-instead of an agent under ``--oracle``: the task's ``solution/`` is copied to ``/solution`` and
+``harbor_logs()`` makes ``/logs`` (as root, 0755) and ``/logs/agent`` (writable by every user, so by the
+task's user whoever it is), as Harbor mounts it into every trial, and then gives the sandbox the agent's
+network policy when ``[agent] network_mode`` differs from ``[environment]``'s (``enter_phase``).
+``/logs/verifier`` is made afresh for the verifier only (``orchestrator.scorer._harbor``), so nothing
+the agent writes there can pass for a reward. ``harbor_oracle()`` is what runs instead of an agent
+under ``--oracle``: the task's ``solution/`` is copied to ``/solution`` and
 ``bash /solution/solve.sh`` runs as the task's user with ``[solution] env``, within the agent timeout
 (a timeout ends the solver as a ``time`` limit: the verifier still runs, as under Harbor). A task
 without ``solution/solve.sh`` fails its sample, so the summary lists it.
@@ -10,7 +13,7 @@ without ``solution/solve.sh`` fails its sample, so the summary lists it.
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 from orchestrator._errors import ToolfleetError
 from orchestrator.model._model_output import ModelOutput
@@ -20,12 +23,12 @@ from orchestrator.util._sandbox import sandbox
 from ._solver import Generate, Solver, solver
 from ._task_state import TaskState
 
-__all__ = ["HarborOracleError", "harbor_logs", "harbor_oracle"]
+__all__ = ["HarborOracleError", "enter_phase", "harbor_logs", "harbor_oracle"]
 
 SETUP_TIMEOUT_S = 120.0
 OUTPUT_TAIL = 2000
 
-MAKE_LOGS = "mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier"
+MAKE_LOGS = "mkdir -p /logs/agent && chmod 0755 /logs && chmod 0777 /logs/agent"
 COPY_SOLUTION = """set -e
 rm -rf /solution
 mkdir -p /solution
@@ -38,15 +41,31 @@ class HarborOracleError(ToolfleetError, RuntimeError):
     """The oracle could not run (no solution, or it could not be copied in)."""
 
 
+async def enter_phase(meta: dict[str, Any], phase: str, before: str) -> None:
+    """Give the sample's sandbox ``phase``'s network policy (``[agent]`` / ``[verifier] network_mode``) if it
+    differs from ``before``'s, through the dispatcher seam (the sandbox's host enforces it; a refusal is a
+    ``SandboxUnavailableError``, one sentence)."""
+    from orchestrator.dispatch import active_dispatcher, current_route
+
+    policies = meta.get("network") or {}
+    policy = policies.get(phase)
+    if policy is None or policy == policies.get(before):
+        return
+    await active_dispatcher().set_sandbox_network(current_route(), policy["network_mode"],
+                                                  policy.get("allowed_hosts") or ())
+
+
 @solver
 def harbor_logs() -> Solver:
-    """Make ``/logs/agent`` and ``/logs/verifier`` in the sample's sandbox (see the module doc)."""
+    """Make ``/logs`` and ``/logs/agent`` in the sample's sandbox (see the module doc), then give it the
+    agent's network policy when ``[agent] network_mode`` asks for another than the environment's."""
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         made = await sandbox().exec(["sh", "-c", MAKE_LOGS], user="root", timeout=SETUP_TIMEOUT_S)
         if made.returncode != 0:
             raise HarborOracleError(f"Could not make /logs in the sandbox (exit {made.returncode}): "
                                     f"{(made.stderr or made.stdout)[-500:]}")
+        await enter_phase(state.metadata["harbor"], "agent", before="setup")
         return state
 
     return solve
@@ -57,22 +76,22 @@ def harbor_oracle() -> Solver:
     """Run the task's reference solution instead of an agent (see the module doc)."""
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
-        from orchestrator.dataset._harbor import pack_directory
+        from orchestrator.dataset._harbor import pack_task_dir
         from orchestrator.scorer._harbor import resolve_env
 
         meta = state.metadata["harbor"]
         if not meta.get("has_solution"):
             raise HarborOracleError(f"Task '{state.sample_id}' has no solution/solve.sh: the oracle cannot run.")
         box = sandbox()
-        copied = await box.exec(["sh", "-c", COPY_SOLUTION], input=pack_directory(Path(meta["dir"]) / "solution"),
+        copied = await box.exec(["sh", "-c", COPY_SOLUTION], input=pack_task_dir(meta["dir"], "solution"),
                                 user="root", timeout=SETUP_TIMEOUT_S)
         if copied.returncode != 0:
             raise HarborOracleError(f"Could not copy solution/ to /solution (exit {copied.returncode}): "
                                     f"{(copied.stderr or copied.stdout)[-500:]}")
         timeout = float(meta["agent_timeout"])
+        env = resolve_env(meta.get("solution_env") or {}, meta.get("task_env"))
         try:
-            result = await box.exec(["bash", "/solution/solve.sh"], env=resolve_env(meta.get("solution_env") or {}),
-                                    timeout=timeout)
+            result = await box.exec(["bash", "/solution/solve.sh"], env=env, timeout=timeout)
         except TimeoutError as exc:
             state.output = ModelOutput.from_content("oracle", f"solve.sh timed out after {timeout:g} s")
             message = f"solve.sh did not finish within the agent timeout ({timeout:g} s)"

@@ -19,6 +19,7 @@ import pytest
 from orchestrator.dataset import load_harbor
 from orchestrator.eval import eval_async, eval_retry_async, oracle_failures, scripted_policy
 from orchestrator.eval._harbor import ORACLE_MODEL
+from orchestrator.eval._preflight import PreflightError
 from orchestrator.model import ChatMessageTool, ModelOutput
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +42,11 @@ def _check_examples(log: Any) -> None:
     assert _rewards(log) == {"fix-word-count": {"reward": 1.0, "cases_passed": 1.0}, "hello-world": {"reward": 1.0},
                              "kv-store": {"reward": 0.0}}
     means = {s.name: s.metrics["mean"].value for s in log.results.scores}
-    assert means == {"reward": pytest.approx(2 / 3), "cases_passed": 1.0}
+    assert means == {"reward": pytest.approx(2 / 3), "cases_passed": pytest.approx(1 / 3)}  # missing names count 0
+    for sample in log.samples:  # the verifier's files are in the log: its output, and the reward file it wrote
+        files = {f["name"]: f for f in sample.scores["harbor"].metadata["verifier_files"]}
+        assert "test-stdout.txt" in files and ({"reward.txt", "reward.json"} & set(files)), files
+        assert all(f["whole"] for f in files.values())
     assert oracle_failures(log) == ["kv-store (reward 0)"]
     by_id = {str(s.id): s for s in log.samples}
     for sid, sample in by_id.items():  # each task ran on its own content-addressed image
@@ -66,8 +71,10 @@ async def test_examples_oracle_embedded(tmp_path: Path, sandbox_image: str) -> N
 @pytest.mark.celery
 async def test_examples_oracle_on_two_workers(tmp_path: Path, sandbox_image: str, fleet) -> None:  # type: ignore[no-untyped-def]
     # (orphan_grace as shipped: on this shared, loaded machine a 2 s grace closes sandboxes of a busy orchestrator)
-    # Harbor's own set-up (/logs) and verifiers run as root: a worker allows that only with --allow-root-user.
-    workers = [fleet.worker(slots=2, orphan_grace=30.0, extra_args=("--allow-root-user",)) for _ in range(2)]
+    # Harbor's own set-up (/logs) and verifiers run as root: a worker allows that only with --allow-root-user;
+    # Harbor's default network is public: a worker gives sandboxes a way out only with --allow-network public.
+    workers = [fleet.worker(slots=2, orphan_grace=30.0, extra_args=("--allow-root-user", "--allow-network", "public"))
+               for _ in range(2)]
     # One task's image is new (a file only this run has in its build context): it is built at load, after the
     # workers last listed their images, and the eval still starts (preflight waits for their next listing).
     tasks = tmp_path / "tasks"
@@ -83,6 +90,24 @@ async def test_examples_oracle_on_two_workers(tmp_path: Path, sandbox_image: str
         fresh = load_harbor(tasks, build=False).samples
         image = next(s.sandbox["image"] for s in fresh if s.id == "hello-world")  # type: ignore[index]
         docker.from_env().images.remove(image, noprune=False)  # this test's own image
+
+
+@pytest.mark.celery
+async def test_fleet_without_root_is_refused_at_preflight(tmp_path: Path, sandbox_image: str, fleet) -> None:  # type: ignore[no-untyped-def]
+    # Harbor's set-up, the sweep of the agent's processes and the verifier's directories run as root: a fleet
+    # that does not allow it would fail every sample with a bare PermissionError. One line instead, naming the flag.
+    fleet.worker(slots=2)
+    args: dict[str, Any] = dict(log_dir=tmp_path / "logs", task_args={"oracle": True}, broker=fleet.redis.url,
+                                sample_id="hello-world")
+    with pytest.raises(PreflightError) as caught:
+        await eval_async("harbor:examples/harbor", ORACLE_MODEL, **args)
+    assert str(caught.value) == ("The task runs commands as root in its sandboxes (sample hello-world), which no "
+                                 "live worker allows: start the workers with --allow-root-user.")
+    root = fleet.worker(slots=2, extra_args=("--allow-root-user",))  # a mixed fleet: a sample may land anywhere
+    with pytest.raises(PreflightError, match=r"which 1 of the 2 live workers \(w-\w+\) do not allow, and a sample "
+                                             "may be placed on any: start every worker with --allow-root-user"):
+        await eval_async("harbor:examples/harbor", ORACLE_MODEL, **args)
+    assert root.alive()
 
 
 def test_cli_reports_a_broken_solution(tmp_path: Path, sandbox_image: str) -> None:
@@ -150,7 +175,7 @@ def _sleepy(messages: list[Any], tools: list[Any]) -> ModelOutput:
 
 async def test_agent_and_verifier_timeouts_from_task_toml(tmp_path: Path, sandbox_image: str) -> None:
     for name, agent, verifier, test in (("slow-agent", 3, 60, "echo 1 > /logs/verifier/reward.txt"),
-                                        ("slow-verifier", 60, 2, "sleep 30; echo 1 > /logs/verifier/reward.txt")):
+                                        ("slow-verifier", 60, 2, "echo 1 > /logs/verifier/reward.txt; sleep 30")):
         task = tmp_path / "tasks" / name
         shutil.copytree(BROKEN, task)
         (task / "task.toml").write_text(f"[agent]\ntimeout_sec = {agent}\n[verifier]\ntimeout_sec = {verifier}\n"
@@ -162,12 +187,15 @@ async def test_agent_and_verifier_timeouts_from_task_toml(tmp_path: Path, sandbo
     # The agent's time limit ends the sample as a limit; the verifier still runs and scores it.
     assert slow_agent.error is None and slow_agent.limit is not None and slow_agent.limit.type == "time"
     assert slow_agent.limit.limit == 3 and slow_agent.scores["harbor"].value == {"reward": 1.0}
-    # A verifier past its timeout is killed: no reward file, reward 0, and the explanation says so.
+    # A verifier past its timeout is killed and, as under Harbor, gives no reward (not even one it wrote before
+    # the timeout): reward 0, and the explanation says so.
     score = slow_verifier.scores["harbor"]
     assert slow_verifier.error is None and score.value == {"reward": 0.0}
-    assert score.explanation is not None and score.explanation.startswith("test.sh timed out after 2 s; no reward file")
-    assert score.metadata == {"returncode": 124, "timed_out": True,
-                              "verifier_error": "no reward file (/logs/verifier/reward.txt or reward.json)"}
+    assert score.explanation == "test.sh timed out after 2 s; no reward is taken from a verifier that timed out."
+    assert score.metadata is not None
+    assert {k: v for k, v in score.metadata.items() if k != "verifier_files"} == {
+        "returncode": 124, "timed_out": True, "verifier_error": "no reward is taken from a verifier that timed out"}
+    assert {f["name"] for f in score.metadata["verifier_files"]} == {"test-stdout.txt", "reward.txt"}
 
 
 def test_examples_map_to_samples(sandbox_image: str) -> None:
@@ -177,11 +205,12 @@ def test_examples_map_to_samples(sandbox_image: str) -> None:
     hello = by_id["hello-world"]
     assert hello.input.startswith("Create a file `hello.txt`")
     assert hello.sandbox == {"type": "docker", "image": hello.sandbox["image"], "pool_size": 0,  # type: ignore[index]
-                             "cpus": 1.0, "mem_limit": "512m"}
+                             "cpus": 1.0, "mem_limit": "512m", "network_mode": "public"}  # Harbor's default
     assert hello.metadata is not None and hello.metadata["difficulty"] == "easy"
     assert {k: v for k, v in hello.metadata["harbor"].items() if k != "dir"} == {
         "agent_timeout": 300.0, "verifier_timeout": 60.0, "verifier_user": None, "verifier_env": {},
-        "solution_env": {}, "has_solution": True}
+        "solution_env": {}, "task_env": [], "has_solution": True,
+        "network": {phase: {"network_mode": "public"} for phase in ("setup", "agent", "verifier")}}
     pod = by_id["kv-store"].sandbox
     assert isinstance(pod, dict) and pod["default_service"] == "main" and pod["mem_limit"] == "512m"
     assert pod["image"].startswith("toolfleet/harbor-kv-store:") and list(pod["services"]) == ["kv"]
@@ -194,13 +223,16 @@ def test_unmapped_settings_are_one_line_each(tmp_path: Path, sandbox_image: str)
     for name in ("gpu-a", "gpu-b"):
         task = tmp_path / name
         shutil.copytree(BROKEN, task)
-        (task / "task.toml").write_text("[environment]\ngpus = 1\nallow_internet = true\nmemory_mb = 256\n")
-    lines = load_harbor(tmp_path, build=False).lines("DIR")
+        (task / "task.toml").write_text("[environment]\ngpus = 1\ntpu = { type = 'v6e', topology = '2x2' }\n"
+                                        "allow_internet = false\nmemory_mb = 256\n")
+    loaded = load_harbor(tmp_path, build=False)
+    lines = loaded.lines("DIR")
     assert lines[:2] == [
         "harbor: not mapped, ignored: environment.gpus=1 (sandboxes get no GPUs) (tasks gpu-a, gpu-b)",
-        ("harbor: not mapped, ignored: environment.allow_internet=true (toolfleet sandboxes have no network) "
-         "(tasks gpu-a, gpu-b)")]
+        "harbor: not mapped, ignored: environment.tpu (sandboxes get no TPUs) (tasks gpu-a, gpu-b)"]
     assert lines[2].startswith("harbor: 2 tasks from DIR; images: 0 built, 0 cached") and len(lines) == 3
+    # allow_internet maps (Harbor's legacy spelling of network_mode): false is a sandbox without network.
+    assert {s.sandbox["network_mode"] for s in loaded.samples} == {"none"}  # type: ignore[index]
 
 
 def test_failing_build_is_one_line(tmp_path: Path, sandbox_image: str) -> None:

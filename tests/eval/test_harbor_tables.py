@@ -11,12 +11,7 @@ from typing import Any
 import pytest
 
 from orchestrator.dataset import HarborTaskError, load_harbor
-from orchestrator.dataset._harbor_config import (
-    TaskConfigError,
-    map_task_config,
-    parse_task_config,
-    resolve_env_templates,
-)
+from orchestrator.dataset._harbor_config import MAX_TIMEOUT_S, TaskConfigError, map_task_config, parse_task_config
 from orchestrator.dataset._harbor_images import base_images, context_hash, image_name
 from orchestrator.eval import EvalSample, Task
 from orchestrator.eval._results import eval_results
@@ -27,23 +22,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(("toml", "expected"), [
-    ("", {"sandbox": {"cpus": 1.0, "mem_limit": "2048m"}, "agent_timeout": 600.0, "verifier_timeout": 600.0,
-          "verifier_user": None, "notes": []}),
+    # Harbor's defaults: no agent timeout (bounded here by a sandbox's lifetime), 600 s verifier and build.
+    ("", {"sandbox": {"cpus": 1.0, "mem_limit": "2048m"}, "agent_timeout": MAX_TIMEOUT_S, "verifier_timeout": 600.0,
+          "build_timeout": 600.0, "verifier_user": None, "notes": []}),
     (('[environment]\ncpus = 2\nmemory_mb = 512\n[agent]\ntimeout_sec = 30\nuser = "agent"\n'
-      '[verifier]\ntimeout_sec = 45\nuser = "root"\nenv = { K = "v" }'),
+     '[verifier]\ntimeout_sec = 45\nuser = "root"\nenv = { K = "v" }'),
      {"sandbox": {"cpus": 2.0, "mem_limit": "512m", "user": "agent"}, "agent_timeout": 30.0,
       "verifier_timeout": 45.0, "verifier_user": "root", "verifier_env": {"K": "v"}, "notes": []}),
-    ('[environment]\nmemory = "1G"\nenv = { A = "1" }', {"sandbox": {"cpus": 1.0, "mem_limit": "1024m",
-                                                                      "environment": {"A": "1"}}}),
-    ('[environment]\nallow_internet = false', {"notes": []}),  # no network: what toolfleet sandboxes have
-    ('[environment]\nallow_internet = true', {"notes": [("environment.allow_internet=true (toolfleet sandboxes "
-                                                        "have no network)")]}),
+    ('[environment]\nmemory = "1G"\nenv = { A = "1" }\nworkdir = "/app"',
+     {"sandbox": {"cpus": 1.0, "mem_limit": "1024m", "working_dir": "/app"}, "environment_env": {"A": "1"}}),
     ('[environment]\ngpus = 1\nstorage_mb = 4096', {"notes": [
         "environment.gpus=1 (sandboxes get no GPUs)",
         "environment.storage_mb (writable space is the sandbox's disk_limit, a worker setting)"]}),
-    ('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]', {"notes": [
-        "agent.network_mode='allowlist' (toolfleet sandboxes have no network)",
-        "agent.allowed_hosts (toolfleet sandboxes have no network)"]}),
+    ('[verifier]\nenvironment_mode = "separate"\n[[verifier.collect]]\ncommand = "x"', {"notes": [
+        "verifier.environment (the verifier runs in the agent's sandbox, Harbor's 'shared' mode)",
+        "verifier.collect (not supported)"]}),
     ('surprise = 1\n[verifier]\ntimeot_sec = 5', {"notes": [
         "surprise (unknown key, ignored as Harbor ignores it)",
         "verifier.timeot_sec (unknown key, ignored as Harbor ignores it)"]}),
@@ -59,7 +52,13 @@ def test_task_toml_maps(toml: str, expected: dict[str, Any]) -> None:
 @pytest.mark.parametrize(("toml", "error"), [
     ("[verifier\n", "not valid TOML"),
     ('[verifier]\ntimeout_sec = "soon"', "verifier.timeout_sec"),
-    ("[agent]\ntimeout_sec = -1", "agent.timeout_sec"),
+    ("[agent]\ntimeout_sec = -1", "agent.timeout_sec: must be a finite number of seconds above 0"),
+    ("[environment]\nbuild_timeout_sec = inf", "environment.build_timeout_sec: must be a finite number"),
+    ("[environment]\nbuild_timeout_sec = nan", "environment.build_timeout_sec: must be a finite number"),
+    ("[verifier]\ntimeout_sec = 1e308", ("verifier.timeout_sec: must be a finite number of seconds above 0 and at "
+                                         "most 86400, got 1e")),
+    ("[environment]\ncpus = inf", "environment.cpus"),
+    ('[environment]\nnetwork_mode = "offline"', "environment.network_mode: 'offline' is not one of public"),
     ('[[steps]]\nname = "one"', "multi-step"),
 ])
 def test_task_toml_refused(toml: str, error: str) -> None:
@@ -67,18 +66,14 @@ def test_task_toml_refused(toml: str, error: str) -> None:
         map_task_config(parse_task_config(toml))
 
 
-def test_env_templates() -> None:
-    assert resolve_env_templates({"a": "${X}", "b": "${Y:-fallback}", "c": "pre-${X}-post", "d": "${NOPE}"},
-                                 {"X": "1"}) == {"a": "1", "b": "fallback", "c": "pre-1-post", "d": ""}
-
-
 @pytest.mark.parametrize(("json_text", "txt", "expected"), [
     (None, "1\n", {"reward": 1.0}),
     (None, " 0.25 ", {"reward": 0.25}),
-    ('{"reward": 1, "speed": 0.5, "note": "x", "ok": true}', None, {"reward": 1.0, "speed": 0.5}),
-    ('{"passed": 0.5}', "1", {"passed": 0.5, "reward": 1.0}),  # reward.txt fills "reward" beside a report
-    ('{"passed": 0.5}', "junk", {"passed": 0.5}),
-    ('{"reward": 0}', "1", {"reward": 0.0}),  # the JSON wins
+    ('{"reward": 1, "speed": 0.5, "ok": true}', None, {"reward": 1.0, "speed": 0.5, "ok": 1.0}),  # bools: numbers
+    ('{"passed": 0.5}', "1", {"passed": 0.5}),  # the JSON wins, whole (Harbor never reads reward.txt beside it)
+    ('{"reward": 0}', "1", {"reward": 0.0}),
+    (None, "1e12", {"reward": 1e12}),
+    (None, "-3", {"reward": -3.0}),
 ])
 def test_rewards_parse(json_text: str | None, txt: str | None, expected: dict[str, float]) -> None:
     assert parse_rewards(json_text, txt) == expected
@@ -88,11 +83,22 @@ def test_rewards_parse(json_text: str | None, txt: str | None, expected: dict[st
     (None, None, "no reward file"),
     (None, "", "reward.txt is empty"),
     (None, "yes", "not a number"),
+    (None, "   ", "not a number"),
     (None, "nan", "not a finite number"),
+    (None, "inf", "not a finite number"),
+    (None, "1e308", "not a finite number of at most 1e\\+12"),
     ("", None, "reward.json is empty"),
     ("[1]", None, "JSON object"),
     ("{", None, "not JSON"),
-    ('{"a": "b"}', None, "no numeric reward"),
+    ("{}", None, "holds no reward"),
+    ('{"a": "b"}', None, "reward 'a' is not a number"),
+    ('{"reward": 1, "note": "x"}', None, "reward 'note' is not a number"),
+    ('{"reward": NaN}', None, "not a finite number"),
+    ('{"reward": Infinity}', None, "not a finite number"),
+    ('{"reward": -1e308}', None, "not a finite number"),
+    ('{"reward": 1e999}', None, "not a finite number"),
+    ("{" + ",".join(f'"r{i}": 1' for i in range(65)) + "}", None, "more than 64 rewards"),
+    ('{"' + "x" * 129 + '": 1}', None, "longer than 128 characters"),
 ])
 def test_rewards_refused(json_text: str | None, txt: str | None, error: str) -> None:
     with pytest.raises(RewardError, match=error):
@@ -142,12 +148,13 @@ def test_dict_scores_become_one_score_per_reward() -> None:
     samples = {("a", 1): _sample("a", {"reward": 1.0, "cases": 0.5}), ("b", 1): _sample("b", {"reward": 0.0})}
     results = eval_results(task, samples, total=2)
     by_name = {s.name: (s.scorer, s.scored_samples, s.metrics["mean"].value) for s in results.scores}
-    assert by_name == {"reward": ("harbor", 2, 0.5), "cases": ("harbor", 1, 0.5)}
+    # A sample without a reward name counts 0 in that name's mean, as Harbor's mean counts it.
+    assert by_name == {"reward": ("harbor", 2, 0.5), "cases": ("harbor", 2, 0.25)}
     # Over epochs, each reward is reduced per sample first.
     samples[("a", 2)] = _sample("a", {"reward": 0.0, "cases": 1.0}, epoch=2)
     results = eval_results(task, samples, total=2, epochs=2)
     by_name = {s.name: (s.scored_samples, s.metrics["mean"].value) for s in results.scores}
-    assert by_name == {"reward": (2, 0.25), "cases": (1, 0.75)}
+    assert by_name == {"reward": (2, 0.25), "cases": (2, 0.375)}
 
 
 # -- malformed task directories: one line at load ------------------------------------------------------
@@ -187,9 +194,15 @@ def test_malformed_task_is_one_error(tmp_path: Path, kwargs: dict[str, Any], err
 
 @pytest.mark.parametrize(("compose", "error"), [
     ("services: [1]\n", "needs a 'services' mapping"),
-    ("services:\n  main:\n    build: ../../elsewhere\n", "not a directory inside the task"),
+    ("services:\n  main:\n    build: ../../elsewhere\n", "context '../../elsewhere' is not inside the task"),
+    ("services:\n  main:\n    build: /etc\n", "context '/etc' is not inside the task"),
+    ("services:\n  main:\n    build:\n      dockerfile: ../../../x\n", "is not inside its context"),
     ("services:\n  main:\n    privileged: true\n", "'privileged' is not supported"),
-    ("services:\n  main:\n    build:\n      dockerfile: Nope\n", "no Dockerfile 'Nope'"),
+    ("services:\n  main:\n    build:\n      dockerfile: Nope\n", "no environment/Nope in the task"),
+    (("a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+     "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+     "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
+     "services:\n  main:\n    environment: {X: 1}\n    labels: [*e, *e]\n"), "more than 100,000 values"),
 ])
 def test_compose_task_refused(tmp_path: Path, compose: str, error: str) -> None:
     task = _task(tmp_path, "pod")
@@ -224,4 +237,26 @@ def test_cli_oracle_needs_a_harbor_task(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 1
     assert done.stderr.splitlines() == [("toolfleet: error: --oracle runs Harbor tasks' solutions: give harbor:DIR, "
-                                         "not 'examples/humaneval.py'.")]
+                                        "not 'examples/humaneval.py'.")]
+
+
+@pytest.mark.slow  # runs the CLI in a child process
+@pytest.mark.parametrize(("task", "flags", "error"), [
+    ("examples/humaneval.py", ["--task-env", "TB_URL"], ("--task-env is for Harbor tasks: give harbor:DIR, not "
+                                                        "'examples/humaneval.py'.")),
+    ("examples/humaneval.py", ["--timeout-multiplier", "2"], "--timeout-multiplier is for Harbor tasks"),
+    ("harbor:examples/harbor", ["--timeout-multiplier", "inf"], ("--timeout-multiplier: must be a finite number above "
+                                                                "0 and at most 1000, got inf.")),
+    ("harbor:examples/harbor", ["--agent-timeout-multiplier", "0"], "--agent-timeout-multiplier: must be a finite"),
+    ("harbor:examples/harbor", ["--build-timeout-multiplier", "nan"], "--build-timeout-multiplier: must be a finite"),
+    ("harbor:examples/harbor", ["--task-env", "TOOLFLEET_SECRET"], ("--task-env TOOLFLEET_SECRET: toolfleet never "
+                                                                   "passes its own TOOLFLEET_* variables to a task")),
+    ("harbor:examples/harbor", ["--task-env", "GITHUB_TOKEN"], ("--task-env GITHUB_TOKEN: toolfleet never passes "
+                                                               "credential-looking variables")),
+])
+def test_cli_harbor_flags_refused_in_one_line(tmp_path: Path, task: str, flags: list[str], error: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "eval", task, "--oracle", *flags,
+                           "--log-dir", str(tmp_path / "logs")], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert line.startswith("toolfleet: error: ") and error in line, line

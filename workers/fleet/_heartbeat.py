@@ -49,6 +49,7 @@ class HostRecord(BaseModel):
     # sandbox types its admission rules run (docker; local with --allow-local); [] = not reported
     sandbox_types: list[str] = []
     registries: list[str] = []  # registries it pulls missing images from (--registry); [] = it never pulls
+    allow_root: bool = False  # a sandbox command may run as root here (--allow-root-user)
     # Network modes it gives a sandbox a network of its own for (--allow-network, enforced by its host);
     # [] = its host enforces no policy (or it does not report): only lone 'none' sandboxes there.
     network_modes: list[str] = []
@@ -62,6 +63,7 @@ class HostRecord(BaseModel):
         decoded: dict[str, Any] = {(k.decode() if isinstance(k, bytes) else k):
                                    (v.decode() if isinstance(v, bytes) else v) for k, v in data.items()}
         decoded["draining"] = decoded.get("draining") in ("1", "True", "true")
+        decoded["allow_root"] = decoded.get("allow_root") in ("1", "True", "true")
         try:
             for field in ("images", "image_patterns", "sandbox_types", "registries", "network_modes"):
                 decoded[field] = json.loads(decoded.get(field) or "[]")
