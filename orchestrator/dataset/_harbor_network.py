@@ -21,7 +21,8 @@ from typing import Any, Literal
 
 from orchestrator._errors import ToolfleetError
 
-__all__ = ["HarborNetworkMode", "NetworkPlan", "NetworkPolicy", "network_plan", "normalize_allowed_hosts"]
+__all__ = ["HarborNetworkMode", "NetworkPlan", "NetworkPolicy", "enter_phase", "network_plan",
+           "normalize_allowed_hosts"]
 
 HarborNetworkMode = Literal["public", "no-network", "allowlist"]
 HARBOR_MODES: tuple[str, ...] = ("public", "no-network", "allowlist")
@@ -161,3 +162,17 @@ def network_plan(environment: dict[str, Any], agent: dict[str, Any], verifier: d
         else:
             phases.append(_policy(mode, hosts, where))
     return NetworkPlan(setup, phases[0], phases[1])
+
+
+async def enter_phase(meta: dict[str, Any], phase: str, before: str) -> None:
+    """Give the sample's sandbox ``phase``'s network policy (``[agent]`` / ``[verifier] network_mode``) if it
+    differs from ``before``'s, through the dispatcher seam (the sandbox's host enforces it; a refusal is a
+    ``SandboxUnavailableError``, one sentence)."""
+    from orchestrator.dispatch import active_dispatcher, current_route
+
+    policies = meta.get("network") or {}
+    policy = policies.get(phase)
+    if policy is None or policy == policies.get(before):
+        return
+    await active_dispatcher().set_sandbox_network(current_route(), policy["network_mode"],
+                                                  policy.get("allowed_hosts") or ())

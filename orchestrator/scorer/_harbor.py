@@ -105,7 +105,7 @@ def harbor_verifier() -> Scorer:
 
     async def score(state: TaskState, target: Target) -> Score:
         from orchestrator.dataset._harbor import pack_task_dir
-        from orchestrator.solver._harbor import enter_phase
+        from orchestrator.dataset._harbor_network import enter_phase
 
         meta = state.metadata["harbor"]
         box = sandbox()

@@ -13,9 +13,8 @@ without ``solution/solve.sh`` fails its sample, so the summary lists it.
 
 from __future__ import annotations
 
-from typing import Any
-
 from orchestrator._errors import ToolfleetError
+from orchestrator.dataset._harbor_network import enter_phase
 from orchestrator.model._model_output import ModelOutput
 from orchestrator.util._limit_errors import LimitExceededError
 from orchestrator.util._sandbox import sandbox
@@ -23,7 +22,7 @@ from orchestrator.util._sandbox import sandbox
 from ._solver import Generate, Solver, solver
 from ._task_state import TaskState
 
-__all__ = ["HarborOracleError", "enter_phase", "harbor_logs", "harbor_oracle"]
+__all__ = ["HarborOracleError", "harbor_logs", "harbor_oracle"]
 
 SETUP_TIMEOUT_S = 120.0
 OUTPUT_TAIL = 2000
@@ -39,20 +38,6 @@ chmod -R a+rX /solution
 
 class HarborOracleError(ToolfleetError, RuntimeError):
     """The oracle could not run (no solution, or it could not be copied in)."""
-
-
-async def enter_phase(meta: dict[str, Any], phase: str, before: str) -> None:
-    """Give the sample's sandbox ``phase``'s network policy (``[agent]`` / ``[verifier] network_mode``) if it
-    differs from ``before``'s, through the dispatcher seam (the sandbox's host enforces it; a refusal is a
-    ``SandboxUnavailableError``, one sentence)."""
-    from orchestrator.dispatch import active_dispatcher, current_route
-
-    policies = meta.get("network") or {}
-    policy = policies.get(phase)
-    if policy is None or policy == policies.get(before):
-        return
-    await active_dispatcher().set_sandbox_network(current_route(), policy["network_mode"],
-                                                  policy.get("allowed_hosts") or ())
 
 
 @solver

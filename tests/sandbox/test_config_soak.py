@@ -121,7 +121,9 @@ async def test_2000_local_sandboxes_of_distinct_configs_leave_resources_flat(tmp
         assert result["errors"] == warm["errors"] == 0, result["first_error"] or warm["first_error"]
         assert result["sandboxes"] == 2000
         assert len(host.drivers) <= 4 and host.drivers.idle == len(host.drivers)
-        assert end.threads - start.threads <= 2, (start, end)
+        # asyncio's default executor starts its threads lazily, up to its bound, whenever a burst first needs
+        # them: growth within that bound is not a leak; a thread per config would be 2,000.
+        assert end.threads - start.threads <= min(32, (os.cpu_count() or 1) + 4) + 2, (start, end)
         assert end.fds - start.fds <= 4, (start, end)
         assert end.rss_mb - start.rss_mb <= 32, (start, end)
         assert host.registry.live_ids() == []
