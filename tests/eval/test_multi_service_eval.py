@@ -1,6 +1,7 @@
 """A multi-service sandbox through a whole eval, embedded and on a worker: Inspect's compose form
 (``("docker", "compose.yaml")``), tools and scorers reaching each container with ``sandbox("name")``,
-service names resolving to 127.0.0.1 in a namespace with loopback only, and every container gone after.
+each service in its own namespace on the sandbox's own network reached by its name (as compose does),
+nothing leaving that network, and every container gone after.
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ def _check(log: Any) -> None:
     assert opened["services"] == {"web": "toolfleet/sandbox:latest", "sidecar": "toolfleet/sandbox:latest"}
     results = [str(e.result) for e in sample.events if e.event == "tool"]
     assert results[0].strip() == "hello-from-web"  # default -> web:8080 by name
-    assert results[1] == "0:hello-from-web\nweb\ndefault"  # the web container: its env; the pod's hostname
+    assert results[1] == "0:hello-from-web\nweb\nweb"  # the web container: its env; its service name, as compose
     assert results[2] == "0:sidecar\nsandbox"  # a sidecar without healthcheck runs as its image's USER
     assert results[3] == "0:in-default"  # sandbox("default") is the container the tools use
     interfaces, blocked = results[4].strip().splitlines()[-2:]
-    assert interfaces == "1" and blocked.startswith("blocked:") and "unreachable" in blocked.lower(), results[4]
+    # Loopback and the pod's own network; nothing leaves it (network_mode 'none': the enforcer rejects).
+    assert interfaces == "2" and blocked.startswith("blocked:"), results[4]
+    assert "no route" in blocked.lower() or "unreachable" in blocked.lower(), results[4]
     # Service execs are on record like any other (the tool's own span).
     where = {(e.cmd or e.file or ""): e.service for e in sample.events if e.event == "sandbox"}
     web = next(c for c in where if "cat /tmp/hello.txt" in c)

@@ -20,7 +20,7 @@ from orchestrator.util import sandbox
 
 COMPOSE = Path(__file__).resolve().parent / "pod_compose.yaml"
 FETCH = "python3 -c \"import urllib.request as u; print(u.urlopen('http://web:8080/hello.txt').read().decode().strip())\""
-# No interface but loopback, and no route anywhere else (10.255.255.1 is a private address nobody has).
+# Loopback and the pod's own network only, and no route anywhere else (10.255.255.1 is a private address nobody has).
 ISOLATION = ("grep -c : /proc/net/dev; python3 -c \"import socket; s = socket.socket(); s.settimeout(3)\n"
              "try:\n    s.connect(('10.255.255.1', 80))\nexcept OSError as e:\n    print('blocked:', e)\"")
 
