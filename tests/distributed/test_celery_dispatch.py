@@ -325,3 +325,17 @@ async def test_a_thousand_concurrent_fair_share_releases_all_land(session_worker
         assert await redis.hget(names.EVAL_SLOTS, eval_id) is None  # back to nothing: the entry went at zero
     finally:
         await d.aclose()
+
+
+def test_celery_inspect_stats_reports_the_keyring_without_its_secret(session_worker) -> None:
+    """``celery -A workers.app inspect stats`` (the operator's view): the worker's reply carries its
+    broker transport options, keyring included, as JSON (it used to fail with an EncodeError)."""
+    env = {**os.environ, "TOOLFLEET_BROKER": session_worker.broker_url}
+    done = subprocess.run([sys.executable, "-m", "celery", "-A", "workers.app", "inspect", "stats", "--json",
+                           "--timeout", "10"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    replies = json.loads(done.stdout.strip().splitlines()[-1])
+    [stats] = list(replies.values())
+    keyring = stats["broker"]["transport_options"]["toolfleet_keyring"]
+    assert keyring.startswith("Keyring(1 key, signs with "), keyring
+    assert session_worker.secret not in done.stdout

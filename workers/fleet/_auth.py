@@ -68,6 +68,11 @@ class Keyring:
     def __repr__(self) -> str:
         return self._repr
 
+    def __json__(self) -> str:
+        # kombu's JSON encoder asks for this: `celery inspect stats` reports the broker's transport options,
+        # which hold the keyring. It reports the repr: key count and signing id, never a secret.
+        return self._repr
+
     def sign(self, *parts: bytes) -> str:
         return f"{self._signing_id}:{self._digest(self._keys[self._signing_id], parts)}"
 
