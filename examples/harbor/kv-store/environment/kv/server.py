@@ -21,4 +21,5 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
-ThreadingHTTPServer(("127.0.0.1", 8000), Handler).serve_forever()
+# 0.0.0.0: the main service reaches this one by its name, "kv", from a namespace of its own (as under compose).
+ThreadingHTTPServer(("0.0.0.0", 8000), Handler).serve_forever()  # noqa: S104 (a pod service: its network is the sandbox's own)
