@@ -135,22 +135,26 @@ class SandboxPlacement:
         redis = self._redis
         weight = slot_weight(spec.config)  # one slot per container of the sandbox
         only = ((spec.config or {}).get("snapshot") or {}).get("host")  # a fork goes where its snapshot is
+        # A fork is its sample's work, not a new sample: it is not refused (nor counted) for the eval's
+        # fair share, as it is never refused for a full host (``workers.fleet.FORK_SLOTS``): the sample
+        # waiting for it holds its slots, and would hold them for good.
+        share = None if only else spec.eval_id
         images, pull_policy = _images(spec.config), (spec.config or {}).get("pull_policy", "missing")
         for attempt in range(DRAINING_RETRIES + 1):
             try:
                 # A broker restart (seconds) is ridden out, as publishing is: only a longer outage fails the open.
-                host = await patiently(lambda: self._place(redis, images, pull_policy, weight, spec.eval_id,
+                host = await patiently(lambda: self._place(redis, images, pull_policy, weight, share,
                                                            spec.sample_id, only), self.config.publish_timeout)
             except (RedisError, OSError) as exc:
                 raise SandboxUnavailableError(f"Sandbox placement failed: the broker is unreachable ({exc}).") from exc
-            self._count_opening(spec.eval_id, weight)
+            self._count_opening(share, weight)
             try:
                 await patiently(self._hold_lease, self.config.publish_timeout)
                 meta = await self._calls.lifecycle("open", names.TASK_OPEN_SANDBOX,
                                                    [spec.model_dump(mode="json"), self._client_id], host.queue,
                                                    host.host, host.boot)
             except BaseException as exc:
-                await self._release(host.host, weight, spec.eval_id)
+                await self._release(host.host, weight, share)
                 if (isinstance(exc, SandboxUnavailableError) and only is None and attempt < DRAINING_RETRIES
                         and self._is_lost(host.host, host.boot)):
                     # The host died after placement last saw it alive (a cached host list, a leased slot);
@@ -161,26 +165,26 @@ class SandboxPlacement:
                     continue
                 raise
             finally:
-                self._count_opening(spec.eval_id, -weight)
+                self._count_opening(share, -weight)
             answer = meta.get("result") if meta.get("status") == "SUCCESS" else None
             if only is None and attempt < DRAINING_RETRIES and _refused_draining(answer):
                 # The host began draining after placement last saw it (a cached host list, a leased
                 # slot): give the slot back, let placement know, and place the sandbox again.
-                await self._release(host.host, weight, spec.eval_id)
+                await self._release(host.host, weight, share)
                 self.placer.host_draining(host.host)
                 continue
             break
         execs, dropped = _setup_execs(answer)
         if not isinstance(answer, dict) or "handle" not in answer:
-            await self._release(host.host, weight, spec.eval_id)
+            await self._release(host.host, weight, share)
             reason = answer.get("error", {}).get("message") if isinstance(answer, dict) else meta.get("result")
             error = SandboxUnavailableError(f"Could not create a sandbox on worker host '{host.host}': {reason}")
             attach_setup_execs(error, execs, dropped, host.host)
             raise error
         handle = str(answer["handle"])
         self._sandboxes[handle] = (host.host, host.boot)
-        if spec.eval_id:
-            self._sandbox_evals[handle] = (spec.eval_id, weight)
+        if share:
+            self._sandbox_evals[handle] = (share, weight)
         log.debug("dispatch.sandbox_opened", host=host.host, sandbox=handle, sample=spec.sample_id)
         return SampleRoute(sample_id=spec.sample_id, sandbox=handle, queue=host.queue, host=host.host,
                            setup_execs=tuple(execs), setup_execs_dropped=dropped)

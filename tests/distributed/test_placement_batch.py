@@ -154,3 +154,20 @@ async def test_a_reservation_pinned_to_a_host_that_is_gone_is_a_lost_sandbox_not
         assert await _used(redis, ["h1"]) == {"h1": 1}
     finally:
         await redis.aclose()
+
+
+async def test_a_fork_on_a_full_host_is_counted_beyond_its_slots_and_new_samples_find_it_full(own_redis) -> None:  # type: ignore[no-untyped-def]
+    # Every slot held by a sample waiting to fork there: the fork must not wait for one (docs/faults.md).
+    redis = Redis.from_url(own_redis.url)
+    try:
+        await _host(redis, "h1", 2)
+        placer = Placer(redis)
+        assert [(await placer.reserve(eval_id="a")).host for _ in range(2)] == ["h1", "h1"]
+        with pytest.raises(NoCapacityError):
+            await placer.reserve(eval_id="a")
+        assert [(await placer.reserve(only="h1")).host for _ in range(2)] == ["h1", "h1"]  # both samples' forks
+        assert await _used(redis, ["h1"]) == {"h1": 4}
+        with pytest.raises(NoCapacityError):  # a new sample waits until the forks close: they come first
+            await placer.reserve(eval_id="a")
+    finally:
+        await redis.aclose()

@@ -37,6 +37,7 @@ from ._events import FleetEvents
 from ._heartbeat import Heartbeat, HostRecord, claim_identity
 from ._patience import patiently
 from ._placement import (
+    FORK_SLOTS,
     FairShareError,
     NoCapacityError,
     NoLiveHostError,
@@ -98,6 +99,7 @@ __all__ = [
     "claim_identity",
     "read_tool_manifests",
     # placement
+    "FORK_SLOTS",
     "FairShareError",
     "NoCapacityError",
     "NoLiveHostError",

@@ -131,6 +131,11 @@ WAITING_CHECK_S = 1.0  # while leases are held, how often whether another eval w
 # A leased slot counts in Redis this long beyond twice the idle time (after which this orchestrator
 # gives it back itself): what one that died holding leases keeps from the fleet, and for how long.
 LEASE_GRACE_S = 2.0
+# A fork's host as offered to the reservation script: a size it never fills. A fork works for a sample
+# that already holds a slot on that host and waits for it; were it to wait for a free slot there, a host
+# whose every slot is held by a sample waiting to fork would never free one (docs/faults.md). It is
+# still counted, so new samples see the host full (and go elsewhere, or wait) while forks run there.
+FORK_SLOTS = 1 << 30
 
 
 class Placer:
@@ -274,7 +279,8 @@ class Placer:
         ``NoCapacityError`` (``SandboxTooLargeError`` when no host could ever take it,
         ``FairShareError`` when ``eval_id`` holds its fair share and another eval waits), or
         ``SandboxLostError`` when ``only``, the one host allowed (it holds the snapshot), is not alive:
-        waiting cannot bring it back."""
+        waiting cannot bring it back. A reservation on ``only`` (a fork) is never refused as full: it is
+        counted on the host's slots, beyond them if need be (``FORK_SLOTS``)."""
         return (await self.reserve_timed(image, pull_policy, weight, eval_id, only))[0]
 
     async def reserve_timed(self, image: str | Sequence[str] | None = None, pull_policy: str = "missing",
@@ -312,9 +318,10 @@ class Placer:
             if image and len(tiers) == 1 and not fresh:
                 continue  # no cached host can get the image(s): one that can may have joined since
             groups, capacity = self._candidates(hosts, tiers, weight)
-            held = await self._take([group[: self._sample] for group in groups], weight, eval_id, capacity)
+            beyond = only is not None
+            held = await self._take([group[: self._sample] for group in groups], weight, eval_id, capacity, beyond)
             if held is None and any(len(g) > self._sample for g in groups):
-                held = await self._take(groups, weight, eval_id, capacity)
+                held = await self._take(groups, weight, eval_id, capacity, beyond)
             if held is not None:
                 return held
         if only is not None and not hosts:
@@ -404,12 +411,13 @@ class Placer:
             self._sender = asyncio.ensure_future(self._send())
 
     async def _take(self, groups: list[list[HostRecord]], weight: int, eval_id: str | None,
-                    capacity: int) -> tuple[HostRecord, float] | None:
+                    capacity: int, beyond: bool = False) -> tuple[HostRecord, float] | None:
+        """``beyond``: the hosts are offered as never full (a fork: see ``FORK_SLOTS``)."""
         by_name = {h.host: h for group in groups for h in group}
         if not by_name:
             return None
-        ask = _reserve.Ask([(h.host, tier, h.slots) for tier, group in enumerate(groups) for h in group],
-                           weight, eval_id or "", capacity)
+        ask = _reserve.Ask([(h.host, tier, FORK_SLOTS if beyond else h.slots) for tier, group in enumerate(groups)
+                            for h in group], weight, eval_id or "", capacity)
         future: asyncio.Future[_reserve.Answer] = asyncio.get_running_loop().create_future()
         self._queue.append((ask, future))
         self._wake_sender()

@@ -108,6 +108,10 @@ class HostSandboxes:
         self.used += n
         return True
 
+    def take(self, n: int = 1) -> None:
+        """``n`` slots counted whatever the cap (a fork: ``DockerSandboxDriver.create``)."""
+        self.used += n
+
     def release(self, n: int = 1) -> None:
         self.used = max(0, self.used - n)
 
