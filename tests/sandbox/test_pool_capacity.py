@@ -86,6 +86,24 @@ def test_configured_pool_images() -> None:
     assert h.pool_size_for(DEFAULT_IMAGE, None) == 0
 
 
+async def test_forks_go_beyond_the_cap_up_to_its_headroom_and_no_further() -> None:
+    """A fork's sample holds a slot and waits for it (docs/faults.md): forks fill the host past its cap, to
+    ``FORK_HEADROOM`` times it; past that they wait (bounded), and new samples see the host full meanwhile."""
+    from workers.sandbox.docker._pool import FORK_HEADROOM
+
+    h = HostSandboxes(limit=2)
+    await h.acquire(2, 0.5, 2)  # two samples hold both slots
+    await h.acquire(2, 0.5, 2, fork=True)  # each forks once: counted beyond the cap, not waited for
+    assert h.used == 4 == 2 * FORK_HEADROOM
+    with pytest.raises(SandboxCapacityError, match="4 sandboxes in use"):
+        await h.acquire(2, 0.2, 1, fork=True)  # a message asking for more forks only waits (then fails)
+    with pytest.raises(SandboxCapacityError):
+        await h.acquire(2, 0.2, 1)  # a new sample: the host is full
+    h.release(2)
+    await h.acquire(2, 0.5, 1, fork=True)
+    assert h.used == 3
+
+
 async def test_spares_budget_is_shared_least_recently_used_pool_first(host: HostSandboxes) -> None:
     host.configure(limit=8, max_spares=2, idle_ttl=600, owner=host.owner)
     a = _driver(host, pool_size=2, pids_limit=500)

@@ -2,7 +2,7 @@
 
 Each sample snapshots its sandbox and forks it once; with far more samples than slots, every slot of a
 host is soon held by a sample waiting for its fork there (docs/faults.md). A fork is its sample's work:
-it is counted on the host, never waited for, so the eval finishes with every sample scored.
+it is counted on the host beyond its cap (up to twice it), so the eval finishes with every sample scored.
 """
 
 from __future__ import annotations

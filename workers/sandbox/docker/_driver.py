@@ -130,12 +130,10 @@ class DockerSandboxDriver(SandboxDriver):
         env = await self.pool.acquire()
         if env is None:
             containers = self.config.containers  # a multi-service sandbox takes its slots at once
-            if self.config.snapshot is not None:
-                # A fork works for a sample holding a slot here and waiting for it: counted, never waited
-                # for (a host full of samples waiting to fork would never free one; docs/faults.md).
-                self.host.take(containers)
-            else:
-                await self.host.acquire(self.config.max_sandboxes, self.config.acquire_timeout, containers)
+            # A fork works for a sample holding a slot here and waiting for it, so it may go beyond the cap
+            # (a host full of samples waiting to fork would never free one; docs/faults.md), up to a bound.
+            await self.host.acquire(self.config.max_sandboxes, self.config.acquire_timeout, containers,
+                                    fork=self.config.snapshot is not None)
             try:
                 env = await self._new_container(spec.eval_id or self.eval_id, spec.sample_id)
             except BaseException:

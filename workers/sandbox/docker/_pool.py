@@ -44,6 +44,10 @@ if TYPE_CHECKING:
 log = structlog.get_logger("toolfleet.sandbox")
 
 DEFAULT_SPARES = 2
+# Forks may fill a host to this many times its cap. A fork works for a sample that holds a slot here and
+# waits for it, so waiting for a free slot could deadlock a host whose every slot forks; but the open only
+# asks (whoever sends it), so the worker still bounds what it runs: forks past twice the cap wait.
+FORK_HEADROOM = 2
 
 
 class HostSandboxes:
@@ -102,33 +106,30 @@ class HostSandboxes:
     def spares(self) -> int:
         return sum(p.held for p in self.pools)
 
-    def try_acquire(self, driver_cap: int, n: int = 1) -> bool:
-        if self.used + n > self.cap(driver_cap):
+    def try_acquire(self, driver_cap: int, n: int = 1, fork: bool = False) -> bool:
+        if self.used + n > self.cap(driver_cap) * (FORK_HEADROOM if fork else 1):
             return False
         self.used += n
         return True
 
-    def take(self, n: int = 1) -> None:
-        """``n`` slots counted whatever the cap (a fork: ``DockerSandboxDriver.create``)."""
-        self.used += n
-
     def release(self, n: int = 1) -> None:
         self.used = max(0, self.used - n)
 
-    async def acquire(self, driver_cap: int, timeout: float, n: int = 1) -> None:
+    async def acquire(self, driver_cap: int, timeout: float, n: int = 1, fork: bool = False) -> None:
         """``n`` slots for a sample's containers (all of a multi-service sandbox's at once, so two of them
-        never hold half each): free, or freed by evicting idle spares; bounded wait."""
+        never hold half each): free, or freed by evicting idle spares; bounded wait. A ``fork`` may fill the
+        host to ``FORK_HEADROOM`` times its cap (see there)."""
         if n > self.cap(driver_cap):
             raise SandboxCapacityError(f"A sandbox of {n} containers needs {n} slots; this host has "
                                        f"{self.cap(driver_cap)}.")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while not self.try_acquire(driver_cap, n):
+        while not self.try_acquire(driver_cap, n, fork):
             if await self.evict_one(newer_than=None):
                 continue
             if loop.time() >= deadline:
                 raise SandboxCapacityError(
-                    f"No sandbox capacity on this host: {self.cap(driver_cap)} sandboxes in use "
+                    f"No sandbox capacity on this host: {self.used} sandboxes in use "
                     f"after waiting {timeout:g}s."
                 )
             await asyncio.sleep(0.05)
