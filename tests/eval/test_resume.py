@@ -48,14 +48,23 @@ def _open_sandbox_lines(path: Path) -> int:
 def _kill_after_samples(cmd: list[str], log_dir: Path, env: dict[str, str], at_least: int,
                         open_sandboxes: int = 0, also: Callable[[Path], bool] | None = None) -> Path:
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def ready() -> bool:
+        path, n = _sample_lines(log_dir)
+        return n >= at_least and (not open_sandboxes
+                                  or (path is not None and _open_sandbox_lines(path) >= open_sandboxes)) \
+            and (also is None or (path is not None and also(path)))
+
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            path, n = _sample_lines(log_dir)
-            if n >= at_least and (not open_sandboxes
-                                  or (path is not None and _open_sandbox_lines(path) >= open_sandboxes)) \
-                    and (also is None or (path is not None and also(path))):
-                break
+            if ready():
+                # Checked again with the eval stopped: what held when it was seen may have changed during the
+                # check (a sample closing its container on a loaded machine), and the kill must find it so.
+                proc.send_signal(signal.SIGSTOP)
+                if ready():
+                    break
+                proc.send_signal(signal.SIGCONT)
             if proc.poll() is not None:
                 raise AssertionError("the eval finished before it could be killed")
             time.sleep(0.05)
@@ -66,6 +75,7 @@ def _kill_after_samples(cmd: list[str], log_dir: Path, env: dict[str, str], at_l
     finally:
         if proc.poll() is None:
             proc.kill()
+    path, _ = _sample_lines(log_dir)
     assert path is not None
     return path
 
