@@ -73,13 +73,31 @@ def _blocks(tree: ast.AST):  # type: ignore[no-untyped-def]
                 yield block
 
 
+def _ending(stmt: ast.stmt) -> ast.stmt:
+    """What runs last in ``stmt``: a ``with`` block always runs through its body to the next statement, so
+    a sleep ending it gates that statement as surely as one beside it (loops and branches may not)."""
+    while isinstance(stmt, (ast.With, ast.AsyncWith)) and not any(_expects_raise(i) for i in stmt.items):
+        stmt = stmt.body[-1]
+    return stmt
+
+
+def _expects_raise(item: ast.withitem) -> bool:
+    """``with pytest.raises(...)``: its body is meant not to run through (a sleep there is what gets cut)."""
+    call = item.context_expr
+    func = call.func if isinstance(call, ast.Call) else None
+    return (isinstance(func, ast.Attribute) and func.attr == "raises") or (isinstance(func, ast.Name)
+                                                                          and func.id == "raises")
+
+
 def sleeps_before_asserts(source: str) -> list[Finding]:
-    """A sleep statement whose next statement in the same block is an ``assert``."""
+    """A sleep statement whose next statement in the same block is an ``assert``, or that ends a ``with``
+    block followed by one."""
     tree = ast.parse(source)
     bare = _sleep_names(tree)
     found = []
     for block in _blocks(tree):
-        for stmt, following in pairwise(block):
+        for before, following in pairwise(block):
+            stmt = _ending(before)
             if _is_sleep(stmt, bare) and isinstance(following, ast.Assert):
                 found.append(Finding(stmt.lineno, f"a sleep gates the assert on line {following.lineno}"))
     return sorted(found, key=lambda f: f.line)
@@ -131,6 +149,12 @@ SLEEP_CASES = {
     "aliased sleep": ("from asyncio import sleep as nap\nasync def t():\n    await nap(1)\n    assert x\n", [3]),
     "inside try, with and if": (("import time\ntry:\n    with open('f'):\n        if a:\n            time.sleep(1)\n"
                                  "            assert b\nfinally:\n    pass\n"), [5]),
+    "ending a with block": (("import asyncio\nasync def t():\n    async with x:\n        await asyncio.sleep(0.3)\n"
+                             "    assert y\n"), [4]),
+    "ending nested with blocks": ("import time\nwith a:\n    with b:\n        time.sleep(1)\nassert y\n", [4]),
+    "ending a pytest.raises block": (("import asyncio, pytest\nasync def t():\n    with pytest.raises(E), limit(0.1):\n"
+                                      "        await asyncio.sleep(10)\n    assert y\n"), []),
+    "ending a loop is a poll": ("import time\nfor _ in range(3):\n    time.sleep(1)\nassert y\n", []),
     "in an else branch": ("import time\nif a:\n    pass\nelse:\n    time.sleep(1)\n    assert b\n", [5]),
     "poll loop": (("import asyncio\nasync def t():\n    for _ in range(100):\n        if ready():\n            break\n"
                    "        await asyncio.sleep(0.05)\n    assert ready()\n"), []),
