@@ -63,6 +63,16 @@ def _submit(batch_id: str, *requests: tuple[str, str, int, str], model: str = "o
     ([{**_submit("", ("c1", "s1", 1, "k1")), "event": "intent", "intent": "t1"},
       {**_submit("b1", ("c1", "s1", 1, "k1")), "intent": "t1"}], set(),
      [("openai/m", ("s1", 1), "k1")] * 2, [RecordedRequest("b1", "c1", 1000.0, "t1"), None]),
+    # ... and one whose submit line (written by a resumed run that found the batch) names only some of its
+    # requests: the others are in that batch too, not to be sent again after a second kill
+    ([{**_submit("", ("c1", "s1", 1, "k1"), ("c2", "s2", 1, "k2")), "event": "intent", "intent": "t1", "at": 999.0},
+      {**_submit("b1", ("c2", "s2", 1, "k2")), "intent": "t1"}], set(),
+     [("openai/m", ("s1", 1), "k1"), ("openai/m", ("s2", 1), "k2"), ("openai/m", ("s2", 1), "k2")],
+     [RecordedRequest("b1", "c1", 999.0, "t1"), RecordedRequest("b1", "c2", 1000.0, "t1"), None]),
+    # ... unless that batch ended failed: its requests would only fail again
+    ([{**_submit("", ("c1", "s1", 1, "k1"), ("c2", "s2", 1, "k2")), "event": "intent", "intent": "t1"},
+      {**_submit("b1", ("c2", "s2", 1, "k2")), "intent": "t1"}, {"event": "end", "batch_id": "b1", "state": "failed"}],
+     set(), [("openai/m", ("s1", 1), "k1")], [None]),
     # an intent without its tag cannot be looked up: its request is sent again
     ([{**_submit("", ("c1", "s1", 1, "k1")), "event": "intent"}], set(), [("openai/m", ("s1", 1), "k1")], [None]),
 ])

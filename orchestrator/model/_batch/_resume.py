@@ -65,19 +65,25 @@ class ResumeTable:
                      skip_samples: set[SampleRef] | frozenset[SampleRef] = frozenset()) -> ResumeTable:
         """From the log's ``batch`` records; requests of ``skip_samples`` (finished ones) are left out."""
         dead = {r.get("batch_id") for r in records if r.get("event") == "end" and r.get("state") in _DEAD_STATES}
-        sent = {r.get("intent") for r in records if r.get("event") == "submit" and r.get("intent")}
+        submits = [r for r in records if r.get("event") == "submit"]
+        # The batch each submission made, once a submit line names it. A resumed run that found an intent's
+        # batch writes that line for the requests it had attached then, maybe not all: the intent's other
+        # requests are in the same batch, and a second kill must not send them again.
+        batch_of = {str(r["intent"]): r.get("batch_id") for r in submits if r.get("intent") and r.get("batch_id")}
+        named = {item.get("custom_id") for r in submits for item in r.get("requests") or [] if isinstance(item, dict)}
         table = cls()
         for record in records:
             event = record.get("event")
-            if event == "intent" and record.get("intent") in sent:
-                continue  # its submit line says which batch it made
-            if event not in ("submit", "intent") or record.get("batch_id") in dead:
+            batch_id = record.get("batch_id") if event == "submit" else batch_of.get(str(record.get("intent")), "")
+            if event not in ("submit", "intent") or batch_id in dead:
                 continue
             for item in record.get("requests") or []:
                 try:
+                    if event == "intent" and batch_id and item["custom_id"] in named:
+                        continue  # its submit line has it already
                     ref = (str(item["sample_id"]), int(item["epoch"]))
                     at = record.get("at")
-                    entry = RecordedRequest(str(record["batch_id"]) if event == "submit" else "",
+                    entry = RecordedRequest(str(batch_id or ""),
                                             str(item["custom_id"]), float(at) if isinstance(at, (int, float)) else None,
                                             str(record["intent"]) if record.get("intent") else None)
                     if event == "intent" and not entry.intent:
