@@ -145,6 +145,18 @@ def _eval_pools_every_request(tmp_path: Path, provider: str, *more: str) -> Any:
     return log
 
 
+def _resume_to_success(server: OpenAIServer, provider: str, log_path: Path) -> tuple[Any, list[dict[str, Any]]]:
+    """``eval-retry`` the killed run's log: it must finish every sample correct. Returns the log and every
+    request line the provider was sent, by either run."""
+    resumed = subprocess.run(_toolfleet("eval-retry", str(log_path), "--display", "none"), env=_env(server, provider),
+                             capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    after = read_eval_log(log_path)
+    assert after.status == "success" and len(after.samples) == N
+    assert all(s.scores["includes"].value == "C" for s in after.samples)
+    return after, [line for b in server.batch_inputs.values() for line in b]
+
+
 @pytest.mark.parametrize("provider", list(PROVIDERS))
 def test_sigkilled_mid_batch_resumes_and_collects_without_paying_twice(tmp_path: Path, provider: str) -> None:
     with PROVIDERS[provider][0]() as server:
@@ -174,16 +186,8 @@ def test_sigkilled_mid_batch_resumes_and_collects_without_paying_twice(tmp_path:
         assert [(r["event"], r.get("batch_id")) for r in before.batches] == [("intent", None), ("submit", first)]
 
         server.hold_batches.clear()  # the provider finishes the batch while nobody is watching
-        resumed = subprocess.run(_toolfleet("eval-retry", str(log_path), "--display", "none"),
-                                 env=_env(server, provider),
-                                 capture_output=True, text=True, timeout=120)
-    assert resumed.returncode == 0, resumed.stderr
-
-    after = read_eval_log(log_path)
-    assert after.status == "success" and len(after.samples) == N
-    assert all(s.scores["includes"].value == "C" for s in after.samples)
+        after, lines = _resume_to_success(server, provider, log_path)
     assert server.direct_completions == 0
-    lines = [line for b in server.batch_inputs.values() for line in b]
     assert Counter(_turn(line) for line in lines) == {1: N, 2: N}  # no first turn was submitted twice
     assert any(p.endswith(f"/batches/{first}") for p in server.paths("GET"))  # collected by the resumed run
     later = [r for r in after.batches if r["event"] == "submit" and r["batch_id"] != first]
@@ -221,14 +225,7 @@ def test_killed_between_the_provider_accepting_a_batch_and_its_log_line_pays_onc
         assert len(before.batches[0]["requests"]) == N == len(server.batch_inputs[first])
 
         server.on_batch_created = None
-        resumed = subprocess.run(_toolfleet("eval-retry", str(log_path), "--display", "none"),
-                                 env=_env(server, provider),
-                                 capture_output=True, text=True, timeout=120)
-    assert resumed.returncode == 0, resumed.stderr
-    after = read_eval_log(log_path)
-    assert after.status == "success" and len(after.samples) == N
-    assert all(s.scores["includes"].value == "C" for s in after.samples)
-    lines = [line for b in server.batch_inputs.values() for line in b]
+        after, lines = _resume_to_success(server, provider, log_path)
     assert Counter(_turn(line) for line in lines) == {1: N, 2: N}  # each request submitted (paid for) once
     found = [r for r in after.batches if r["event"] == "submit" and r["batch_id"] == first]
     assert [r["intent"] for r in found] == [before.batches[0]["intent"]]  # the resumed run recorded what it found
