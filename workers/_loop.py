@@ -24,7 +24,18 @@ from redis.exceptions import RedisError
 
 from ._admission import AdmissionRules
 from ._call_memory import CallMemory
-from .fleet import Heartbeat, HostRecord, Keyring, MissingSecretError, ReplySender, load_keyring, names, release_slots
+from .fleet import (
+    DEMAND_PRUNE_S,
+    Heartbeat,
+    HostRecord,
+    Keyring,
+    MissingSecretError,
+    ReplySender,
+    load_keyring,
+    names,
+    prune_demand,
+    release_slots,
+)
 from .sandbox_host import SandboxHost
 
 log = structlog.get_logger("toolfleet.worker")
@@ -67,6 +78,7 @@ class WorkerRuntime:
         self.draining = False
         self.owners: dict[str, str] = {}  # sandbox handle -> the orchestrator lease that owns it
         self._owner_missing: dict[str, float] = {}  # owner -> when its lease was first seen missing
+        self._demand_pruned = float("-inf")  # loop time this worker last pruned the fleet's demand list
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -133,6 +145,17 @@ class WorkerRuntime:
         self.heartbeat.record.running = len(self.memory.running_ids())
         await self.memory.reassert_claims(self.config.max_call_seconds)
         await self._close_orphans()
+        await self._prune_demand()
+
+    async def _prune_demand(self) -> None:
+        """Drop the demand of orchestrators that died waiting for a slot (an autoscaler would count it)."""
+        now = asyncio.get_running_loop().time()
+        if self.redis is None or now - self._demand_pruned < DEMAND_PRUNE_S:
+            return
+        self._demand_pruned = now
+        gone = await prune_demand(self.redis)
+        if gone:
+            log.info("worker.demand_pruned", host=self.config.host, tokens=gone)
 
     async def _close_orphans(self) -> None:
         """Close sandboxes whose orchestrator is gone (its lease lapsed): a crashed or killed eval

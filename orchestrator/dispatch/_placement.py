@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -29,10 +28,13 @@ from workers.fleet import (
     NoLiveHostError,
     Placer,
     SandboxTooLargeError,
+    add_demand,
+    keep_demand_owner,
     keep_evals_alive,
     names,
     patiently,
     release_eval,
+    remove_demand,
     set_eval_counts,
     slot_weight,
     stop_waiting,
@@ -101,6 +103,7 @@ class SandboxPlacement:
         self._evals: set[str] = set()  # every eval this dispatcher placed sandboxes for
         self._lease_set = -1e9  # monotonic time of the last lease SET
         self._lease_setting: asyncio.Future[None] | None = None  # the SET in flight, awaited by every open meanwhile
+        self._demand_owner_set = -1e9  # loop time the demand owner key was last refreshed (``workers.fleet._demand``)
         self._closed = False
         # Seconds each of the latest sandbox placements took (asking for a slot until holding one —
         # Redis's answer read —, waiting for capacity included), and until the opening coroutine ran
@@ -234,17 +237,18 @@ class SandboxPlacement:
                             self._waited(eval_id, sample_id, loop.time() - asked, placed=False)
                         raise SandboxUnavailableError(str(exc)) from exc
                     if token is None:
-                        token = uuid.uuid4().hex
                         self._waiting(eval_id, sample_id, str(exc))
-                        async with redis.pipeline(transaction=False) as pipe:
-                            pipe.rpush(names.SANDBOX_DEMAND, token)
-                            pipe.expire(names.SANDBOX_DEMAND, 600)  # a crashed orchestrator's demand fades
-                            await pipe.execute()
+                        token = await add_demand(redis, self._client_id, self.config.demand_ttl)
+                        self._demand_owner_set = loop.time()
+                    elif loop.time() - self._demand_owner_set >= self.config.demand_ttl / 3:
+                        # our tokens name us: workers drop them once this key lapses (we were killed)
+                        self._demand_owner_set = loop.time()  # set first: one refresh per burst of waiters
+                        await keep_demand_owner(redis, self._client_id, self.config.demand_ttl)
                     await asyncio.sleep(min(1.0, max(0.0, asked + bound - loop.time())))
         finally:
             if token is not None:
                 try:
-                    await redis.lrem(names.SANDBOX_DEMAND, 0, token)
+                    await remove_demand(redis, token)
                     if eval_id and not self._waiters.get(eval_id):
                         await stop_waiting(redis, eval_id)
                 except (RedisError, OSError):

@@ -84,6 +84,9 @@ class CeleryDispatcherConfig(BaseModel):
                                    "events already show every task): each costs ~12% more publisher CPU per call")
     lease_ttl: float = Field(3.0, gt=0,
                              description="seconds this orchestrator's sandbox lease outlives its last renewal")
+    demand_ttl: float = Field(30.0, gt=0, description="seconds this orchestrator's waiting placements stay counted "
+                              "in toolfleet.sandbox.demand after it stops refreshing them (it was killed): workers "
+                              "prune them then")
     close_timeout: float = Field(60.0, gt=0)
     stage_linger: float = Field(0.002, ge=0, le=0.05, description="while this many calls are in flight already "
                                 "(busy_calls), a stage waits up to this many seconds for others to share its "

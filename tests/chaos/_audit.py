@@ -32,6 +32,7 @@ ALLOWED: tuple[tuple[str, str, bool], ...] = (
     ("toolfleet:outcome:*", "a stage call's signed outcome", True),
     ("toolfleet:consumed:*", "a consumed open's id: its replay memory", True),
     ("toolfleet:claims-marker:*", "a worker's marker beside its claims", True),
+    ("toolfleet:demand-owner:*", "an orchestrator whose placements waited: its demand tokens' owner", True),
     ("toolfleet:evals:slots", "fair share: slots per eval (this eval's entry must be gone or 0)", False),
     ("toolfleet:evals:alive", "fair share: evals with a live orchestrator (scored by expiry)", False),
     ("toolfleet:evals:waiting", "fair share: evals waiting for a slot (scored by expiry)", False),

@@ -10,12 +10,15 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 
 import pytest
+from redis.asyncio import Redis
 
 from orchestrator.dispatch import CeleryDispatcher, CeleryDispatcherConfig
 from orchestrator.util import SandboxUnavailableError
-from workers.fleet import names
+from tests.support.fleet import child_env, python
+from workers.fleet import names, prune_demand
 
 from ._helpers import BOUND, bash_request, dispatch, local_spec, one, request, starts
 
@@ -71,6 +74,65 @@ async def test_placement_fills_hosts_by_free_slots_and_calls_follow_the_sandbox(
         await d.close_sandbox(route)
     assert [int(client.get(names.slots_used_key(h)) or 0) for h in (a.host, b.host)] == [0, 0]
     await d.close_sandbox(routes[0])  # idempotent
+
+
+async def _until(predicate, what: str, seconds: float = 30.0) -> None:
+    for _ in range(int(seconds / 0.05)):  # bounded
+        if predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what}: not within {seconds} s")
+
+
+async def test_a_killed_orchestrators_demand_is_pruned_by_the_workers_and_a_live_ones_stays(
+    fleet, make_dispatcher) -> None:
+    """A SIGKILLed orchestrator cannot take back the demand of its waiting samples: once its owner key
+    lapses a worker drops those tokens (an autoscaler would otherwise count them for up to 600 s);
+    the token of an orchestrator still waiting stays, and goes when it is placed."""
+    fleet.worker(slots=1)
+    holder = make_dispatcher(placement_wait=0.0)
+    held = await holder.open_sandbox(local_spec("holds-the-only-slot"))
+    live = make_dispatcher(placement_wait=120.0, demand_ttl=1.0)
+    waiting = asyncio.ensure_future(live.open_sandbox(local_spec("waits-alive")))
+    client = fleet.redis.client()
+    await _until(lambda: client.llen(names.SANDBOX_DEMAND) == 1, "the live waiter's demand")
+    killed = subprocess.Popen(python("-m", "tests.support.waiting_orchestrator", fleet.url, "3"), env=child_env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        await _until(lambda: client.llen(names.SANDBOX_DEMAND) == 4 or killed.poll() is not None,
+                     "the other orchestrator's demand")
+        assert killed.poll() is None, killed.stderr.read().decode() if killed.stderr else ""
+        owners = sorted(t.decode().split("/")[0] for t in client.lrange(names.SANDBOX_DEMAND, 0, -1))
+        assert owners.count(live.client_id) == 1 and len(set(owners)) == 2
+    finally:
+        killed.kill()
+        killed.wait(30)
+    # owner key TTL (1 s) + a worker's prune interval (10 s) + a beat
+    await _until(lambda: client.llen(names.SANDBOX_DEMAND) == 1, "the killed orchestrator's demand pruned", 30.0)
+    assert [t.decode().split("/")[0] for t in client.lrange(names.SANDBOX_DEMAND, 0, -1)] == [live.client_id]
+    assert not waiting.done()
+    await holder.close_sandbox(held)
+    route = await asyncio.wait_for(waiting, BOUND)
+    assert client.llen(names.SANDBOX_DEMAND) == 0
+    await live.close_sandbox(route)
+
+
+async def test_prune_demand_keeps_live_and_unnamed_tokens_and_the_lists_ttl(own_redis) -> None:
+    redis = Redis.from_url(own_redis.url)
+    try:
+        await redis.set(names.demand_owner_key("aa"), 1, ex=60)
+        tokens = ["aa/1", "bb/1", "aa/2", "legacy-token", *(f"cc/{i}" for i in range(2500)), "bb/2"]
+        await redis.rpush(names.SANDBOX_DEMAND, *tokens)
+        await redis.expire(names.SANDBOX_DEMAND, 600)
+        assert await prune_demand(redis) == 2502
+        assert [t.decode() for t in await redis.lrange(names.SANDBOX_DEMAND, 0, -1)] == ["aa/1", "aa/2", "legacy-token"]
+        assert 590 <= await redis.ttl(names.SANDBOX_DEMAND) <= 600
+        assert await prune_demand(redis) == 0
+        await redis.delete(names.demand_owner_key("aa"))
+        assert await prune_demand(redis) == 2
+        assert [t.decode() for t in await redis.lrange(names.SANDBOX_DEMAND, 0, -1)] == ["legacy-token"]
+    finally:
+        await redis.aclose()
 
 
 async def test_sigkill_during_a_long_call_resolves_sandbox_unavailable_and_never_reruns(

@@ -7,7 +7,8 @@
   and stored later (``_result_store``), and the fleet's events for orchestrators (``_events``);
 * host liveness and capacity (``_heartbeat``) with the tools each host registered (``_tool_manifest``);
 * sandbox placement: the reservation script (``_reserve``), slots reserved ahead (``_leases``) and the
-  ``Placer`` over them, fair share between evals (``_placement``).
+  ``Placer`` over them, fair share between evals (``_placement``), the waiting placements an autoscaler
+  reads (``_demand``).
 
 The worker's side (``workers.app``, ``workers.tasks``, ``workers._loop``) and the orchestrator's
 (``orchestrator.dispatch``) import these names from here, never the private modules.
@@ -33,6 +34,7 @@ from ._auth import (
     verify_outcome,
     verify_result,
 )
+from ._demand import DEMAND_PRUNE_S, add_demand, keep_demand_owner, prune_demand, remove_demand
 from ._events import FleetEvents
 from ._heartbeat import Heartbeat, HostRecord, claim_identity
 from ._patience import patiently
@@ -99,6 +101,7 @@ __all__ = [
     "claim_identity",
     "read_tool_manifests",
     # placement
+    "DEMAND_PRUNE_S",
     "FORK_SLOTS",
     "FairShareError",
     "NoCapacityError",
@@ -106,11 +109,15 @@ __all__ = [
     "Placer",
     "SandboxTooLargeError",
     "SnapshotHostLostError",
+    "add_demand",
     "choose_hosts",
+    "keep_demand_owner",
     "keep_evals_alive",
     "live_hosts",
+    "prune_demand",
     "release_eval",
     "release_slots",
+    "remove_demand",
     "set_eval_counts",
     "slot_weight",
     "stop_waiting",

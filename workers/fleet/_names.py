@@ -58,6 +58,12 @@ HOSTS_SET = f"{PREFIX}:hosts"  # every host that ever heartbeated (liveness is t
 SANDBOX_DEMAND = f"{PREFIX}.sandbox.demand"
 
 
+def demand_owner_key(client_id: str) -> str:
+    """Kept fresh by an orchestrator while any of its placements waits: its demand tokens (``<client id>/…``)
+    outlive it by this key's TTL at most (workers prune the rest, ``_demand``)."""
+    return f"{PREFIX}:demand-owner:{client_id}"
+
+
 def identity_key(host: str) -> str:
     """The claim on a worker identity: SET NX at start, refreshed by each heartbeat, deleted at stop."""
     return f"{PREFIX}:identity:{host}"
