@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from orchestrator.tool import ToolDef
@@ -12,6 +15,7 @@ from .helpers import error, ok
 pytestmark = pytest.mark.timeout(180)
 
 BS = bash_session(wait_for_output=10)
+_SESSION_SERVER = Path(__file__).resolve().parents[2] / "orchestrator" / "tool" / "_tools" / "_session_server.py"
 
 
 def test_definition():
@@ -79,3 +83,31 @@ async def test_instances_are_independent(env):
 async def test_missing_input_is_an_error(env):
     _, message = await error(env, BS, action="type_submit")
     assert "`input` is required" in message
+
+
+@pytest.mark.slow  # forks a shell on a PTY
+def test_a_shell_slow_to_print_its_first_prompt_keeps_it_out_of_the_first_reply(tmp_path, monkeypatch) -> None:
+    """On a loaded host bash may print its first prompt after any fixed pause: the server waits for the
+    prompt itself (here a bash that starts 1.5 s late; the old 1 s pause put ``$ `` before the output)."""
+    import importlib.util
+    import shutil
+
+    spec = importlib.util.spec_from_file_location("session_server", _SESSION_SERVER)
+    assert spec is not None and spec.loader is not None
+    server = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(server)
+    slow = tmp_path / "bash"
+    slow.write_text(f"#!/bin/sh\nsleep 1.5\nexec {shutil.which('bash')} \"$@\"\n")
+    slow.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    try:
+        first = server.handle({"instance": "slow", "action": "type_submit", "input": "echo hi", "wait_for_output": 10})
+        assert first == {"output": "hi\n$ "}
+        restarted = server.handle({"instance": "slow", "action": "restart"})
+        assert restarted == {"output": "Bash session restarted."}
+        after = server.handle({"instance": "slow", "action": "type_submit", "input": "echo again",
+                               "wait_for_output": 10})
+        assert after == {"output": "again\n$ "}
+    finally:
+        for session in server.sessions.values():
+            session.kill()

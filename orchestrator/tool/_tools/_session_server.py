@@ -23,6 +23,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOCK = os.path.join(HERE, "session.sock")
 IDLE = 0.5
+START_WAIT = 15.0  # seconds a new shell may take to print its first prompt
 BUFFER_CAP = 1024 * 1024  # bytes of unread output kept per session (oldest dropped)
 
 
@@ -90,6 +91,19 @@ class Session:
             text += "\n[the shell exited; use restart]"
         return text
 
+    def settle(self, timeout):
+        """Drop the shell's start-up output up to its first prompt. Waiting for the prompt itself, not for a
+        quiet moment: on a loaded host bash may print it after any fixed pause, into the first reply."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while self.alive and not self.buf.endswith(b"$ "):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.cond.wait(left)
+            self.buf = bytearray()
+            self.dropped = False
+
     def kill(self):
         # Jobs of an interactive shell run in their own process groups: kill the whole session.
         for entry in os.listdir("/proc"):
@@ -123,11 +137,11 @@ def handle(req):
             if session is not None:
                 session.kill()
             sessions[instance] = Session()
-            sessions[instance].collect(1.0)  # swallow the first prompt
+            sessions[instance].settle(START_WAIT)
             return {"output": "Bash session restarted."}
         if session is None:
             session = sessions[instance] = Session()
-            session.collect(1.0)
+            session.settle(START_WAIT)
     if action in ("type", "type_submit"):
         text = req.get("input") or ""
         if action == "type_submit":
