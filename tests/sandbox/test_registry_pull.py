@@ -229,7 +229,13 @@ async def test_a_worker_pulls_only_from_its_registries(images: Images, fleet) ->
         assert record.registries == [images.registry]
         await preflight(None, [Sample(input="x", id="s1", sandbox=config)], embedded=False, broker_url=fleet.redis.url)
         for n in range(2):  # both idle: placement picks the worker that can pull, every time
-            route = await d.open_sandbox(SandboxSpec(eval_id="e-pull", sample_id=f"pulled-{n}", config=config))
+            # Both workers share this Docker daemon: once pulled, an image is on both "hosts" (from the
+            # next image refresh on), so each round asks for an image neither has.
+            fresh = ref if n == 0 else images.ref()
+            if n:
+                await asyncio.to_thread(images.publish, fresh, "one")
+            route = await d.open_sandbox(SandboxSpec(eval_id="e-pull", sample_id=f"pulled-{n}",
+                                                     config={**config, "image": fresh}))
             try:
                 assert route.host == pulls.host != refuses.host
                 out = await one(d, bash_request(f"cat {MARKER}", route.sandbox), route)
