@@ -23,7 +23,8 @@ Tree::
     │  ├─ BrokerUnreachableError                    orchestrator.eval._errors
     │  ├─ DockerUnreachableError                    orchestrator.eval._errors
     │  ├─ FleetMisconfiguredError                   orchestrator.eval._errors             workers reject us
-    │  └─ PreflightError                            orchestrator.dispatch._preflight      found before sample 1
+    │  ├─ PreflightError                            orchestrator.dispatch._preflight      found before sample 1
+    │  └─ MissingSecretError (RuntimeError)         workers.fleet._auth                   no or short secret
     ├─ ToolError                                    orchestrator.tool._errors             Inspect; model sees it
     │  ├─ ToolParsingError                          orchestrator.tool._errors             Inspect
     │  ├─ ToolApprovalError                         orchestrator.tool._errors             Inspect
@@ -50,7 +51,6 @@ Tree::
     ├─ ChannelClosed (ConnectionError)              workers.sandbox._channel              exec agent channel
     ├─ EgressError                                  workers.egress._errors
     ├─ AdmissionRefused (ValueError)                workers._bounds                       a worker says no
-    ├─ MissingSecretError (RuntimeError)            workers.fleet._auth
     ├─ NoCapacityError                              workers.fleet._placement              placement waits
     │  ├─ NoLiveHostError                           workers.fleet._placement
     │  ├─ FairShareError                            workers.fleet._placement

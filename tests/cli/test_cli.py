@@ -73,6 +73,22 @@ def test_unreachable_broker(tmp_path: Path) -> None:
                            "Cannot reach the broker", url)
 
 
+@pytest.mark.parametrize(("secret", "needles"), [
+    (None, ("No fleet secret: set TOOLFLEET_SECRET",)),
+    ("s3cr", ("The fleet secret is too short", "at least 16 bytes")),
+], ids=["missing", "short"])
+def test_a_missing_or_short_fleet_secret_is_one_line(tmp_path: Path, own_redis, secret, needles) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("TOOLFLEET_SECRET", "TOOLFLEET_SECRET_FILE")}
+    if secret is not None:
+        env["TOOLFLEET_SECRET"] = secret
+    result = subprocess.run([sys.executable, "-m", "orchestrator.cli", "eval", TASK, "--model", "scripted/echo",
+                             "--broker", own_redis.url, "--log-dir", str(tmp_path)],
+                            capture_output=True, text=True, timeout=90, env=env)
+    _assert_one_line_error(result, *needles)
+    assert result.returncode == 1
+    assert "s3cr" not in result.stderr  # the secret itself is never echoed
+
+
 def test_unreachable_docker(tmp_path: Path) -> None:
     env = {"DOCKER_HOST": f"tcp://127.0.0.1:{free_port()}"}
     _assert_one_line_error(run("eval", TASK, "--model", "scripted/echo", "--sandbox", "docker", "--log-dir",

@@ -30,7 +30,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from orchestrator._errors import ToolfleetError
+from orchestrator._errors import SetupError
 
 SECRET_ENV = "TOOLFLEET_SECRET"  # noqa: S105 - the variable's name, not a secret
 SECRET_FILE_ENV = "TOOLFLEET_SECRET_FILE"  # noqa: S105 - the variable's name
@@ -43,7 +43,7 @@ MIN_SECRET_BYTES = 16
 __all__ = ["Keyring", "MissingSecretError", "load_keyring", "SECRET_ENV", "SECRET_FILE_ENV"]
 
 
-class MissingSecretError(ToolfleetError, RuntimeError):
+class MissingSecretError(SetupError, RuntimeError):
     """No fleet secret configured (or one too short to be a secret)."""
 
 
@@ -53,7 +53,9 @@ class Keyring:
             raise MissingSecretError("a keyring needs at least one secret")
         short = [s for s in secrets if len(s) < MIN_SECRET_BYTES]
         if short:
-            raise MissingSecretError(f"fleet secrets must be at least {MIN_SECRET_BYTES} bytes long")
+            raise MissingSecretError(f"The fleet secret is too short: each secret in {SECRET_ENV} (or its file) must "
+                                     f"be at least {MIN_SECRET_BYTES} bytes long, e.g. `export {SECRET_ENV}=$(python3 "
+                                     "-c 'import secrets; print(secrets.token_hex(32))')`.")
         # One keyed HMAC state per key, copied per message: OpenSSL 3 looks the digest up again on
         # every one-shot call (hmac.digest), which costs far more than the hashing under load.
         self._keys = {hashlib.sha256(s).hexdigest()[:8]: hmac.new(s, digestmod=hashlib.sha256) for s in secrets}
