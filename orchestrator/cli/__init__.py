@@ -6,8 +6,10 @@ User mistakes (``SetupError`` and friends) print one line on stderr and exit 1 â
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
+from types import FrameType
 
 from ._common import EXIT_INTERRUPTED, EXIT_USER_ERROR, OneLineParser, fail
 
@@ -80,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from orchestrator._errors import SetupError
 
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         return int(args.handler(args) or 0)
     except SetupError as exc:
@@ -95,6 +98,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         errors = exc.errors()
         where = ".".join(str(p) for p in errors[0].get("loc", ())) if errors else ""
         return fail(f"Invalid value{' for ' + where if where else ''}: {errors[0]['msg'] if errors else exc}")
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM (``kill``, a batch scheduler, ``docker stop``) ends a command as Ctrl-C does: the eval's samples
+    are cancelled, its sandboxes closed, its log kept, and the line to resume it printed."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background: no Ctrl-C path to take
+        raise KeyboardInterrupt
+    signal.raise_signal(signal.SIGINT)  # asyncio's own handler, when a loop runs: the main task is cancelled
 
 
 def _worker(argv: list[str]) -> int:

@@ -73,7 +73,8 @@ def test_nothing_scored_prints_no_metric(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # runs the CLI in a child process
-def test_ctrl_c_names_the_log(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_and_sigterm_end_the_eval_and_name_the_log(tmp_path: Path, sig: signal.Signals) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "eval", f"{BASIC}@basic", "--model",
                              "scripted/echo", "-T", "n=40", "--max-samples", "1", "--log-dir", str(tmp_path),
                              "--display", "none"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -83,7 +84,7 @@ def test_ctrl_c_names_the_log(tmp_path: Path) -> None:
         while not list(tmp_path.glob("*.jsonl")) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
         [log] = list(tmp_path.glob("*.jsonl"))
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
