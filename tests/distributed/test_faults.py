@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 from orchestrator.dispatch import CeleryDispatcher, CeleryDispatcherConfig
 from orchestrator.util import SandboxUnavailableError
 from tests.support.fleet import child_env, python
+from tests.support.waits import until
 from workers.fleet import names, prune_demand
 
 from ._helpers import BOUND, bash_request, dispatch, local_spec, one, request, starts
@@ -76,14 +77,6 @@ async def test_placement_fills_hosts_by_free_slots_and_calls_follow_the_sandbox(
     await d.close_sandbox(routes[0])  # idempotent
 
 
-async def _until(predicate, what: str, seconds: float = 30.0) -> None:
-    for _ in range(int(seconds / 0.05)):  # bounded
-        if predicate():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what}: not within {seconds} s")
-
-
 async def test_a_killed_orchestrators_demand_is_pruned_by_the_workers_and_a_live_ones_stays(
     fleet, make_dispatcher) -> None:
     """A SIGKILLed orchestrator cannot take back the demand of its waiting samples: once its owner key
@@ -95,12 +88,12 @@ async def test_a_killed_orchestrators_demand_is_pruned_by_the_workers_and_a_live
     live = make_dispatcher(placement_wait=120.0, demand_ttl=1.0)
     waiting = asyncio.ensure_future(live.open_sandbox(local_spec("waits-alive")))
     client = fleet.redis.client()
-    await _until(lambda: client.llen(names.SANDBOX_DEMAND) == 1, "the live waiter's demand")
+    await until(lambda: client.llen(names.SANDBOX_DEMAND) == 1, "the live waiter's demand")
     killed = subprocess.Popen(python("-m", "tests.support.waiting_orchestrator", fleet.url, "3"), env=child_env(),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        await _until(lambda: client.llen(names.SANDBOX_DEMAND) == 4 or killed.poll() is not None,
-                     "the other orchestrator's demand")
+        await until(lambda: client.llen(names.SANDBOX_DEMAND) == 4 or killed.poll() is not None,
+                    "the other orchestrator's demand")
         assert killed.poll() is None, killed.stderr.read().decode() if killed.stderr else ""
         owners = sorted(t.decode().split("/")[0] for t in client.lrange(names.SANDBOX_DEMAND, 0, -1))
         assert owners.count(live.client_id) == 1 and len(set(owners)) == 2
@@ -108,7 +101,7 @@ async def test_a_killed_orchestrators_demand_is_pruned_by_the_workers_and_a_live
         killed.kill()
         killed.wait(30)
     # owner key TTL (1 s) + a worker's prune interval (10 s) + a beat
-    await _until(lambda: client.llen(names.SANDBOX_DEMAND) == 1, "the killed orchestrator's demand pruned", 30.0)
+    await until(lambda: client.llen(names.SANDBOX_DEMAND) == 1, "the killed orchestrator's demand pruned", 30.0)
     assert [t.decode().split("/")[0] for t in client.lrange(names.SANDBOX_DEMAND, 0, -1)] == [live.client_id]
     assert not waiting.done()
     await holder.close_sandbox(held)
