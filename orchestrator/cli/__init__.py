@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from orchestrator._errors import SetupError
 
-    signal.signal(signal.SIGTERM, _terminated)
+    previous = signal.signal(signal.SIGTERM, _terminated)  # for this command only (main may run in-process)
     try:
         return int(args.handler(args) or 0)
     except SetupError as exc:
@@ -98,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         errors = exc.errors()
         where = ".".join(str(p) for p in errors[0].get("loc", ())) if errors else ""
         return fail(f"Invalid value{' for ' + where if where else ''}: {errors[0]['msg'] if errors else exc}")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _terminated(signum: int, frame: FrameType | None) -> None:
