@@ -25,11 +25,13 @@ from redis.exceptions import RedisError
 from ._admission import AdmissionRules
 from ._call_memory import CallMemory
 from .fleet import (
+    DEFAULT_REPLAY_WINDOW,
     DEMAND_PRUNE_S,
     Heartbeat,
     HostRecord,
     Keyring,
     MissingSecretError,
+    ReplayWindow,
     ReplySender,
     load_keyring,
     names,
@@ -58,6 +60,8 @@ class WorkerConfig(BaseModel):
                                 description="seconds an owner's lease may be missing before its sandboxes are closed")
     admission: AdmissionRules = Field(default_factory=AdmissionRules, description="what this worker agrees to run")
     call_memory_bytes: int = Field(64 * 1024 * 1024, gt=0, description="bound on the outcomes kept for redeliveries")
+    replay: ReplayWindow = Field(default_factory=lambda: DEFAULT_REPLAY_WINDOW,
+                                 description="the signed-message window: how long a consumed message is remembered")
 
 
 class WorkerRuntime:

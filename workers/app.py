@@ -37,6 +37,7 @@ from ._rejects import RejectLog, rejects  # noqa: F401 - RejectLog re-exported
 from .fleet import (
     DEFAULT_REPLAY_WINDOW,
     DEST_HEADER,
+    EXPIRED,
     ISSUED_HEADER,
     MAC_HEADER,
     RESULT_MAC_FIELD,
@@ -48,6 +49,7 @@ from .fleet import (
     freshness_refusal,
     is_out_of_memory,
     load_keyring,
+    message_age,
     message_mac,
     names,
     result_mac,
@@ -304,10 +306,16 @@ class FleetRedisTransport(kombu_redis.Transport):
                                       window=options.get(REPLAY_OPTION) or DEFAULT_REPLAY_WINDOW)
             if reason is not None:
                 headers = message.get("headers") if isinstance(message, dict) else None
-                task = headers.get("task") if isinstance(headers, dict) else None
-                task_id = headers.get("id") if isinstance(headers, dict) else None
-                if rejects.reject(reason, queue, f"task={str(task)[:80]!r}") and task_id is not None:
-                    self._fleet_events().publish("rejected", reason=reason, task_id=task_id, queue=queue)
+                headers = headers if isinstance(headers, dict) else {}
+                task_id = headers.get("id")
+                logged = rejects.reject(reason, queue, f"task={str(headers.get('task'))[:80]!r}")
+                # A message that aged out in the queue is reported every time, with its age: its
+                # orchestrator sends it again (a saturated fleet is not a misconfiguration).
+                expired = reason.startswith(f"stale: {EXPIRED}")
+                if task_id is not None and (logged or expired):
+                    age = message_age(headers.get(ISSUED_HEADER), time.time()) if expired else None
+                    self._fleet_events().publish("rejected", reason=reason, task_id=task_id, queue=queue,
+                                                 **({"age": f"{age:.3f}"} if age is not None else {}))
                 return
         return super()._deliver(message, queue)
 
@@ -348,6 +356,8 @@ class AppConfig(BaseModel):
     max_payload_bytes: int = Field(8 * 1024 * 1024, gt=0, description="cap on a task message's JSON body")
     prefetch_multiplier: int = Field(1, ge=1, description="messages reserved per pool thread")
     visibility_timeout: int = Field(3600, gt=0, description="seconds before an unacked task is redelivered")
+    replay: ReplayWindow = Field(default_factory=lambda: DEFAULT_REPLAY_WINDOW,
+                                 description="how old (or how far ahead) a signed message a worker accepts may be")
 
 
 def create_app(config: AppConfig | str | None = None, main: str = "toolfleet", keyring: Keyring | None = None,
@@ -381,7 +391,7 @@ def create_app(config: AppConfig | str | None = None, main: str = "toolfleet", k
         broker_connection_retry_on_startup=True,
         broker_connection_max_retries=None,
         broker_transport_options={"visibility_timeout": config.visibility_timeout, KEYRING_OPTION: keyring,
-                                  VERIFY_OPTION: verify},
+                                  VERIFY_OPTION: verify, REPLAY_OPTION: config.replay},
         task_publish_retry=True,
         task_publish_retry_policy={"max_retries": 20, "interval_start": 0.1, "interval_step": 0.5, "interval_max": 2.0},
         task_default_queue=names.SHARED_QUEUE,

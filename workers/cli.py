@@ -30,7 +30,17 @@ from ._loop import HOST_ENV, Runtimes, WorkerConfig
 from ._tool_modules import IMPORT_ENV, ToolModuleError, ToolModules, imports_from_env
 from .app import BROKER_ENV, DEFAULT_BROKER, AppConfig, create_worker_app
 from .egress import EgressEnforcer, EgressError
-from .fleet import SECRET_ENV, SECRET_FILE_ENV, Keyring, MissingSecretError, claim_identity, load_keyring, names
+from .fleet import (
+    DEFAULT_REPLAY_WINDOW,
+    SECRET_ENV,
+    SECRET_FILE_ENV,
+    Keyring,
+    MissingSecretError,
+    ReplayWindow,
+    claim_identity,
+    load_keyring,
+    names,
+)
 from .sandbox._registry import SandboxRegistry
 from .sandbox.docker import HostSandboxes
 from .sandbox_host import SandboxHost
@@ -126,6 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
     trust.add_argument("--max-outcome-bytes", type=int, default=512 * 1024,
                        help="a call's result is cut to this many bytes at the worker (the model sees 16 KiB by "
                             "default)")
+    trust.add_argument("--message-max-age", dest="replay", type=_replay_window,
+                       default=DEFAULT_REPLAY_WINDOW,
+                       metavar="SECONDS",
+                       help="a signed task message older than this is refused as a possible replay (default "
+                            f"{DEFAULT_REPLAY_WINDOW.max_age:g}); a call that waited this long in the queue is sent "
+                            "again by its orchestrator, so raising it only trades memory for fewer re-sends")
     trust.add_argument("--unsafe-remote-control", action="store_true",
                        help="keep all of Celery's remote-control commands (shutdown, revoke, pool_restart, ...), "
                             "which anyone who can write to the broker can send")
@@ -159,6 +175,14 @@ def _size(value: str) -> int:
         return parse_bytes(value)
     except AdmissionRefused:
         raise argparse.ArgumentTypeError(f"not a size: {value!r} (e.g. 20g, 512m)") from None
+
+
+def _replay_window(value: str) -> ReplayWindow:
+    """``--message-max-age SECONDS`` as the window it sets (the bounds are ReplayWindow's own)."""
+    try:
+        return ReplayWindow(max_age=float(value))
+    except ValueError:  # not a number, or out of (0, 7 days] (pydantic's ValidationError is a ValueError)
+        raise argparse.ArgumentTypeError(f"expected seconds, more than 0 and at most 604800; got {value!r}") from None
 
 
 def _registry_host(value: str) -> str:
@@ -250,7 +274,7 @@ def _run(args: argparse.Namespace, keyring: Keyring) -> int:
         _restrict_remote_control()
     config = WorkerConfig(broker_url=args.broker, slots=args.slots, host=args.hostname or default_identity(),
                           heartbeat_interval=args.heartbeat_interval, heartbeat_ttl=args.heartbeat_ttl,
-                          orphan_grace=args.orphan_grace, admission=build_admission(args))
+                          orphan_grace=args.orphan_grace, admission=build_admission(args), replay=args.replay)
     duplicate = claim_identity(args.broker, config.host, token=uuid.uuid4().hex)
     if duplicate:
         print(f"toolfleet worker: {duplicate}", file=sys.stderr, flush=True)
@@ -269,7 +293,7 @@ def _run(args: argparse.Namespace, keyring: Keyring) -> int:
     if args.snapshot_disk:
         sandboxes.docker.snapshots.budget = args.snapshot_disk  # bytes (--snapshot-disk, parsed)
     runtimes = Runtimes(args.broker)
-    app = create_worker_app(AppConfig(broker_url=args.broker), keyring=keyring, runtimes=runtimes)
+    app = create_worker_app(AppConfig(broker_url=args.broker, replay=args.replay), keyring=keyring, runtimes=runtimes)
     _connect_lifecycle(app, config.host, runtimes)
     if args.allow_local:
         print("toolfleet worker: --allow-local: `local` sandboxes run as this user on this host, with NO isolation",

@@ -46,7 +46,7 @@ from ._call_memory import CallRunningElsewhere
 from ._loop import Runtimes, WorkerRuntime
 from ._outcome_cap import cap_outcome
 from ._rejects import rejects
-from .fleet import DEFAULT_REPLAY_WINDOW, first_consumption, names, slot_weight, verify_cancel
+from .fleet import first_consumption, names, slot_weight, verify_cancel
 
 log = structlog.get_logger("toolfleet.worker")
 
@@ -109,7 +109,7 @@ async def answer_call(rt: WorkerRuntime, payload: Any, task_id: str) -> tuple[st
         outcome = await rt.memory.run_once(call_id,
                                            lambda: _capped(rt.sandboxes.execute(request),
                                                            rt.admission.max_outcome_bytes),
-                                           claim_ttl=max(deadline, DEFAULT_REPLAY_WINDOW.ttl))
+                                           claim_ttl=max(deadline, rt.config.replay.ttl))
     except asyncio.CancelledError:
         return call_id, _error_json(call_id, host, "cancelled", "The call was cancelled.")
     except (RedisError, OSError) as exc:  # Redis stayed down past the claim's patience
@@ -290,7 +290,7 @@ def register_tasks(app: Celery, runtimes: Runtimes) -> None:
             return {"error": {"type": "limit",
                               "message": f"The sandbox spec (files, setup) exceeded the payload limit of {cap} bytes."},
                     "host": rt.config.host}
-        if rt.redis is not None and not rt.submit(first_consumption(rt.redis, self.request.id, DEFAULT_REPLAY_WINDOW),
+        if rt.redis is not None and not rt.submit(first_consumption(rt.redis, self.request.id, rt.config.replay),
                                                   timeout=30):
             rejects.reject("replayed", self.request.delivery_info.get("routing_key"), f"open_sandbox {self.request.id}")
             raise Ignore  # a copy of a consumed open (a replay): nothing opened, nothing stored
@@ -302,7 +302,7 @@ def register_tasks(app: Celery, runtimes: Runtimes) -> None:
     @app.task(name=names.TASK_SANDBOX_NETWORK, bind=True, acks_late=True, Request=_REQUEST)
     def sandbox_network(self: Any, handle: Any, request: Any) -> dict[str, Any]:
         rt = runtimes.get()
-        first = rt.submit(first_consumption(rt.redis, self.request.id, DEFAULT_REPLAY_WINDOW), timeout=30) \
+        first = rt.submit(first_consumption(rt.redis, self.request.id, rt.config.replay), timeout=30) \
             if rt.redis is not None else True
         if not first:
             rejects.reject("replayed", self.request.delivery_info.get("routing_key"),

@@ -28,11 +28,11 @@ from orchestrator.tool._registry import GENERATED_TASK_MODULE, not_registered_me
 from orchestrator.tool._tool_call import ToolCallError
 from orchestrator.util._sandbox import SandboxUnavailableError
 from orchestrator.util._timers import call_later
-from workers.fleet import Keyring, cancel_mac, names, parse_items, verify_outcome
+from workers.fleet import DEFAULT_REPLAY_WINDOW, Keyring, cancel_mac, names, parse_items, verify_outcome
 
 from ._context import current_route
 from ._dispatcher import Dispatch
-from ._fleet_events import parse_event, rejection_line, store_failed_line
+from ._fleet_events import FleetEvent, expired_in_queue, parse_event, rejection_line, store_failed_line
 from ._publisher import Publisher, TaskMessage
 from ._results import ResultListener
 
@@ -60,6 +60,7 @@ class Pending:
     raw: asyncio.Future[dict[str, Any]] | None = None  # the listener's future for the result meta
     condition: str | None = None  # what the fleet reported about it (e.g. its result could not be stored)
     published: float = field(default_factory=time.monotonic)
+    message: str = ""  # the id of the stage message that carries it (a worker's rejection names that)
 
 
 def _error_outcome(call_id: str, type_: str, message: str, host: str | None = None) -> CallOutcome:
@@ -79,6 +80,8 @@ def _stage_messages(records: list[Pending], reply: str) -> list[TaskMessage]:
     for queue, recs in by_queue.items():
         for start in range(0, len(recs), names.MAX_STAGE_CALLS):
             chunk = recs[start:start + names.MAX_STAGE_CALLS]
+            for rec in chunk:
+                rec.message = chunk[0].task_id
             messages.append(TaskMessage(chunk[0].task_id, names.TASK_STAGE, [reply, [r.payload for r in chunk]], queue,
                                         _argsrepr(chunk)))
     return messages
@@ -137,13 +140,22 @@ class PendingCalls:
         # (messages, calls) per publish of calls: how well stages coalesce (``bench fanout``).
         self.published: deque[tuple[int, int]] = deque(maxlen=PUBLISH_SAMPLES)
         self._closed = False
+        self._tasks: set[asyncio.Task[None]] = set()  # re-sends in flight (held: the loop keeps only weak refs)
+        self.requeued = 0  # calls sent again because they aged out in the queue
 
     def stop(self) -> None:
         """The dispatcher is closing: cancellations are no longer sent on their own."""
         self._closed = True
 
+    def _background(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def aclose(self) -> None:
         """Cancel everything still pending or unsent, then send the cancellations asked so far."""
+        for task in list(self._tasks):
+            task.cancel()
         for rec in [*self.pending.values(), *self._outbox]:
             if not rec.future.done():
                 rec.future.cancel()
@@ -318,6 +330,8 @@ class PendingCalls:
     def on_fleet_event(self, data: bytes) -> None:
         """A worker's event (``workers.fleet.FleetEvents``): only one about a task this dispatcher waits for counts."""
         event = parse_event(data)
+        if event is not None and event.kind == "rejected" and event.age is not None and self._requeue(event):
+            return
         rec = self.pending.get(event.task_id) if event is not None else None
         if event is None or rec is None or rec.future.done():
             return
@@ -329,6 +343,32 @@ class PendingCalls:
             log.info("dispatch.fleet_rejects_messages", host=event.host, reason=event.reason)  # the eval says it
             for pending in list(self.pending.values()):
                 self._fail_misconfigured(pending)
+
+    def _requeue(self, event: FleetEvent) -> bool:
+        """A worker refused a stage message of ours as expired: if it waited that long in the queue by
+        this host's clock too, send its calls again with a fresh issue time (same ids: a copy that
+        somehow ran is answered from the worker's memory, not run twice). Each call's deadline still
+        bounds it. False: not ours, or a clock problem (a misconfiguration, reported as one)."""
+        now = time.monotonic()
+        records = [r for r in self.pending.values()
+                   if r.message == event.task_id and r.kind == "call" and not r.future.done()]
+        if not records or not all(expired_in_queue(event, now - r.published, DEFAULT_REPLAY_WINDOW.max_skew)
+                                  for r in records):
+            return False
+        for rec in records:
+            rec.published = now
+        log.warning("dispatch.requeue_expired", host=event.host, calls=len(records), age=event.age)
+        self.requeued += len(records)
+        self._background(self._republish(records, "it waited in the queue past the workers' message age limit"))
+        return True
+
+    async def _republish(self, records: list[Pending], why: str) -> None:
+        try:
+            await self._publisher.stage(_stage_messages(records, self._reply))
+        except Exception as exc:  # noqa: BLE001 - kombu/redis raise many kinds; each call gets its outcome
+            for rec in records:
+                self._resolve(rec, _error_outcome(rec.task_id, "sandbox_unavailable",
+                    f"The call could not be sent again to the worker fleet ({why}): {exc}."))
 
     def _fail_misconfigured(self, rec: Pending) -> None:
         if rec.future.done():
@@ -416,9 +456,4 @@ class PendingCalls:
         lost = [r for r, claim in zip(pending, claims, strict=True) if claim is None]
         if lost:
             log.warning("dispatch.republish", calls=len(lost))
-            try:
-                await self._publisher.stage(_stage_messages(lost, self._reply))
-            except Exception as exc:  # noqa: BLE001 - kombu/redis raise many kinds; each lost call gets its outcome
-                for rec in lost:
-                    self._resolve(rec, _error_outcome(rec.task_id, "sandbox_unavailable",
-                        f"The call was lost when the broker restarted and could not be sent again ({exc})."))
+            await self._republish(lost, "it was lost when the broker restarted")

@@ -2,17 +2,19 @@
 
 A worker that rejects a task message (wrong secret, clock skew) or cannot store a result (Redis at
 ``maxmemory``) PUBLISHes an event; the result listener hands each one here. An event matters only
-for a task id this dispatcher waits for: then a rejection becomes the one line the eval stops with,
-and a store failure the reason a wait reports if it runs out.
+for a task id this dispatcher waits for: then a rejection becomes the one line the eval stops with
+(unless the message only aged out in a long queue: its calls are sent again), and a store failure
+the reason a wait reports if it runs out.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FleetEvent", "parse_event", "rejection_line", "store_failed_line"]
+__all__ = ["FleetEvent", "expired_in_queue", "parse_event", "rejection_line", "store_failed_line"]
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,7 @@ class FleetEvent:
     task_id: str
     reason: str = ""  # rejected: why
     error: str = ""  # store_failed: Redis's answer
+    age: float | None = None  # rejected as expired: the message's age by the worker's clock
 
 
 def parse_event(data: Any) -> FleetEvent | None:
@@ -33,7 +36,21 @@ def parse_event(data: Any) -> FleetEvent | None:
     if not isinstance(raw, dict) or not all(isinstance(raw.get(k), str) for k in ("kind", "host", "task_id")):
         return None
     text = {k: str(raw.get(k) or "")[:300] for k in ("reason", "error")}
-    return FleetEvent(kind=raw["kind"], host=raw["host"][:200], task_id=raw["task_id"], **text)
+    try:
+        age: float | None = float(raw["age"]) if isinstance(raw.get("age"), str | int | float) else None
+    except ValueError:
+        age = None
+    if age is not None and not math.isfinite(age):
+        age = None
+    return FleetEvent(kind=raw["kind"], host=raw["host"][:200], task_id=raw["task_id"], age=age, **text)
+
+
+def expired_in_queue(event: FleetEvent, waited: float, max_skew: float) -> bool:
+    """Whether a rejection says the message aged out in the queue (send it again), not that the clocks
+    differ (a misconfiguration): the worker measured its age, this host measured ``waited`` since it
+    published it; with clocks within ``max_skew`` of each other the two agree to that much."""
+    return (event.kind == "rejected" and event.reason.startswith("stale: expired") and event.age is not None
+            and waited >= event.age - max_skew)
 
 
 def rejection_line(event: FleetEvent) -> str:

@@ -338,4 +338,5 @@ def test_celery_inspect_stats_reports_the_keyring_without_its_secret(session_wor
     [stats] = list(replies.values())
     keyring = stats["broker"]["transport_options"]["toolfleet_keyring"]
     assert keyring.startswith("Keyring(1 key, signs with "), keyring
+    assert stats["broker"]["transport_options"]["toolfleet_replay"] == {"max_age": 900.0, "max_skew": 60.0}
     assert session_worker.secret not in done.stdout

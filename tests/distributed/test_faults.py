@@ -11,6 +11,8 @@ import asyncio
 import os
 import signal
 import subprocess
+import time
+import types
 
 import pytest
 from redis.asyncio import Redis
@@ -283,3 +285,37 @@ async def test_sandboxes_opened_while_redis_restarts_wait_for_it(fleet, make_dis
         assert (await one(d, bash_request("echo up", route.sandbox), route)).result.strip() == "up"
         await d.close_sandbox(route)
     await d.close_sandbox(first)
+
+
+async def test_a_call_that_ages_out_in_the_queue_is_sent_again_and_runs_once(fleet, make_dispatcher, tmp_path) -> None:
+    """Saturation is not an error: one pool thread, a 2 s message age limit, and a call queued behind a 5 s
+    one. The worker refuses the queued message as expired and says how old it was; this host's clock
+    agrees it waited that long, so the dispatcher sends it again and the eval goes on (before: the
+    rejection stopped the whole eval as a clock problem)."""
+    fleet.worker(concurrency=1, extra_args=("--message-max-age", "2"))
+    d = make_dispatcher()
+    log = str(tmp_path / "log")
+    [long] = dispatch(d, [request("record", {"path": log, "label": "long", "delay": 5.0})])
+    await _until_started(log, "long")
+    queued = dispatch(d, [request("record", {"path": log, "label": f"q{i}"}) for i in range(3)])  # one message
+    outcomes = await asyncio.wait_for(asyncio.gather(long, *queued), BOUND)
+    assert [o.result for o in outcomes] == ["long", "q0", "q1", "q2"], [o.error or o.fatal for o in outcomes]
+    assert d._calls.requeued == 3 and d.fleet_error is None
+    assert [starts(log, label) for label in ("long", "q0", "q1", "q2")] == [1, 1, 1, 1]
+
+
+async def test_a_call_that_arrives_expired_is_a_clock_problem_not_a_queue(fleet, make_dispatcher,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other side of the rule above: this host's clock is 20 minutes behind the worker's, so a call is
+    'expired' the moment it lands. It waited no time here, so it is not sent again: the eval stops on
+    one line naming the clocks (sending it again would be refused again, forever)."""
+    import workers.app
+
+    fleet.worker()
+    d = make_dispatcher()
+    monkeypatch.setattr(workers.app, "time", types.SimpleNamespace(time=lambda: time.time() - 1200,
+                                                                   monotonic=time.monotonic))
+    outcome = await one(d, request("add", {"x": 1, "y": 2}))
+    assert outcome.fatal is not None and outcome.fatal.type == "FleetMisconfigured", outcome
+    assert "expired (issued 1200 s ago" in outcome.fatal.message and "NTP" in outcome.fatal.message
+    assert d._calls.requeued == 0

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.dispatch._fleet_events import parse_event, rejection_line
+from orchestrator.dispatch._fleet_events import FleetEvent, expired_in_queue, parse_event, rejection_line
 from orchestrator.eval import eval_async
 from orchestrator.eval._errors import EvalSetupError, FleetMisconfiguredError
 from orchestrator.eval._retry_broker import broker_for_retry
@@ -63,20 +63,23 @@ def test_a_worker_with_another_secret_stops_the_eval_with_one_line(redis_server,
         worker.cleanup()
 
 
+@pytest.mark.parametrize(("skew", "named"), [(600, "in the future (clock skew"), (-1200, "expired (issued 1200 s ago")],
+                         ids=["ahead", "behind"])
 async def test_clock_skew_stops_the_eval_naming_the_clocks(redis_server, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """This (the orchestrator's) host's clock runs 10 minutes ahead of the worker's."""
+                                                           monkeypatch: pytest.MonkeyPatch, skew, named) -> None:
+    """This (the orchestrator's) host's clock runs 10 minutes ahead of the worker's, or 20 minutes behind
+    it (its messages look expired on arrival: no queue made them old, so they are not sent again)."""
     import workers.app
 
     worker = WorkerProcess(redis_server.url).start()
-    ahead = types.SimpleNamespace(time=lambda: time.time() + 600, monotonic=time.monotonic)
-    monkeypatch.setattr(workers.app, "time", ahead)
+    skewed = types.SimpleNamespace(time=lambda: time.time() + skew, monotonic=time.monotonic)
+    monkeypatch.setattr(workers.app, "time", skewed)
     try:
         with pytest.raises(FleetMisconfiguredError) as info:
             await eval_async(f"{BASIC}@sandboxed", "scripted/bash_then_answer", task_args={"n": 2, "sandbox": "local"},
                              broker=redis_server.url, log_dir=tmp_path, display="none")
         message = str(info.value)
-        assert "in the future (clock skew" in message and "sync clocks (NTP)" in message and "\n" not in message
+        assert named in message and "sync clocks (NTP)" in message and "\n" not in message
     finally:
         worker.cleanup()
 
@@ -126,6 +129,33 @@ def test_broker_for_retry_says_what_is_missing() -> None:
 @pytest.mark.parametrize("data", [b"junk", b"[]", b'{"kind": "rejected"}', b'{"kind": 1, "host": "h", "task_id": "t"}'])
 def test_malformed_fleet_events_are_ignored(data) -> None:
     assert parse_event(data) is None
+
+
+@pytest.mark.parametrize(("age", "expected"), [('"950.5"', 950.5), ("12", 12.0), ('"nan"', None), ('"inf"', None),
+                                              ('"old"', None), ("null", None), ("[1]", None)])
+def test_a_rejections_age_is_a_finite_number_or_none(age, expected) -> None:
+    event = parse_event(f'{{"kind": "rejected", "host": "w1", "task_id": "t", "age": {age}}}')
+    assert event is not None and event.age == expected
+
+
+EXPIRED = "stale: expired (issued 950 s ago, limit 900 s; or clock skew)"
+QUEUE_OR_CLOCK = {
+    # (reason, the age the worker measured, seconds this host says it waited since publishing) -> send again?
+    "waited in the queue": ((EXPIRED, 950.0, 951.0), True),
+    "clocks 50 s apart": ((EXPIRED, 950.0, 900.0), True),
+    "clocks just past the skew bound": ((EXPIRED, 950.0, 889.0), False),
+    "worker's clock 20 min ahead": ((EXPIRED, 1200.0, 0.5), False),
+    "no age (an older worker)": ((EXPIRED, None, 5000.0), False),
+    "from the future": (("stale: issued 600 s in the future (clock skew over 60 s)", 600.0, 5000.0), False),
+    "not stale at all": (("unauthenticated", 950.0, 951.0), False),
+}
+
+
+@pytest.mark.parametrize(("case", "requeue"), QUEUE_OR_CLOCK.values(), ids=QUEUE_OR_CLOCK.keys())
+def test_expired_in_queue_tells_a_long_queue_from_a_wrong_clock(case, requeue) -> None:
+    reason, age, waited = case
+    event = FleetEvent(kind="rejected", host="w1", task_id="t", reason=reason, age=age)
+    assert expired_in_queue(event, waited, max_skew=60.0) is requeue
 
 
 def test_rejection_lines_name_the_cause() -> None:

@@ -55,7 +55,7 @@ from ._placement import (
     slot_weight,
     stop_waiting,
 )
-from ._replay import DEFAULT_REPLAY_WINDOW, ReplayWindow, first_consumption, freshness_refusal
+from ._replay import DEFAULT_REPLAY_WINDOW, EXPIRED, ReplayWindow, first_consumption, freshness_refusal, message_age
 from ._replies import ReplySender, parse_items, read_stored
 from ._result_store import UnstoredResults, is_out_of_memory
 from ._tool_manifest import ToolManifest, read_tool_manifests
@@ -83,9 +83,11 @@ __all__ = [
     "verify_result",
     # replay protection
     "DEFAULT_REPLAY_WINDOW",
+    "EXPIRED",
     "ReplayWindow",
     "first_consumption",
     "freshness_refusal",
+    "message_age",
     # replies, unstored results, fleet events
     "FleetEvents",
     "ReplySender",

@@ -5,8 +5,10 @@ Someone who can read the broker can capture a signed message and push it again. 
 (``_auth.message_mac``) therefore also covers the message's issue time and destination queue
 (headers ``toolfleet_iat``, ``toolfleet_dest``), and a worker refuses, before Celery sees it:
 
-* a message issued more than ``max_age`` seconds ago (default 900: a queued call may wait for a busy
-  fleet that long; the orchestrator gave up on it by then unless its timeout is longer);
+* a message issued more than ``max_age`` seconds ago (default 900; ``toolfleet worker --message-max-age``).
+  Saturation is not an error: the worker reports the refusal with the message's age, and an
+  orchestrator whose own clock agrees that the call waited that long in the queue sends it again with a
+  fresh issue time (same call id, so the claim below still runs it once);
 * a message issued more than ``max_skew`` seconds in the future (default 60): the bound on clock
   skew between orchestrator and worker hosts (run NTP; a larger skew is refused and reported);
 * a message whose destination is not the queue it was popped from.
@@ -31,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import _names
 
-__all__ = ["DEFAULT_REPLAY_WINDOW", "ReplayWindow", "first_consumption", "freshness_refusal"]
+__all__ = ["DEFAULT_REPLAY_WINDOW", "EXPIRED", "ReplayWindow", "first_consumption", "freshness_refusal", "message_age"]
 
 
 class ReplayWindow(BaseModel):
@@ -41,6 +43,11 @@ class ReplayWindow(BaseModel):
                            description="seconds a signed message stays valid after issue")
     max_skew: float = Field(60.0, ge=0, le=3600, description="seconds a message may seem to come from the future")
 
+    def __json__(self) -> dict[str, float]:
+        """How ``celery inspect stats`` shows it (kombu's JSON encoder asks for this; a worker's broker
+        transport options carry the window it enforces)."""
+        return {"max_age": self.max_age, "max_skew": self.max_skew}
+
     @property
     def ttl(self) -> int:
         """How long a consumed id must be remembered: as long as a copy could still be accepted."""
@@ -48,20 +55,27 @@ class ReplayWindow(BaseModel):
 
 
 DEFAULT_REPLAY_WINDOW = ReplayWindow()
+EXPIRED = "expired"  # how a refusal for age starts (``freshness_refusal``): the one a queue can cause
+
+
+def message_age(issued: Any, now: float) -> float | None:
+    """Seconds since the issue time in a message's header text (None: no usable issue time)."""
+    try:
+        at = float(issued)
+    except (TypeError, ValueError):
+        return None
+    return now - at if math.isfinite(at) else None
 
 
 def freshness_refusal(issued: Any, now: float, window: ReplayWindow) -> str | None:
     """Why a message issued at ``issued`` (header text, seconds since the epoch) is refused at ``now``."""
-    try:
-        at = float(issued)
-    except (TypeError, ValueError):
+    age = message_age(issued, now)
+    if age is None:
         return "no issue time"
-    if not math.isfinite(at):
-        return "no issue time"
-    if at - now > window.max_skew:
-        return f"issued {at - now:.0f} s in the future (clock skew over {window.max_skew:g} s)"
-    if now - at > window.max_age:
-        return f"expired (issued {now - at:.0f} s ago, limit {window.max_age:g} s; or clock skew)"
+    if -age > window.max_skew:
+        return f"issued {-age:.0f} s in the future (clock skew over {window.max_skew:g} s)"
+    if age > window.max_age:
+        return f"{EXPIRED} (issued {age:.0f} s ago, limit {window.max_age:g} s; or clock skew)"
     return None
 
 
