@@ -221,8 +221,10 @@ class PendingCalls:
             await self._start()
             await self._track(sendable)
             messages = _stage_messages(sendable, self._reply)
-            await self._publisher.stage(messages)
+            # Counted when handed over, not after: the answers can arrive before this coroutine resumes
+            # from the publisher thread, and whoever reads the counts after them must see this publish.
             self.published.append((len(messages), len(sendable)))
+            await self._publisher.stage(messages)
         except Exception as exc:  # noqa: BLE001 - the broker is unreachable: the calls fail clearly
             log.error("dispatch.publish_failed", error=str(exc), calls=len(sendable))
             for rec in sendable:
