@@ -32,7 +32,7 @@ async def fork(snapshot: Snapshot, n: int = 1) -> AsyncIterator[list[SandboxEnvi
         raise ValueError(f"fork() opens 1 to {MAX_FORKS} sandboxes, not {n}.")
     dispatcher = active_dispatcher()
     base = current_route().sample_id or snapshot.sample_id or "fork"
-    config = snapshot.sandbox_config()
+    config = snapshot.sandbox_config(forks=n)
     specs = [SandboxSpec(eval_id=snapshot.eval_id or None, sample_id=f"{base}~fork{i + 1}", config=config)
              for i in range(n)]
     results = await asyncio.gather(*(dispatcher.open_sandbox(spec) for spec in specs), return_exceptions=True)

@@ -89,6 +89,8 @@ class SnapshotRef(BaseModel):
 
     id: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     host: str | None = None
+    forks: int = Field(1, ge=1, le=256, description="how many sandboxes the fork() this open belongs to opens "
+                       "together (so a host that can never hold them all says so at once)")
 
 
 class DockerSandboxConfig(_BaseConfig):

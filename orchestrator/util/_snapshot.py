@@ -34,9 +34,10 @@ class Snapshot(BaseModel):
     queue: str | None = Field(None, description="that host's queue")
     config: dict[str, Any] = Field(default_factory=dict, description="the sandbox config forks start with")
 
-    def sandbox_config(self) -> dict[str, Any]:
-        """The sandbox spec of a sandbox opened from this snapshot (placed on its host)."""
+    def sandbox_config(self, forks: int = 1) -> dict[str, Any]:
+        """The sandbox spec of a sandbox opened from this snapshot (placed on its host), one of ``forks``
+        opened together."""
         config = dict(self.config)
-        config["snapshot"] = {"id": self.id, "host": self.host}
+        config["snapshot"] = {"id": self.id, "host": self.host, "forks": forks}
         return config
 

@@ -132,8 +132,9 @@ class DockerSandboxDriver(SandboxDriver):
             containers = self.config.containers  # a multi-service sandbox takes its slots at once
             # A fork works for a sample holding a slot here and waiting for it, so it may go beyond the cap
             # (a host full of samples waiting to fork would never free one; docs/faults.md), up to a bound.
+            snapshot = self.config.snapshot
             await self.host.acquire(self.config.max_sandboxes, self.config.acquire_timeout, containers,
-                                    fork=self.config.snapshot is not None)
+                                    fork=snapshot is not None, forks=snapshot.forks if snapshot is not None else 1)
             try:
                 env = await self._new_container(spec.eval_id or self.eval_id, spec.sample_id)
             except BaseException:

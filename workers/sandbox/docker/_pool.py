@@ -50,6 +50,20 @@ DEFAULT_SPARES = 2
 FORK_HEADROOM = 2
 
 
+def fork_refusal(forks: int, cap: int) -> str | None:
+    """Why ``fork(snapshot, forks)`` can never be opened on a host of ``cap`` slots, or None. The forking
+    sample holds one slot there while it waits for all its forks, and forks fill a host to
+    ``FORK_HEADROOM`` times its cap at most: past that it would wait out its whole timeout in silence."""
+    room = cap * FORK_HEADROOM
+    if forks + 1 <= room:
+        return None
+    slots = -(-(forks + 1) // FORK_HEADROOM)
+    return (f"fork(snapshot, {forks}) cannot fit on its snapshot's host: it needs {forks} sandboxes beside the "
+            f"forking sample's own, and forks fill a host of {cap} slot{'s' if cap != 1 else ''} to {room} at most; "
+            f"fork at most {room - 1} at a time, or give that host {slots} slots (a worker's --slots, the "
+            "embedded driver's max_sandboxes).")
+
+
 class HostSandboxes:
     """The process-wide count of containers held and the registry of warm pools."""
 
@@ -115,13 +129,17 @@ class HostSandboxes:
     def release(self, n: int = 1) -> None:
         self.used = max(0, self.used - n)
 
-    async def acquire(self, driver_cap: int, timeout: float, n: int = 1, fork: bool = False) -> None:
+    async def acquire(self, driver_cap: int, timeout: float, n: int = 1, fork: bool = False, forks: int = 1) -> None:
         """``n`` slots for a sample's containers (all of a multi-service sandbox's at once, so two of them
         never hold half each): free, or freed by evicting idle spares; bounded wait. A ``fork`` may fill the
-        host to ``FORK_HEADROOM`` times its cap (see there)."""
+        host to ``FORK_HEADROOM`` times its cap (see there); one of ``forks`` opened together that could
+        never all fit beside the forking sample's own sandbox is refused at once (``fork_refusal``)."""
         if n > self.cap(driver_cap):
             raise SandboxCapacityError(f"A sandbox of {n} containers needs {n} slots; this host has "
                                        f"{self.cap(driver_cap)}.")
+        refusal = fork_refusal(forks, self.cap(driver_cap)) if fork else None
+        if refusal is not None:
+            raise SandboxCapacityError(refusal)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while not self.try_acquire(driver_cap, n, fork):
