@@ -108,6 +108,7 @@ class WorkerRuntime:
             image_patterns=list(self.config.admission.images), sandbox_types=list(self.config.admission.sandbox_types),
             registries=list(self.config.admission.registries), network_modes=await self._network_modes(),
             allow_root=self.config.admission.allow_root,
+            keys=self.keyring.ids if self.keyring is not None else [],
         )
         self.heartbeat = Heartbeat(self.redis, record, self.config.heartbeat_interval, self.config.heartbeat_ttl)
         self.heartbeat.on_beat(self._on_beat)

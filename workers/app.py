@@ -150,7 +150,8 @@ return 1
     @cached_property
     def _unstored(self) -> UnstoredResults:
         """Results Redis refused at maxmemory: published now, stored when it takes them (``fleet._result_store``)."""
-        events = FleetEvents(self.app.conf.broker_url)
+        events = FleetEvents(self.app.conf.broker_url,
+                             keyring=(self.app.conf.broker_transport_options or {}).get(KEYRING_OPTION))
         return UnstoredResults(store=lambda k, v, e: self._store_unless_success(k, v, e),
                                publish=lambda k, v: self.client.publish(k, v),
                                announce=lambda task_id, error: events.publish(
@@ -325,7 +326,8 @@ class FleetRedisTransport(kombu_redis.Transport):
         if events is None:
             client: Any = self.client  # kombu's Channel always has its connection here
             rest = client.as_uri(include_password=True).split("://", 1)[1]  # scheme: this transport's class
-            events = self._events = FleetEvents(f"{'rediss' if client.ssl else 'redis'}://{rest}")
+            events = self._events = FleetEvents(f"{'rediss' if client.ssl else 'redis'}://{rest}",
+                                                keyring=client.transport_options.get(KEYRING_OPTION))
         return events
 
 

@@ -43,6 +43,7 @@ __all__ = ["PUBLISH_SAMPLES", "Pending", "PendingCalls"]
 
 log = structlog.get_logger("toolfleet.dispatch")
 PUBLISH_SAMPLES = 100_000  # (messages, calls) per publish kept (two ints each)
+ADVISED_KEPT = 1000  # distinct unsigned fleet events logged, at most (a forged flood stays bounded)
 
 
 @dataclass
@@ -142,6 +143,7 @@ class PendingCalls:
         self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()  # re-sends in flight (held: the loop keeps only weak refs)
         self.requeued = 0  # calls sent again because they aged out in the queue
+        self._advised: set[tuple[str, str, str]] = set()  # unsigned events logged (once each, bounded)
 
     def stop(self) -> None:
         """The dispatcher is closing: cancellations are no longer sent on their own."""
@@ -331,11 +333,16 @@ class PendingCalls:
 
     def on_fleet_event(self, data: bytes) -> None:
         """A worker's event (``workers.fleet.FleetEvents``): only one about a task this dispatcher waits for counts."""
-        event = parse_event(data)
-        if event is not None and event.kind == "rejected" and event.age is not None and self._requeue(event):
+        event = parse_event(data, self._keyring)
+        if event is None:
             return
-        rec = self.pending.get(event.task_id) if event is not None else None
-        if event is None or rec is None or rec.future.done():
+        if not event.signed:
+            self._advisory(event)
+            return
+        if event.kind == "rejected" and event.age is not None and self._requeue(event):
+            return
+        rec = self.pending.get(event.task_id)
+        if rec is None or rec.future.done():
             return
         if event.kind == "store_failed":
             rec.condition = store_failed_line(event)
@@ -345,6 +352,20 @@ class PendingCalls:
             log.info("dispatch.fleet_rejects_messages", host=event.host, reason=event.reason)  # the eval says it
             for pending in list(self.pending.values()):
                 self._fail_misconfigured(pending)
+
+    def _advisory(self, event: FleetEvent) -> None:
+        """An unsigned event (a forgery, or a worker holding another secret): it stops nothing and sends
+        nothing again; what it says is only the reason a wait it names reports if that runs out."""
+        said = rejection_line(event) if event.kind == "rejected" else (
+            store_failed_line(event) if event.kind == "store_failed" else "")
+        rec = self.pending.get(event.task_id)
+        if rec is not None and not rec.future.done() and said and rec.condition is None:
+            rec.condition = f"an unsigned fleet event said: {said}"
+        key = (event.host, event.kind, event.reason[:80])
+        if key not in self._advised and len(self._advised) < ADVISED_KEPT:
+            self._advised.add(key)
+            log.warning("dispatch.unsigned_fleet_event", host=event.host, kind=event.kind, reason=event.reason,
+                        note="not signed with this orchestrator's fleet secret: ignored (advisory)")
 
     def _requeue(self, event: FleetEvent) -> bool:
         """A worker refused a stage message of ours as expired: if it waited that long in the queue by

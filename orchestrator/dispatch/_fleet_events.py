@@ -2,9 +2,10 @@
 
 A worker that rejects a task message (wrong secret, clock skew) or cannot store a result (Redis at
 ``maxmemory``) PUBLISHes an event; the result listener hands each one here. An event matters only
-for a task id this dispatcher waits for: then a rejection becomes the one line the eval stops with
-(unless the message only aged out in a long queue: its calls are sent again), and a store failure
-the reason a wait reports if it runs out.
+for a task id this dispatcher waits for, and only when signed with the fleet secret: then a rejection
+becomes the one line the eval stops with (unless the message only aged out in a long queue: its calls
+are sent again), and a store failure the reason a wait reports if it runs out. An unsigned event (anyone
+may PUBLISH) is advisory: at most the reason a wait names if it runs out.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import json
 import math
 from dataclasses import dataclass
 from typing import Any
+
+from workers.fleet import Keyring, verify_event
 
 __all__ = ["FleetEvent", "expired_in_queue", "parse_event", "rejection_line", "store_failed_line"]
 
@@ -25,10 +28,12 @@ class FleetEvent:
     reason: str = ""  # rejected: why
     error: str = ""  # store_failed: Redis's answer
     age: float | None = None  # rejected as expired: the message's age by the worker's clock
+    signed: bool = False  # its MAC verified under this orchestrator's fleet secret (else it is advisory)
 
 
-def parse_event(data: Any) -> FleetEvent | None:
-    """A fleet event from its JSON, or None for anything else (untrusted: anyone may PUBLISH)."""
+def parse_event(data: Any, keyring: Keyring | None = None) -> FleetEvent | None:
+    """A fleet event from its JSON, or None for anything else (untrusted: anyone may PUBLISH); signed
+    when its MAC verifies under ``keyring``."""
     try:
         raw = json.loads(data)
     except (TypeError, ValueError):
@@ -42,7 +47,8 @@ def parse_event(data: Any) -> FleetEvent | None:
         age = None
     if age is not None and not math.isfinite(age):
         age = None
-    return FleetEvent(kind=raw["kind"], host=raw["host"][:200], task_id=raw["task_id"], age=age, **text)
+    return FleetEvent(kind=raw["kind"], host=raw["host"][:200], task_id=raw["task_id"], age=age,
+                      signed=keyring is not None and verify_event(keyring, raw), **text)
 
 
 def expired_in_queue(event: FleetEvent, waited: float, max_skew: float) -> bool:

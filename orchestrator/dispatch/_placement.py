@@ -90,7 +90,7 @@ class SandboxPlacement:
     known to be gone (its sandboxes with it)."""
 
     def __init__(self, config: CeleryDispatcherConfig, redis: Any, client_id: str, calls: PendingCalls,
-                 is_lost: Callable[[str, str | None], bool]) -> None:
+                 is_lost: Callable[[str, str | None], bool], signing_id: str | None = None) -> None:
         self.config = config
         self._redis = redis
         self._client_id = client_id
@@ -111,7 +111,7 @@ class SandboxPlacement:
         self.placement_seconds: deque[float] = deque(maxlen=PLACEMENT_SAMPLES)
         self.placement_resumed_seconds: deque[float] = deque(maxlen=PLACEMENT_SAMPLES)
         # Live hosts cached briefly; slots taken by one script, and reserved ahead (leases) for a burst.
-        self.placer = Placer(redis, leases=config.placement_leases)
+        self.placer = Placer(redis, leases=config.placement_leases, signing_id=signing_id)
 
     def stop(self) -> None:
         """The dispatcher is closing: a sandbox closed from now on is not sent a close task."""

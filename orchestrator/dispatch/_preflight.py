@@ -17,8 +17,12 @@ import fnmatch
 from collections.abc import Collection, Sequence
 from typing import Any
 
+import structlog
+
 from orchestrator._errors import SetupError
 from orchestrator.util._image_names import image_registry, pulls_from
+
+log = structlog.get_logger("toolfleet.dispatch")
 
 __all__ = ["PROBE_TIMEOUT_S", "PreflightError", "SandboxNeeds", "check_fleet", "check_local_images",
            "check_local_networks", "check_worker_tools", "network_refusal"]
@@ -127,6 +131,23 @@ def network_refusal(mode: str, who: list[str], hosts: Sequence[Any]) -> str | No
             f"their hosts cannot enforce network policies ({ENFORCING_HINT}).")
 
 
+def accepting_hosts(hosts: Sequence[Any], signing_id: str | None) -> list[Any]:
+    """The hosts that accept this orchestrator's key (all when it is unknown, or a host does not say):
+    none is one line naming the secret; some is a warning, and placement passes the others by."""
+    foreign = [h for h in hosts if signing_id is not None and h.keys and signing_id not in h.keys]
+    if not foreign:
+        return list(hosts)
+    ids = ", ".join(sorted({k for h in foreign for k in h.keys}))
+    names = _listed(sorted(f"worker host '{h.host}'" for h in foreign), 3)
+    if len(foreign) == len(hosts):
+        verb = "holds" if len(foreign) == 1 else "hold"
+        raise PreflightError(f"No live worker accepts this orchestrator's messages: {names} {verb} another fleet "
+                             f"secret (key id {ids}; this orchestrator signs with {signing_id}): set the same "
+                             "TOOLFLEET_SECRET (or TOOLFLEET_SECRET_FILE) on both.")
+    log.warning("preflight.hosts_with_another_secret", hosts=names, their_keys=ids, ours=signing_id)
+    return [h for h in hosts if h not in foreign]
+
+
 def _listed(items: list[str], limit: int = 5) -> str:
     """``a``, ``a and b``, ``a, b and c``; beyond ``limit``: ``a, b, ... and N more``."""
     shown = items[:limit] + ([f"{len(items) - limit} more"] if len(items) > limit else [])
@@ -187,9 +208,10 @@ async def check_worker_tools(client: Any, hosts: Sequence[Any], tools: dict[str,
 async def check_fleet(broker_url: str, images: dict[str, list[str]], kinds: set[str],
                       pullable: Collection[str] = (), pods: dict[int, list[str]] | None = None,
                       tools: dict[str, str] | None = None, networks: dict[str, list[str]] | None = None,
-                      root: list[str] | None = None) -> None:
-    """Distributed mode: live workers exist, have every tool the samples run on them, accept sandboxes if
-    needed (and run commands as root for the ``root`` samples), and have (or can pull) every image."""
+                      root: list[str] | None = None, signing_id: str | None = None) -> None:
+    """Distributed mode: live workers exist, accept messages signed with ``signing_id`` (this
+    orchestrator's key), have every tool the samples run on them, accept sandboxes if needed (and run
+    commands as root for the ``root`` samples), and have (or can pull) every image."""
     from redis.asyncio import Redis
 
     from workers.fleet import live_hosts
@@ -200,6 +222,7 @@ async def check_fleet(broker_url: str, images: dict[str, list[str]], kinds: set[
         if not hosts:
             raise PreflightError(f"No live worker on the broker {redact(broker_url)}: start one with "
                                  f"`toolfleet worker --broker {redact(broker_url)}`.")
+        hosts = accepting_hosts(hosts, signing_id)
         await check_worker_tools(client, hosts, tools or {})
     finally:
         await client.aclose()

@@ -120,7 +120,7 @@ class CeleryDispatcher(Dispatcher):
         self._calls = PendingCalls(self.config, self._keyring, self._listener, self._publisher, self._reply,
                                    start=self.start, is_lost=self._liveness.is_lost)
         self._placement = SandboxPlacement(self.config, self._listener.redis, self.client_id, self._calls,
-                                           is_lost=self._liveness.is_lost)
+                                           is_lost=self._liveness.is_lost, signing_id=self._keyring.signing_id)
         self._start_lock: asyncio.Lock | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._closed = False
@@ -213,7 +213,7 @@ class CeleryDispatcher(Dispatcher):
 
     async def preflight(self, needs: SandboxNeeds) -> None:
         await check_fleet(self.config.broker_url, needs.images, needs.kinds, needs.pullable, needs.pods, needs.tools,
-                          needs.networks, root=needs.root)
+                          needs.networks, root=needs.root, signing_id=self._keyring.signing_id)
 
     # --- what the result listener hears --------------------------------------------------------
 

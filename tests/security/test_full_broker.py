@@ -17,7 +17,7 @@ import pytest
 from orchestrator.dispatch import SampleRoute
 from tests.distributed._helpers import dispatch, request
 from tests.support.fleet import RedisServer, WorkerProcess, _wait, ensure_fleet_secret
-from workers.fleet import UnstoredResults, is_out_of_memory, load_keyring, names, read_stored
+from workers.fleet import UnstoredResults, is_out_of_memory, load_keyring, names, read_stored, verify_event
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(180)]
 
@@ -59,7 +59,7 @@ async def test_a_result_finished_while_redis_is_full_is_delivered_and_kept(tmp_p
             message = events.get_message(timeout=0.2)
             data = json.loads(message["data"]) if message and message["type"] == "message" else {}
             return (data.get("kind") == "store_failed" and data.get("task_id") == req.call_id
-                    and "maxmemory" in data["error"])
+                    and "maxmemory" in data["error"] and verify_event(load_keyring(), data))  # signed
 
         await _until(store_failed, 30, "the worker to announce the unstored result")
         client.config_set("maxmemory", 0)  # the limit lifted: the worker's copy is stored

@@ -25,6 +25,7 @@ from orchestrator.eval import eval_async
 from orchestrator.eval._errors import EvalSetupError, FleetMisconfiguredError
 from orchestrator.eval._retry_broker import broker_for_retry
 from tests.support.fleet import REPO_ROOT, RedisServer, WorkerProcess, ensure_fleet_secret
+from workers.fleet import load_keyring
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(240)]
 
@@ -45,7 +46,10 @@ def redis_server():  # type: ignore[no-untyped-def]
 
 
 def test_a_worker_with_another_secret_stops_the_eval_with_one_line(redis_server, tmp_path: Path) -> None:
-    worker = WorkerProcess(redis_server.url, secret="another-teams-secret-" + uuid.uuid4().hex).start()
+    """Found at preflight, from the key ids its heartbeat lists (its rejections are not signed with this
+    orchestrator's secret, so they could not be told from a forgery: they alone stop nothing)."""
+    secret = "another-teams-secret-" + uuid.uuid4().hex
+    worker = WorkerProcess(redis_server.url, secret=secret).start()
     try:
         started = time.monotonic()
         result = _cli("eval", f"{BASIC}@sandboxed", "--model", "scripted/bash_then_answer", "-T", "n=3",
@@ -56,8 +60,10 @@ def test_a_worker_with_another_secret_stops_the_eval_with_one_line(redis_server,
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 1, result.stderr
         assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-        assert f"Worker host '{worker.host}' rejects this orchestrator's messages (unauthenticated)" in lines[0]
-        assert "TOOLFLEET_SECRET" in lines[0]
+        theirs, ours = (load_keyring(x).signing_id for x in (secret, os.environ["TOOLFLEET_SECRET"]))
+        assert lines[0].endswith(f"No live worker accepts this orchestrator's messages: worker host '{worker.host}' "
+                                 f"holds another fleet secret (key id {theirs}; this orchestrator signs with {ours}): "
+                                 "set the same TOOLFLEET_SECRET (or TOOLFLEET_SECRET_FILE) on both."), lines[0]
         assert elapsed < 100  # bounded by the subprocess timeout anyway; a silent hang waits 300 s per open
     finally:
         worker.cleanup()

@@ -15,7 +15,8 @@ secret on each side, and rotates through a window where both are listed (deploy/
 * ``message_mac`` binds a task message's name and id to its body (the exact bytes on the wire), its
   issue time and its destination queue (replay protection, ``workers.fleet._replay``);
   ``result_mac`` binds a stored result to its task id, status and content (canonical JSON);
-  ``outcome_mac`` binds a stage call's outcome (the JSON text as sent) to its call id.
+  ``outcome_mac`` binds a stage call's outcome (the JSON text as sent) to its call id;
+  ``event_mac`` binds a fleet event (``_events``) to the secret: an orchestrator acts only on a signed one.
 
 The secrets are never logged, never in ``repr`` (``celery inspect conf`` shows ``Keyring(1 key, signs
 with <key id>)``).
@@ -74,6 +75,16 @@ class Keyring:
         # kombu's JSON encoder asks for this: `celery inspect stats` reports the broker's transport options,
         # which hold the keyring. It reports the repr: key count and signing id, never a secret.
         return self._repr
+
+    @property
+    def signing_id(self) -> str:
+        """The id of the key this keyring signs with (a hash prefix of the secret, never the secret)."""
+        return self._signing_id
+
+    @property
+    def ids(self) -> list[str]:
+        """The ids of every key it verifies with (a worker's heartbeat lists them: see ``HostRecord.keys``)."""
+        return list(self._keys)
 
     def sign(self, *parts: bytes) -> str:
         return f"{self._signing_id}:{self._digest(self._keys[self._signing_id], parts)}"
@@ -168,3 +179,17 @@ def outcome_mac(keyring: Keyring, call_id: Any, outcome_json: Any) -> str:
 
 def verify_outcome(keyring: Keyring, mac: Any, call_id: Any, outcome_json: Any) -> bool:
     return keyring.verify(mac, b"toolfleet-outcome-v1", _bytes(call_id), _bytes(outcome_json))
+
+
+EVENT_MAC_FIELD = "mac"  # the field of a fleet event carrying its MAC (over the rest, in order)
+
+
+def event_mac(keyring: Keyring, event: dict[str, Any]) -> str:
+    """Binds a fleet event (``workers.fleet._events``: every field but the MAC, in order) to the fleet secret."""
+    return keyring.sign(b"toolfleet-event-v1", canonical(event))
+
+
+def verify_event(keyring: Keyring, event: dict[str, Any]) -> bool:
+    """Whether a fleet event (as parsed) was published by a worker holding this secret."""
+    rest = {k: v for k, v in event.items() if k != EVENT_MAC_FIELD}
+    return keyring.verify(event.get(EVENT_MAC_FIELD), b"toolfleet-event-v1", canonical(rest))

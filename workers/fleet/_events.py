@@ -11,8 +11,11 @@ even when Redis is out of memory — and every orchestrator's result listener is
 * ``{"kind": "store_failed", "host", "task_id", "error"}``: a finished result could not be stored;
   the worker keeps it and retries (``workers.fleet._result_store``).
 
-An event is advisory: an orchestrator acts on one only for a task id it is waiting for, so a forged
-event can at worst end waits that someone able to write Redis could end anyway.
+Anyone who can write to Redis can PUBLISH, so each event carries a MAC under the fleet secret
+(``_auth.event_mac``). An orchestrator acts on a signed event only, and only for a task id it waits for;
+an unsigned one (a forgery, or a worker holding another secret, which cannot sign for this one) is
+advisory: logged once, and named as the reason if the wait it concerns runs out, but it never stops an
+eval (a worker with another secret is caught before that, at preflight: ``HostRecord.keys``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 import structlog
 
 from . import _names
+from ._auth import EVENT_MAC_FIELD, Keyring, event_mac
 
 __all__ = ["FleetEvents"]
 
@@ -34,8 +38,9 @@ log = structlog.get_logger("toolfleet.worker.events")
 class FleetEvents:
     """PUBLISHes fleet events through its own small Redis client (never the consumer's connection)."""
 
-    def __init__(self, url: str, host: str | None = None) -> None:
+    def __init__(self, url: str, host: str | None = None, keyring: Keyring | None = None) -> None:
         self._url = url
+        self._keyring = keyring
         self.host = host or os.environ.get("TOOLFLEET_HOST") or "unknown"
         self._client: Any = None
 
@@ -45,6 +50,8 @@ class FleetEvents:
 
         event = {"kind": kind, "host": self.host, "at": round(time.time(), 3),
                  **{k: (str(v)[:300] if v is not None else None) for k, v in fields.items()}}
+        if self._keyring is not None:
+            event[EVENT_MAC_FIELD] = event_mac(self._keyring, event)
         try:
             if self._client is None:
                 self._client = redis.Redis.from_url(self._url, socket_timeout=2, socket_connect_timeout=2)

@@ -32,6 +32,9 @@ __all__ = ["HostRecord", "Heartbeat", "ToolManifest", "claim_identity", "read_to
 log = structlog.get_logger("toolfleet.heartbeat")
 
 
+LIST_FIELDS = ("images", "image_patterns", "sandbox_types", "registries", "network_modes", "keys")
+
+
 class HostRecord(BaseModel):
     """What a host publishes about itself (all fields are strings in the Redis hash)."""
 
@@ -53,6 +56,12 @@ class HostRecord(BaseModel):
     # Network modes it gives a sandbox a network of its own for (--allow-network, enforced by its host);
     # [] = its host enforces no policy (or it does not report): only lone 'none' sandboxes there.
     network_modes: list[str] = []
+    # The ids of the fleet secrets it accepts (``Keyring.ids``: hash prefixes, never a secret); [] = not
+    # reported. An orchestrator whose signing key is not among them would have every message rejected:
+    # preflight says so, and placement passes such a host by. Unsigned, like the rest of the record: a
+    # forgery can hide a host from an orchestrator (denial of service, which a broker writer has anyway),
+    # never make it run anything.
+    keys: list[str] = []
 
     def to_hash(self) -> dict[str, str]:
         return {k: json.dumps(v) if isinstance(v, list) else str(int(v) if isinstance(v, bool) else v)
@@ -65,10 +74,10 @@ class HostRecord(BaseModel):
         decoded["draining"] = decoded.get("draining") in ("1", "True", "true")
         decoded["allow_root"] = decoded.get("allow_root") in ("1", "True", "true")
         try:
-            for field in ("images", "image_patterns", "sandbox_types", "registries", "network_modes"):
+            for field in LIST_FIELDS:
                 decoded[field] = json.loads(decoded.get(field) or "[]")
         except ValueError:
-            decoded.update(images=[], image_patterns=[], sandbox_types=[], registries=[], network_modes=[])
+            decoded.update({field: [] for field in LIST_FIELDS})
         return cls.model_validate(decoded)
 
 

@@ -154,8 +154,12 @@ class Placer:
 
     def __init__(self, redis: Redis, hosts_ttl: float = HOSTS_TTL_S, sample: int = SAMPLE,
                  rng: random.Random | None = None, leases: int = 0, leases_total: int | None = None,
-                 lease_idle_s: float = LEASE_IDLE_S, lease_window_s: float = LEASE_WINDOW_S) -> None:
+                 lease_idle_s: float = LEASE_IDLE_S, lease_window_s: float = LEASE_WINDOW_S,
+                 signing_id: str | None = None) -> None:
         self.redis = redis
+        # This orchestrator's key: a host whose record lists the keys it accepts, without this one, would
+        # reject everything sent to it (``HostRecord.keys``), so it is passed by.
+        self._signing_id = signing_id
         self._ttl = hosts_ttl
         self._sample = sample
         self._rng = rng or random.Random()  # noqa: S311 - spreads load over hosts; no secret
@@ -216,7 +220,8 @@ class Placer:
         assert self._refresh is not None
         async with self._refresh:  # one read for everyone who found the list stale at once
             if self._fetched < asked:
-                self._hosts = await live_hosts(self.redis)
+                self._hosts = [h for h in await live_hosts(self.redis)
+                               if self._signing_id is None or not h.keys or self._signing_id in h.keys]
                 self._fetched = asyncio.get_running_loop().time()
                 self._by_name = {h.host: h for h in self._hosts}
                 self._give_back_leases(self._leases.on_hosts(self._by_name))

@@ -138,7 +138,7 @@ class ReplySender:
             import redis
 
             client = redis.Redis.from_url(self._url, socket_timeout=5, socket_connect_timeout=5)  # its retry thread's
-            events = FleetEvents(self._url)
+            events = FleetEvents(self._url, keyring=self._keyring)
             self._kept = UnstoredResults(
                 store=lambda key, value, ttl: client.set(key, value, nx=True, ex=ttl),
                 publish=lambda key, value: None,  # already published (the SET's pipeline)
