@@ -3,13 +3,17 @@ spec, the host's disk budget, and how a snapshot reads which files its user coul
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 from pydantic import ValidationError
 
 from orchestrator.util import Snapshot, SnapshotError
 from workers._admission import AdmissionRefused, AdmissionRules, admit_sandbox
 from workers.sandbox import sandbox_config
-from workers.sandbox.docker._snapshot import _DENIED, HostSnapshots
+from workers.sandbox.docker._snapshot import _DENIED
+from workers.sandbox.docker._snapshot_budget import HostBudget, budget_refusal
 
 
 def _snap(**kw) -> Snapshot:  # type: ignore[no-untyped-def]
@@ -52,23 +56,39 @@ def test_a_snapshot_is_a_sandbox_spec_placed_on_its_host() -> None:
     assert Sample(input="x", sandbox=snap).sandbox == snap.sandbox_config()  # Sample(sandbox=snapshot)
 
 
-@pytest.mark.parametrize(("held", "reserved", "size", "fits"), [
-    (0, 0, 100, True), (60, 0, 40, True), (60, 0, 41, False), (0, 90, 20, False), (100, 0, 0, True),
-])
-def test_the_hosts_disk_budget(held: int, reserved: int, size: int, fits: bool) -> None:
-    store = HostSnapshots()
-    store.budget, store.reserved = 100, reserved
-    if held:
-        from workers.sandbox.docker._snapshot import HeldSnapshot
+@pytest.mark.parametrize(("used", "size", "fits"), [(0, 100, True), (60, 40, True), (60, 41, False), (90, 20, False),
+                                                  (100, 0, True), (101, 0, False)])
+def test_the_hosts_disk_budget(used: int, size: int, fits: bool) -> None:
+    refusal = budget_refusal(size, used, 100)
+    assert (refusal is None) is fits
+    if not fits:
+        assert refusal == (f"The snapshot ({size} bytes) would exceed this host's snapshot disk budget: {used} "
+                           "bytes of 100 bytes in use (remove kept snapshots, or raise the budget: "
+                           "TOOLFLEET_SNAPSHOT_DISK / the worker's --snapshot-disk).")
 
-        store.held["old"] = HeldSnapshot("old", "toolfleet/snapshot:old", "sha256:x", "e", True, held, 0.0, {})
-    if fits:
-        store.reserve(size)
-        assert store.used == held + reserved + size
-    else:
-        with pytest.raises(SnapshotError, match="would exceed this host's snapshot disk budget"):
-            store.reserve(size)
-        assert store.used == held + reserved  # nothing reserved by a refusal
+
+def test_the_ledger_counts_every_reservation_on_the_host_until_released_or_its_process_is_gone(tmp_path) -> None:
+    """Two processes' views of one daemon (two ledgers on one file): each sees the other's reservations."""
+    a, b = HostBudget(tmp_path / "ledger.json"), HostBudget(tmp_path / "ledger.json")
+    on_daemon = 30  # bytes of snapshots already on the daemon
+    a.reserve("s1", 40, 100, lambda: on_daemon)
+    with pytest.raises(SnapshotError, match=r"\(31 bytes\) would exceed .*: 70 bytes of 100 bytes in use"):
+        b.reserve("s2", 31, 100, lambda: on_daemon)
+    b.reserve("s2", 30, 100, lambda: on_daemon)
+    assert a.in_flight() == b.in_flight() == 70
+    a.settle("s1", 40, 100, lambda: on_daemon + 40)  # committed: now on the daemon, not in flight
+    assert b.in_flight() == 30
+    with pytest.raises(SnapshotError, match="would exceed"):  # 70 on the daemon + 30 in flight + 1
+        a.reserve("s3", 1, 100, lambda: on_daemon + 40)
+    b.release("s2")
+    a.reserve("s3", 1, 100, lambda: on_daemon + 40)
+    # A reservation whose process is gone (or a torn file) no longer counts.
+    ledger = json.loads((tmp_path / "ledger.json").read_text())
+    ledger["dead"] = {"pid": 2**22 + 12345, "bytes": 1000, "at": time.time()}
+    (tmp_path / "ledger.json").write_text(json.dumps(ledger))
+    assert a.in_flight() == 1
+    (tmp_path / "ledger.json").write_text("{torn")
+    assert a.in_flight() == 0
 
 
 def test_what_the_sandbox_user_could_not_read_is_read_again_as_root() -> None:

@@ -14,7 +14,8 @@ services start fresh from their images.
 Each snapshot is an image tagged ``toolfleet/snapshot:<id>`` (the default ``--image`` pattern admits it),
 labelled with its eval, sample, whether it is kept, its size and the sandbox config forks start with.
 A host keeps snapshots within one disk budget (``HostSandboxes.snapshots``: ``--snapshot-disk``,
-``TOOLFLEET_SNAPSHOT_DISK``, default 10g): a snapshot that would exceed it is refused. When the process pulls from
+``TOOLFLEET_SNAPSHOT_DISK``, default 10g), shared by every process snapshotting onto its Docker daemon
+from this machine (``_snapshot_budget``): a snapshot that would exceed it is refused. When the process pulls from
 registries (a worker's ``--registry``), the snapshot is also pushed to the first one. An eval's snapshots are removed
 when it ends unless taken with ``keep=True``; ones whose eval never ended (a killed orchestrator) are
 removed after ``SNAPSHOT_TTL_S`` by the next host that loads its snapshots.
@@ -40,6 +41,7 @@ from docker.errors import DockerException, ImageNotFound, NotFound
 from orchestrator.util._snapshot import Snapshot, SnapshotError
 
 from ._labels import PREFIX
+from ._snapshot_budget import HostBudget
 
 if TYPE_CHECKING:
     from .._channel import RawResult
@@ -110,25 +112,47 @@ class HeldSnapshot:
 
 
 class HostSnapshots:
-    """The snapshots on this process's Docker host, and the disk budget they share."""
+    """The snapshots on this process's Docker host, and the disk budget they share with every other
+    process snapshotting onto that daemon from this machine (``_snapshot_budget``)."""
 
     def __init__(self) -> None:  # one per docker host object (``HostSandboxes.snapshots``)
         self.budget = _bytes(os.environ.get("TOOLFLEET_SNAPSHOT_DISK") or DEFAULT_BUDGET)
         self.held: dict[str, HeldSnapshot] = {}
-        self.reserved = 0  # bytes of snapshots being taken
         self._loaded = False
+        self._host: HostBudget | None = None
+        self._base_sizes: dict[str, int] = {}  # base image -> its size (a tag's image is read once a process)
 
-    @property
-    def used(self) -> int:
-        return self.reserved + sum(s.size for s in self.held.values())
+    async def reserve(self, api: DockerAPI, token: str, size: int) -> None:
+        """``size`` bytes for snapshot ``token``, within the host's budget (else ``SnapshotError``)."""
+        host = await self._host_budget(api)
+        await api.call(host.reserve, token, size, self.budget, lambda: self.on_daemon(api))
 
-    def reserve(self, size: int) -> None:
-        if self.used + size > self.budget:
-            raise SnapshotError(
-                f"The snapshot ({_shown(size)}) would exceed this host's snapshot disk budget: "
-                f"{_shown(self.used)} of {_shown(self.budget)} in use (remove kept snapshots, or raise the "
-                "budget: TOOLFLEET_SNAPSHOT_DISK / the worker's --snapshot-disk).")
-        self.reserved += size
+    async def settle(self, api: DockerAPI, token: str, size: int) -> None:
+        """Snapshot ``token`` is committed (``size`` bytes): its reservation goes; over budget, ``SnapshotError``."""
+        host = await self._host_budget(api)
+        await api.call(host.settle, token, size, self.budget, lambda: self.on_daemon(api))
+
+    async def release(self, api: DockerAPI, token: str) -> None:
+        await api.call((await self._host_budget(api)).release, token)
+
+    async def _host_budget(self, api: DockerAPI) -> HostBudget:
+        if self._host is None:
+            info = await api.call(api.api.info)
+            self._host = HostBudget.for_daemon(str(info.get("ID") or api.api.base_url))
+        return self._host
+
+    def on_daemon(self, api: DockerAPI) -> int:
+        """Bytes the snapshots on the daemon add to their base images, whoever took them (blocking)."""
+        total = 0
+        for info in api.api.images(filters={"label": f"{LABEL}=1"}):
+            base = (info.get("Labels") or {}).get(LABEL_BASE, "")
+            if base not in self._base_sizes:
+                try:
+                    self._base_sizes[base] = int(api.api.inspect_image(base).get("Size") or 0) if base else 0
+                except (NotFound, ImageNotFound):
+                    self._base_sizes[base] = 0
+            total += max(0, int(info.get("Size") or 0) - self._base_sizes[base])
+        return total
 
     async def load(self, api: DockerAPI) -> None:
         """Learn the snapshots already on the host (kept ones, a previous process's); drop expired ones."""
@@ -184,7 +208,7 @@ async def take_snapshot(env: SnapshotSource, keep: bool = False) -> Snapshot:
     snapshot_id = f"s{uuid.uuid4().hex[:16]}"
     tar = await _tmpfs_contents(env, env.tmpfs_paths)
     estimate = sum(len(t) for t in tar)
-    store.reserve(estimate)  # the layer's size is known once committed (checked again then)
+    await store.reserve(api, snapshot_id, estimate)  # the layer's size is known once committed (checked then)
     config = fork_config(env, snapshot_id)
     image_id: str | None = None
     try:
@@ -195,18 +219,18 @@ async def take_snapshot(env: SnapshotSource, keep: bool = False) -> Snapshot:
         size = max(estimate, await _added_bytes(api, image_id, env.image))
         held = HeldSnapshot(snapshot_id, f"{SNAPSHOT_REPO}:{snapshot_id}", image_id, env.eval_id, keep, size,
                             float(labels[LABEL_CREATED]), config)
-    except DockerException as exc:
+    except BaseException as exc:
+        await store.release(api, snapshot_id)
         if image_id is not None:
             await _remove_image(api, image_id)  # committed, but not known to the store: not kept
-        raise SnapshotError(f"Snapshot of sandbox '{env.sandbox_id}' failed: {exc}") from exc
-    finally:
-        store.reserved -= estimate
+        if isinstance(exc, DockerException):
+            raise SnapshotError(f"Snapshot of sandbox '{env.sandbox_id}' failed: {exc}") from exc
+        raise
     try:
-        store.reserve(size)
+        await store.settle(api, snapshot_id, size)
     except SnapshotError:
         await _remove_image(api, image_id)
         raise
-    store.reserved -= size
     store.held[snapshot_id] = held
     pushed = await _push(api, held, env.registries)
     seconds = time.monotonic() - started
