@@ -28,7 +28,8 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 CONFIG = {"type": "docker", "pool_size": 0}  # disk_limit defaults to 1g: tmpfs-backed paths on this daemon
 PREPARE = ("mkdir -p /tmp/repo && echo prepared > /tmp/repo/state.txt && echo home > ~/notes.txt "
            "&& echo cache > /var/tmp/cache.txt && chmod 600 ~/notes.txt")
-READ = "cat /tmp/repo/state.txt ~/notes.txt /var/tmp/cache.txt /opt/layer.txt /tmp/rootonly"
+READ = "cat /tmp/repo/state.txt ~/notes.txt /var/tmp/cache.txt /opt/layer.txt; cat /tmp/rootonly || echo denied"
+OWNERS = "stat -c '%U %a %n' /tmp/rootonly ~/notes.txt /tmp/repo /tmp /home/sandbox"
 
 
 def _mounts_are_tmpfs() -> bool:
@@ -54,12 +55,16 @@ def branch_rollouts(results: dict[str, Any], n: int = 4):  # type: ignore[no-unt
         await box.exec(["sh", "-c", "echo moved-on > /tmp/repo/state.txt"])  # the original goes on
         async with fork(snap, n) as forks:
             seen = await asyncio.gather(*(f.exec(["sh", "-c", READ]) for f in forks))
+            owners = await asyncio.gather(*(f.exec(["sh", "-c", OWNERS]) for f in forks))
+            as_root = await forks[0].exec(["cat", "/tmp/rootonly"], user="root")
             await asyncio.gather(*(f.exec(["sh", "-c", f"echo branch{i} > /tmp/repo/state.txt && touch /tmp/mine{i}"])
                                    for i, f in enumerate(forks)))
             after = await asyncio.gather(*(f.exec(["sh", "-c", "cat /tmp/repo/state.txt; ls /tmp"]) for f in forks))
             hosts = [getattr(getattr(f, "route", None), "host", None) for f in forks]  # proxies: where they are
         original = await box.exec(["sh", "-c", "cat /tmp/repo/state.txt; ls /tmp"])
         results[str(state.sample_id)] = {"snapshot": snap, "mounts": mounts.stdout, "seen": [r.stdout for r in seen],
+                                         "owners": [r.stdout for r in owners], "as_root": as_root.stdout,
+                                         "original_owners": (await box.exec(["sh", "-c", OWNERS])).stdout,
                                          "after": [r.stdout for r in after], "original": original.stdout,
                                          "fork_hosts": hosts}
         return state
@@ -100,7 +105,11 @@ async def test_a_mid_sample_snapshot_forks_into_four_independent_copies_and_is_g
     assert snap.host in hosts  # where the sample's sandbox (and so the snapshot) is
     assert got["fork_hosts"] == [snap.host] * 4  # every fork placed there
     # Every fork has the snapshot's files, tmpfs-backed paths and the container layer alike ...
-    assert got["seen"] == ["prepared\nhome\ncache\nlayer\nsecret\n"] * 4
+    # (the root-only file is there, still root's and 0600: the sandbox's user cannot read it, root can) ...
+    assert got["seen"] == ["prepared\nhome\ncache\nlayer\ndenied\n"] * 4
+    assert got["owners"] == [got["original_owners"]] * 4, got["owners"]
+    assert got["original_owners"].splitlines()[:2] == ["root 600 /tmp/rootonly", "sandbox 600 /home/sandbox/notes.txt"]
+    assert got["as_root"] == "secret\n"
     # ... and is independent: its own writes only, none of its siblings' nor the original's later ones.
     for i, listing in enumerate(got["after"]):
         state, *files = listing.split()

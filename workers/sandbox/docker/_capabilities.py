@@ -33,3 +33,18 @@ def dropped_capabilities(cap_drop: list[str] | None, user: str | None) -> list[s
     if cap_drop is not None:
         return list(cap_drop)
     return [] if runs_as_root(user) else ["ALL"]
+
+
+FORK_CAPABILITIES = ("CHOWN", "FOWNER")
+
+
+def fork_capabilities(cap_add: list[str] | None, fork: bool) -> list[str]:
+    """What to add for a container: ``cap_add`` as given, and for a fork of a snapshot CAP_CHOWN and
+    CAP_FOWNER, so that the worker's own unpacking (as root) gives each restored file back its owner
+    and mode: a capability-less root would leave every file the sandbox user's, a root-only one
+    readable. The sandbox's user never holds them (no-new-privileges; a non-root user has none), and
+    a root command in the fork (``--allow-root-user`` only) holds no more than in a plain root container."""
+    added = list(cap_add or [])
+    if fork:
+        added += [c for c in FORK_CAPABILITIES if c not in added and f"CAP_{c}" not in added]
+    return added

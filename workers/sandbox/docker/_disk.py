@@ -133,6 +133,16 @@ def _read_bounded(stream: Any, limit: int) -> bytes:  # stream: the SDK's chunk 
     return bytes(out)
 
 
+def fork_seed_command(path: str) -> list[str]:
+    """Unpack a snapshot's tar into the tmpfs at ``path`` of a fork, as root, every file keeping its owner and
+    mode (a root-only file stays root's). A fork holds CAP_CHOWN and CAP_FOWNER for this
+    (``fork_capabilities``); its tmpfs root is opened to root for the unpacking and given its mode back."""
+    script = ('p="$1"; m=$(stat -c %a "$p") || exit 1; chmod 0777 "$p" || exit 1; rc=0; '
+              'tar -x --same-owner --numeric-owner --preserve-permissions --strip-components=1 -C "$p" -f - || rc=$?; '
+              'chmod "$m" "$p" || exit 1; exit $rc')
+    return ["sh", "-c", script, "toolfleet-seed", path]
+
+
 def seed_command(path: str) -> list[str]:
     """Unpack a seed tar (its top entry is ``path``'s own name) into the tmpfs at ``path``."""
     # The top entry (the directory itself) is stripped: the tmpfs root keeps the mode and owner it was

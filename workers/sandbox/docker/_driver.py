@@ -37,10 +37,10 @@ from .._driver import SandboxDriver, SandboxRequest
 from .._environment import AgentSandboxEnvironment
 from .._errors import SandboxImageError, missing_image_message
 from .._registry import SandboxRegistry, default_registry
-from ._capabilities import dropped_capabilities
+from ._capabilities import dropped_capabilities, fork_capabilities
 from ._containers import KEEPALIVE, Containers, container_name
 from ._direct import HostListener
-from ._disk import DiskPlan, layer_quota_supported, plan_disk, seed_command
+from ._disk import DiskPlan, fork_seed_command, layer_quota_supported, plan_disk, seed_command
 from ._environment import DockerSandboxEnvironment, DockerServiceEnvironment
 from ._labels import container_labels
 from ._pod import Pod, pod_hosts
@@ -242,7 +242,7 @@ class DockerSandboxDriver(SandboxDriver):
         host_config = self.api.api.create_host_config(
             **(network.host_config() if network is not None else {"network_mode": "none"}),
             cap_drop=dropped_capabilities(c.cap_drop, self.exec_user) or None,
-            cap_add=c.cap_add or None,
+            cap_add=fork_capabilities(c.cap_add, c.snapshot is not None) or None,
             security_opt=c.security_opt or None,
             pids_limit=c.pids_limit,
             mem_limit=c.mem_limit,
@@ -309,7 +309,14 @@ class DockerSandboxDriver(SandboxDriver):
 
     async def _seed(self, env: DockerSandboxEnvironment) -> None:
         """Copy the image's files into the capped tmpfs that now hides them (see ``_disk``)."""
+        fork = self.config.snapshot is not None
         for path, tar in self.disk.seeds.items():
+            if fork:  # the snapshot's files, each with its own owner and mode (``fork_seed_command``)
+                raw = await env.exec_raw(fork_seed_command(path), input=tar, user="root", timeout=60, trusted=True)
+                if raw.returncode != 0:
+                    raise SandboxUnavailableError(f"could not restore the snapshot's files at {path} in a fork: "
+                                                  f"{raw.stderr[-300:].decode('utf-8', 'replace').strip()}")
+                continue
             # A configured user that is not the image's (e.g. root, without capabilities) may not write in
             # a directory the image's user owns: the directory's owner unpacks it.
             user = self.disk.owners.get(path) if self.config.user else None

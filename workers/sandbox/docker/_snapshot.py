@@ -6,8 +6,9 @@ does not see tmpfs mounts, and neither does the Engine's archive API). Those are
 inside the sandbox — as its user, then as root for what the user could not read (the sandbox has no
 capabilities, so neither can read a file only a third user may read: such a file makes the snapshot
 fail rather than go missing) — and written into a second layer on top of the commit. A sandbox opened
-from the snapshot gets the same tmpfs paths, seeded from that layer, so its files are where they were
-(owned by the sandbox's user: a capability-less sandbox cannot give them back to another owner).
+from the snapshot gets the same tmpfs paths, seeded from that layer, so its files are where they were,
+each with its own owner and mode (unpacked as root holding CAP_CHOWN and CAP_FOWNER, which a fork's
+root alone has: ``_capabilities.fork_capabilities``).
 Running processes, memory and the services of a multi-service sandbox are not captured: a fork's
 services start fresh from their images.
 
