@@ -31,6 +31,7 @@ import structlog
 from docker.errors import DockerException
 
 from ._api import DockerAPI
+from ._labels import helper_labels
 
 log = structlog.get_logger("toolfleet.sandbox")
 
@@ -98,7 +99,7 @@ async def _image_contents(api: DockerAPI, image: str, path: str,
     """The image's files at ``path`` (a tar) and the directory's owner and mode, from a never-started container."""
     try:
         created = await api.call(api.api.create_container, image, command=["true"], entrypoint=[],
-                                 network_disabled=True)
+                                 network_disabled=True, labels=helper_labels("image-contents"))
     except DockerException as exc:
         log.warning("sandbox.disk_seed_failed", path=path, error=str(exc))
         return None, None

@@ -9,6 +9,9 @@ and start time, expiry. The reaper runs at driver start and periodically:
   it belonged to, since none can hold it any more;
 - exited (e.g. OOM-killed) containers owned by this very process that no live driver holds.
 
+Helper containers (``helper_labels``: never started, removed at once by the code that made them) carry
+the same owner labels and an expiry, so one left by a killed process is reaped like a sandbox.
+
 A live worker's containers are never touched by another worker's reaper (several workers share a
 machine and its Docker daemon).
 """
@@ -59,6 +62,16 @@ def container_labels(eval_id: str, sample_id: str, ttl: float, pool: str = "", o
         POOL: pool,
         **owner_labels(owner),
     }
+
+
+HELPER = PREFIX + "helper"  # a short-lived, never-started container of the worker's own (what it is for)
+HELPER_TTL_S = 600.0
+
+
+def helper_labels(purpose: str) -> dict[str, str]:
+    """Labels of a helper container (reading an image's files, adding a snapshot's layer): removed by the
+    code that made it, and by the reaper if that process died first (orphaned) or it outlived its expiry."""
+    return {MANAGED: "1", HELPER: purpose, EXPIRY: str(int(time.time() + HELPER_TTL_S)), **owner_labels()}
 
 
 def reap_reason(info: dict[str, Any], live: Iterable[str], now: float | None = None,

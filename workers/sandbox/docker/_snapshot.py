@@ -41,7 +41,7 @@ from docker.errors import DockerException, ImageNotFound, NotFound
 
 from orchestrator.util._snapshot import Snapshot, SnapshotError
 
-from ._labels import PREFIX
+from ._labels import HELPER, PREFIX, helper_labels
 from ._snapshot_budget import HostBudget
 
 if TYPE_CHECKING:
@@ -300,11 +300,12 @@ async def _commit(env: SnapshotSource, snapshot_id: str, labels: dict[str, str],
         return str(made["Id"])
     base = await api.call(api.api.commit, env.container_id)
     scratch = await api.call(api.api.create_container, base["Id"], command=["true"], entrypoint=[],
-                             network_disabled=True)
+                             network_disabled=True, labels=helper_labels("snapshot-layer"))
     try:
         await _put(api, scratch["Id"], tars)
+        # A commit keeps the container's labels: the snapshot image (and so its forks) is no helper.
         made = await api.call(api.api.commit, scratch["Id"], repository=SNAPSHOT_REPO, tag=snapshot_id,
-                              changes=changes)
+                              changes=[*changes, f'LABEL {HELPER}=""'])
         return str(made["Id"])
     finally:
         with contextlib.suppress(DockerException):
