@@ -651,11 +651,13 @@ class Agent:
         if job.retry is not None:
             spec, data, in_r = job.retry
             unread = unread_bytes(in_r)
+            unsent = len(job.pending) if job.pending is not None else 0  # its death may be seen before the write
             os.close(in_r)
             # Killed before it read (all of) its code — e.g. by a previous call's `pkill python3`
-            # just before this call took it: the code never ran, so run it cold, as if the spare
-            # had not existed. (Empty code has no effects either, so rerunning it is harmless.)
-            if code < 0 and not job.timed_out and (unread or not data):
+            # just before this call took it: the code never ran (`python3 -` runs nothing before EOF),
+            # so run it cold, as if the spare had not existed. (Empty code has no effects either, so
+            # rerunning it is harmless.)
+            if code < 0 and not job.timed_out and (unread or unsent or not data):
                 self.start(job.req_id, dict(spec, spares=0), data, job.received)
                 return
         out, err = job.bufs[1], job.bufs[2]
