@@ -208,9 +208,13 @@ async def test_secret_file_and_rotation(broker_fleet, tmp_path) -> None:  # noqa
             if works:
                 assert outcome.error is None and outcome.result in (2, "2"), outcome
             else:
-                # Refused, and said so at once: not a silent wait until the call's deadline.
-                assert outcome.fatal is not None and outcome.fatal.type == "FleetMisconfigured", outcome
-                assert "rejects this orchestrator's messages (unauthenticated)" in outcome.fatal.message
+                # Refused by the worker, not run. Sent straight to its queue (an eval's preflight would have
+                # stopped at once: test_misconfiguration), the call ends at its deadline: the worker's event
+                # is signed with a key this orchestrator does not hold, so it cannot be told from a forgery
+                # and stops nothing (test_fleet_events), but the timeout says what it said.
+                assert outcome.error is not None and outcome.error.type == "timeout", outcome
+                assert (f"timed out after 3 seconds: an unsigned fleet event said: Worker host '{worker.host}' "
+                        "rejects this orchestrator's messages (unauthenticated)") in outcome.error.message, outcome
         assert worker.alive()
     finally:
         worker.cleanup()
