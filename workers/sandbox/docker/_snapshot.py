@@ -42,7 +42,7 @@ from docker.errors import DockerException, ImageNotFound, NotFound
 from orchestrator.util._snapshot import Snapshot, SnapshotError
 
 from ._labels import HELPER, PREFIX, helper_labels
-from ._snapshot_budget import HostBudget
+from ._snapshot_budget import HostBudget, shown_bytes
 
 if TYPE_CHECKING:
     from .._channel import RawResult
@@ -267,7 +267,7 @@ async def _tmpfs_contents(env: SnapshotSource, paths: list[str]) -> list[bytes]:
                             f"{', '.join('/' + d for d in denied[:5])} (a capability-less sandbox cannot copy them).")
     if sum(len(t) for t in out) > SEED_LIMIT:
         raise SnapshotError(f"Snapshot of sandbox '{env.sandbox_id}' failed: its tmpfs-backed paths "
-                            f"({', '.join(paths)}) hold more than {_shown(SEED_LIMIT)}.")
+                            f"({', '.join(paths)}) hold more than {shown_bytes(SEED_LIMIT)}.")
     return out
 
 
@@ -369,10 +369,6 @@ def _from_labels(info: dict[str, Any]) -> HeldSnapshot | None:
                             float(labels.get(LABEL_CREATED) or 0), config)
     except (ValueError, KeyError):
         return None
-
-
-def _shown(n: int) -> str:
-    return f"{n / (1 << 20):.1f} MiB"
 
 
 async def snapshot_present(api: DockerAPI, store: HostSnapshots, snapshot_id: str, image: str) -> HeldSnapshot:
