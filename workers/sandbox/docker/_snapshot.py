@@ -148,10 +148,7 @@ class HostSnapshots:
         for info in api.api.images(filters={"label": f"{LABEL}=1"}):
             base = (info.get("Labels") or {}).get(LABEL_BASE, "")
             if base not in self._base_sizes:
-                try:
-                    self._base_sizes[base] = int(api.api.inspect_image(base).get("Size") or 0) if base else 0
-                except (NotFound, ImageNotFound):
-                    self._base_sizes[base] = 0
+                self._base_sizes[base] = _size_or_zero(api, base) if base else 0
             total += max(0, int(info.get("Size") or 0) - self._base_sizes[base])
         return total
 
@@ -321,11 +318,15 @@ async def _put(api: DockerAPI, container_id: str, tars: list[bytes]) -> None:
 async def _added_bytes(api: DockerAPI, image_id: str, base: str) -> int:
     """What the snapshot adds to its base image (its own layers)."""
     made = await api.call(api.api.inspect_image, image_id)
+    return max(0, int(made.get("Size") or 0) - await api.call(_size_or_zero, api, base))
+
+
+def _size_or_zero(api: DockerAPI, image: str) -> int:
+    """An image's size on the daemon, 0 when it is not there (blocking)."""
     try:
-        under = await api.call(api.api.inspect_image, base)
+        return int(api.api.inspect_image(image).get("Size") or 0)
     except (NotFound, ImageNotFound):
-        return int(made.get("Size") or 0)
-    return max(0, int(made.get("Size") or 0) - int(under.get("Size") or 0))
+        return 0
 
 
 async def _push(api: DockerAPI, held: HeldSnapshot, registries: tuple[str, ...] | None) -> str | None:
